@@ -1,0 +1,119 @@
+//! The GCRA rate-limit decision, as pure arithmetic over integer microseconds.
+//!
+//! `#![no_std]`, no dependencies, no allocation, no `unsafe`: this crate is the
+//! math every store of `tower-rate-tier` (memory, Redis's Lua script, the
+//! fallback) applies atomically around one number per bucket. It can also be
+//! used alone, in custom code or on a microcontroller.
+//!
+//! # GCRA in three numbers
+//!
+//! The Generic Cell Rate Algorithm keeps, per bucket, a single timestamp: the
+//! **TAT** (theoretical arrival time), the instant at which the bucket would be
+//! full again. A [`Quota`] of `L` requests per period `P` with a burst `B`
+//! (by default `B = L`) gives:
+//!
+//! - the **emission interval** `T = P / L`: how far one request of cost 1 moves
+//!   the TAT into the future;
+//! - the **burst offset** `tau = T * B`: how far ahead of now the TAT may run.
+//!
+//! A request of cost `c` at `now` moves the TAT to `max(TAT, now) + T * c`,
+//! and is allowed if the new TAT is at most `tau` ahead of `now`. Otherwise it
+//! is refused, and the answer says exactly when it would pass.
+//!
+//! With 10 requests per minute, `T` is 6 s and `tau` is 60 s. Ten requests at
+//! once move the TAT from 0 s to 60 s; the eleventh would move it to 66 s, 6 s
+//! too far, so it must wait 6 s:
+//!
+//! ```
+//! use gcra_core::Quota;
+//!
+//! const SECOND: u64 = 1_000_000; // times are microseconds
+//! let quota = Quota::per_minute(10);
+//! assert_eq!(quota.emission_interval_us(), 6 * SECOND);
+//! assert_eq!(quota.burst_offset_us(), 60 * SECOND);
+//!
+//! // The store's job: keep the TAT a decision returns, hand it back next time.
+//! let mut tat = None;
+//! for expected_remaining in (0..10).rev() {
+//!     let decision = quota.check(tat, 0, 1)?;
+//!     assert!(decision.allowed);
+//!     assert_eq!(decision.remaining, expected_remaining);
+//!     tat = decision.store.map(|s| s.tat_us);
+//! }
+//! assert_eq!(tat, Some(60 * SECOND));
+//!
+//! let eleventh = quota.check(tat, 0, 1)?;
+//! assert!(!eleventh.allowed);
+//! assert_eq!(eleventh.retry_after_us, 6 * SECOND);
+//! assert_eq!(eleventh.store, None); // a refusal changes nothing
+//! # Ok::<(), gcra_core::CheckError>(())
+//! ```
+//!
+//! The quota then comes back at the plan's pace, not all at once. At 6 s one
+//! request fits (the TAT goes to 66 s). At 36 s the TAT is only 30 s ahead:
+//! 30 s free at 6 s per request is 5 requests, and the sixth waits 6 s:
+//!
+//! ```
+//! # use gcra_core::Quota;
+//! # const SECOND: u64 = 1_000_000;
+//! let quota = Quota::per_minute(10);
+//! let at_6s = quota.check(Some(60 * SECOND), 6 * SECOND, 1)?;
+//! assert!(at_6s.allowed);
+//! assert_eq!(at_6s.remaining, 0);
+//!
+//! let mut tat = at_6s.store.map(|s| s.tat_us);
+//! assert_eq!(tat, Some(66 * SECOND));
+//! for expected_remaining in [4, 3, 2, 1, 0] {
+//!     let decision = quota.check(tat, 36 * SECOND, 1)?;
+//!     assert!(decision.allowed);
+//!     assert_eq!(decision.remaining, expected_remaining);
+//!     tat = decision.store.map(|s| s.tat_us);
+//! }
+//! let sixth = quota.check(tat, 36 * SECOND, 1)?;
+//! assert!(!sixth.allowed);
+//! assert_eq!(sixth.retry_after_us, 6 * SECOND);
+//! # Ok::<(), gcra_core::CheckError>(())
+//! ```
+//!
+//! # The rules, exactly
+//!
+//! [`Quota::check`] implements these steps, which every store of the crate
+//! family (including the Redis Lua script) follows to the microsecond:
+//!
+//! 1. `tat` = the stored TAT; if there is none, or it is above
+//!    [`MAX_TIME_US`] (a corrupted value), or it is before `now`: `tat = now`.
+//!    If `tat > now + tau` the clock went backwards: `tat = now + tau`, and
+//!    that capped value is stored even on a refusal, so the user is not locked
+//!    out for as long as the clock jumped back.
+//! 2. `new_tat = tat + T * cost`; `allow_at = new_tat - tau`.
+//! 3. If `allow_at > now`: refused, `retry_after = allow_at - now`,
+//!    `reset_after = tat - now`, remaining 0.
+//! 4. Else allowed: store `new_tat` for `ceil((new_tat - now) / 1000)` ms,
+//!    `remaining = floor((tau - (new_tat - now)) / T)`,
+//!    `reset_after = new_tat - now`.
+//! 5. A cost with `T * cost > tau` can never pass, whatever the wait: it is
+//!    [`CheckError::CostExceedsBurst`], decided before any state is read.
+//!
+//! No arithmetic here can overflow or panic: every time value is kept within
+//! [`MAX_TIME_US`] (2^53, the range in which Lua numbers are exact integers)
+//! and anything outside it is a typed error.
+#![no_std]
+#![forbid(unsafe_code)]
+#![warn(clippy::arithmetic_side_effects, clippy::unwrap_used, clippy::panic)]
+
+mod decision;
+mod quota;
+
+pub use decision::{CheckError, Decision, StoreTat};
+pub use quota::{Quota, QuotaError};
+
+/// The largest time value, in microseconds, this crate accepts or produces:
+/// 2^53, the range in which a Lua (and JSON) number is an exact integer.
+///
+/// It is about 285 years after the Unix epoch, so a clock in microseconds
+/// since 1970 stays inside it until the year 2255.
+///
+/// ```
+/// assert_eq!(gcra_core::MAX_TIME_US, 9_007_199_254_740_992);
+/// ```
+pub const MAX_TIME_US: u64 = 1 << 53;

@@ -1,0 +1,287 @@
+use core::fmt;
+use core::time::Duration;
+
+use crate::MAX_TIME_US;
+
+const MICROS_PER_SECOND: u64 = 1_000_000;
+
+/// A validated rate: `limit` requests per `period`, with a `burst`.
+///
+/// A `Quota` that exists is always usable: the emission interval
+/// `T = period / limit` is at least 1 µs and the burst offset `tau = T * burst`
+/// is at most [`MAX_TIME_US`]. Integer division means that for periods that
+/// `limit` does not divide, `tau` can be a few µs shorter than the period.
+///
+/// The `per_*` constructors are `const` and panic on a value that cannot make
+/// a quota (in a `const` item that is a compile error); [`Quota::new`] and
+/// [`Quota::try_allow_burst`] return a [`QuotaError`] instead.
+///
+/// ```
+/// use gcra_core::Quota;
+/// use std::time::Duration;
+///
+/// const FREE: Quota = Quota::per_minute(10);
+/// assert_eq!(FREE.limit(), 10);
+/// assert_eq!(FREE.burst(), 10);
+/// assert_eq!(FREE.period(), Duration::from_secs(60));
+///
+/// // 100 per hour, but at most 5 at once.
+/// let steady = Quota::per_hour(100).allow_burst(5);
+/// assert_eq!(steady.emission_interval_us(), 36_000_000);
+/// assert_eq!(steady.burst_offset_us(), 5 * 36_000_000);
+///
+/// // Values that cannot be a quota are typed errors.
+/// assert!(Quota::new(0, Duration::from_secs(1)).is_err());
+/// assert!(Quota::new(2_000_000, Duration::from_secs(1)).is_err()); // T < 1 µs
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Quota {
+    limit: u32,
+    burst: u32,
+    period_us: u64,
+    emission_interval_us: u64,
+    burst_offset_us: u64,
+}
+
+/// Why a [`Quota`] could not be built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum QuotaError {
+    /// The limit was 0: no request could ever pass.
+    ZeroLimit,
+    /// The burst was 0: no request could ever pass.
+    ZeroBurst,
+    /// The period was shorter than 1 µs.
+    ZeroPeriod,
+    /// `period / limit` rounds down to 0 µs: more than one request per
+    /// microsecond cannot be expressed.
+    IntervalTooSmall,
+    /// The period or the burst offset (`T * burst`) is beyond [`MAX_TIME_US`].
+    OutOfRange,
+}
+
+impl QuotaError {
+    const fn message(self) -> &'static str {
+        match self {
+            QuotaError::ZeroLimit => "quota limit must be at least 1",
+            QuotaError::ZeroBurst => "quota burst must be at least 1",
+            QuotaError::ZeroPeriod => "quota period must be at least 1 microsecond",
+            QuotaError::IntervalTooSmall => {
+                "quota emission interval (period / limit) rounds to 0 microseconds"
+            }
+            QuotaError::OutOfRange => "quota period or burst offset exceeds 2^53 microseconds",
+        }
+    }
+}
+
+impl fmt::Display for QuotaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+impl core::error::Error for QuotaError {}
+
+/// Unwraps in a `const fn`, where `Result::unwrap` is not available. The
+/// documented panic of the `per_*` constructors; a compile error in a `const`.
+#[allow(clippy::panic)]
+const fn or_panic(result: Result<Quota, QuotaError>) -> Quota {
+    match result {
+        Ok(quota) => quota,
+        // A literal per variant: const panics cannot format.
+        Err(QuotaError::ZeroLimit) => panic!("quota limit must be at least 1"),
+        Err(QuotaError::ZeroBurst) => panic!("quota burst must be at least 1"),
+        Err(QuotaError::ZeroPeriod) => panic!("quota period must be at least 1 microsecond"),
+        Err(QuotaError::IntervalTooSmall) => {
+            panic!("quota emission interval (period / limit) rounds to 0 microseconds")
+        }
+        Err(QuotaError::OutOfRange) => {
+            panic!("quota period or burst offset exceeds 2^53 microseconds")
+        }
+    }
+}
+
+impl Quota {
+    /// `limit` requests per `period`, with a burst of `limit`.
+    ///
+    /// ```
+    /// use gcra_core::{Quota, QuotaError};
+    /// use std::time::Duration;
+    ///
+    /// let quota = Quota::new(3, Duration::from_millis(1500))?;
+    /// assert_eq!(quota.emission_interval_us(), 500_000);
+    /// assert_eq!(Quota::new(1, Duration::ZERO), Err(QuotaError::ZeroPeriod));
+    /// # Ok::<(), QuotaError>(())
+    /// ```
+    pub const fn new(limit: u32, period: Duration) -> Result<Quota, QuotaError> {
+        let micros = period.as_micros();
+        if micros > MAX_TIME_US as u128 {
+            return Err(QuotaError::OutOfRange);
+        }
+        // Lossless: checked against MAX_TIME_US just above.
+        Self::from_micros(limit, micros as u64)
+    }
+
+    const fn from_micros(limit: u32, period_us: u64) -> Result<Quota, QuotaError> {
+        if limit == 0 {
+            return Err(QuotaError::ZeroLimit);
+        }
+        if period_us == 0 {
+            return Err(QuotaError::ZeroPeriod);
+        }
+        if period_us > MAX_TIME_US {
+            return Err(QuotaError::OutOfRange);
+        }
+        let emission_interval_us = match period_us.checked_div(limit as u64) {
+            Some(t) if t > 0 => t,
+            _ => return Err(QuotaError::IntervalTooSmall),
+        };
+        Self::with_burst(limit, period_us, emission_interval_us, limit)
+    }
+
+    const fn with_burst(
+        limit: u32,
+        period_us: u64,
+        emission_interval_us: u64,
+        burst: u32,
+    ) -> Result<Quota, QuotaError> {
+        if burst == 0 {
+            return Err(QuotaError::ZeroBurst);
+        }
+        let burst_offset_us = match emission_interval_us.checked_mul(burst as u64) {
+            Some(tau) if tau <= MAX_TIME_US => tau,
+            _ => return Err(QuotaError::OutOfRange),
+        };
+        Ok(Quota {
+            limit,
+            burst,
+            period_us,
+            emission_interval_us,
+            burst_offset_us,
+        })
+    }
+
+    /// `limit` requests per second.
+    ///
+    /// # Panics
+    ///
+    /// If `limit` is 0 or above 1 000 000 (an interval under 1 µs); a compile
+    /// error in a `const`. Use [`Quota::new`] for a `Result`.
+    ///
+    /// ```
+    /// assert_eq!(gcra_core::Quota::per_second(4).emission_interval_us(), 250_000);
+    /// ```
+    pub const fn per_second(limit: u32) -> Quota {
+        or_panic(Self::from_micros(limit, MICROS_PER_SECOND))
+    }
+
+    /// `limit` requests per minute.
+    ///
+    /// # Panics
+    ///
+    /// If `limit` is 0 or above 60 000 000; a compile error in a `const`.
+    /// Use [`Quota::new`] for a `Result`.
+    ///
+    /// ```
+    /// assert_eq!(gcra_core::Quota::per_minute(10).emission_interval_us(), 6_000_000);
+    /// ```
+    pub const fn per_minute(limit: u32) -> Quota {
+        or_panic(Self::from_micros(limit, 60 * MICROS_PER_SECOND))
+    }
+
+    /// `limit` requests per hour.
+    ///
+    /// # Panics
+    ///
+    /// If `limit` is 0; a compile error in a `const`. Use [`Quota::new`] for a
+    /// `Result`.
+    ///
+    /// ```
+    /// assert_eq!(gcra_core::Quota::per_hour(3600).emission_interval_us(), 1_000_000);
+    /// ```
+    pub const fn per_hour(limit: u32) -> Quota {
+        or_panic(Self::from_micros(limit, 3600 * MICROS_PER_SECOND))
+    }
+
+    /// `limit` requests per day.
+    ///
+    /// # Panics
+    ///
+    /// If `limit` is 0; a compile error in a `const`. Use [`Quota::new`] for a
+    /// `Result`.
+    ///
+    /// ```
+    /// assert_eq!(gcra_core::Quota::per_day(24).emission_interval_us(), 3_600_000_000);
+    /// ```
+    pub const fn per_day(limit: u32) -> Quota {
+        or_panic(Self::from_micros(limit, 86_400 * MICROS_PER_SECOND))
+    }
+
+    /// The same rate, but at most `burst` requests at once (or, above the
+    /// limit, more than one period's worth after an idle time).
+    ///
+    /// # Panics
+    ///
+    /// If `burst` is 0 or `T * burst` exceeds [`MAX_TIME_US`]; a compile error
+    /// in a `const`. Use [`Quota::try_allow_burst`] for a `Result`.
+    ///
+    /// ```
+    /// let quota = gcra_core::Quota::per_minute(10).allow_burst(2);
+    /// assert_eq!(quota.burst(), 2);
+    /// assert_eq!(quota.limit(), 10);
+    /// assert_eq!(quota.burst_offset_us(), 12_000_000);
+    /// ```
+    pub const fn allow_burst(self, burst: u32) -> Quota {
+        or_panic(self.try_allow_burst(burst))
+    }
+
+    /// Like [`Quota::allow_burst`], with a typed error instead of a panic.
+    ///
+    /// ```
+    /// use gcra_core::{Quota, QuotaError};
+    /// assert_eq!(Quota::per_second(1).try_allow_burst(0), Err(QuotaError::ZeroBurst));
+    /// assert_eq!(Quota::per_day(1).try_allow_burst(u32::MAX), Err(QuotaError::OutOfRange));
+    /// ```
+    pub const fn try_allow_burst(self, burst: u32) -> Result<Quota, QuotaError> {
+        Self::with_burst(self.limit, self.period_us, self.emission_interval_us, burst)
+    }
+
+    /// Requests per period.
+    pub const fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// Requests (of cost 1) that may pass at once: the `x-ratelimit-limit`.
+    pub const fn burst(&self) -> u32 {
+        self.burst
+    }
+
+    /// The period the limit applies to.
+    pub const fn period(&self) -> Duration {
+        Duration::from_micros(self.period_us)
+    }
+
+    /// `T = period / limit`, in µs: what one unit of cost moves the TAT by.
+    pub const fn emission_interval_us(&self) -> u64 {
+        self.emission_interval_us
+    }
+
+    /// `tau = T * burst`, in µs: how far ahead of now the TAT may run.
+    pub const fn burst_offset_us(&self) -> u64 {
+        self.burst_offset_us
+    }
+
+    /// Whether a request of this cost can pass at all, after any wait:
+    /// `cost >= 1` and `T * cost <= tau`.
+    ///
+    /// ```
+    /// let free = gcra_core::Quota::per_minute(10);
+    /// assert!(free.can_ever_pass(10));
+    /// assert!(!free.can_ever_pass(11));
+    /// assert!(!free.can_ever_pass(0));
+    /// ```
+    pub const fn can_ever_pass(&self, cost: u32) -> bool {
+        // With T >= 1 and tau = T * burst, `T * cost <= tau` is `cost <= burst`.
+        cost >= 1 && cost <= self.burst
+    }
+}

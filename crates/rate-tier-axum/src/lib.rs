@@ -1,0 +1,1 @@
+//! Axum glue for tower-rate-tier.

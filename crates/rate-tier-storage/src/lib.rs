@@ -1,0 +1,1 @@
+//! Storage for tower-rate-tier.

@@ -1,0 +1,1 @@
+//! Plan-aware rate limiting for Tower services.
