@@ -1,1 +1,205 @@
-fn main() {}
+//! `cargo xtask`: the task runner of the tower-rate-tier workspace, following
+//! the cargo-xtask convention (`.cargo/config.toml` aliases `cargo xtask` to
+//! `cargo run --package xtask --quiet --`).
+//!
+//! Run `cargo xtask help` for the tasks. Every command is printed before it
+//! runs; the first one that fails ends the task with a non-zero exit code. An
+//! unknown task or flag prints the usage to stderr and exits with code 2.
+
+use std::env;
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+mod cmd;
+mod redis;
+mod tasks;
+
+/// Errors are messages for a person: what failed, and what to do about it.
+type Result<T> = std::result::Result<T, String>;
+
+const USAGE: &str = "\
+cargo xtask: the tasks of the tower-rate-tier workspace
+
+Usage: cargo xtask <TASK> [-- <ARGS>...]
+
+Tasks:
+  ci            cargo fmt --all -- --check; cargo clippy --workspace --all-targets
+                --all-features -- -D warnings; then everything `test` runs
+  test          every test: `no-std`, then starts a throwaway Redis and a throwaway
+                3-master Redis Cluster and runs cargo test --workspace --all-features
+                once with both
+  test-redis    starts a throwaway redis-server on a free loopback port and runs
+                cargo test --workspace --all-features against it
+  test-cluster  starts a throwaway 3-master Redis Cluster on free loopback ports and
+                runs cargo test --workspace --all-features cluster (the tests whose
+                names contain `cluster`)
+  no-std        proves gcra-core is no_std: #![no_std], no dependencies, builds with
+                --no-default-features, and for thumbv7em-none-eabihf when that target
+                is installed (otherwise that build is left to GitHub Actions)
+  bench         cargo bench --workspace --bench '*' -- --quick: a quick smoke run of
+                the criterion benchmarks ([[bench]] targets), not a careful
+                measurement; says so and succeeds when there are none yet
+  help          prints this message (also -h, --help)
+
+Arguments after `--` are added to the cargo test command (test, test-redis,
+test-cluster) or given to the benchmark binaries (bench), for example
+  cargo xtask test-redis -- redis_
+  cargo xtask test-cluster -- -- --nocapture
+
+The tests get, for the servers this task started:
+  TRT_REDIS_URL           redis://127.0.0.1:<port>/ (test, test-redis)
+  TRT_REDIS_CLUSTER_URLS  redis://127.0.0.1:<p1>/,...,redis://127.0.0.1:<p3>/
+                          (test, test-cluster)
+  TRT_REDIS_SERVER_BIN    the redis-server binary; set it beforehand to choose one
+                          (default: redis-server from PATH)
+Every server is stopped when the task ends, even when it fails. The shared Redis
+on port 6379 is never used.
+";
+
+/// A task named on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Task {
+    Help,
+    Ci,
+    Test,
+    TestRedis,
+    TestCluster,
+    NoStd,
+    Bench,
+}
+
+impl Task {
+    fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "help" => Self::Help,
+            "ci" => Self::Ci,
+            "test" => Self::Test,
+            "test-redis" => Self::TestRedis,
+            "test-cluster" => Self::TestCluster,
+            "no-std" => Self::NoStd,
+            "bench" => Self::Bench,
+            _ => return None,
+        })
+    }
+
+    /// Whether the task passes arguments after `--` on to a command.
+    fn takes_extra_args(self) -> bool {
+        matches!(
+            self,
+            Self::Test | Self::TestRedis | Self::TestCluster | Self::Bench
+        )
+    }
+}
+
+/// The parsed command line.
+#[derive(Debug)]
+struct Args {
+    task: Task,
+    /// Everything after the first `--`.
+    extra: Vec<OsString>,
+}
+
+/// Parses the arguments (without the program name). An error is a usage error.
+fn parse_args(args: Vec<OsString>) -> std::result::Result<Args, String> {
+    use lexopt::prelude::*;
+
+    let (ours, extra) = match args.iter().position(|arg| arg == "--") {
+        Some(i) => (args[..i].to_vec(), args[i + 1..].to_vec()),
+        None => (args, Vec::new()),
+    };
+    let mut parser = lexopt::Parser::from_args(ours);
+    let mut task = None;
+    let mut help = false;
+    while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
+        match arg {
+            Short('h') | Long("help") => help = true,
+            Value(name) if task.is_none() => {
+                let name = name.string().map_err(|e| e.to_string())?;
+                task =
+                    Some(Task::from_name(&name).ok_or_else(|| format!("unknown task `{name}`"))?);
+            }
+            Value(value) => {
+                return Err(format!(
+                    "unexpected argument {value:?} (arguments for cargo go after `--`)"
+                ));
+            }
+            _ => return Err(arg.unexpected().to_string()),
+        }
+    }
+    let task = match (help, task) {
+        (true, _) => Task::Help,
+        (false, Some(task)) => task,
+        (false, None) => return Err("no task given".to_owned()),
+    };
+    if !extra.is_empty() && !task.takes_extra_args() && task != Task::Help {
+        return Err(format!(
+            "this task takes no arguments after `--`: {extra:?}"
+        ));
+    }
+    Ok(Args { task, extra })
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args(env::args_os().skip(1).collect()) {
+        Ok(args) => args,
+        Err(message) => {
+            eprintln!("error: {message}\n");
+            eprint!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let extra = &args.extra;
+    let result = match args.task {
+        Task::Help => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        Task::Ci => tasks::ci(),
+        Task::Test => tasks::test(extra),
+        Task::TestRedis => tasks::test_redis(extra),
+        Task::TestCluster => tasks::test_cluster(extra),
+        Task::NoStd => tasks::no_std(),
+        Task::Bench => tasks::bench(extra),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> std::result::Result<Args, String> {
+        parse_args(args.iter().map(OsString::from).collect())
+    }
+
+    #[test]
+    fn tasks_and_help_parse() {
+        assert_eq!(parse(&["test-redis"]).unwrap().task, Task::TestRedis);
+        assert_eq!(parse(&["--help"]).unwrap().task, Task::Help);
+        assert_eq!(parse(&["test", "-h"]).unwrap().task, Task::Help);
+        assert_eq!(parse(&["help"]).unwrap().task, Task::Help);
+    }
+
+    #[test]
+    fn arguments_after_double_dash_are_passed_on() {
+        let args = parse(&["test-redis", "--", "redis_", "--", "--nocapture"]).unwrap();
+        assert_eq!(args.task, Task::TestRedis);
+        assert_eq!(args.extra, ["redis_", "--", "--nocapture"]);
+    }
+
+    #[test]
+    fn usage_errors() {
+        assert!(parse(&[]).is_err());
+        assert!(parse(&["bogus"]).is_err());
+        assert!(parse(&["test", "--bogus"]).is_err());
+        assert!(parse(&["test", "redis_"]).is_err());
+        assert!(parse(&["no-std", "--", "x"]).is_err());
+        assert!(parse(&["ci", "--", "x"]).is_err());
+    }
+}

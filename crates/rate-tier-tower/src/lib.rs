@@ -1,1 +1,98 @@
 //! Plan-aware rate limiting for Tower services.
+//!
+//! A request is identified (API key, token, database lookup), mapped to a
+//! plan ("tier"), charged a cost, and checked against that tier's quota
+//! with GCRA. State lives in memory for one instance, or in Redis so that
+//! every instance shares one limit.
+//!
+//! ```
+//! use axum::{Router, routing::get};
+//! use http::StatusCode;
+//! use tower_rate_tier::{LimitEvent, OnMissing, Quota, RateTier, TierIdentity, TierLimitLayer};
+//!
+//! fn plan_of(api_key: &str) -> Option<&'static str> {
+//!     match api_key {
+//!         "key_ana" => Some("free"),
+//!         "key_bea" => Some("pro"),
+//!         _ => None,
+//!     }
+//! }
+//!
+//! let tiers = RateTier::builder()
+//!     .tier("free", Quota::per_minute(10))
+//!     .tier("pro", Quota::per_minute(100))
+//!     .default_tier("free")
+//!     .on_missing(OnMissing::Deny(StatusCode::UNAUTHORIZED))
+//!     .build();
+//!
+//! let layer = TierLimitLayer::new(tiers)
+//!     .identifier_fn(|headers| {
+//!         let key = headers.get("x-api-key")?.to_str().ok()?;
+//!         Some(TierIdentity::new(key, plan_of(key)?))
+//!     })
+//!     .cost_fn(|req| match req.uri.path() {
+//!         "/report" => 5,
+//!         _ => 1,
+//!     })
+//!     .on_event(|event| {
+//!         if let LimitEvent::UnknownTier { user_id, tier, .. } = event {
+//!             eprintln!("unknown tier {tier:?} for {user_id}");
+//!         }
+//!     });
+//!
+//! let app: Router = Router::new()
+//!     .route("/data", get(|| async { "data\n" }))
+//!     .route("/report", get(|| async { "report\n" }))
+//!     .layer(layer);
+//! ```
+//!
+//! The layer works with any Tower service over `http` whose response body
+//! can be built from a `String`: axum, hyper (`Full<Bytes>`), and others.
+//!
+//! # Safe defaults
+//!
+//! - An unknown tier never means unlimited: with a default tier, the default
+//!   quota in the user's own bucket and a [`LimitEvent::UnknownTier`] per
+//!   request; without one, 403. [`OnUnknownTier`] chooses explicitly.
+//! - A request that can never pass (cost above the burst) gets 403, not 429,
+//!   and does not touch the store.
+//! - No identity: [`OnMissing`]; a store failure: [`OnStorageError`]
+//!   (fail closed with 503 unless you choose otherwise).
+//! - User ids never reach a shared store in clear: keys hold their SHA-1,
+//!   or an HMAC with [`RateTierBuilder::key_secret`].
+//! - `Retry-After` is rounded up: a client that waits what it is told passes.
+//!
+//! # Feature flags
+//!
+//! | feature | enables |
+//! |---|---|
+//! | `redis` | `RedisStorage`: one limit shared by every instance through Redis |
+//! | `identity-cache` | [`CachedIdentifier`]: caches async identity lookups with moka |
+#![warn(clippy::unwrap_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+#[cfg(feature = "identity-cache")]
+mod cache;
+mod event;
+mod identity;
+pub mod layer;
+mod tier;
+
+/// Time sources: the system clock and [`FakeClock`](clock::FakeClock) for tests.
+pub mod clock {
+    pub use rate_tier_storage::clock::*;
+}
+
+#[cfg(feature = "identity-cache")]
+pub use cache::CachedIdentifier;
+pub use event::LimitEvent;
+pub use gcra_core::{Quota, QuotaError};
+pub use identity::{TierIdentifier, TierIdentity};
+pub use layer::{TierLimit, TierLimitLayer, tier_cost};
+pub use rate_tier_storage::{MemoryStorage, Storage, StorageError, key};
+#[cfg(feature = "redis")]
+pub use rate_tier_storage::RedisStorage;
+pub use tier::{
+    ConfigError, Error, LimitReason, Limited, OnMissing, OnStorageError, OnUnknownTier,
+    RateLimitInfo, RateTier, RateTierBuilder,
+};

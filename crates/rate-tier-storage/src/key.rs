@@ -1,0 +1,130 @@
+//! Bucket names: validated tier names, and the key a shared store uses.
+//!
+//! A bucket is one (tier, user) pair. In a shared store (Redis) its key is
+//! `trt:<tier>:<sha1_hex(user)>`, or with a [`KeySecret`]
+//! `trt:<tier>:<hmac_sha1_hex(secret, user)>`: the user id never leaves the
+//! process in clear. Tier names are restricted to `[A-Za-z0-9_.-]`, so the
+//! `:` that ends the tier is unambiguous and two pairs can never share a key.
+
+use std::fmt;
+
+use hmac::{Hmac, Mac};
+use sha1::{Digest, Sha1};
+
+/// The longest tier name accepted, in bytes.
+pub const MAX_TIER_NAME_LEN: usize = 64;
+
+/// Why a tier name was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidTierName {
+    /// The name was empty.
+    #[error("tier name is empty")]
+    Empty,
+    /// The name was longer than [`MAX_TIER_NAME_LEN`] bytes.
+    #[error("tier name is longer than {MAX_TIER_NAME_LEN} bytes")]
+    TooLong,
+    /// The name held a character outside `[A-Za-z0-9_.-]`.
+    #[error("tier name {name:?} holds {found:?}; allowed: ASCII letters, digits, '_', '.', '-'")]
+    BadChar {
+        /// The refused name.
+        name: String,
+        /// The first character not allowed.
+        found: char,
+    },
+}
+
+/// Checks that `name` can name a tier: 1 to 64 bytes of `[A-Za-z0-9_.-]`.
+///
+/// ```
+/// use rate_tier_storage::key::{validate_tier_name, InvalidTierName};
+/// assert!(validate_tier_name("free").is_ok());
+/// assert!(validate_tier_name("pro-2026.v2").is_ok());
+/// assert!(matches!(validate_tier_name("a:b"), Err(InvalidTierName::BadChar { found: ':', .. })));
+/// assert!(matches!(validate_tier_name("{x}"), Err(InvalidTierName::BadChar { found: '{', .. })));
+/// assert_eq!(validate_tier_name(""), Err(InvalidTierName::Empty));
+/// ```
+pub fn validate_tier_name(name: &str) -> Result<(), InvalidTierName> {
+    if name.is_empty() {
+        return Err(InvalidTierName::Empty);
+    }
+    if name.len() > MAX_TIER_NAME_LEN {
+        return Err(InvalidTierName::TooLong);
+    }
+    match name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+    {
+        Some(found) => Err(InvalidTierName::BadChar {
+            name: name.to_owned(),
+            found,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A secret that turns the user part of shared keys into an HMAC-SHA1.
+///
+/// Plain SHA-1 of a low-entropy id (an IP address, an email) can be reversed
+/// by trying values; an HMAC with a secret cannot, without the secret. Its
+/// `Debug` output never shows the secret.
+///
+/// ```
+/// use rate_tier_storage::key::KeySecret;
+/// let secret = KeySecret::new(b"s3cret");
+/// assert_eq!(format!("{secret:?}"), "KeySecret(..)");
+/// ```
+#[derive(Clone)]
+pub struct KeySecret {
+    // The keyed state after absorbing the secret: cloning it per key skips
+    // re-hashing the secret.
+    mac: Hmac<Sha1>,
+}
+
+impl KeySecret {
+    /// A secret from any bytes (HMAC accepts every length).
+    pub fn new(secret: impl AsRef<[u8]>) -> Self {
+        // new_from_slice only fails for MACs with a fixed key size; HMAC has none.
+        let mac = match <Hmac<Sha1> as Mac>::new_from_slice(secret.as_ref()) {
+            Ok(mac) => mac,
+            Err(_) => unreachable!("HMAC takes keys of any length"),
+        };
+        KeySecret { mac }
+    }
+}
+
+impl fmt::Debug for KeySecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("KeySecret(..)")
+    }
+}
+
+/// The shared-store key of the bucket of `user` in `tier`.
+///
+/// ```
+/// use rate_tier_storage::key::{bucket_key, KeySecret};
+/// // The post's key: printf key_ana | sha1sum
+/// assert_eq!(
+///     bucket_key("free", "key_ana", None),
+///     "trt:free:33d2315cbeb866b8b237240a98d605f2e6e41b8a"
+/// );
+/// let with_secret = bucket_key("free", "key_ana", Some(&KeySecret::new(b"k")));
+/// assert!(with_secret.starts_with("trt:free:"));
+/// assert_ne!(with_secret, bucket_key("free", "key_ana", None));
+/// ```
+pub fn bucket_key(tier: &str, user: &str, secret: Option<&KeySecret>) -> String {
+    let digest: [u8; 20] = match secret {
+        Some(secret) => {
+            let mut mac = secret.mac.clone();
+            mac.update(user.as_bytes());
+            mac.finalize().into_bytes().into()
+        }
+        None => Sha1::digest(user.as_bytes()).into(),
+    };
+    let mut key = String::with_capacity(tier.len().saturating_add(45));
+    key.push_str("trt:");
+    key.push_str(tier);
+    key.push(':');
+    key.push_str(&hex::encode(digest));
+    key
+}

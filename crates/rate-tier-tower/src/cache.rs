@@ -1,0 +1,88 @@
+//! Caching an async identity lookup, with moka.
+
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::request::Parts;
+
+use crate::{TierIdentifier, TierIdentity};
+
+type KeyFn<K> = dyn Fn(&Parts) -> Option<K> + Send + Sync;
+
+/// A [`TierIdentifier`] that remembers answers for a while.
+///
+/// A database lookup per request is what a limiter should save, not add.
+/// This wraps any identifier with a bounded moka cache keyed by what
+/// `cache_key` takes from the request (an API key header, say). Concurrent
+/// misses on one key make a single lookup. "No identity" answers are cached
+/// too, so a flood of unknown keys does not reach the database either. A
+/// request for which `cache_key` returns `None` is looked up every time.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_rate_tier::{CachedIdentifier, TierIdentifier, TierIdentity};
+/// use http::request::Parts;
+///
+/// struct Db;
+/// #[async_trait::async_trait]
+/// impl TierIdentifier for Db {
+///     async fn identify(&self, parts: &Parts) -> Option<TierIdentity> {
+///         let key = parts.headers.get("x-api-key")?.to_str().ok()?;
+///         Some(TierIdentity::new(key, "free"))
+///     }
+/// }
+///
+/// let cached = CachedIdentifier::new(
+///     Db,
+///     |parts: &Parts| Some(parts.headers.get("x-api-key")?.as_bytes().to_vec()),
+///     Duration::from_secs(60),
+///     10_000,
+/// );
+/// # let _ = cached;
+/// ```
+pub struct CachedIdentifier<I, K> {
+    inner: Arc<I>,
+    cache_key: Arc<KeyFn<K>>,
+    cache: moka::future::Cache<K, Option<TierIdentity>>,
+}
+
+impl<I, K> CachedIdentifier<I, K>
+where
+    I: TierIdentifier,
+    K: Hash + Eq + Send + Sync + 'static,
+{
+    /// Caches `inner`'s answers for `ttl`, at most `capacity` of them.
+    pub fn new<F>(inner: I, cache_key: F, ttl: Duration, capacity: u64) -> Self
+    where
+        F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
+    {
+        CachedIdentifier {
+            inner: Arc::new(inner),
+            cache_key: Arc::new(cache_key),
+            cache: moka::future::Cache::builder()
+                .max_capacity(capacity)
+                .time_to_live(ttl)
+                .build(),
+        }
+    }
+
+    /// Forgets every cached answer (e.g. after plans changed).
+    pub fn invalidate_all(&self) {
+        self.cache.invalidate_all();
+    }
+}
+
+#[async_trait::async_trait]
+impl<I, K> TierIdentifier for CachedIdentifier<I, K>
+where
+    I: TierIdentifier,
+    K: Hash + Eq + Send + Sync + 'static,
+{
+    async fn identify(&self, parts: &Parts) -> Option<TierIdentity> {
+        let Some(key) = (self.cache_key)(parts) else {
+            return self.inner.identify(parts).await;
+        };
+        self.cache.get_with(key, self.inner.identify(parts)).await
+    }
+}

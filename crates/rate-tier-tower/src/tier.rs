@@ -1,0 +1,708 @@
+//! Plans and their quotas: [`RateTier`], the limiter a layer or a caller uses.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gcra_core::{CheckError, Decision, Quota};
+use http::StatusCode;
+use rate_tier_storage::clock::{Clock, SharedClock, SystemClock};
+use rate_tier_storage::key::{InvalidTierName, KeySecret, validate_tier_name};
+use rate_tier_storage::{BucketCheck, MemoryStorage, Storage, StorageError};
+
+use crate::event::LimitEvent;
+
+/// What a request without an identity gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnMissing {
+    /// The default tier's quota, in one bucket shared by every anonymous
+    /// request. Requires a default tier.
+    UseDefault,
+    /// Refused with this status (e.g. 401 Unauthorized), storage untouched.
+    Deny(StatusCode),
+}
+
+/// What a request whose tier is not configured gets. Never unlimited, unless
+/// chosen explicitly with [`OnUnknownTier::Allow`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnUnknownTier {
+    /// The default tier's quota, in the user's own bucket. Requires a
+    /// default tier. The default when one is set.
+    UseDefault,
+    /// Refused with 403 Forbidden. The default without a default tier.
+    Deny,
+    /// Passed without any limit. Every such request is still reported as
+    /// [`LimitEvent::UnknownTier`].
+    Allow,
+}
+
+/// What a request gets when the store fails (or times out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnStorageError {
+    /// Refused with this status and `retry-after: 1` (the default: 503
+    /// Service Unavailable). Fails closed: no one exceeds a quota.
+    Deny(StatusCode),
+    /// Passed without a check (fails open). Every such request is reported
+    /// as [`LimitEvent::StorageError`].
+    Allow,
+}
+
+impl Default for OnStorageError {
+    fn default() -> Self {
+        OnStorageError::Deny(StatusCode::SERVICE_UNAVAILABLE)
+    }
+}
+
+/// A configuration that cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// No tier was configured.
+    #[error("no tier configured: add at least one with .tier(name, quota)")]
+    NoTiers,
+    /// A tier name is not valid.
+    #[error("invalid tier name: {0}")]
+    InvalidTierName(#[from] InvalidTierName),
+    /// The same tier was configured twice.
+    #[error("tier {0:?} is configured twice")]
+    DuplicateTier(String),
+    /// The default tier is not one of the configured tiers.
+    #[error("default tier {0:?} is not a configured tier")]
+    UnknownDefaultTier(String),
+    /// A policy needs a default tier and none is set.
+    #[error("{0} needs a default tier: set one with .default_tier(name)")]
+    NoDefaultTier(&'static str),
+}
+
+/// Why [`RateTier::check`] could not decide.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The store failed or timed out.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// A cost of 0 was asked for: every request costs at least 1.
+    #[error("request cost must be at least 1")]
+    ZeroCost,
+    /// The GCRA math refused the inputs (a time beyond 2^53 µs).
+    #[error(transparent)]
+    Check(CheckError),
+}
+
+/// The state of a bucket after an allowed request.
+///
+/// ```
+/// use tower_rate_tier::{Quota, RateTier};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let limiter = RateTier::builder().tier("free", Quota::per_minute(10)).build();
+/// let info = limiter.check("ana", "free", 3).await.unwrap().unwrap();
+/// assert_eq!((info.limit, info.remaining), (10, 7));
+/// assert_eq!(&*info.tier, "free");
+/// assert_eq!(info.reset_after, std::time::Duration::from_secs(18));
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RateLimitInfo {
+    /// The tier whose quota applied (the default tier for an unknown one).
+    pub tier: Arc<str>,
+    /// The burst: requests of cost 1 a full bucket allows at once.
+    pub limit: u32,
+    /// Requests of cost 1 still allowed right now.
+    pub remaining: u64,
+    /// Until the bucket is full again.
+    pub reset_after: Duration,
+    /// The cost charged.
+    pub cost: u32,
+    /// When this was decided, in µs on the limiter's clock.
+    pub now_us: u64,
+}
+
+impl RateLimitInfo {
+    /// Unix time, in whole seconds rounded up, when the bucket is full again
+    /// (the `x-ratelimit-reset` header).
+    ///
+    /// ```
+    /// # use tower_rate_tier::{Quota, RateTier, clock::FakeClock};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let clock = FakeClock::at_us(1_500_000); // t = 1.5 s
+    /// let limiter = RateTier::builder().clock(clock).tier("t", Quota::per_second(1)).build();
+    /// let info = limiter.check("u", "t", 1).await.unwrap().unwrap();
+    /// assert_eq!(info.reset_unix_secs(), 3); // full again at 2.5 s: rounded up
+    /// # }
+    /// ```
+    pub fn reset_unix_secs(&self) -> u64 {
+        let reset_us = self
+            .now_us
+            .saturating_add(u64::try_from(self.reset_after.as_micros()).unwrap_or(u64::MAX));
+        reset_us.div_ceil(1_000_000)
+    }
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LimitReason {
+    /// The bucket is empty for now: retry after [`Limited::retry_after`]
+    /// (HTTP 429).
+    RateLimited,
+    /// The cost is above the tier's burst: no wait would make it pass
+    /// (HTTP 403). The store was not touched.
+    CostExceedsBurst {
+        /// The cost asked for.
+        cost: u32,
+    },
+    /// The tier is unknown and the policy is [`OnUnknownTier::Deny`] (HTTP 403).
+    UnknownTier,
+}
+
+/// A refused request.
+///
+/// ```
+/// use tower_rate_tier::{LimitReason, Quota, RateTier};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let limiter = RateTier::builder().tier("free", Quota::per_minute(10)).build();
+/// let never = limiter.check("ana", "free", 50).await.unwrap().unwrap_err();
+/// assert_eq!(never.reason(), LimitReason::CostExceedsBurst { cost: 50 });
+/// assert!(!never.can_retry());
+///
+/// limiter.check("ana", "free", 10).await.unwrap().unwrap();
+/// let limited = limiter.check("ana", "free", 1).await.unwrap().unwrap_err();
+/// assert_eq!(limited.reason(), LimitReason::RateLimited);
+/// assert!(limited.retry_after() <= std::time::Duration::from_secs(6));
+/// assert_eq!(limited.retry_after_secs(), 6); // rounded up
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limited {
+    pub(crate) tier: Arc<str>,
+    pub(crate) limit: u32,
+    pub(crate) reason: LimitReason,
+    pub(crate) retry_after: Duration,
+    pub(crate) reset_after: Duration,
+    pub(crate) now_us: u64,
+}
+
+impl Limited {
+    /// Why the request was refused.
+    pub fn reason(&self) -> LimitReason {
+        self.reason
+    }
+
+    /// Whether waiting helps: only for [`LimitReason::RateLimited`].
+    pub fn can_retry(&self) -> bool {
+        self.reason == LimitReason::RateLimited
+    }
+
+    /// How long until the same request would pass; zero when it never will
+    /// (see [`Limited::can_retry`]).
+    pub fn retry_after(&self) -> Duration {
+        self.retry_after
+    }
+
+    /// [`Limited::retry_after`] in whole seconds, rounded up: a client that
+    /// waits exactly this long is not refused again.
+    pub fn retry_after_secs(&self) -> u64 {
+        let secs = self.retry_after.as_secs();
+        if self.retry_after.subsec_nanos() > 0 {
+            secs.saturating_add(1)
+        } else {
+            secs
+        }
+    }
+
+    /// The tier whose quota refused the request.
+    pub fn tier(&self) -> &str {
+        &self.tier
+    }
+
+    /// The tier's burst (the `x-ratelimit-limit`).
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// Until the bucket is full again.
+    pub fn reset_after(&self) -> Duration {
+        self.reset_after
+    }
+
+    /// Unix time, in whole seconds rounded up, when the bucket is full again.
+    pub fn reset_unix_secs(&self) -> u64 {
+        let reset_us = self
+            .now_us
+            .saturating_add(u64::try_from(self.reset_after.as_micros()).unwrap_or(u64::MAX));
+        reset_us.div_ceil(1_000_000)
+    }
+}
+
+#[derive(Debug)]
+struct Tier {
+    name: Arc<str>,
+    quota: Quota,
+}
+
+/// Plans, their quotas and the policies for what does not fit: the limiter.
+///
+/// Build one with [`RateTier::builder`]; clones share the configuration and
+/// the store. Use it through [`TierLimitLayer`](crate::TierLimitLayer), or
+/// directly with [`RateTier::check`].
+///
+/// ```
+/// use tower_rate_tier::{OnMissing, Quota, RateTier};
+/// use http::StatusCode;
+///
+/// let tiers = RateTier::builder()
+///     .tier("free", Quota::per_minute(10))
+///     .tier("pro", Quota::per_minute(100))
+///     .default_tier("free")
+///     .on_missing(OnMissing::Deny(StatusCode::UNAUTHORIZED))
+///     .build();
+/// assert_eq!(tiers.quota("pro"), Some(Quota::per_minute(100)));
+/// ```
+#[derive(Clone)]
+pub struct RateTier {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    tiers: Vec<Tier>,
+    default_tier: Option<usize>,
+    on_missing: OnMissing,
+    on_unknown_tier: OnUnknownTier,
+    on_storage_error: OnStorageError,
+    storage: Arc<dyn Storage>,
+    clock: SharedClock,
+    key_secret: Option<KeySecret>,
+}
+
+impl fmt::Debug for RateTier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = &*self.inner;
+        f.debug_struct("RateTier")
+            .field(
+                "tiers",
+                &inner.tiers.iter().map(|t| (&*t.name, t.quota)).collect::<Vec<_>>(),
+            )
+            .field("default_tier", &inner.default_tier.map(|i| &*inner.tiers[i].name))
+            .field("on_missing", &inner.on_missing)
+            .field("on_unknown_tier", &inner.on_unknown_tier)
+            .field("on_storage_error", &inner.on_storage_error)
+            .field("storage", &inner.storage)
+            .field("key_secret", &inner.key_secret)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`RateTier`]. Every setting has a safe default; see each method.
+#[derive(Debug, Default)]
+#[must_use]
+pub struct RateTierBuilder {
+    tiers: Vec<(String, Quota)>,
+    default_tier: Option<String>,
+    on_missing: Option<OnMissing>,
+    on_unknown_tier: Option<OnUnknownTier>,
+    on_storage_error: OnStorageError,
+    storage: Option<Arc<dyn Storage>>,
+    clock: Option<SharedClock>,
+    key_secret: Option<KeySecret>,
+}
+
+impl RateTierBuilder {
+    /// Adds a tier (plan): a name of 1 to 64 `[A-Za-z0-9_.-]` and its quota.
+    pub fn tier(mut self, name: impl Into<String>, quota: Quota) -> Self {
+        self.tiers.push((name.into(), quota));
+        self
+    }
+
+    /// The tier for requests without an identity ([`OnMissing::UseDefault`])
+    /// and for unknown tiers ([`OnUnknownTier::UseDefault`]).
+    pub fn default_tier(mut self, name: impl Into<String>) -> Self {
+        self.default_tier = Some(name.into());
+        self
+    }
+
+    /// What a request without identity gets. Default: the default tier if
+    /// one is set, else 401 Unauthorized.
+    pub fn on_missing(mut self, policy: OnMissing) -> Self {
+        self.on_missing = Some(policy);
+        self
+    }
+
+    /// What a request with an unconfigured tier gets. Default: the default
+    /// tier's quota in the user's own bucket if a default tier is set, else
+    /// 403 Forbidden. Never unlimited unless [`OnUnknownTier::Allow`].
+    pub fn on_unknown_tier(mut self, policy: OnUnknownTier) -> Self {
+        self.on_unknown_tier = Some(policy);
+        self
+    }
+
+    /// What a request gets when the store fails. Default: 503, fail closed.
+    pub fn on_storage_error(mut self, policy: OnStorageError) -> Self {
+        self.on_storage_error = policy;
+        self
+    }
+
+    /// Where buckets live. Default: a [`MemoryStorage`] on this builder's
+    /// clock. A store passed here keeps its own clock.
+    pub fn storage(mut self, storage: Arc<dyn Storage>) -> Self {
+        self.storage = Some(storage);
+        self
+    }
+
+    /// The clock (default: the system clock). It drives the default memory
+    /// store and the `x-ratelimit-reset` times.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Keys in shared stores become `trt:<tier>:<hmac_sha1_hex(secret, user)>`,
+    /// so low-entropy ids (IPs, emails) cannot be recovered from them.
+    pub fn key_secret(mut self, secret: impl AsRef<[u8]>) -> Self {
+        self.key_secret = Some(KeySecret::new(secret));
+        self
+    }
+
+    /// Builds the limiter.
+    ///
+    /// # Panics
+    ///
+    /// On an invalid configuration, with the [`ConfigError`] as message: at
+    /// start-up, never at request time. Use [`RateTierBuilder::try_build`]
+    /// to handle the error instead.
+    #[track_caller]
+    pub fn build(self) -> RateTier {
+        match self.try_build() {
+            Ok(tiers) => tiers,
+            Err(error) => panic!("invalid RateTier configuration: {error}"),
+        }
+    }
+
+    /// Builds the limiter, or says what is wrong with the configuration.
+    ///
+    /// ```
+    /// use tower_rate_tier::{ConfigError, Quota, RateTier};
+    /// let err = RateTier::builder()
+    ///     .tier("free", Quota::per_minute(10))
+    ///     .default_tier("gold")
+    ///     .try_build()
+    ///     .unwrap_err();
+    /// assert_eq!(err, ConfigError::UnknownDefaultTier("gold".into()));
+    ///
+    /// let err = RateTier::builder().tier("free:x", Quota::per_minute(1)).try_build();
+    /// assert!(matches!(err, Err(ConfigError::InvalidTierName(_))));
+    /// ```
+    pub fn try_build(self) -> Result<RateTier, ConfigError> {
+        if self.tiers.is_empty() {
+            return Err(ConfigError::NoTiers);
+        }
+        let mut tiers: Vec<Tier> = Vec::with_capacity(self.tiers.len());
+        for (name, quota) in self.tiers {
+            validate_tier_name(&name)?;
+            if tiers.iter().any(|t| *t.name == *name) {
+                return Err(ConfigError::DuplicateTier(name));
+            }
+            tiers.push(Tier {
+                name: name.into(),
+                quota,
+            });
+        }
+        let default_tier = match self.default_tier {
+            None => None,
+            Some(name) => match tiers.iter().position(|t| *t.name == *name) {
+                Some(index) => Some(index),
+                None => return Err(ConfigError::UnknownDefaultTier(name)),
+            },
+        };
+        let has_default = default_tier.is_some();
+        let on_missing = match self.on_missing {
+            Some(OnMissing::UseDefault) if !has_default => {
+                return Err(ConfigError::NoDefaultTier("OnMissing::UseDefault"));
+            }
+            Some(policy) => policy,
+            None if has_default => OnMissing::UseDefault,
+            None => OnMissing::Deny(StatusCode::UNAUTHORIZED),
+        };
+        let on_unknown_tier = match self.on_unknown_tier {
+            Some(OnUnknownTier::UseDefault) if !has_default => {
+                return Err(ConfigError::NoDefaultTier("OnUnknownTier::UseDefault"));
+            }
+            Some(policy) => policy,
+            None if has_default => OnUnknownTier::UseDefault,
+            None => OnUnknownTier::Deny,
+        };
+        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        let storage = match self.storage {
+            Some(storage) => storage,
+            None => Arc::new(MemoryStorage::builder().shared_clock(clock.clone()).build()),
+        };
+        Ok(RateTier {
+            inner: Arc::new(Inner {
+                tiers,
+                default_tier,
+                on_missing,
+                on_unknown_tier,
+                on_storage_error: self.on_storage_error,
+                storage,
+                clock,
+                key_secret: self.key_secret,
+            }),
+        })
+    }
+}
+
+/// What the limiter decided for one request, with the policy applied.
+#[derive(Debug)]
+pub(crate) enum Verdict {
+    Allowed(RateLimitInfo),
+    /// Passed unchecked by an explicit policy (unknown tier allowed, or a
+    /// storage error with fail-open).
+    Unlimited,
+    Limited(Limited),
+    /// Refused before any tier applied: no identity.
+    Denied(StatusCode),
+    /// The store failed and the policy refuses.
+    Unavailable(StatusCode),
+    /// A time out of GCRA's range: the clock is broken.
+    Invalid,
+}
+
+impl RateTier {
+    /// Configures a limiter.
+    pub fn builder() -> RateTierBuilder {
+        RateTierBuilder::default()
+    }
+
+    /// The quota of a configured tier.
+    pub fn quota(&self, tier: &str) -> Option<Quota> {
+        self.find(tier).map(|t| t.quota)
+    }
+
+    /// The default tier, if one is set.
+    pub fn default_tier(&self) -> Option<&str> {
+        self.inner.default_tier.map(|i| &*self.inner.tiers[i].name)
+    }
+
+    /// The store the limiter uses.
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.inner.storage
+    }
+
+    /// The storage error policy.
+    pub fn on_storage_error(&self) -> OnStorageError {
+        self.inner.on_storage_error
+    }
+
+    fn find(&self, tier: &str) -> Option<&Tier> {
+        self.inner.tiers.iter().find(|t| *t.name == *tier)
+    }
+
+    /// Charges `cost` to `user`'s bucket in `tier`.
+    ///
+    /// The outer `Result` is an error of the store or of the input (cost 0);
+    /// the inner one is the decision. An unknown tier follows the
+    /// [`OnUnknownTier`] policy (an explicit `Allow` yields an `info` with
+    /// `u64::MAX` remaining); a cost above the burst is
+    /// [`LimitReason::CostExceedsBurst`], decided without touching the store.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_rate_tier::{Quota, RateTier, clock::FakeClock};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let clock = FakeClock::new();
+    /// let limiter = RateTier::builder()
+    ///     .clock(clock.clone())
+    ///     .tier("free", Quota::per_minute(10))
+    ///     .build();
+    /// for _ in 0..10 {
+    ///     assert!(limiter.check("ana", "free", 1).await.unwrap().is_ok());
+    /// }
+    /// let limited = limiter.check("ana", "free", 1).await.unwrap().unwrap_err();
+    /// assert_eq!(limited.retry_after_secs(), 6);
+    ///
+    /// clock.advance(Duration::from_secs(6));
+    /// let info = limiter.check("ana", "free", 1).await.unwrap().unwrap();
+    /// assert_eq!(info.remaining, 0);
+    /// # }
+    /// ```
+    pub async fn check(
+        &self,
+        user: &str,
+        tier: &str,
+        cost: u32,
+    ) -> Result<Result<RateLimitInfo, Limited>, Error> {
+        match self.resolve(user, tier, &mut |_| {}) {
+            Resolved::Bucket(tier) => self.charge(tier, user, cost).await,
+            Resolved::Unlimited => Ok(Ok(self.unlimited_info(tier, cost))),
+            Resolved::Refused(limited) => Ok(Err(limited)),
+        }
+    }
+
+    /// The whole decision for the layer: identity, tier policy, cost, store,
+    /// storage-error policy, with an event for each thing worth reporting.
+    pub(crate) async fn decide(
+        &self,
+        identity: Option<&crate::TierIdentity>,
+        cost: u32,
+        emit: &mut (dyn FnMut(LimitEvent) + Send),
+    ) -> Verdict {
+        let (user, tier) = match identity {
+            Some(identity) if !identity.user().is_empty() => (identity.user(), identity.tier()),
+            _ => {
+                emit(LimitEvent::MissingIdentity);
+                match self.inner.on_missing {
+                    OnMissing::Deny(status) => return Verdict::Denied(status),
+                    OnMissing::UseDefault => match self.inner.default_tier {
+                        // One shared bucket: `user` "" is never an identity.
+                        Some(index) => ("", &*self.inner.tiers[index].name),
+                        None => return Verdict::Denied(StatusCode::UNAUTHORIZED),
+                    },
+                }
+            }
+        };
+        let tier = match self.resolve(user, tier, &mut *emit) {
+            Resolved::Bucket(tier) => tier,
+            Resolved::Unlimited => return Verdict::Unlimited,
+            Resolved::Refused(limited) => return Verdict::Limited(limited),
+        };
+        match self.charge(tier, user, cost).await {
+            Ok(Ok(info)) => Verdict::Allowed(info),
+            Ok(Err(limited)) => {
+                emit(match limited.reason {
+                    LimitReason::CostExceedsBurst { cost } => LimitEvent::CostExceedsBurst {
+                        user_id: user.to_owned(),
+                        tier: limited.tier.to_string(),
+                        cost,
+                        burst: limited.limit,
+                    },
+                    _ => LimitEvent::Limited {
+                        user_id: user.to_owned(),
+                        tier: limited.tier.to_string(),
+                        cost,
+                        retry_after: limited.retry_after,
+                    },
+                });
+                Verdict::Limited(limited)
+            }
+            Err(Error::Storage(error)) => {
+                let policy = self.inner.on_storage_error;
+                emit(LimitEvent::StorageError {
+                    storage: self.inner.storage.kind(),
+                    error: error.to_string(),
+                    policy,
+                });
+                match policy {
+                    OnStorageError::Allow => Verdict::Unlimited,
+                    OnStorageError::Deny(status) => Verdict::Unavailable(status),
+                }
+            }
+            Err(_) => Verdict::Invalid,
+        }
+    }
+
+    fn resolve<'a>(
+        &'a self,
+        user: &str,
+        tier: &str,
+        emit: &mut (dyn FnMut(LimitEvent) + Send + '_),
+    ) -> Resolved<'a> {
+        if let Some(found) = self.find(tier) {
+            return Resolved::Bucket(found);
+        }
+        let policy = self.inner.on_unknown_tier;
+        emit(LimitEvent::UnknownTier {
+            user_id: user.to_owned(),
+            tier: tier.to_owned(),
+            policy,
+        });
+        match (policy, self.inner.default_tier) {
+            (OnUnknownTier::UseDefault, Some(index)) => Resolved::Bucket(&self.inner.tiers[index]),
+            (OnUnknownTier::Allow, _) => Resolved::Unlimited,
+            // Deny, or UseDefault without a default (refused at build time).
+            _ => Resolved::Refused(Limited {
+                tier: Arc::from(""),
+                limit: 0,
+                reason: LimitReason::UnknownTier,
+                retry_after: Duration::ZERO,
+                reset_after: Duration::ZERO,
+                now_us: self.inner.clock.now_us(),
+            }),
+        }
+    }
+
+    async fn charge(
+        &self,
+        tier: &Tier,
+        user: &str,
+        cost: u32,
+    ) -> Result<Result<RateLimitInfo, Limited>, Error> {
+        let now_us = self.inner.clock.now_us();
+        if cost == 0 {
+            return Err(Error::ZeroCost);
+        }
+        if !tier.quota.can_ever_pass(cost) {
+            return Ok(Err(Limited {
+                tier: tier.name.clone(),
+                limit: tier.quota.burst(),
+                reason: LimitReason::CostExceedsBurst { cost },
+                retry_after: Duration::ZERO,
+                reset_after: Duration::ZERO,
+                now_us,
+            }));
+        }
+        let check = BucketCheck::new(&tier.name, user, tier.quota, cost)
+            .key_secret(self.inner.key_secret.as_ref());
+        let storage = &self.inner.storage;
+        let decision = match storage.check_now(&check) {
+            Some(decision) => decision,
+            None => storage.check(&check).await,
+        };
+        let decision: Decision = match decision {
+            Ok(decision) => decision,
+            Err(StorageError::Check(CheckError::ZeroCost)) => return Err(Error::ZeroCost),
+            Err(StorageError::Check(error)) => return Err(Error::Check(error)),
+            Err(error) => return Err(Error::Storage(error)),
+        };
+        let reset_after = Duration::from_micros(decision.reset_after_us);
+        if decision.allowed {
+            Ok(Ok(RateLimitInfo {
+                tier: tier.name.clone(),
+                limit: tier.quota.burst(),
+                remaining: decision.remaining,
+                reset_after,
+                cost,
+                now_us,
+            }))
+        } else {
+            Ok(Err(Limited {
+                tier: tier.name.clone(),
+                limit: tier.quota.burst(),
+                reason: LimitReason::RateLimited,
+                retry_after: Duration::from_micros(decision.retry_after_us),
+                reset_after,
+                now_us,
+            }))
+        }
+    }
+
+    fn unlimited_info(&self, tier: &str, cost: u32) -> RateLimitInfo {
+        RateLimitInfo {
+            tier: Arc::from(tier),
+            limit: u32::MAX,
+            remaining: u64::MAX,
+            reset_after: Duration::ZERO,
+            cost,
+            now_us: self.inner.clock.now_us(),
+        }
+    }
+}
+
+enum Resolved<'a> {
+    Bucket(&'a Tier),
+    Unlimited,
+    Refused(Limited),
+}
