@@ -63,11 +63,18 @@ pub enum CheckError {
 impl fmt::Display for CheckError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CheckError::ZeroCost => f.write_str("request cost must be at least 1"),
-            CheckError::CostExceedsBurst { cost, burst } => {
-                write!(f, "cost {cost} exceeds the burst of {burst}: it can never pass")
+            CheckError::ZeroCost => {
+                f.write_str("request cost must be at least 1")
             }
-            CheckError::TimeOutOfRange => f.write_str("time value exceeds 2^53 microseconds"),
+            CheckError::CostExceedsBurst { cost, burst } => {
+                write!(
+                    f,
+                    "cost {cost} exceeds the burst of {burst}: it can never pass"
+                )
+            }
+            CheckError::TimeOutOfRange => {
+                f.write_str("time value exceeds 2^53 microseconds")
+            }
         }
     }
 }
@@ -166,7 +173,8 @@ impl Quota {
 
         // Rule 4: allowed. new_tat - now <= tau here.
         let reset_after_us = new_tat.saturating_sub(now_us);
-        let remaining = match tau.saturating_sub(reset_after_us).checked_div(t) {
+        let remaining = match tau.saturating_sub(reset_after_us).checked_div(t)
+        {
             Some(remaining) => remaining,
             None => 0, // unreachable: a Quota's T is at least 1 µs
         };

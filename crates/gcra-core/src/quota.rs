@@ -65,11 +65,15 @@ impl QuotaError {
         match self {
             QuotaError::ZeroLimit => "quota limit must be at least 1",
             QuotaError::ZeroBurst => "quota burst must be at least 1",
-            QuotaError::ZeroPeriod => "quota period must be at least 1 microsecond",
+            QuotaError::ZeroPeriod => {
+                "quota period must be at least 1 microsecond"
+            }
             QuotaError::IntervalTooSmall => {
                 "quota emission interval (period / limit) rounds to 0 microseconds"
             }
-            QuotaError::OutOfRange => "quota period or burst offset exceeds 2^53 microseconds",
+            QuotaError::OutOfRange => {
+                "quota period or burst offset exceeds 2^53 microseconds"
+            }
         }
     }
 }
@@ -91,9 +95,13 @@ const fn or_panic(result: Result<Quota, QuotaError>) -> Quota {
         // A literal per variant: const panics cannot format.
         Err(QuotaError::ZeroLimit) => panic!("quota limit must be at least 1"),
         Err(QuotaError::ZeroBurst) => panic!("quota burst must be at least 1"),
-        Err(QuotaError::ZeroPeriod) => panic!("quota period must be at least 1 microsecond"),
+        Err(QuotaError::ZeroPeriod) => {
+            panic!("quota period must be at least 1 microsecond")
+        }
         Err(QuotaError::IntervalTooSmall) => {
-            panic!("quota emission interval (period / limit) rounds to 0 microseconds")
+            panic!(
+                "quota emission interval (period / limit) rounds to 0 microseconds"
+            )
         }
         Err(QuotaError::OutOfRange) => {
             panic!("quota period or burst offset exceeds 2^53 microseconds")
@@ -113,7 +121,10 @@ impl Quota {
     /// assert_eq!(Quota::new(1, Duration::ZERO), Err(QuotaError::ZeroPeriod));
     /// # Ok::<(), QuotaError>(())
     /// ```
-    pub const fn new(limit: u32, period: Duration) -> Result<Quota, QuotaError> {
+    pub const fn new(
+        limit: u32,
+        period: Duration,
+    ) -> Result<Quota, QuotaError> {
         let micros = period.as_micros();
         if micros > MAX_TIME_US as u128 {
             return Err(QuotaError::OutOfRange);
@@ -122,7 +133,10 @@ impl Quota {
         Self::from_micros(limit, micros as u64)
     }
 
-    const fn from_micros(limit: u32, period_us: u64) -> Result<Quota, QuotaError> {
+    const fn from_micros(
+        limit: u32,
+        period_us: u64,
+    ) -> Result<Quota, QuotaError> {
         if limit == 0 {
             return Err(QuotaError::ZeroLimit);
         }
@@ -148,10 +162,11 @@ impl Quota {
         if burst == 0 {
             return Err(QuotaError::ZeroBurst);
         }
-        let burst_offset_us = match emission_interval_us.checked_mul(burst as u64) {
-            Some(tau) if tau <= MAX_TIME_US => tau,
-            _ => return Err(QuotaError::OutOfRange),
-        };
+        let burst_offset_us =
+            match emission_interval_us.checked_mul(burst as u64) {
+                Some(tau) if tau <= MAX_TIME_US => tau,
+                _ => return Err(QuotaError::OutOfRange),
+            };
         Ok(Quota {
             limit,
             burst,
@@ -242,8 +257,16 @@ impl Quota {
     /// assert_eq!(Quota::per_second(1).try_allow_burst(0), Err(QuotaError::ZeroBurst));
     /// assert_eq!(Quota::per_day(1).try_allow_burst(u32::MAX), Err(QuotaError::OutOfRange));
     /// ```
-    pub const fn try_allow_burst(self, burst: u32) -> Result<Quota, QuotaError> {
-        Self::with_burst(self.limit, self.period_us, self.emission_interval_us, burst)
+    pub const fn try_allow_burst(
+        self,
+        burst: u32,
+    ) -> Result<Quota, QuotaError> {
+        Self::with_burst(
+            self.limit,
+            self.period_us,
+            self.emission_interval_us,
+            burst,
+        )
     }
 
     /// Requests per period.

@@ -40,7 +40,9 @@ impl Clock for SystemClock {
         // the same as GCRA's answer to any clock that went backwards.
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |since| u64::try_from(since.as_micros()).unwrap_or(u64::MAX))
+            .map_or(0, |since| {
+                u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
+            })
     }
 }
 
@@ -86,11 +88,11 @@ impl FakeClock {
     pub fn advance(&self, by: Duration) {
         let by = u64::try_from(by.as_micros()).unwrap_or(u64::MAX);
         // fetch_update with a saturating add: never wraps around to the past.
-        let _ = self
-            .now_us
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| {
-                Some(now.saturating_add(by))
-            });
+        let _ = self.now_us.fetch_update(
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+            |now| Some(now.saturating_add(by)),
+        );
     }
 
     /// Sets the time, forwards or backwards (to simulate a clock correction).

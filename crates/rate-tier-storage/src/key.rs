@@ -25,7 +25,9 @@ pub enum InvalidTierName {
     #[error("tier name is longer than {MAX_TIER_NAME_LEN} bytes")]
     TooLong,
     /// The name held a character outside `[A-Za-z0-9_.-]`.
-    #[error("tier name {name:?} holds {found:?}; allowed: ASCII letters, digits, '_', '.', '-'")]
+    #[error(
+        "tier name {name:?} holds {found:?}; allowed: ASCII letters, digits, '_', '.', '-'"
+    )]
     BadChar {
         /// The refused name.
         name: String,
@@ -112,7 +114,11 @@ impl fmt::Debug for KeySecret {
 /// assert!(with_secret.starts_with("trt:free:"));
 /// assert_ne!(with_secret, bucket_key("free", "key_ana", None));
 /// ```
-pub fn bucket_key(tier: &str, user: &str, secret: Option<&KeySecret>) -> String {
+pub fn bucket_key(
+    tier: &str,
+    user: &str,
+    secret: Option<&KeySecret>,
+) -> String {
     let digest: [u8; 20] = match secret {
         Some(secret) => {
             let mut mac = secret.mac.clone();

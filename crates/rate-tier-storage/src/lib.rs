@@ -114,12 +114,18 @@ impl<'a> BucketCheck<'a> {
 #[async_trait::async_trait]
 pub trait Storage: Send + Sync + fmt::Debug + 'static {
     /// Decides `check` atomically and stores the outcome.
-    async fn check(&self, check: &BucketCheck<'_>) -> Result<Decision, StorageError>;
+    async fn check(
+        &self,
+        check: &BucketCheck<'_>,
+    ) -> Result<Decision, StorageError>;
 
     /// For stores that decide without I/O: the same as [`Storage::check`],
     /// synchronously, sparing the caller an async call on the hot path.
     /// Returns `None` when the store needs I/O (the default).
-    fn check_now(&self, check: &BucketCheck<'_>) -> Option<Result<Decision, StorageError>> {
+    fn check_now(
+        &self,
+        check: &BucketCheck<'_>,
+    ) -> Option<Result<Decision, StorageError>> {
         let _ = check;
         None
     }

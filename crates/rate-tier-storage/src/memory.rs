@@ -137,7 +137,10 @@ impl MemoryStorage {
     }
 
     /// The same decision as [`Storage::check`], synchronously.
-    pub fn check_sync(&self, check: &BucketCheck<'_>) -> Result<Decision, StorageError> {
+    pub fn check_sync(
+        &self,
+        check: &BucketCheck<'_>,
+    ) -> Result<Decision, StorageError> {
         self.inner.check(check)
     }
 
@@ -210,7 +213,10 @@ impl MemoryStorageBuilder {
                 .unwrap_or(u64::MAX),
         });
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(sweep_while_alive(Arc::downgrade(&inner), self.sweep_interval));
+            runtime.spawn(sweep_while_alive(
+                Arc::downgrade(&inner),
+                self.sweep_interval,
+            ));
         }
         MemoryStorage { inner }
     }
@@ -240,7 +246,9 @@ impl Inner {
         let shard = self.shard(hash);
         {
             let table = read(&shard.table);
-            if let Some(entry) = table.entries.find(hash, |e| e.is(check.tier, check.user)) {
+            if let Some(entry) =
+                table.entries.find(hash, |e| e.is(check.tier, check.user))
+            {
                 return decide_in_place(&entry.tat, check, now);
             }
         }
@@ -250,13 +258,17 @@ impl Inner {
         let decision = check.quota.check(None, now, check.cost)?;
         let mut table = write(&shard.table);
         // Another thread may have created it in between.
-        if let Some(entry) = table.entries.find(hash, |e| e.is(check.tier, check.user)) {
+        if let Some(entry) =
+            table.entries.find(hash, |e| e.is(check.tier, check.user))
+        {
             return decide_in_place(&entry.tat, check, now);
         }
         let Some(store) = decision.store else {
             return Ok(decision);
         };
-        if now >= table.next_sweep_us || table.entries.len() >= self.shard_capacity {
+        if now >= table.next_sweep_us
+            || table.entries.len() >= self.shard_capacity
+        {
             table.sweep(now, self.sweep_interval_us);
         }
         if table.entries.len() >= self.shard_capacity {
@@ -264,7 +276,9 @@ impl Inner {
                 capacity: self.capacity,
             });
         }
-        let mut key = String::with_capacity(check.tier.len().saturating_add(check.user.len()));
+        let mut key = String::with_capacity(
+            check.tier.len().saturating_add(check.user.len()),
+        );
         key.push_str(check.tier);
         key.push_str(check.user);
         table.entries.insert_unique(
@@ -291,7 +305,9 @@ impl Inner {
 impl Table {
     fn sweep(&mut self, now: u64, interval_us: u64) {
         self.entries.retain(|e| e.is_live(now));
-        if self.entries.capacity() > self.entries.len().saturating_mul(4).max(16) {
+        if self.entries.capacity()
+            > self.entries.len().saturating_mul(4).max(16)
+        {
             self.entries.shrink_to(self.entries.len(), |e| e.hash);
         }
         self.next_sweep_us = now.saturating_add(interval_us);
@@ -312,8 +328,12 @@ fn decide_in_place(
         let Some(store) = decision.store else {
             return Ok(decision);
         };
-        match tat.compare_exchange_weak(current, store.tat_us, Ordering::AcqRel, Ordering::Acquire)
-        {
+        match tat.compare_exchange_weak(
+            current,
+            store.tat_us,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
             Ok(_) => return Ok(decision),
             Err(actual) => current = actual,
         }
@@ -323,20 +343,28 @@ fn decide_in_place(
 // A panic while holding a shard lock cannot leave a table half-updated in a
 // way that matters (entries are inserted whole), so poisoning is ignored.
 fn read(lock: &RwLock<Table>) -> std::sync::RwLockReadGuard<'_, Table> {
-    lock.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    lock.read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn write(lock: &RwLock<Table>) -> std::sync::RwLockWriteGuard<'_, Table> {
-    lock.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    lock.write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[async_trait::async_trait]
 impl Storage for MemoryStorage {
-    async fn check(&self, check: &BucketCheck<'_>) -> Result<Decision, StorageError> {
+    async fn check(
+        &self,
+        check: &BucketCheck<'_>,
+    ) -> Result<Decision, StorageError> {
         self.inner.check(check)
     }
 
-    fn check_now(&self, check: &BucketCheck<'_>) -> Option<Result<Decision, StorageError>> {
+    fn check_now(
+        &self,
+        check: &BucketCheck<'_>,
+    ) -> Option<Result<Decision, StorageError>> {
         Some(self.inner.check(check))
     }
 

@@ -89,10 +89,10 @@ pub use event::LimitEvent;
 pub use gcra_core::{Quota, QuotaError};
 pub use identity::{TierIdentifier, TierIdentity};
 pub use layer::{TierLimit, TierLimitLayer, tier_cost};
-pub use rate_tier_storage::{MemoryStorage, Storage, StorageError, key};
 #[cfg(feature = "redis")]
 pub use rate_tier_storage::RedisStorage;
+pub use rate_tier_storage::{MemoryStorage, Storage, StorageError, key};
 pub use tier::{
-    ConfigError, Error, LimitReason, Limited, OnMissing, OnStorageError, OnUnknownTier,
-    RateLimitInfo, RateTier, RateTierBuilder,
+    ConfigError, Error, LimitReason, Limited, OnMissing, OnStorageError,
+    OnUnknownTier, RateLimitInfo, RateTier, RateTierBuilder,
 };

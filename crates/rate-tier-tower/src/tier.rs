@@ -135,9 +135,9 @@ impl RateLimitInfo {
     /// # }
     /// ```
     pub fn reset_unix_secs(&self) -> u64 {
-        let reset_us = self
-            .now_us
-            .saturating_add(u64::try_from(self.reset_after.as_micros()).unwrap_or(u64::MAX));
+        let reset_us = self.now_us.saturating_add(
+            u64::try_from(self.reset_after.as_micros()).unwrap_or(u64::MAX),
+        );
         reset_us.div_ceil(1_000_000)
     }
 }
@@ -231,9 +231,9 @@ impl Limited {
 
     /// Unix time, in whole seconds rounded up, when the bucket is full again.
     pub fn reset_unix_secs(&self) -> u64 {
-        let reset_us = self
-            .now_us
-            .saturating_add(u64::try_from(self.reset_after.as_micros()).unwrap_or(u64::MAX));
+        let reset_us = self.now_us.saturating_add(
+            u64::try_from(self.reset_after.as_micros()).unwrap_or(u64::MAX),
+        );
         reset_us.div_ceil(1_000_000)
     }
 }
@@ -284,9 +284,16 @@ impl fmt::Debug for RateTier {
         f.debug_struct("RateTier")
             .field(
                 "tiers",
-                &inner.tiers.iter().map(|t| (&*t.name, t.quota)).collect::<Vec<_>>(),
+                &inner
+                    .tiers
+                    .iter()
+                    .map(|t| (&*t.name, t.quota))
+                    .collect::<Vec<_>>(),
             )
-            .field("default_tier", &inner.default_tier.map(|i| &*inner.tiers[i].name))
+            .field(
+                "default_tier",
+                &inner.default_tier.map(|i| &*inner.tiers[i].name),
+            )
             .field("on_missing", &inner.on_missing)
             .field("on_unknown_tier", &inner.on_unknown_tier)
             .field("on_storage_error", &inner.on_storage_error)
@@ -420,7 +427,9 @@ impl RateTierBuilder {
         let has_default = default_tier.is_some();
         let on_missing = match self.on_missing {
             Some(OnMissing::UseDefault) if !has_default => {
-                return Err(ConfigError::NoDefaultTier("OnMissing::UseDefault"));
+                return Err(ConfigError::NoDefaultTier(
+                    "OnMissing::UseDefault",
+                ));
             }
             Some(policy) => policy,
             None if has_default => OnMissing::UseDefault,
@@ -428,7 +437,9 @@ impl RateTierBuilder {
         };
         let on_unknown_tier = match self.on_unknown_tier {
             Some(OnUnknownTier::UseDefault) if !has_default => {
-                return Err(ConfigError::NoDefaultTier("OnUnknownTier::UseDefault"));
+                return Err(ConfigError::NoDefaultTier(
+                    "OnUnknownTier::UseDefault",
+                ));
             }
             Some(policy) => policy,
             None if has_default => OnUnknownTier::UseDefault,
@@ -437,7 +448,9 @@ impl RateTierBuilder {
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let storage = match self.storage {
             Some(storage) => storage,
-            None => Arc::new(MemoryStorage::builder().shared_clock(clock.clone()).build()),
+            None => Arc::new(
+                MemoryStorage::builder().shared_clock(clock.clone()).build(),
+            ),
         };
         Ok(RateTier {
             inner: Arc::new(Inner {
@@ -551,7 +564,9 @@ impl RateTier {
         emit: &mut (dyn FnMut(LimitEvent) + Send),
     ) -> Verdict {
         let (user, tier) = match identity {
-            Some(identity) if !identity.user().is_empty() => (identity.user(), identity.tier()),
+            Some(identity) if !identity.user().is_empty() => {
+                (identity.user(), identity.tier())
+            }
             _ => {
                 emit(LimitEvent::MissingIdentity);
                 match self.inner.on_missing {
@@ -559,7 +574,9 @@ impl RateTier {
                     OnMissing::UseDefault => match self.inner.default_tier {
                         // One shared bucket: `user` "" is never an identity.
                         Some(index) => ("", &*self.inner.tiers[index].name),
-                        None => return Verdict::Denied(StatusCode::UNAUTHORIZED),
+                        None => {
+                            return Verdict::Denied(StatusCode::UNAUTHORIZED);
+                        }
                     },
                 }
             }
@@ -573,12 +590,14 @@ impl RateTier {
             Ok(Ok(info)) => Verdict::Allowed(info),
             Ok(Err(limited)) => {
                 emit(match limited.reason {
-                    LimitReason::CostExceedsBurst { cost } => LimitEvent::CostExceedsBurst {
-                        user_id: user.to_owned(),
-                        tier: limited.tier.to_string(),
-                        cost,
-                        burst: limited.limit,
-                    },
+                    LimitReason::CostExceedsBurst { cost } => {
+                        LimitEvent::CostExceedsBurst {
+                            user_id: user.to_owned(),
+                            tier: limited.tier.to_string(),
+                            cost,
+                            burst: limited.limit,
+                        }
+                    }
                     _ => LimitEvent::Limited {
                         user_id: user.to_owned(),
                         tier: limited.tier.to_string(),
@@ -597,7 +616,9 @@ impl RateTier {
                 });
                 match policy {
                     OnStorageError::Allow => Verdict::Unlimited,
-                    OnStorageError::Deny(status) => Verdict::Unavailable(status),
+                    OnStorageError::Deny(status) => {
+                        Verdict::Unavailable(status)
+                    }
                 }
             }
             Err(_) => Verdict::Invalid,
@@ -620,7 +641,9 @@ impl RateTier {
             policy,
         });
         match (policy, self.inner.default_tier) {
-            (OnUnknownTier::UseDefault, Some(index)) => Resolved::Bucket(&self.inner.tiers[index]),
+            (OnUnknownTier::UseDefault, Some(index)) => {
+                Resolved::Bucket(&self.inner.tiers[index])
+            }
             (OnUnknownTier::Allow, _) => Resolved::Unlimited,
             // Deny, or UseDefault without a default (refused at build time).
             _ => Resolved::Refused(Limited {
@@ -663,7 +686,9 @@ impl RateTier {
         };
         let decision: Decision = match decision {
             Ok(decision) => decision,
-            Err(StorageError::Check(CheckError::ZeroCost)) => return Err(Error::ZeroCost),
+            Err(StorageError::Check(CheckError::ZeroCost)) => {
+                return Err(Error::ZeroCost);
+            }
             Err(StorageError::Check(error)) => return Err(Error::Check(error)),
             Err(error) => return Err(Error::Storage(error)),
         };

@@ -77,9 +77,14 @@ where
 {
     type Response = Response<ResBody>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<ResBody>, S::Error>> + Send>>;
+    type Future = Pin<
+        Box<dyn Future<Output = Result<Response<ResBody>, S::Error>> + Send>,
+    >;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+    fn poll_ready(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 

@@ -28,5 +28,7 @@ mod service;
 
 pub use cost::{RouteCost, TierCost, TierCostLayer, tier_cost};
 pub use layer::TierLimitLayer;
-pub use response::{X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET};
+pub use response::{
+    X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+};
 pub use service::TierLimit;

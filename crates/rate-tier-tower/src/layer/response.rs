@@ -6,16 +6,23 @@ use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use crate::{LimitReason, Limited, RateLimitInfo};
 
 /// `x-ratelimit-limit`: the tier's burst.
-pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+pub const X_RATELIMIT_LIMIT: HeaderName =
+    HeaderName::from_static("x-ratelimit-limit");
 /// `x-ratelimit-remaining`: requests of cost 1 still allowed now.
-pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+pub const X_RATELIMIT_REMAINING: HeaderName =
+    HeaderName::from_static("x-ratelimit-remaining");
 /// `x-ratelimit-reset`: Unix seconds (rounded up) when the bucket is full again.
-pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+pub const X_RATELIMIT_RESET: HeaderName =
+    HeaderName::from_static("x-ratelimit-reset");
 
-pub(crate) fn insert_info_headers(headers: &mut HeaderMap, info: &RateLimitInfo) {
+pub(crate) fn insert_info_headers(
+    headers: &mut HeaderMap,
+    info: &RateLimitInfo,
+) {
     headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(info.limit));
     headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(info.remaining));
-    headers.insert(X_RATELIMIT_RESET, HeaderValue::from(info.reset_unix_secs()));
+    headers
+        .insert(X_RATELIMIT_RESET, HeaderValue::from(info.reset_unix_secs()));
 }
 
 fn json<B: From<String>>(status: StatusCode, body: String) -> Response<B> {
@@ -27,7 +34,10 @@ fn json<B: From<String>>(status: StatusCode, body: String) -> Response<B> {
     response
 }
 
-pub(crate) fn error<B: From<String>>(status: StatusCode, message: &str) -> Response<B> {
+pub(crate) fn error<B: From<String>>(
+    status: StatusCode,
+    message: &str,
+) -> Response<B> {
     // Messages are fixed strings of this crate: nothing to escape.
     json(status, format!("{{\"error\":\"{message}\"}}"))
 }
@@ -55,9 +65,13 @@ pub(crate) fn limited<B: From<String>>(limited: &Limited) -> Response<B> {
             );
             let headers = response.headers_mut();
             headers.insert(RETRY_AFTER, HeaderValue::from(wait));
-            headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(limited.limit()));
+            headers
+                .insert(X_RATELIMIT_LIMIT, HeaderValue::from(limited.limit()));
             headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(0u32));
-            headers.insert(X_RATELIMIT_RESET, HeaderValue::from(limited.reset_unix_secs()));
+            headers.insert(
+                X_RATELIMIT_RESET,
+                HeaderValue::from(limited.reset_unix_secs()),
+            );
             response
         }
         LimitReason::CostExceedsBurst { cost } => {
@@ -75,6 +89,8 @@ pub(crate) fn limited<B: From<String>>(limited: &Limited) -> Response<B> {
                 .insert(X_RATELIMIT_LIMIT, HeaderValue::from(limited.limit()));
             response
         }
-        LimitReason::UnknownTier => error(StatusCode::FORBIDDEN, "unknown tier"),
+        LimitReason::UnknownTier => {
+            error(StatusCode::FORBIDDEN, "unknown tier")
+        }
     }
 }

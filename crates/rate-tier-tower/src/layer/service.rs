@@ -42,7 +42,10 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for TierLimit<S>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>
+        + Clone
+        + Send
+        + 'static,
     S::Future: Send + 'static,
     ReqBody: Send + 'static,
     ResBody: From<String> + Send + 'static,
@@ -51,7 +54,10 @@ where
     type Error = S::Error;
     type Future = BoxFuture<Result<Self::Response, Self::Error>>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+    fn poll_ready(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
@@ -65,11 +71,15 @@ where
             let identity: Option<TierIdentity> = match &config.identifier {
                 Identifier::None => None,
                 Identifier::Headers(identify) => identify(&parts.headers),
-                Identifier::Async(identifier) => identifier.identify(&parts).await,
+                Identifier::Async(identifier) => {
+                    identifier.identify(&parts).await
+                }
             };
             let cost = match parts.extensions.get::<RouteCost>() {
                 Some(RouteCost(cost)) => *cost,
-                None => config.cost.as_ref().map_or(1, |cost_fn| cost_fn(&parts)),
+                None => {
+                    config.cost.as_ref().map_or(1, |cost_fn| cost_fn(&parts))
+                }
             };
             let mut emit = |event: LimitEvent| {
                 if let Some(on_event) = &config.on_event {
@@ -83,17 +93,31 @@ where
                     "invalid request cost",
                 ));
             }
-            match config.tiers.decide(identity.as_ref(), cost, &mut emit).await {
+            match config
+                .tiers
+                .decide(identity.as_ref(), cost, &mut emit)
+                .await
+            {
                 Verdict::Allowed(info) => {
                     parts.extensions.insert(info.clone());
-                    let mut response = inner.call(Request::from_parts(parts, body)).await?;
-                    response::insert_info_headers(response.headers_mut(), &info);
+                    let mut response =
+                        inner.call(Request::from_parts(parts, body)).await?;
+                    response::insert_info_headers(
+                        response.headers_mut(),
+                        &info,
+                    );
                     Ok(response)
                 }
-                Verdict::Unlimited => inner.call(Request::from_parts(parts, body)).await,
+                Verdict::Unlimited => {
+                    inner.call(Request::from_parts(parts, body)).await
+                }
                 Verdict::Limited(limited) => Ok(response::limited(&limited)),
-                Verdict::Denied(status) => Ok(response::error(status, "identity required")),
-                Verdict::Unavailable(status) => Ok(response::unavailable(status)),
+                Verdict::Denied(status) => {
+                    Ok(response::error(status, "identity required"))
+                }
+                Verdict::Unavailable(status) => {
+                    Ok(response::unavailable(status))
+                }
                 Verdict::Invalid => Ok(response::error(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "rate limiter misconfigured",

@@ -1,1 +1,0 @@
-//! Nothing here: the programs are the `[[example]]` targets of this package.
