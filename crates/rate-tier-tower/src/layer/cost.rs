@@ -24,20 +24,24 @@ pub struct RouteCost(pub u32);
 /// would silently cost 1 (the bug of tower-rate-tier 0.2). This layer makes
 /// that mistake loud: when it finds the limiter has already charged the
 /// request, it answers 500 with a message saying so, instead of serving a
-/// request charged the wrong cost. Put the limiter on the route inside it
-/// (`get(h).layer(limiter).layer(tier_cost(5))`), or use
+/// request charged the wrong cost. Put the limiter on the route, inside it
+/// (`tier_cost` first in a `ServiceBuilder`), or use
 /// [`TierLimitLayer::cost_fn`](super::TierLimitLayer::cost_fn).
 ///
 /// ```
 /// use axum::{Router, routing::get};
+/// use tower::ServiceBuilder;
 /// use tower_rate_tier::{Quota, RateTier, TierLimitLayer, tier_cost};
 ///
-/// let limiter = TierLimitLayer::new(
-///     RateTier::builder().tier("free", Quota::per_minute(10)).default_tier("free").build(),
-/// );
+/// let tiers = RateTier::builder()
+///     .tier("free", Quota::per_minute(10))
+///     .default_tier("free")
+///     .build();
+/// let limiter = TierLimitLayer::new(tiers);
 /// let app: Router = Router::new().route(
 ///     "/report",
-///     get(|| async { "report" }).layer(limiter).layer(tier_cost(5)),
+///     get(|| async { "report" })
+///         .layer(ServiceBuilder::new().layer(tier_cost(5)).layer(limiter)),
 /// );
 /// ```
 pub fn tier_cost(cost: u32) -> TierCostLayer {

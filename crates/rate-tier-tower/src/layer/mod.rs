@@ -30,5 +30,6 @@ pub use cost::{RouteCost, TierCost, TierCostLayer, tier_cost};
 pub use layer::TierLimitLayer;
 pub use response::{
     X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+    limited_response,
 };
 pub use service::TierLimit;

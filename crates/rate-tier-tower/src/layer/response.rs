@@ -50,9 +50,23 @@ pub(crate) fn unavailable<B: From<String>>(status: StatusCode) -> Response<B> {
     response
 }
 
-/// 429 with retry-after, or 403 when no wait helps. Tier names are
-/// validated to `[A-Za-z0-9_.-]`, so they need no JSON escaping.
-pub(crate) fn limited<B: From<String>>(limited: &Limited) -> Response<B> {
+/// The response for a refused request, as the layer sends it: 429 with
+/// `retry-after` (rounded up) and the `x-ratelimit-*` headers, or 403 when
+/// no wait would help. For handlers that call
+/// [`RateTier::check`](crate::RateTier::check) themselves.
+///
+/// ```
+/// use tower_rate_tier::{Quota, RateTier, layer::limited_response};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let limiter = RateTier::builder().tier("free", Quota::per_minute(10)).build();
+/// let never = limiter.check("ana", "free", 11).await.unwrap().unwrap_err();
+/// let response: http::Response<String> = limited_response(&never);
+/// assert_eq!(response.status(), 403);
+/// assert!(response.headers().get("retry-after").is_none());
+/// # }
+/// ```
+// Tier names are validated to `[A-Za-z0-9_.-]`: no JSON escaping needed.
+pub fn limited_response<B: From<String>>(limited: &Limited) -> Response<B> {
     match limited.reason() {
         LimitReason::RateLimited => {
             let wait = limited.retry_after_secs();

@@ -111,7 +111,9 @@ where
                 Verdict::Unlimited => {
                     inner.call(Request::from_parts(parts, body)).await
                 }
-                Verdict::Limited(limited) => Ok(response::limited(&limited)),
+                Verdict::Limited(limited) => {
+                    Ok(response::limited_response(&limited))
+                }
                 Verdict::Denied(status) => {
                     Ok(response::error(status, "identity required"))
                 }

@@ -1,0 +1,127 @@
+//! The axum glue through a real Router, with a fake clock.
+#![allow(clippy::unwrap_used)]
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::response::IntoResponse;
+use axum::{Router, routing::get};
+use http_body_util::BodyExt;
+use rate_tier_axum::{LimitRejection, RateLimit, api_key};
+use tower::{ServiceBuilder, ServiceExt};
+use tower_rate_tier::clock::FakeClock;
+use tower_rate_tier::{Quota, RateTier, TierLimitLayer, tier_cost};
+
+fn plan_of(key: &str) -> Option<&'static str> {
+    match key {
+        "key_ana" => Some("free"),
+        _ => None,
+    }
+}
+
+fn limiter() -> TierLimitLayer {
+    let tiers = RateTier::builder()
+        .clock(FakeClock::at_us(1_000_000_000))
+        .tier("free", Quota::per_minute(10))
+        .default_tier("free")
+        .build();
+    TierLimitLayer::new(tiers).identifier_fn(api_key("x-api-key", plan_of))
+}
+
+fn get_as(path: &str, key: &str) -> Request<Body> {
+    Request::get(path)
+        .header("x-api-key", key)
+        .body(Body::empty())
+        .unwrap()
+}
+
+async fn text(response: axum::response::Response) -> String {
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+async fn remaining(RateLimit(info): RateLimit) -> String {
+    format!("{} {} {}", info.tier, info.remaining, info.cost)
+}
+
+#[tokio::test]
+async fn extractor_sees_what_the_limiter_decided() {
+    let app = Router::new()
+        .route("/data", get(remaining))
+        .layer(limiter());
+    let first = app
+        .clone()
+        .oneshot(get_as("/data", "key_ana"))
+        .await
+        .unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(text(first).await, "free 9 1");
+    let second = app.oneshot(get_as("/data", "key_ana")).await.unwrap();
+    assert_eq!(text(second).await, "free 8 1");
+}
+
+#[tokio::test]
+async fn extractor_without_a_limiter_is_a_500_and_optional_is_none() {
+    async fn optional(info: Option<RateLimit>) -> &'static str {
+        if info.is_some() { "some" } else { "none" }
+    }
+    let app = Router::new()
+        .route("/required", get(remaining))
+        .route("/optional", get(optional));
+    let required = app
+        .clone()
+        .oneshot(get_as("/required", "key_ana"))
+        .await
+        .unwrap();
+    assert_eq!(required.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(text(required).await.contains("TierLimitLayer"));
+    let optional = app.oneshot(get_as("/optional", "key_ana")).await.unwrap();
+    assert_eq!(text(optional).await, "none");
+}
+
+#[tokio::test]
+async fn route_cost_outside_a_route_limiter_is_charged() {
+    let app = Router::new().route(
+        "/report",
+        get(remaining)
+            .layer(ServiceBuilder::new().layer(tier_cost(5)).layer(limiter())),
+    );
+    let response = app.oneshot(get_as("/report", "key_ana")).await.unwrap();
+    assert_eq!(response.headers()["x-ratelimit-remaining"], "5");
+    assert_eq!(text(response).await, "free 5 5");
+}
+
+#[tokio::test]
+async fn route_cost_inside_a_router_limiter_is_loud_not_silent() {
+    // The post's trap: the route layer runs after the limiter.
+    let app = Router::new()
+        .route("/report", get(remaining).layer(tier_cost(5)))
+        .layer(limiter());
+    let response = app.oneshot(get_as("/report", "key_ana")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(text(response).await.contains("runs after the rate limiter"));
+}
+
+#[tokio::test]
+async fn rejection_matches_the_layer_response() {
+    let limiter = RateTier::builder()
+        .clock(FakeClock::new())
+        .tier("free", Quota::per_minute(10))
+        .build();
+    for _ in 0..10 {
+        limiter.check("ana", "free", 1).await.unwrap().unwrap();
+    }
+    let limited = limiter.check("ana", "free", 1).await.unwrap().unwrap_err();
+    let response = LimitRejection::from(limited).into_response();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(response.headers()["retry-after"], "6");
+    assert_eq!(response.headers()["content-type"], "application/json");
+    assert_eq!(
+        text(response).await,
+        r#"{"error":"rate limit exceeded","tier":"free","retry_after":6}"#
+    );
+
+    let never = limiter.check("bea", "free", 11).await.unwrap().unwrap_err();
+    let response = LimitRejection::from(never).into_response();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    assert!(response.headers().get("retry-after").is_none());
+}
