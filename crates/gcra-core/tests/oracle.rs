@@ -17,8 +17,12 @@ mod common;
 
 use core::time::Duration;
 
-use common::{Cost, MAX, Params, Tick, cost, medium_params, small_params, tick, u};
-use gcra_core::{CheckError, Decision, MAX_TIME_US, Quota, QuotaError, StoreTat};
+use common::{
+    Cost, MAX, Params, Tick, cost, medium_params, small_params, tick, u,
+};
+use gcra_core::{
+    CheckError, Decision, MAX_TIME_US, Quota, QuotaError, StoreTat,
+};
 use proptest::prelude::*;
 
 fn ceil_ms(us: i128) -> u64 {
@@ -106,7 +110,12 @@ struct LeakyBucket {
 }
 
 impl LeakyBucket {
-    fn check(&mut self, p: &Params, now: i128, cost: u32) -> Result<Decision, CheckError> {
+    fn check(
+        &mut self,
+        p: &Params,
+        now: i128,
+        cost: u32,
+    ) -> Result<Decision, CheckError> {
         let t = p.t();
         let capacity = p.tau(); // water the bucket holds, in µs of draining
         let pour = t * i128::from(cost);
@@ -215,10 +224,12 @@ fn large_params() -> impl Strategy<Value = Params> {
             period_us: 60_000_000,
             burst: Some(3)
         }),
-        (1u32..=u32::MAX, 1u64..=MAX_TIME_US).prop_map(|(limit, period)| Params {
-            limit,
-            period_us: period.max(u64::from(limit)),
-            burst: None,
+        (1u32..=u32::MAX, 1u64..=MAX_TIME_US).prop_map(|(limit, period)| {
+            Params {
+                limit,
+                period_us: period.max(u64::from(limit)),
+                burst: None,
+            }
         }),
     ]
 }
@@ -270,7 +281,9 @@ impl Start {
     fn resolve(self, tau: i128) -> i128 {
         match self {
             Start::Early(raw) => i128::from(raw % 1000),
-            Start::NearEnd(raw) => (MAX - i128::from(raw) % (4 * tau + 4)).max(0),
+            Start::NearEnd(raw) => {
+                (MAX - i128::from(raw) % (4 * tau + 4)).max(0)
+            }
             Start::Anywhere(raw) => i128::from(raw) % MAX,
         }
     }
@@ -285,7 +298,7 @@ struct Store {
 
 proptest! {
     #![proptest_config(common::config(
-        512,
+        1024,
         concat!(env!("CARGO_MANIFEST_DIR"), "/proptest-regressions/oracle.txt"),
     ))]
 
@@ -315,13 +328,15 @@ proptest! {
                     let got = quota.check(store.tat, now_u, cost);
                     let spec = spec_check(&p, store.tat, now_u, cost);
                     let leaky = bucket.check(&p, now, cost);
-                    prop_assert_eq!(got, spec, "step {}: spec, tat {:?} now {} cost {}", i, store.tat, now, cost);
+                    prop_assert_eq!(
+                        got, spec,
+                        "step {}: spec, tat {:?} now {} cost {}",
+                        i, store.tat, now, cost
+                    );
                     prop_assert_eq!(got, leaky, "step {}: leaky bucket", i);
-                    if let Ok(d) = got {
-                        if let Some(s) = d.store {
-                            store.tat = Some(s.tat_us);
-                            store.expires_at = Some(now + i128::from(s.ttl_ms) * 1000);
-                        }
+                    if let Ok(Decision { store: Some(s), .. }) = got {
+                        store.tat = Some(s.tat_us);
+                        store.expires_at = Some(now + i128::from(s.ttl_ms) * 1000);
                     }
                 }
                 Step::Expire => {
@@ -329,7 +344,10 @@ proptest! {
                         // Expiry must never change a decision: the bucket
                         // is full again by the time the key disappears.
                         let tat = i128::from(store.tat.unwrap());
-                        prop_assert!(tat <= now, "key expired at {} with TAT {} ahead", now, tat);
+                        prop_assert!(
+                            tat <= now,
+                            "key expired at {} with TAT {} ahead", now, tat
+                        );
                         store = Store::default();
                         bucket.full_at = None;
                     }
@@ -349,7 +367,10 @@ proptest! {
                 }
             }
             // The state the store threads matches the bucket's own.
-            prop_assert_eq!(store.tat.map(i128::from), bucket.full_at, "step {}: stored TAT", i);
+            prop_assert_eq!(
+                store.tat.map(i128::from), bucket.full_at,
+                "step {}: stored TAT", i
+            );
         }
     }
 
@@ -367,7 +388,7 @@ proptest! {
     ) {
         // Any Duration: up to u64::MAX seconds.
         let period = Duration::new(
-            u64::try_from(period_ns / 1_000_000_000 % (u128::from(u64::MAX) + 1)).unwrap(),
+            u64::try_from(period_ns / 1_000_000_000 % (1 << 64)).unwrap(),
             u32::try_from(period_ns % 1_000_000_000).unwrap(),
         );
         let micros = period.as_nanos() / 1000; // truncated, as documented
@@ -391,7 +412,8 @@ proptest! {
             let t = micros / u128::from(limit);
             prop_assert_eq!(u128::from(q.emission_interval_us()), t);
             prop_assert_eq!(u128::from(q.burst_offset_us()), t * u128::from(limit));
-            prop_assert_eq!(q.period(), Duration::from_micros(u64::try_from(micros).unwrap()));
+            let period_us = u64::try_from(micros).unwrap();
+            prop_assert_eq!(q.period(), Duration::from_micros(period_us));
             prop_assert_eq!((q.limit(), q.burst()), (limit, limit));
             if let Some(b) = burst {
                 let tau = t * u128::from(b);
@@ -399,11 +421,21 @@ proptest! {
                     Ok(qb) => {
                         prop_assert!(b >= 1 && tau <= u128::from(MAX_TIME_US));
                         prop_assert_eq!(u128::from(qb.burst_offset_us()), tau);
-                        prop_assert_eq!(qb.emission_interval_us(), q.emission_interval_us());
-                        prop_assert_eq!((qb.limit(), qb.burst(), qb.period()), (limit, b, q.period()));
+                        prop_assert_eq!(
+                            qb.emission_interval_us(),
+                            q.emission_interval_us()
+                        );
+                        prop_assert_eq!(
+                            (qb.limit(), qb.burst(), qb.period()),
+                            (limit, b, q.period())
+                        );
                     }
                     Err(e) => {
-                        let expected = if b == 0 { QuotaError::ZeroBurst } else { QuotaError::OutOfRange };
+                        let expected = if b == 0 {
+                            QuotaError::ZeroBurst
+                        } else {
+                            QuotaError::OutOfRange
+                        };
                         prop_assert_eq!(e, expected);
                         prop_assert!(b == 0 || tau > u128::from(MAX_TIME_US));
                     }

@@ -3,7 +3,9 @@
 
 use core::time::Duration;
 
-use gcra_core::{CheckError, Decision, MAX_TIME_US, Quota, QuotaError, StoreTat};
+use gcra_core::{
+    CheckError, Decision, MAX_TIME_US, Quota, QuotaError, StoreTat,
+};
 
 const MS: u64 = 1_000;
 const SECOND: u64 = 1_000_000;
@@ -24,7 +26,12 @@ impl Bucket {
     }
 }
 
-fn allowed(remaining: u64, reset_after_us: u64, tat_us: u64, ttl_ms: u64) -> Decision {
+fn allowed(
+    remaining: u64,
+    reset_after_us: u64,
+    tat_us: u64,
+    ttl_ms: u64,
+) -> Decision {
     Decision {
         allowed: true,
         remaining,
@@ -34,7 +41,11 @@ fn allowed(remaining: u64, reset_after_us: u64, tat_us: u64, ttl_ms: u64) -> Dec
     }
 }
 
-fn refused(retry_after_us: u64, reset_after_us: u64, store: Option<StoreTat>) -> Decision {
+fn refused(
+    retry_after_us: u64,
+    reset_after_us: u64,
+    store: Option<StoreTat>,
+) -> Decision {
     Decision {
         allowed: false,
         remaining: 0,
@@ -416,7 +427,8 @@ fn burst_errors() {
     );
     // The exact largest burst for 1 per minute.
     let quota = Quota::per_minute(1);
-    let max_burst = u32::try_from(MAX_TIME_US / quota.emission_interval_us()).unwrap();
+    let max_burst =
+        u32::try_from(MAX_TIME_US / quota.emission_interval_us()).unwrap();
     let q = quota.try_allow_burst(max_burst).unwrap();
     assert!(q.burst_offset_us() <= MAX_TIME_US);
     assert!(q.burst_offset_us() + quota.emission_interval_us() > MAX_TIME_US);
@@ -437,7 +449,9 @@ fn allow_burst_zero_panics() {
 }
 
 #[test]
-#[should_panic(expected = "quota period or burst offset exceeds 2^53 microseconds")]
+#[should_panic(
+    expected = "quota period or burst offset exceeds 2^53 microseconds"
+)]
 fn allow_burst_out_of_range_panics() {
     let _ = Quota::per_day(1).allow_burst(u32::MAX);
 }
@@ -656,13 +670,17 @@ fn per_second_zero_panics() {
 }
 
 #[test]
-#[should_panic(expected = "quota emission interval (period / limit) rounds to 0 microseconds")]
+#[should_panic(
+    expected = "quota emission interval (period / limit) rounds to 0 microseconds"
+)]
 fn per_second_too_many_panics() {
     let _ = Quota::per_second(1_000_001);
 }
 
 #[test]
-#[should_panic(expected = "quota emission interval (period / limit) rounds to 0 microseconds")]
+#[should_panic(
+    expected = "quota emission interval (period / limit) rounds to 0 microseconds"
+)]
 fn per_minute_too_many_panics() {
     let _ = Quota::per_minute(60_000_001);
 }
@@ -731,7 +749,8 @@ fn extreme_inputs_never_panic() {
     for quota in quotas {
         let tau = quota.burst_offset_us();
         let burst = quota.burst();
-        let stored = core::iter::once(None).chain(times.iter().map(|&t| Some(t)));
+        let stored =
+            core::iter::once(None).chain(times.iter().map(|&t| Some(t)));
         for tat in stored {
             for now in times {
                 for cost in [
@@ -747,7 +766,10 @@ fn extreme_inputs_never_panic() {
                     let result = quota.check(tat, now, cost);
                     match result {
                         Err(CheckError::ZeroCost) => assert_eq!(cost, 0),
-                        Err(CheckError::CostExceedsBurst { cost: c, burst: b }) => {
+                        Err(CheckError::CostExceedsBurst {
+                            cost: c,
+                            burst: b,
+                        }) => {
                             assert_eq!((c, b), (cost, burst));
                             assert!(cost > burst);
                         }
@@ -755,7 +777,8 @@ fn extreme_inputs_never_panic() {
                             assert!(cost >= 1 && cost <= burst);
                             assert!(
                                 now > MAX_TIME_US
-                                    || new_tat(&quota, tat, now, cost) > u128::from(MAX_TIME_US)
+                                    || new_tat(&quota, tat, now, cost)
+                                        > u128::from(MAX_TIME_US)
                             );
                         }
                         Err(e) => panic!("unexpected error {e:?}"),
@@ -763,7 +786,10 @@ fn extreme_inputs_never_panic() {
                             decided += 1;
                             assert!(cost >= 1 && cost <= burst);
                             assert!(now <= MAX_TIME_US);
-                            assert!(new_tat(&quota, tat, now, cost) <= u128::from(MAX_TIME_US));
+                            assert!(
+                                new_tat(&quota, tat, now, cost)
+                                    <= u128::from(MAX_TIME_US)
+                            );
                             assert!(d.reset_after_us <= tau);
                             if let Some(s) = d.store {
                                 assert!(s.tat_us <= MAX_TIME_US);

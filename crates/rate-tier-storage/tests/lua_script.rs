@@ -4,7 +4,7 @@
 //! The property test drives the script and `gcra_core::Quota::check` through
 //! the same random sequences (clock jumps forwards and backwards, costs above
 //! the burst, corrupted values) and requires the same answer and the same
-//! write, field by field. The real-Redis test lives in the Redis store's tests.
+//! write, field by field. Running it against a real Redis is a separate test.
 #![allow(clippy::unwrap_used)]
 
 use std::cell::RefCell;
@@ -81,9 +81,7 @@ impl FakeRedis {
 }
 
 fn is_canonical_uint(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes().all(|b| b.is_ascii_digit())
-        && (s == "0" || !s.starts_with('0'))
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'))
 }
 
 /// Runs one command. `Err` is a Redis error reply (`call` raises it, `pcall`
@@ -100,7 +98,11 @@ fn command(lua: &Lua, redis: &RefCell<FakeRedis>, args: &[Value]) -> Result<Valu
                     "harness: pass numbers to redis.call as strings, got {arg:?}"
                 ));
             }
-            _ => return Err("ERR Lua redis lib command arguments must be strings or integers".into()),
+            _ => {
+                return Err(
+                    "ERR Lua redis lib command arguments must be strings or integers".into(),
+                );
+            }
         }
     }
     let Some(name) = words.first() else {
@@ -112,8 +114,10 @@ fn command(lua: &Lua, redis: &RefCell<FakeRedis>, args: &[Value]) -> Result<Valu
     match (name.to_ascii_uppercase().as_str(), &words[1..]) {
         ("TIME", []) => {
             let t = lua.create_table().map_err(lua_err)?;
-            t.raw_set(1, (redis.now_us / 1_000_000).to_string()).map_err(lua_err)?;
-            t.raw_set(2, (redis.now_us % 1_000_000).to_string()).map_err(lua_err)?;
+            t.raw_set(1, (redis.now_us / 1_000_000).to_string())
+                .map_err(lua_err)?;
+            t.raw_set(2, (redis.now_us % 1_000_000).to_string())
+                .map_err(lua_err)?;
             Ok(Value::Table(t))
         }
         ("GET", [key]) => match redis.keys.get(key) {
@@ -132,9 +136,13 @@ fn command(lua: &Lua, redis: &RefCell<FakeRedis>, args: &[Value]) -> Result<Valu
             // Stricter than Redis, which would accept " 5" or a Lua number:
             // both the value and the expiry must be canonical integers.
             if !is_canonical_uint(px) || !is_canonical_uint(value) {
-                return Err(format!("harness: SET {value:?} PX {px:?}: not integer strings"));
+                return Err(format!(
+                    "harness: SET {value:?} PX {px:?}: not integer strings"
+                ));
             }
-            let px: u64 = px.parse().map_err(|_| "ERR value is not an integer or out of range")?;
+            let px: u64 = px
+                .parse()
+                .map_err(|_| "ERR value is not an integer or out of range")?;
             if px == 0 {
                 return Err("ERR invalid expire time in 'set' command".into());
             }
@@ -186,7 +194,8 @@ impl Harness {
     }
 
     fn with_script(body: &str, now_us: u64) -> Harness {
-        // Redis loads base, table, string and math (no io, no os.* but clock).
+        // Redis loads base, table, string and math (plus cjson, struct,
+        // cmsgpack, bit, and os.clock alone since 7): no io, no os.time.
         let lua = Lua::new_with(
             StdLib::TABLE | StdLib::STRING | StdLib::MATH,
             LuaOptions::default(),
@@ -228,8 +237,12 @@ impl Harness {
         lib.raw_set("replicate_commands", replicate).unwrap();
         let globals = lua.globals();
         globals.raw_set("redis", lib).unwrap();
-        globals.raw_set("KEYS", lua.create_table().unwrap()).unwrap();
-        globals.raw_set("ARGV", lua.create_table().unwrap()).unwrap();
+        globals
+            .raw_set("KEYS", lua.create_table().unwrap())
+            .unwrap();
+        globals
+            .raw_set("ARGV", lua.create_table().unwrap())
+            .unwrap();
         for unsafe_fn in ["dofile", "loadfile"] {
             globals.raw_set(unsafe_fn, Value::Nil).unwrap();
         }
@@ -365,9 +378,15 @@ fn bad_arguments_are_error_replies_and_write_nothing() {
         ("nan", &["nan", "60000000", "1"]),
         ("inf", &["6000000", "inf", "1"]),
         ("tau < T", &["6000000", "5999999", "1"]),
-        ("T past 2^53", &["9007199254740994", "9007199254740994", "1"]),
+        (
+            "T past 2^53",
+            &["9007199254740994", "9007199254740994", "1"],
+        ),
         // Would round to 2^53 as a double: refused, not guessed.
-        ("T at 2^53 + 1", &["9007199254740993", "9007199254740993", "1"]),
+        (
+            "T at 2^53 + 1",
+            &["9007199254740993", "9007199254740993", "1"],
+        ),
         ("tau past 2^53", &["1", "9007199254740994", "1"]),
         ("cost past 2^53", &["1", "60000000", "10000000000000000"]),
         ("cost 1e400", &["1", "60000000", "1e400"]),
@@ -556,12 +575,16 @@ fn clock_going_backwards_caps_and_stores_even_when_refused() {
 fn harness_catches_global_leaks_and_undefined_globals() {
     let h = Harness::with_script("counter = 1\nreturn {1, 0, 0, 0}", START_US);
     match h.eval(&[KEY], &[]) {
-        Err(ScriptError::Crash(msg)) => assert!(msg.contains("create global variable 'counter'"), "{msg}"),
+        Err(ScriptError::Crash(msg)) => {
+            assert!(msg.contains("create global variable 'counter'"), "{msg}")
+        }
         other => panic!("a global leak ran: {other:?}"),
     }
     let h = Harness::with_script("return {undefined_name, 0, 0, 0}", START_US);
     match h.eval(&[KEY], &[]) {
-        Err(ScriptError::Crash(msg)) => assert!(msg.contains("nonexistent global variable"), "{msg}"),
+        Err(ScriptError::Crash(msg)) => {
+            assert!(msg.contains("nonexistent global variable"), "{msg}")
+        }
         other => panic!("an undefined global was read: {other:?}"),
     }
     // Neither io nor os exist for a script.
@@ -744,14 +767,20 @@ fn run_case(case: &Case) -> Result<(), TestCaseError> {
     for (i, step) in case.steps.iter().enumerate() {
         now = now.saturating_add_signed(step.advance_us).max(1);
         h.set_now(now);
-        if h.stored().is_none() {
-            if let Some(tat) = model {
-                // Redis expired the key. It must not have while the TAT was
-                // still ahead (the PX was long enough); from now on it is
-                // gone, even if the clock goes back.
-                prop_assert!(tat < now, "step {}: key expired at {} before its TAT {}", i, now, tat);
-                model = None;
-            }
+        if h.stored().is_none()
+            && let Some(tat) = model
+        {
+            // Redis expired the key. It must not have while the TAT was still
+            // ahead (the PX was long enough); from now on it is gone, even if
+            // the clock goes back.
+            prop_assert!(
+                tat < now,
+                "step {}: key expired at {} before its TAT {}",
+                i,
+                now,
+                tat
+            );
+            model = None;
         }
         match &step.corrupt {
             None => {}

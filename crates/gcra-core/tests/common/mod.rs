@@ -19,7 +19,9 @@ pub(crate) fn config(cases: u32, path: &'static str) -> ProptestConfig {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(cases),
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(path))),
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            path,
+        ))),
         ..ProptestConfig::default()
     }
 }
@@ -34,7 +36,8 @@ pub(crate) struct Params {
 
 impl Params {
     pub(crate) fn quota(&self) -> Quota {
-        let q = Quota::new(self.limit, Duration::from_micros(self.period_us)).unwrap();
+        let q = Quota::new(self.limit, Duration::from_micros(self.period_us))
+            .unwrap();
         match self.burst {
             Some(b) => q.try_allow_burst(b).unwrap(),
             None => q,
@@ -138,7 +141,9 @@ impl Cost {
     pub(crate) fn resolve(self, burst: u32) -> u32 {
         match self {
             Cost::Small(c) => c,
-            Cost::Any(raw) => u32::try_from(raw % (u64::from(burst) + 3)).unwrap_or(u32::MAX),
+            Cost::Any(raw) => {
+                u32::try_from(raw % (u64::from(burst) + 3)).unwrap_or(u32::MAX)
+            }
         }
     }
 }

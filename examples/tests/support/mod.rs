@@ -1,0 +1,147 @@
+//! Running the example binaries and talking HTTP/1.1 to them.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// `target/<profile>/examples/<name>`: cargo builds examples for `cargo test`.
+pub fn example_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/<test-binary>
+    let profile_dir = exe.parent().unwrap().parent().unwrap();
+    let bin = profile_dir.join("examples").join(name);
+    assert!(
+        bin.exists(),
+        "{} is missing: run the tests with `cargo test` (it builds examples)",
+        bin.display()
+    );
+    bin
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A running example server; killed on drop. Its stderr is collected.
+pub struct Server {
+    pub port: u16,
+    child: Child,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl Server {
+    pub fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
+        let port = free_port();
+        let mut command = Command::new(example_bin("server"));
+        command
+            .arg(port.to_string())
+            .args(args)
+            .env_remove("REDIS_URL")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let mut child = command.spawn().unwrap();
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let lines = stderr.clone();
+        let pipe = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                lines.lock().unwrap().push(line);
+            }
+        });
+        let server = Server {
+            port,
+            child,
+            stderr,
+        };
+        server.wait_until_listening();
+        server
+    }
+
+    fn wait_until_listening(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "server did not listen on {}; stderr: {:?}",
+                self.port,
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn stderr(&self) -> Vec<String> {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    pub fn get(&self, path: &str, api_key: Option<&str>) -> Response {
+        get(self.port, path, api_key)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    /// Lower-case names, in the order received.
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One GET over a fresh connection, as `curl -s` would do it.
+pub fn get(port: u16, path: &str, api_key: Option<&str>) -> Response {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let key = api_key
+        .map(|k| format!("x-api-key: {k}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nhost: localhost:{port}\r\n{key}connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let mut lines = head.split("\r\n");
+    let status = lines.next().unwrap().split(' ').nth(1).unwrap();
+    Response {
+        status: status.parse().unwrap(),
+        headers: lines
+            .map(|line| {
+                let (name, value) = line.split_once(':').unwrap();
+                (name.to_ascii_lowercase(), value.trim().to_owned())
+            })
+            .collect(),
+        body: body.to_owned(),
+    }
+}
