@@ -9,6 +9,7 @@
 //! |---|---|---|---|
 //! | [`MemoryStorage`] | one process | a compare-and-swap per bucket | always |
 //! | `RedisStorage` | every instance on one Redis | one Lua script per check | `redis` |
+//! | [`FallbackStorage`] | wraps another store | the primary's, or local while it is down | always |
 //!
 //! The crate also holds the [`clock`]s (a fake one for tests) and the
 //! [`key`] layout of shared stores.
@@ -30,6 +31,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod clock;
+pub mod fallback;
 pub mod key;
 mod memory;
 #[cfg(feature = "redis")]
@@ -38,6 +40,7 @@ mod redis;
 use std::fmt;
 use std::time::Duration;
 
+pub use fallback::{FallbackStorage, StorageEvent, StorageListener};
 pub use gcra_core::{CheckError, Decision, Quota, StoreTat};
 pub use memory::{MemoryStorage, MemoryStorageBuilder};
 #[cfg(feature = "redis")]
@@ -133,6 +136,13 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
     /// A short label for metrics and logs, e.g. `"memory"` or `"redis"`.
     fn kind(&self) -> &'static str {
         "custom"
+    }
+
+    /// Registers a listener for what the store does by itself (a circuit
+    /// breaker opening, a fallback decision). Stores that do nothing of the
+    /// kind ignore it (the default).
+    fn add_listener(&self, listener: StorageListener) {
+        let _ = listener;
     }
 }
 

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use rate_tier_storage::StorageEvent;
+
 use crate::{OnStorageError, OnUnknownTier};
 
 /// Something worth knowing that happened while limiting a request.
@@ -65,6 +67,9 @@ pub enum LimitEvent {
         /// The policy applied.
         policy: OnStorageError,
     },
+    /// The store did something by itself: a circuit breaker changed state,
+    /// or a check was decided by the local fallback.
+    Storage(StorageEvent),
     /// The cost function returned 0 (every request costs at least 1); the
     /// request was answered 500.
     InvalidCost,

@@ -91,7 +91,10 @@ pub use identity::{TierIdentifier, TierIdentity};
 pub use layer::{TierLimit, TierLimitLayer, tier_cost};
 #[cfg(feature = "redis")]
 pub use rate_tier_storage::RedisStorage;
-pub use rate_tier_storage::{MemoryStorage, Storage, StorageError, key};
+pub use rate_tier_storage::fallback::{self, BreakerState};
+pub use rate_tier_storage::{
+    FallbackStorage, MemoryStorage, Storage, StorageError, StorageEvent, key,
+};
 pub use tier::{
     ConfigError, Error, LimitReason, Limited, OnMissing, OnStorageError,
     OnUnknownTier, RateLimitInfo, RateTier, RateTierBuilder,

@@ -127,12 +127,23 @@ impl TierLimitLayer {
     }
 
     /// Called with every [`LimitEvent`], synchronously on the request path:
-    /// keep it short (log, count, send to a channel).
+    /// keep it short (log, count, send to a channel). Events of the store
+    /// (a circuit breaker, fallback decisions) arrive as
+    /// [`LimitEvent::Storage`]. Set it once per layer: each call also
+    /// registers with the store.
     pub fn on_event<F>(self, on_event: F) -> Self
     where
         F: Fn(&LimitEvent) + Send + Sync + 'static,
     {
-        self.map(|c| c.on_event = Some(Arc::new(on_event)))
+        let on_event: Arc<EventFn> = Arc::new(on_event);
+        let forward = on_event.clone();
+        self.config
+            .tiers
+            .storage()
+            .add_listener(Arc::new(move |event| {
+                forward(&LimitEvent::Storage(event.clone()));
+            }));
+        self.map(|c| c.on_event = Some(on_event))
     }
 
     /// The limiter this layer applies.

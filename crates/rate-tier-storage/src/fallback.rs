@@ -1,0 +1,462 @@
+//! Keep limiting when the shared store is down: a local fallback behind a
+//! circuit breaker.
+//!
+//! [`FallbackStorage`] wraps a primary store (usually Redis). While the
+//! primary answers, it decides. When it fails (an error or a timeout), that
+//! request is decided by a local [`MemoryStorage`] instead, and after
+//! `failure_threshold` consecutive failures the breaker **opens**: every
+//! check goes straight to the local store, at memory speed, with no call to
+//! the primary and no timeout to wait. After a cool-down a single request
+//! **probes** the primary (half-open); success closes the breaker, failure
+//! reopens it for twice the cool-down (up to a cap).
+//!
+//! ```text
+//!            N failures                cool-down passed
+//!  Closed ──────────────▶ Open ──────────────────────────▶ HalfOpen (one probe)
+//!    ▲                     ▲                                  │    │
+//!    │                     └──────── probe failed (backoff) ──┘    │
+//!    └──────────────────────────────── probe succeeded ────────────┘
+//! ```
+//!
+//! During an outage each instance limits on its own, so K instances allow up
+//! to K times the quota. [`FallbackStorageBuilder::local_share`] divides
+//! the local quota by K to prevent that, at a price: a request whose cost is
+//! above the reduced burst is refused (403) until the primary is back.
+//!
+//! Every change of state and every local decision is a [`StorageEvent`] for
+//! the listeners (tower-rate-tier forwards them to `on_event`).
+
+use std::fmt;
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use gcra_core::{Decision, Quota};
+
+use crate::clock::{Clock, SharedClock, SystemClock};
+use crate::{BucketCheck, MemoryStorage, Storage, StorageError};
+
+/// The state of a circuit breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BreakerState {
+    /// The primary decides.
+    Closed,
+    /// The local store decides; the primary is not called.
+    Open,
+    /// One probe is on its way to the primary; the others decide locally.
+    HalfOpen,
+}
+
+/// Something the fallback did, for alerting and metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StorageEvent {
+    /// The breaker changed state.
+    Breaker {
+        /// The state before.
+        from: BreakerState,
+        /// The state now.
+        to: BreakerState,
+        /// The failure that caused it, if any.
+        cause: Option<String>,
+    },
+    /// A check was decided by the local store.
+    Fallback {
+        /// The tier of the bucket.
+        tier: String,
+        /// Whether it was allowed.
+        allowed: bool,
+        /// The breaker's state at the time.
+        state: BreakerState,
+    },
+}
+
+/// Receives [`StorageEvent`]s; must be quick (it runs on the request path).
+pub type StorageListener = Arc<dyn Fn(&StorageEvent) + Send + Sync>;
+
+const CLOSED: u8 = 0;
+const OPEN: u8 = 1;
+const HALF_OPEN: u8 = 2;
+
+fn state_of(raw: u8) -> BreakerState {
+    match raw {
+        OPEN => BreakerState::Open,
+        HALF_OPEN => BreakerState::HalfOpen,
+        _ => BreakerState::Closed,
+    }
+}
+
+/// A primary store with a local fallback behind a circuit breaker.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use rate_tier_storage::{BucketCheck, FallbackStorage, MemoryStorage, Storage};
+/// use rate_tier_storage::fallback::BreakerState;
+/// use gcra_core::Quota;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let primary = Arc::new(MemoryStorage::new()); // in production: RedisStorage
+/// let store = FallbackStorage::builder(primary)
+///     .failure_threshold(3)
+///     .cool_down(Duration::from_secs(1), Duration::from_secs(30))
+///     .build();
+/// let check = BucketCheck::new("free", "ana", Quota::per_minute(10), 1);
+/// assert!(store.check(&check).await.unwrap().allowed);
+/// assert_eq!(store.state(), BreakerState::Closed);
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct FallbackStorage {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    primary: Arc<dyn Storage>,
+    local: MemoryStorage,
+    clock: SharedClock,
+    failure_threshold: u32,
+    cool_down_us: u64,
+    max_cool_down_us: u64,
+    local_share: u32,
+    state: AtomicU8,
+    failures: AtomicU32,
+    open_until_us: AtomicU64,
+    current_cool_down_us: AtomicU64,
+    listeners: RwLock<Vec<StorageListener>>,
+}
+
+impl fmt::Debug for FallbackStorage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FallbackStorage")
+            .field("primary", &self.inner.primary)
+            .field("state", &self.state())
+            .field("failure_threshold", &self.inner.failure_threshold)
+            .field("local_share", &self.inner.local_share)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures a [`FallbackStorage`].
+#[must_use]
+pub struct FallbackStorageBuilder {
+    primary: Arc<dyn Storage>,
+    clock: SharedClock,
+    failure_threshold: u32,
+    cool_down: Duration,
+    max_cool_down: Duration,
+    local_share: u32,
+    local_capacity: Option<usize>,
+}
+
+impl fmt::Debug for FallbackStorageBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FallbackStorageBuilder")
+            .field("primary", &self.primary)
+            .field("failure_threshold", &self.failure_threshold)
+            .field("cool_down", &self.cool_down)
+            .field("max_cool_down", &self.max_cool_down)
+            .field("local_share", &self.local_share)
+            .finish_non_exhaustive()
+    }
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+impl FallbackStorageBuilder {
+    /// Consecutive failures that open the breaker (default 3, minimum 1).
+    pub fn failure_threshold(mut self, failures: u32) -> Self {
+        self.failure_threshold = failures.max(1);
+        self
+    }
+
+    /// How long the breaker stays open before a probe (default 1 s), and the
+    /// most it grows to after failed probes, doubling each time (default 30 s).
+    pub fn cool_down(mut self, first: Duration, max: Duration) -> Self {
+        self.cool_down = first;
+        self.max_cool_down = max.max(first);
+        self
+    }
+
+    /// Divides each quota by `instances` for local decisions (default 1: the
+    /// full quota per instance). See the [module docs](self).
+    pub fn local_share(mut self, instances: u32) -> Self {
+        self.local_share = instances.max(1);
+        self
+    }
+
+    /// The clock of the breaker and of the local store (default: system).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Bounds the local store (see [`MemoryStorage`]).
+    pub fn local_capacity(mut self, capacity: usize) -> Self {
+        self.local_capacity = Some(capacity);
+        self
+    }
+
+    /// Builds the store, breaker closed.
+    pub fn build(self) -> FallbackStorage {
+        let mut local =
+            MemoryStorage::builder().shared_clock(self.clock.clone());
+        if let Some(capacity) = self.local_capacity {
+            local = local.capacity(capacity);
+        }
+        let cool_down_us = micros(self.cool_down);
+        FallbackStorage {
+            inner: Arc::new(Inner {
+                primary: self.primary,
+                local: local.build(),
+                clock: self.clock,
+                failure_threshold: self.failure_threshold,
+                cool_down_us,
+                max_cool_down_us: micros(self.max_cool_down),
+                local_share: self.local_share,
+                state: AtomicU8::new(CLOSED),
+                failures: AtomicU32::new(0),
+                open_until_us: AtomicU64::new(0),
+                current_cool_down_us: AtomicU64::new(cool_down_us),
+                listeners: RwLock::new(Vec::new()),
+            }),
+        }
+    }
+}
+
+impl FallbackStorage {
+    /// Configures a fallback around `primary`.
+    pub fn builder(primary: Arc<dyn Storage>) -> FallbackStorageBuilder {
+        FallbackStorageBuilder {
+            primary,
+            clock: Arc::new(SystemClock),
+            failure_threshold: 3,
+            cool_down: Duration::from_secs(1),
+            max_cool_down: Duration::from_secs(30),
+            local_share: 1,
+            local_capacity: None,
+        }
+    }
+
+    /// The breaker's state now.
+    pub fn state(&self) -> BreakerState {
+        state_of(self.inner.state.load(Ordering::Acquire))
+    }
+
+    /// The local store (for inspection in tests and metrics).
+    pub fn local(&self) -> &MemoryStorage {
+        &self.inner.local
+    }
+}
+
+/// Whether a primary error means "the primary is unhealthy".
+fn is_failure(error: &StorageError) -> bool {
+    !matches!(error, StorageError::Check(_))
+}
+
+impl Inner {
+    fn emit(&self, event: StorageEvent) {
+        let listeners = self
+            .listeners
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for listener in listeners.iter() {
+            listener(&event);
+        }
+    }
+
+    fn transition(&self, from: u8, to: u8, cause: Option<&StorageError>) {
+        self.emit(StorageEvent::Breaker {
+            from: state_of(from),
+            to: state_of(to),
+            cause: cause.map(ToString::to_string),
+        });
+    }
+
+    fn decide_locally(
+        &self,
+        check: &BucketCheck<'_>,
+    ) -> Result<Decision, StorageError> {
+        let quota = local_quota(check.quota, self.local_share);
+        let local = BucketCheck { quota, ..*check };
+        let decision = self.local.check_sync(&local)?;
+        self.emit(StorageEvent::Fallback {
+            tier: check.tier.to_owned(),
+            allowed: decision.allowed,
+            state: state_of(self.state.load(Ordering::Acquire)),
+        });
+        Ok(decision)
+    }
+
+    fn open(&self, from: u8, cool_down_us: u64, cause: &StorageError) {
+        let now = self.clock.now_us();
+        self.current_cool_down_us
+            .store(cool_down_us, Ordering::Release);
+        self.open_until_us
+            .store(now.saturating_add(cool_down_us), Ordering::Release);
+        self.state.store(OPEN, Ordering::Release);
+        self.transition(from, OPEN, Some(cause));
+    }
+
+    async fn check_closed(
+        &self,
+        check: &BucketCheck<'_>,
+    ) -> Result<Decision, StorageError> {
+        match self.primary.check(check).await {
+            Ok(decision) => {
+                if self.failures.load(Ordering::Relaxed) != 0 {
+                    self.failures.store(0, Ordering::Relaxed);
+                }
+                Ok(decision)
+            }
+            Err(error) if is_failure(&error) => {
+                let failures = self
+                    .failures
+                    .fetch_add(1, Ordering::AcqRel)
+                    .saturating_add(1);
+                if failures >= self.failure_threshold
+                    && self
+                        .state
+                        .compare_exchange(
+                            CLOSED,
+                            OPEN,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        )
+                        .is_ok()
+                {
+                    self.open(CLOSED, self.cool_down_us, &error);
+                }
+                self.decide_locally(check)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn probe(
+        &self,
+        check: &BucketCheck<'_>,
+    ) -> Result<Decision, StorageError> {
+        self.transition(OPEN, HALF_OPEN, None);
+        // If this future is dropped mid-probe, reopen rather than stay
+        // half-open forever with no probe in flight.
+        let guard = ProbeGuard { inner: self };
+        let result = self.primary.check(check).await;
+        std::mem::forget(guard);
+        match result {
+            Ok(decision) => {
+                self.failures.store(0, Ordering::Relaxed);
+                self.current_cool_down_us
+                    .store(self.cool_down_us, Ordering::Release);
+                self.state.store(CLOSED, Ordering::Release);
+                self.transition(HALF_OPEN, CLOSED, None);
+                Ok(decision)
+            }
+            Err(error) if is_failure(&error) => {
+                let doubled = self
+                    .current_cool_down_us
+                    .load(Ordering::Acquire)
+                    .saturating_mul(2)
+                    .min(self.max_cool_down_us);
+                self.open(HALF_OPEN, doubled, &error);
+                self.decide_locally(check)
+            }
+            Err(error) => {
+                // Not the primary's fault: it answered. Close.
+                self.state.store(CLOSED, Ordering::Release);
+                self.transition(HALF_OPEN, CLOSED, None);
+                Err(error)
+            }
+        }
+    }
+}
+
+struct ProbeGuard<'a> {
+    inner: &'a Inner,
+}
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        let inner = self.inner;
+        inner.open_until_us.store(0, Ordering::Release);
+        inner.state.store(OPEN, Ordering::Release);
+    }
+}
+
+/// `quota` divided among `share` instances: limit and burst divided
+/// (at least 1), same period.
+fn local_quota(quota: Quota, share: u32) -> Quota {
+    if share <= 1 {
+        return quota;
+    }
+    let limit = (quota.limit() / share).max(1);
+    let burst = (quota.burst() / share).max(1);
+    Quota::new(limit, quota.period())
+        .and_then(|q| q.try_allow_burst(burst))
+        .unwrap_or(quota)
+}
+
+#[async_trait::async_trait]
+impl Storage for FallbackStorage {
+    async fn check(
+        &self,
+        check: &BucketCheck<'_>,
+    ) -> Result<Decision, StorageError> {
+        let inner = &*self.inner;
+        match inner.state.load(Ordering::Acquire) {
+            CLOSED => inner.check_closed(check).await,
+            OPEN => {
+                let due = inner.clock.now_us()
+                    >= inner.open_until_us.load(Ordering::Acquire);
+                if due
+                    && inner
+                        .state
+                        .compare_exchange(
+                            OPEN,
+                            HALF_OPEN,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        )
+                        .is_ok()
+                {
+                    inner.probe(check).await
+                } else {
+                    inner.decide_locally(check)
+                }
+            }
+            _ => inner.decide_locally(check),
+        }
+    }
+
+    fn check_now(
+        &self,
+        check: &BucketCheck<'_>,
+    ) -> Option<Result<Decision, StorageError>> {
+        // Open and not yet due for a probe: a memory-speed decision.
+        let inner = &*self.inner;
+        match inner.state.load(Ordering::Acquire) {
+            OPEN if inner.clock.now_us()
+                < inner.open_until_us.load(Ordering::Acquire) =>
+            {
+                Some(inner.decide_locally(check))
+            }
+            HALF_OPEN => Some(inner.decide_locally(check)),
+            _ => None,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        self.inner.primary.kind()
+    }
+
+    fn add_listener(&self, listener: StorageListener) {
+        self.inner
+            .listeners
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(listener);
+    }
+}
