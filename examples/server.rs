@@ -9,6 +9,9 @@
 //! REDIS_URL=redis://127.0.0.1:6379/ cargo run --example server -- 3001
 //! ```
 //!
+//! With Redis, a local limiter behind a circuit breaker takes over while
+//! Redis is down; breaker changes are printed on stderr.
+//!
 //! API keys: key_ana (free), key_bea (pro), key_eva (gold, a plan the
 //! limiter does not know: she gets the default plan's quota, and every such
 //! request is reported on stderr).
@@ -17,8 +20,8 @@ use std::sync::Arc;
 use axum::http::StatusCode;
 use axum::{Router, routing::get};
 use tower_rate_tier::{
-    LimitEvent, OnMissing, Quota, RateTier, RedisStorage, Storage,
-    TierIdentity, TierLimitLayer,
+    FallbackStorage, LimitEvent, OnMissing, Quota, RateTier, RedisStorage,
+    StorageEvent, TierIdentity, TierLimitLayer,
 };
 
 // In a real service, this would come from the database.
@@ -85,9 +88,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let conn = redis::Client::open(url.as_str())?
                 .get_connection_manager()
                 .await?;
-            let storage: Arc<dyn Storage> = Arc::new(RedisStorage::new(conn));
-            tiers = tiers.storage(storage);
-            "redis"
+            // While Redis is down, limit locally behind a circuit breaker
+            // instead of making every request wait for a timeout.
+            let redis = Arc::new(RedisStorage::new(conn));
+            tiers = tiers
+                .storage(Arc::new(FallbackStorage::builder(redis).build()));
+            "redis, with local fallback"
         }
         None => "memory",
     };
@@ -103,10 +109,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "/backup" => 50, // more than the free plan gives in a minute
             _ => 1,
         })
-        .on_event(|event| {
-            if let LimitEvent::UnknownTier { user_id, tier, .. } = event {
+        .on_event(|event| match event {
+            LimitEvent::UnknownTier { user_id, tier, .. } => {
                 eprintln!("unknown tier {tier:?} for {user_id}");
             }
+            LimitEvent::Storage(StorageEvent::Breaker { from, to, cause }) => {
+                let cause = cause.as_deref().unwrap_or("-");
+                eprintln!("breaker {from:?} -> {to:?} ({cause})");
+            }
+            _ => {}
         });
 
     let app = Router::new()
