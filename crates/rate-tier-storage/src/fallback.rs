@@ -34,7 +34,9 @@ use std::time::Duration;
 use gcra_core::{Decision, Quota};
 
 use crate::clock::{Clock, SharedClock, SystemClock};
-use crate::{BucketCheck, MemoryStorage, Storage, StorageError};
+use crate::{
+    BucketCheck, LocalDecision, MemoryStorage, Storage, StorageError,
+};
 
 /// The state of a circuit breaker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -280,15 +282,25 @@ impl Inner {
         &self,
         check: &BucketCheck<'_>,
     ) -> Result<Decision, StorageError> {
+        self.decide_locally_at(check).map(|local| local.decision)
+    }
+
+    fn decide_locally_at(
+        &self,
+        check: &BucketCheck<'_>,
+    ) -> Result<LocalDecision, StorageError> {
         let quota = local_quota(check.quota, self.local_share);
         let local = BucketCheck { quota, ..*check };
-        let decision = self.local.check_sync(&local)?;
+        let decided = self.local.check_local(&local).unwrap_or_else(|| {
+            // MemoryStorage always decides locally.
+            Err(StorageError::Protocol("local store needs I/O".into()))
+        })?;
         self.emit(StorageEvent::Fallback {
             tier: check.tier.to_owned(),
-            allowed: decision.allowed,
+            allowed: decided.decision.allowed,
             state: state_of(self.state.load(Ordering::Acquire)),
         });
-        Ok(decision)
+        Ok(decided)
     }
 
     fn open(&self, from: u8, cool_down_us: u64, cause: &StorageError) {
@@ -431,19 +443,19 @@ impl Storage for FallbackStorage {
         }
     }
 
-    fn check_now(
+    fn check_local(
         &self,
         check: &BucketCheck<'_>,
-    ) -> Option<Result<Decision, StorageError>> {
+    ) -> Option<Result<LocalDecision, StorageError>> {
         // Open and not yet due for a probe: a memory-speed decision.
         let inner = &*self.inner;
         match inner.state.load(Ordering::Acquire) {
             OPEN if inner.clock.now_us()
                 < inner.open_until_us.load(Ordering::Acquire) =>
             {
-                Some(inner.decide_locally(check))
+                Some(inner.decide_locally_at(check))
             }
-            HALF_OPEN => Some(inner.decide_locally(check)),
+            HALF_OPEN => Some(inner.decide_locally_at(check)),
             _ => None,
         }
     }

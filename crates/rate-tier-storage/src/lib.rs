@@ -123,12 +123,13 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
     ) -> Result<Decision, StorageError>;
 
     /// For stores that decide without I/O: the same as [`Storage::check`],
-    /// synchronously, sparing the caller an async call on the hot path.
+    /// synchronously, with the time the store decided at. It spares the
+    /// caller an async call and a second clock read on the hot path.
     /// Returns `None` when the store needs I/O (the default).
-    fn check_now(
+    fn check_local(
         &self,
         check: &BucketCheck<'_>,
-    ) -> Option<Result<Decision, StorageError>> {
+    ) -> Option<Result<LocalDecision, StorageError>> {
         let _ = check;
         None
     }
@@ -144,6 +145,15 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
     fn add_listener(&self, listener: StorageListener) {
         let _ = listener;
     }
+}
+
+/// A decision made in process, with the store's time when it was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalDecision {
+    /// The decision.
+    pub decision: Decision,
+    /// The store's clock, in µs, when it decided.
+    pub now_us: u64,
 }
 
 /// Why a store gave no decision.

@@ -2,8 +2,10 @@
 //!
 //! A check on a known bucket takes a shard's read lock and runs one
 //! compare-and-swap loop on the bucket's `AtomicU64` (governor's design): no
-//! allocation, no hashing beyond one fast hash of (tier, user), no SHA-1
-//! (keys never leave the process). Only a new bucket takes the write lock.
+//! allocation, one fast hash of (tier, user), one clock read. No SHA-1, as
+//! keys never leave the process, except for ids over 64 bytes, which are
+//! held as their digest so that huge ids cannot inflate memory. Only a new
+//! bucket takes the write lock.
 //!
 //! Entries whose TAT has passed are dead (GCRA treats them as absent) and are
 //! swept: from the insert path, at most once per sweep interval per shard,
@@ -20,7 +22,7 @@ use gcra_core::Decision;
 use hashbrown::{DefaultHashBuilder, HashTable};
 
 use crate::clock::{Clock, SharedClock, SystemClock};
-use crate::{BucketCheck, Storage, StorageError};
+use crate::{BucketCheck, LocalDecision, Storage, StorageError};
 
 const SHARDS: usize = 64;
 const DEFAULT_CAPACITY: usize = 1 << 22;
@@ -89,19 +91,56 @@ struct Table {
 
 #[derive(Debug)]
 struct Entry {
-    /// `tier` then `user`, in one allocation.
-    key: Box<str>,
+    /// `tier` then the user part, in one allocation.
+    key: Box<[u8]>,
     tier_len: usize,
+    /// Whether the user part is the SHA-1 of a long id.
+    digest: bool,
     hash: u64,
     tat: AtomicU64,
 }
 
+/// User ids longer than this are held as their SHA-1, so that a client
+/// sending huge ids cannot make each bucket cost kilobytes.
+const MAX_INLINE_USER: usize = 64;
+
+/// The user part of a bucket's key: the id itself, or its SHA-1.
+#[derive(Hash)]
+enum UserKey<'a> {
+    Plain(&'a [u8]),
+    Digest([u8; 20]),
+}
+
+impl<'a> UserKey<'a> {
+    fn of(user: &'a str) -> Self {
+        if user.len() <= MAX_INLINE_USER {
+            UserKey::Plain(user.as_bytes())
+        } else {
+            use sha1::Digest as _;
+            UserKey::Digest(sha1::Sha1::digest(user.as_bytes()).into())
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            UserKey::Plain(bytes) => bytes,
+            UserKey::Digest(digest) => digest,
+        }
+    }
+
+    fn is_digest(&self) -> bool {
+        matches!(self, UserKey::Digest(_))
+    }
+}
+
 impl Entry {
-    fn is(&self, tier: &str, user: &str) -> bool {
+    fn is(&self, tier: &str, user: &UserKey<'_>) -> bool {
+        let user_bytes = user.bytes();
         self.tier_len == tier.len()
-            && self.key.len() == tier.len().saturating_add(user.len())
-            && self.key.starts_with(tier)
-            && self.key.ends_with(user)
+            && self.digest == user.is_digest()
+            && self.key.len() == tier.len().saturating_add(user_bytes.len())
+            && self.key.starts_with(tier.as_bytes())
+            && self.key.ends_with(user_bytes)
     }
 
     fn is_live(&self, now_us: u64) -> bool {
@@ -141,7 +180,7 @@ impl MemoryStorage {
         &self,
         check: &BucketCheck<'_>,
     ) -> Result<Decision, StorageError> {
-        self.inner.check(check)
+        self.inner.check(check).map(|local| local.decision)
     }
 
     /// Drops every bucket whose TAT has passed. Runs by itself; public for
@@ -208,7 +247,8 @@ impl MemoryStorageBuilder {
             hasher: DefaultHashBuilder::default(),
             clock: self.clock,
             capacity: self.capacity,
-            shard_capacity: self.capacity.div_ceil(SHARDS),
+            // Rounded down: the total never exceeds `capacity`.
+            shard_capacity: self.capacity / SHARDS,
             sweep_interval_us: u64::try_from(self.sweep_interval.as_micros())
                 .unwrap_or(u64::MAX),
         });
@@ -240,14 +280,27 @@ impl Inner {
         &self.shards[index]
     }
 
-    fn check(&self, check: &BucketCheck<'_>) -> Result<Decision, StorageError> {
-        let now = self.clock.now_us();
-        let hash = self.hasher.hash_one((check.tier, check.user));
+    fn check(
+        &self,
+        check: &BucketCheck<'_>,
+    ) -> Result<LocalDecision, StorageError> {
+        let now_us = self.clock.now_us();
+        let decision = self.decide(check, now_us)?;
+        Ok(LocalDecision { decision, now_us })
+    }
+
+    fn decide(
+        &self,
+        check: &BucketCheck<'_>,
+        now: u64,
+    ) -> Result<Decision, StorageError> {
+        let user = UserKey::of(check.user);
+        let hash = self.hasher.hash_one((check.tier, &user));
         let shard = self.shard(hash);
         {
             let table = read(&shard.table);
             if let Some(entry) =
-                table.entries.find(hash, |e| e.is(check.tier, check.user))
+                table.entries.find(hash, |e| e.is(check.tier, &user))
             {
                 return decide_in_place(&entry.tat, check, now);
             }
@@ -259,7 +312,7 @@ impl Inner {
         let mut table = write(&shard.table);
         // Another thread may have created it in between.
         if let Some(entry) =
-            table.entries.find(hash, |e| e.is(check.tier, check.user))
+            table.entries.find(hash, |e| e.is(check.tier, &user))
         {
             return decide_in_place(&entry.tat, check, now);
         }
@@ -276,16 +329,13 @@ impl Inner {
                 capacity: self.capacity,
             });
         }
-        let mut key = String::with_capacity(
-            check.tier.len().saturating_add(check.user.len()),
-        );
-        key.push_str(check.tier);
-        key.push_str(check.user);
+        let key = [check.tier.as_bytes(), user.bytes()].concat();
         table.entries.insert_unique(
             hash,
             Entry {
-                key: key.into_boxed_str(),
+                key: key.into_boxed_slice(),
                 tier_len: check.tier.len(),
+                digest: user.is_digest(),
                 hash,
                 tat: AtomicU64::new(store.tat_us),
             },
@@ -358,13 +408,13 @@ impl Storage for MemoryStorage {
         &self,
         check: &BucketCheck<'_>,
     ) -> Result<Decision, StorageError> {
-        self.inner.check(check)
+        self.check_sync(check)
     }
 
-    fn check_now(
+    fn check_local(
         &self,
         check: &BucketCheck<'_>,
-    ) -> Option<Result<Decision, StorageError>> {
+    ) -> Option<Result<LocalDecision, StorageError>> {
         Some(self.inner.check(check))
     }
 

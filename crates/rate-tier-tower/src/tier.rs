@@ -1,7 +1,9 @@
 //! Plans and their quotas: [`RateTier`], the limiter a layer or a caller uses.
 
+use std::borrow::Cow;
+use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use gcra_core::{CheckError, Decision, Quota};
@@ -107,8 +109,9 @@ pub enum Error {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RateLimitInfo {
-    /// The tier whose quota applied (the default tier for an unknown one).
-    pub tier: Arc<str>,
+    /// The tier whose quota applied (the default tier for an unknown one,
+    /// or the claimed tier when `OnUnknownTier::Allow` let it pass).
+    pub tier: Cow<'static, str>,
     /// The burst: requests of cost 1 a full bucket allows at once.
     pub limit: u32,
     /// Requests of cost 1 still allowed right now.
@@ -178,7 +181,7 @@ pub enum LimitReason {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limited {
-    pub(crate) tier: Arc<str>,
+    pub(crate) tier: Cow<'static, str>,
     pub(crate) limit: u32,
     pub(crate) reason: LimitReason,
     pub(crate) retry_after: Duration,
@@ -240,7 +243,8 @@ impl Limited {
 
 #[derive(Debug)]
 struct Tier {
-    name: Arc<str>,
+    /// Interned: copying it into every decision costs no atomic operation.
+    name: &'static str,
     quota: Quota,
 }
 
@@ -287,7 +291,7 @@ impl fmt::Debug for RateTier {
                 &inner
                     .tiers
                     .iter()
-                    .map(|t| (&*t.name, t.quota))
+                    .map(|t| (t.name, t.quota))
                     .collect::<Vec<_>>(),
             )
             .field(
@@ -413,7 +417,7 @@ impl RateTierBuilder {
                 return Err(ConfigError::DuplicateTier(name));
             }
             tiers.push(Tier {
-                name: name.into(),
+                name: intern(&name),
                 quota,
             });
         }
@@ -548,6 +552,9 @@ impl RateTier {
         tier: &str,
         cost: u32,
     ) -> Result<Result<RateLimitInfo, Limited>, Error> {
+        if cost == 0 {
+            return Err(Error::ZeroCost);
+        }
         match self.resolve(user, tier, &mut |_| {}) {
             Resolved::Bucket(tier) => self.charge(tier, user, cost).await,
             Resolved::Unlimited => Ok(Ok(self.unlimited_info(tier, cost))),
@@ -573,7 +580,7 @@ impl RateTier {
                     OnMissing::Deny(status) => return Verdict::Denied(status),
                     OnMissing::UseDefault => match self.inner.default_tier {
                         // One shared bucket: `user` "" is never an identity.
-                        Some(index) => ("", &*self.inner.tiers[index].name),
+                        Some(index) => ("", self.inner.tiers[index].name),
                         None => {
                             return Verdict::Denied(StatusCode::UNAUTHORIZED);
                         }
@@ -647,7 +654,7 @@ impl RateTier {
             (OnUnknownTier::Allow, _) => Resolved::Unlimited,
             // Deny, or UseDefault without a default (refused at build time).
             _ => Resolved::Refused(Limited {
-                tier: Arc::from(""),
+                tier: Cow::Owned(tier.to_owned()),
                 limit: 0,
                 reason: LimitReason::UnknownTier,
                 retry_after: Duration::ZERO,
@@ -663,13 +670,13 @@ impl RateTier {
         user: &str,
         cost: u32,
     ) -> Result<Result<RateLimitInfo, Limited>, Error> {
-        let now_us = self.inner.clock.now_us();
         if cost == 0 {
             return Err(Error::ZeroCost);
         }
         if !tier.quota.can_ever_pass(cost) {
+            let now_us = self.inner.clock.now_us();
             return Ok(Err(Limited {
-                tier: tier.name.clone(),
+                tier: Cow::Borrowed(tier.name),
                 limit: tier.quota.burst(),
                 reason: LimitReason::CostExceedsBurst { cost },
                 retry_after: Duration::ZERO,
@@ -677,15 +684,20 @@ impl RateTier {
                 now_us,
             }));
         }
-        let check = BucketCheck::new(&tier.name, user, tier.quota, cost)
+        let check = BucketCheck::new(tier.name, user, tier.quota, cost)
             .key_secret(self.inner.key_secret.as_ref());
         let storage = &self.inner.storage;
-        let decision = match storage.check_now(&check) {
-            Some(decision) => decision,
-            None => storage.check(&check).await,
+        // In-process stores decide synchronously and tell the time they
+        // used: one clock read per check.
+        let decided = match storage.check_local(&check) {
+            Some(local) => local.map(|l| (l.decision, l.now_us)),
+            None => {
+                let now_us = self.inner.clock.now_us();
+                storage.check(&check).await.map(|d| (d, now_us))
+            }
         };
-        let decision: Decision = match decision {
-            Ok(decision) => decision,
+        let (decision, now_us): (Decision, u64) = match decided {
+            Ok(decided) => decided,
             Err(StorageError::Check(CheckError::ZeroCost)) => {
                 return Err(Error::ZeroCost);
             }
@@ -695,7 +707,7 @@ impl RateTier {
         let reset_after = Duration::from_micros(decision.reset_after_us);
         if decision.allowed {
             Ok(Ok(RateLimitInfo {
-                tier: tier.name.clone(),
+                tier: Cow::Borrowed(tier.name),
                 limit: tier.quota.burst(),
                 remaining: decision.remaining,
                 reset_after,
@@ -704,7 +716,7 @@ impl RateTier {
             }))
         } else {
             Ok(Err(Limited {
-                tier: tier.name.clone(),
+                tier: Cow::Borrowed(tier.name),
                 limit: tier.quota.burst(),
                 reason: LimitReason::RateLimited,
                 retry_after: Duration::from_micros(decision.retry_after_us),
@@ -716,7 +728,7 @@ impl RateTier {
 
     fn unlimited_info(&self, tier: &str, cost: u32) -> RateLimitInfo {
         RateLimitInfo {
-            tier: Arc::from(tier),
+            tier: Cow::Owned(tier.to_owned()),
             limit: u32::MAX,
             remaining: u64::MAX,
             reset_after: Duration::ZERO,
@@ -724,6 +736,20 @@ impl RateTier {
             now_us: self.inner.clock.now_us(),
         }
     }
+}
+
+/// The `&'static` copy of a tier name, made once per distinct name for the
+/// life of the process (names come from configuration, never from requests,
+/// so the set is small and bounded).
+fn intern(name: &str) -> &'static str {
+    static NAMES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+    let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(interned) = names.get(name) {
+        return interned;
+    }
+    let interned: &'static str = Box::leak(name.into());
+    names.insert(interned);
+    interned
 }
 
 enum Resolved<'a> {

@@ -1,37 +1,437 @@
-//! Redis storage: one atomic Lua GCRA shared by every instance. (In progress.)
+//! Redis storage: one atomic Lua GCRA shared by every instance. Everything
+//! about it (keys, time, expiry, the script, timeouts, what redis-rs does)
+//! is documented on [`RedisStorage`], the one public item.
 
-use gcra_core::Decision;
-use redis::aio::ConnectionManager;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::{Client, Script, Value};
+use gcra_core::{CheckError, Decision};
 
 use crate::{BucketCheck, Storage, StorageError};
 
+/// `gcra.lua`, built (and hashed for `EVALSHA`) once per process.
+static GCRA_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("gcra.lua")));
+
 /// GCRA buckets in Redis, shared by every instance that uses the same Redis.
+///
+/// Cheap to clone: clones share the connection.
+///
+/// The [`Decision`]s it returns have `store: None`: the script has already
+/// written the new TAT in Redis, there is nothing left for the caller to store.
+///
+/// # Example
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use rate_tier_storage::{BucketCheck, RedisStorage, Storage};
+/// use gcra_core::Quota;
+///
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let conn = redis::Client::open("redis://127.0.0.1:6379/")?
+///     .get_connection_manager()
+///     .await?;
+/// let store: Arc<dyn Storage> =
+///     Arc::new(RedisStorage::new(conn).timeout(Duration::from_millis(50)));
+///
+/// let check = BucketCheck::new("free", "key_ana", Quota::per_minute(10), 1);
+/// let decision = store.check(&check).await?;
+/// assert!(decision.allowed);
+/// assert_eq!(decision.store, None); // already stored by Redis
+/// # Ok(()) }
+/// ```
+///
+/// Every check is one `EVALSHA` of `gcra.lua`, the same rules as
+/// [`gcra_core::Quota::check`] run by Redis as one atomic step: no other
+/// command touches the bucket between the read of its TAT and the write of
+/// the new one, so two instances can never both accept the last request.
+///
+/// # Keys and values
+///
+/// One string key per (tier, user) bucket, [`BucketCheck::shared_key`]:
+/// `trt:<tier>:<sha1_hex(user)>`, or `trt:<tier>:<hmac_sha1_hex(secret, user)>`
+/// with a [`KeySecret`](crate::key::KeySecret). The user id is never sent to
+/// Redis in clear. The value is the TAT (theoretical arrival time) in µs on
+/// Redis's clock, as an integer string, for example `1790947155000000`.
+///
+/// A key of another type, or a value that is not an integer string, counts
+/// as no value: the bucket starts fresh (the script never fails on it).
+///
+/// # Time and expiry
+///
+/// The time is Redis's `TIME`, read inside the script, never the instances'
+/// clocks: instances with skewed clocks still share one limit. Each write is
+/// `SET key tat PX ceil((tat - now) / 1000)`: the key expires when the bucket
+/// is full again, rounded *up* to the millisecond (a key that vanished a
+/// millisecond early would give requests away). Nothing needs cleaning up.
+///
+/// # The script
+///
+/// The [`Script`] is built once per process. redis-rs's
+/// `ScriptInvocation::invoke_async` sends `EVALSHA`, and on a `NOSCRIPT`
+/// error (the script cache was flushed, or Redis restarted or failed over)
+/// sends `SCRIPT LOAD` and the `EVALSHA` again, so no retry is needed here.
+///
+/// # Timeouts
+///
+/// Every check, including a `NOSCRIPT` reload and the wait for a connection,
+/// runs under [`tokio::time::timeout`]: past [`RedisStorage::timeout`]
+/// (default [`RedisStorage::DEFAULT_TIMEOUT`], 100 ms) it fails with
+/// [`StorageError::Timeout`]. A cancelled check may still have run in Redis
+/// (the request was sent, the answer came late): it is then charged but
+/// reported as a failure, never the other way round.
+///
+/// A check needs a Tokio runtime with the time driver enabled (as
+/// `#[tokio::main]` builds it).
+///
+/// # Connecting: what redis-rs does
+///
+/// redis-rs 1.x's own timeouts and retries (read in its source, 1.8, and
+/// measured): `ConnectionManagerConfig` defaults to a connection
+/// timeout of 1 s per attempt (it covers the TCP connect *and* the
+/// handshake: `AUTH`, `SELECT`, `CLIENT SETINFO`), 6 retries with
+/// exponential back-off from 100 ms, and a response timeout of 500 ms. So
+/// `Client::get_connection_manager().await` does not hang forever, but it
+/// does not return quickly either: against a server that accepts
+/// connections and never answers it failed after about 16 s ("timed out"),
+/// against a closed port after about 9.5 s ("connection refused"). A lazy
+/// manager whose connection fails makes each check wait out those same
+/// retries. Hence [`RedisStorage::from_url`] builds its manager lazily
+/// (`ConnectionManager::new_lazy_with_config`, no I/O until the first
+/// check) and with no retries: a check against a Redis that is down fails at
+/// once with [`StorageError::Backend`], and one against a Redis that does
+/// not answer fails at the timeout, never later. The next check after a
+/// failed connection reconnects (redis-rs starts a new connection after an
+/// I/O error). A redis-rs response timeout does not make the manager
+/// reconnect either (only a dropped connection does), so `from_url` turns
+/// it off, leaving [`RedisStorage::timeout`] as the one limit. When you
+/// build the manager yourself for [`RedisStorage::new`], the same settings
+/// are a good choice:
+///
+/// ```no_run
+/// use rate_tier_storage::RedisStorage;
+/// use redis::aio::ConnectionManagerConfig;
+///
+/// # #[tokio::main] async fn main() -> Result<(), redis::RedisError> {
+/// let config = ConnectionManagerConfig::new()
+///     .set_number_of_retries(0)
+///     .set_response_timeout(None);
+/// let conn = redis::Client::open("redis://127.0.0.1:6379/")?
+///     .get_connection_manager_lazy(config)?;
+/// let store = RedisStorage::new(conn);
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct RedisStorage {
     conn: ConnectionManager,
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for RedisStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisStorage").finish_non_exhaustive()
+        // The connection's details (the URL may hold a password) stay out.
+        f.debug_struct("RedisStorage")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
     }
 }
 
 impl RedisStorage {
-    /// A store on `conn`.
+    /// How long a check may take before it fails with
+    /// [`StorageError::Timeout`], unless set with [`RedisStorage::timeout`].
+    ///
+    /// ```
+    /// assert_eq!(
+    ///     rate_tier_storage::RedisStorage::DEFAULT_TIMEOUT,
+    ///     std::time::Duration::from_millis(100)
+    /// );
+    /// ```
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
+
+    /// A store on `conn`, with the default timeout of 100 ms.
+    ///
+    /// Building the manager with `get_connection_manager().await` connects
+    /// first and waits out redis-rs's retries if the server does not answer
+    /// (see [`RedisStorage`]). To start without waiting for
+    /// Redis, build it lazily:
+    ///
+    /// ```no_run
+    /// use rate_tier_storage::RedisStorage;
+    /// use redis::aio::ConnectionManagerConfig;
+    ///
+    /// # #[tokio::main] async fn main() -> Result<(), redis::RedisError> {
+    /// // Connects now (fails if Redis is down):
+    /// let conn = redis::Client::open("redis://127.0.0.1:6379/")?
+    ///     .get_connection_manager()
+    ///     .await?;
+    /// let store = RedisStorage::new(conn);
+    ///
+    /// // Connects on the first check, under that check's timeout:
+    /// let lazy = redis::Client::open("redis://127.0.0.1:6379/")?
+    ///     .get_connection_manager_lazy(ConnectionManagerConfig::new())?;
+    /// let store = RedisStorage::new(lazy);
+    /// # Ok(()) }
+    /// ```
     pub fn new(conn: ConnectionManager) -> Self {
-        RedisStorage { conn }
+        RedisStorage {
+            conn,
+            timeout: Self::DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// A store on the Redis at `url`, connected lazily: this returns at
+    /// once, without any I/O, and the connection is made during the first
+    /// checks, each bounded by [`RedisStorage::timeout`]. The connection is
+    /// not retried within a check (a refused connection fails the check at
+    /// once); a later check reconnects. See [`RedisStorage`].
+    ///
+    /// The URL is read by redis-rs:
+    /// `redis://[<user>][:<password>@]<host>[:<port>][/<db>]`, so `AUTH`
+    /// (with or without an ACL user) and the database number work as in
+    /// redis-rs. `rediss://` (TLS) needs one of redis-rs's TLS features
+    /// enabled in the final build (e.g. `redis/tokio-rustls-comp`); without
+    /// one, it is refused here with [`StorageError::Backend`].
+    ///
+    /// # Errors
+    ///
+    /// [`StorageError::Backend`] if the URL cannot be read, or if this is
+    /// called outside a Tokio runtime (the connection manager needs one).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rate_tier_storage::{RedisStorage, StorageError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), StorageError> {
+    /// // No I/O yet: this works even with no server at that address.
+    /// let store = RedisStorage::from_url("redis://:secret@127.0.0.1:6390/0")?
+    ///     .timeout(Duration::from_millis(50));
+    /// assert!(!format!("{store:?}").contains("secret"));
+    ///
+    /// assert!(matches!(RedisStorage::from_url("not a url"), Err(StorageError::Backend(_))));
+    /// # Ok(()) }
+    /// ```
+    pub fn from_url(url: &str) -> Result<Self, StorageError> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(StorageError::Backend(
+                "RedisStorage::from_url must be called inside a Tokio runtime"
+                    .into(),
+            ));
+        }
+        let client = Client::open(url).map_err(backend)?;
+        // No retries inside a check: the first one alone (100 ms back-off)
+        // would outlast the default timeout, and a Redis that is down should
+        // fail fast. redis-rs reconnects on the next check anyway. Its
+        // response timeout (500 ms by default) would only fire after this
+        // store's own; leave that one as the single limit.
+        let config = ConnectionManagerConfig::new()
+            .set_number_of_retries(0)
+            .set_response_timeout(None);
+        let conn = client
+            .get_connection_manager_lazy(config)
+            .map_err(backend)?;
+        Ok(Self::new(conn))
+    }
+
+    /// Sets how long a check may take (default 100 ms). Past it, the check
+    /// fails with [`StorageError::Timeout`]. The timeout covers everything a
+    /// check waits for: the connection (or reconnection), a `NOSCRIPT`
+    /// reload, and the script's answer. A zero timeout fails every check.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use rate_tier_storage::RedisStorage;
+    ///
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = RedisStorage::from_url("redis://127.0.0.1:6379/")?
+    ///     .timeout(Duration::from_millis(250));
+    /// assert_eq!(store.timeout_duration(), Duration::from_millis(250));
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The timeout of each check (see [`RedisStorage::timeout`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rate_tier_storage::RedisStorage;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = RedisStorage::from_url("redis://127.0.0.1:6390/")?;
+    /// assert_eq!(store.timeout_duration(), Duration::from_millis(100));
+    /// # Ok(()) }
+    /// ```
+    pub fn timeout_duration(&self) -> Duration {
+        self.timeout
+    }
+
+    async fn eval(
+        &self,
+        check: &BucketCheck<'_>,
+    ) -> Result<Value, ::redis::RedisError> {
+        let mut conn = self.conn.clone();
+        GCRA_SCRIPT
+            .key(check.shared_key())
+            .arg(check.quota.emission_interval_us())
+            .arg(check.quota.burst_offset_us())
+            .arg(check.cost)
+            .invoke_async(&mut conn)
+            .await
     }
 }
 
 #[async_trait::async_trait]
 impl Storage for RedisStorage {
-    async fn check(&self, check: &BucketCheck<'_>) -> Result<Decision, StorageError> {
-        let _ = (&self.conn, check);
-        Err(StorageError::Protocol("not implemented yet".into()))
+    /// Runs `gcra.lua` on the bucket. What gcra-core would refuse without
+    /// reading the store (a cost of 0, a cost above the burst) is refused
+    /// here without a call to Redis, with [`StorageError::Check`].
+    ///
+    /// Errors: [`StorageError::Timeout`] past the timeout,
+    /// [`StorageError::Backend`] for any error of Redis or of the connection
+    /// (the script's error replies included), [`StorageError::Protocol`] for
+    /// a reply that is not four non-negative integers.
+    async fn check(
+        &self,
+        check: &BucketCheck<'_>,
+    ) -> Result<Decision, StorageError> {
+        let (quota, cost) = (check.quota, check.cost);
+        if cost == 0 {
+            return Err(StorageError::Check(CheckError::ZeroCost));
+        }
+        if !quota.can_ever_pass(cost) {
+            return Err(StorageError::Check(CheckError::CostExceedsBurst {
+                cost,
+                burst: quota.burst(),
+            }));
+        }
+        match tokio::time::timeout(self.timeout, self.eval(check)).await {
+            Err(_elapsed) => Err(StorageError::Timeout(self.timeout)),
+            Ok(Err(error)) => Err(backend(error)),
+            Ok(Ok(reply)) => decode(reply),
+        }
     }
 
     fn kind(&self) -> &'static str {
         "redis"
+    }
+}
+
+fn backend(error: ::redis::RedisError) -> StorageError {
+    StorageError::Backend(Box::new(error))
+}
+
+/// `{allowed (1|0), remaining, retry_after_us, reset_after_us}` into a
+/// [`Decision`], or a [`StorageError::Protocol`] saying what was wrong.
+fn decode(reply: Value) -> Result<Decision, StorageError> {
+    let items = match reply {
+        Value::Array(items) if items.len() == 4 => items,
+        Value::Array(items) => {
+            return Err(StorageError::Protocol(format!(
+                "gcra.lua returned {} values, expected 4",
+                items.len()
+            )));
+        }
+        other => {
+            return Err(StorageError::Protocol(format!(
+                "gcra.lua returned {other:?}, expected an array of 4 integers"
+            )));
+        }
+    };
+    let mut numbers = [0_u64; 4];
+    for (slot, item) in numbers.iter_mut().zip(&items) {
+        *slot = match item {
+            Value::Int(n) => u64::try_from(*n).map_err(|_| {
+                StorageError::Protocol(format!(
+                    "gcra.lua returned a negative value: {n}"
+                ))
+            })?,
+            other => {
+                return Err(StorageError::Protocol(format!(
+                    "gcra.lua returned {other:?} where an integer was expected"
+                )));
+            }
+        };
+    }
+    let [allowed, remaining, retry_after_us, reset_after_us] = numbers;
+    let allowed = match allowed {
+        1 => true,
+        0 => false,
+        other => {
+            return Err(StorageError::Protocol(format!(
+                "gcra.lua returned allowed = {other}, expected 0 or 1"
+            )));
+        }
+    };
+    Ok(Decision {
+        allowed,
+        remaining,
+        retry_after_us,
+        reset_after_us,
+        store: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ints(values: &[i64]) -> Value {
+        Value::Array(values.iter().copied().map(Value::Int).collect())
+    }
+
+    #[test]
+    fn decodes_an_allowed_and_a_refused_reply() {
+        let allowed = decode(ints(&[1, 9, 0, 6_000_000])).unwrap();
+        assert_eq!(
+            allowed,
+            Decision {
+                allowed: true,
+                remaining: 9,
+                retry_after_us: 0,
+                reset_after_us: 6_000_000,
+                store: None,
+            }
+        );
+        let refused = decode(ints(&[0, 0, 6_000_000, 60_000_000])).unwrap();
+        assert!(!refused.allowed);
+        assert_eq!(refused.retry_after_us, 6_000_000);
+    }
+
+    #[test]
+    fn anything_else_is_a_protocol_error() {
+        let bad = [
+            ints(&[1, 9, 0]),
+            ints(&[1, 9, 0, 1, 1]),
+            ints(&[2, 0, 0, 0]),
+            ints(&[1, -1, 0, 0]),
+            ints(&[0, 0, -6, 0]),
+            Value::Nil,
+            Value::Int(1),
+            Value::Okay,
+            Value::Array(vec![
+                Value::Int(1),
+                Value::BulkString(b"9".to_vec()),
+                Value::Int(0),
+                Value::Int(0),
+            ]),
+        ];
+        for reply in bad {
+            let shown = format!("{reply:?}");
+            assert!(
+                matches!(decode(reply), Err(StorageError::Protocol(_))),
+                "{shown} was accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn the_script_is_the_file() {
+        assert!(GCRA_SCRIPT.get_hash().len() == 40);
     }
 }

@@ -93,15 +93,15 @@ where
     }
 
     fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
-        if let Some(info) = request.extensions().get::<RateLimitInfo>() {
-            if info.cost != self.cost {
-                let message = "tier_cost() runs after the rate limiter, so its cost was ignored: \
-                               wrap the limiter with it, or use TierLimitLayer::cost_fn";
-                return Box::pin(std::future::ready(Ok(response::error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    message,
-                ))));
-            }
+        let charged = request.extensions().get::<RateLimitInfo>();
+        if charged.is_some_and(|info| info.cost != self.cost) {
+            let message = "tier_cost() runs after the rate limiter, so its \
+                           cost was ignored: wrap the limiter with it, or \
+                           use TierLimitLayer::cost_fn";
+            return Box::pin(std::future::ready(Ok(response::error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                message,
+            ))));
         }
         request.extensions_mut().insert(RouteCost(self.cost));
         Box::pin(self.inner.call(request))

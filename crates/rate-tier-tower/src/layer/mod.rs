@@ -22,6 +22,8 @@
 //! [`cost_fn`]: TierLimitLayer::cost_fn
 
 mod cost;
+// tower-http's shape: `layer.rs` beside `service.rs`.
+#[allow(clippy::module_inception)]
 mod layer;
 mod response;
 mod service;

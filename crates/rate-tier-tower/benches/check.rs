@@ -1,0 +1,167 @@
+//! The hot path, side by side with governor's keyed limiter.
+//!
+//! `cargo xtask bench` runs this (quick mode) and writes BENCHMARKS.md.
+//! Every comparison runs both limiters in the same process, on the same
+//! keys, in the same loop shape: ratios are what to read, not absolute times.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::future::Future;
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use governor::{Quota as GovQuota, RateLimiter};
+use tower_rate_tier::{Quota, RateTier};
+
+const KEYS: usize = 100_000;
+
+/// Polls a future that completes without waiting (the memory path).
+fn ready<F: Future>(future: F) -> F::Output {
+    let mut future = pin!(future);
+    let mut cx = Context::from_waker(Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        Poll::Ready(output) => output,
+        Poll::Pending => panic!("the memory path never waits"),
+    }
+}
+
+fn ours() -> RateTier {
+    // A quota that mostly allows, like governor's below: both do the
+    // same work (read, decide, write) on every call.
+    RateTier::builder()
+        .tier("free", Quota::per_second(1_000_000))
+        .build()
+}
+
+type Governor = governor::DefaultKeyedRateLimiter<String>;
+
+fn governor() -> Governor {
+    RateLimiter::keyed(GovQuota::per_second(
+        NonZeroU32::new(1_000_000).unwrap(),
+    ))
+}
+
+fn user_ids() -> Vec<String> {
+    (0..KEYS).map(|i| format!("user-{i:08}")).collect()
+}
+
+fn decision(c: &mut Criterion) {
+    let quota = Quota::per_minute(10);
+    let mut group = c.benchmark_group("gcra_core");
+    group.bench_function("decision", |b| {
+        let mut now = 1_790_947_155_000_000u64;
+        b.iter(|| {
+            now += 7_000_000;
+            black_box(quota.check(black_box(Some(now)), now, 1))
+        })
+    });
+    group.finish();
+}
+
+fn one_key(c: &mut Criterion) {
+    let mut group = c.benchmark_group("memory/one_key");
+    let limiter = ours();
+    group.bench_function("tower_rate_tier", |b| {
+        b.iter(|| ready(limiter.check(black_box("user-1"), "free", 1)).unwrap())
+    });
+    let gov = governor();
+    let key = "user-1".to_owned();
+    group.bench_function("governor", |b| {
+        b.iter(|| gov.check_key(black_box(&key)))
+    });
+    group.finish();
+}
+
+fn many_keys(c: &mut Criterion) {
+    let users = user_ids();
+    let mut group = c.benchmark_group("memory/100k_keys");
+    let limiter = ours();
+    group.bench_function("tower_rate_tier", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            ready(limiter.check(&users[i], "free", 1)).unwrap()
+        })
+    });
+    let gov = governor();
+    group.bench_function("governor", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            gov.check_key(&users[i])
+        })
+    });
+    group.finish();
+}
+
+/// `iters` checks split over two threads; the time until both are done.
+fn two_threads<F>(iters: u64, work: Arc<F>) -> Duration
+where
+    F: Fn(usize, u64) + Send + Sync + 'static,
+{
+    let start = Instant::now();
+    let handles: Vec<_> = (0..2)
+        .map(|thread| {
+            let work = work.clone();
+            std::thread::spawn(move || work(thread, iters / 2))
+        })
+        .collect();
+    for handle in handles {
+        handle.join().unwrap();
+    }
+    start.elapsed()
+}
+
+fn threads(c: &mut Criterion) {
+    let users = Arc::new(user_ids());
+    for (name, spread) in [("one_key", 1), ("100k_keys", KEYS)] {
+        let mut group = c.benchmark_group(format!("memory/2_threads_{name}"));
+        let limiter = ours();
+        let u = users.clone();
+        group.bench_function("tower_rate_tier", |b| {
+            let limiter = limiter.clone();
+            let u = u.clone();
+            b.iter_custom(move |iters| {
+                let (limiter, u) = (limiter.clone(), u.clone());
+                two_threads(
+                    iters,
+                    Arc::new(move |thread: usize, n: u64| {
+                        let mut i = thread * 7919;
+                        for _ in 0..n {
+                            i = (i + 1) % spread;
+                            ready(limiter.check(&u[i], "free", 1))
+                                .unwrap()
+                                .ok();
+                        }
+                    }),
+                )
+            })
+        });
+        let gov = Arc::new(governor());
+        let u = users.clone();
+        group.bench_function("governor", |b| {
+            let (gov, u) = (gov.clone(), u.clone());
+            b.iter_custom(move |iters| {
+                let (gov, u) = (gov.clone(), u.clone());
+                two_threads(
+                    iters,
+                    Arc::new(move |thread: usize, n: u64| {
+                        let mut i = thread * 7919;
+                        for _ in 0..n {
+                            i = (i + 1) % spread;
+                            gov.check_key(&u[i]).ok();
+                        }
+                    }),
+                )
+            })
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, decision, one_key, many_keys, threads);
+criterion_main!(benches);
