@@ -1,7 +1,8 @@
 //! Time sources, in integer microseconds since the Unix epoch.
 //!
-//! Every store reads time from a [`Clock`]: production uses [`SystemClock`],
-//! tests move a [`FakeClock`] by hand instead of sleeping. (The Redis store
+//! Every store reads time from a [`Clock`]: production uses
+//! [`MonotonicClock`] (the default) or [`SystemClock`], tests move a
+//! [`FakeClock`] by hand instead of sleeping. (The Redis store
 //! is the exception: its script reads Redis's own `TIME`, so that instances
 //! with skewed clocks still share one limit.)
 
@@ -43,6 +44,50 @@ impl Clock for SystemClock {
             .map_or(0, |since| {
                 u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
             })
+    }
+}
+
+/// A fast monotonic clock, anchored to the wall clock once per process.
+///
+/// It reads the CPU's time-stamp counter (through `quanta`, as governor
+/// does), which costs a fraction of a system call, and never jumps: a wall
+/// clock stepped by NTP does not move it. It starts at the Unix time of its
+/// first use in the process and then runs at the counter's calibrated rate,
+/// so over weeks it can drift from the wall clock by the calibration error
+/// (parts per million): fine for rate limits and `x-ratelimit-reset`. Use
+/// [`SystemClock`] where exact wall time matters more than speed.
+///
+/// ```
+/// use rate_tier_storage::clock::{Clock, MonotonicClock, SystemClock};
+/// let (fast, wall) = (MonotonicClock.now_us(), SystemClock.now_us());
+/// assert!(fast.abs_diff(wall) < 1_000_000);
+/// assert!(MonotonicClock.now_us() >= fast);
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MonotonicClock;
+
+struct Anchor {
+    clock: quanta::Clock,
+    raw: u64,
+    unix_us: u64,
+}
+
+static ANCHOR: std::sync::LazyLock<Anchor> = std::sync::LazyLock::new(|| {
+    let clock = quanta::Clock::new();
+    let raw = clock.raw();
+    Anchor {
+        unix_us: SystemClock.now_us(),
+        raw,
+        clock,
+    }
+});
+
+impl Clock for MonotonicClock {
+    fn now_us(&self) -> u64 {
+        let anchor = &*ANCHOR;
+        let elapsed_ns =
+            anchor.clock.delta_as_nanos(anchor.raw, anchor.clock.raw());
+        anchor.unix_us.saturating_add(elapsed_ns / 1000)
     }
 }
 

@@ -33,10 +33,8 @@ use std::time::Duration;
 
 use gcra_core::{Decision, Quota};
 
-use crate::clock::{Clock, SharedClock, SystemClock};
-use crate::{
-    BucketCheck, LocalDecision, MemoryStorage, Storage, StorageError,
-};
+use crate::clock::{Clock, MonotonicClock, SharedClock};
+use crate::{BucketCheck, LocalDecision, MemoryStorage, Storage, StorageError};
 
 /// The state of a circuit breaker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,7 +232,7 @@ impl FallbackStorage {
     pub fn builder(primary: Arc<dyn Storage>) -> FallbackStorageBuilder {
         FallbackStorageBuilder {
             primary,
-            clock: Arc::new(SystemClock),
+            clock: Arc::new(MonotonicClock),
             failure_threshold: 3,
             cool_down: Duration::from_secs(1),
             max_cool_down: Duration::from_secs(30),

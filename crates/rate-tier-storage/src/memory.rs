@@ -21,7 +21,7 @@ use std::time::Duration;
 use gcra_core::Decision;
 use hashbrown::{DefaultHashBuilder, HashTable};
 
-use crate::clock::{Clock, SharedClock, SystemClock};
+use crate::clock::{Clock, MonotonicClock, SharedClock};
 use crate::{BucketCheck, LocalDecision, Storage, StorageError};
 
 const SHARDS: usize = 64;
@@ -155,7 +155,7 @@ impl Default for MemoryStorage {
 }
 
 impl MemoryStorage {
-    /// A store on the system clock with the default bounds (about 4 million
+    /// A store on the [`MonotonicClock`] with the default bounds (about 4 million
     /// live buckets, a sweep every 10 s).
     pub fn new() -> Self {
         Self::builder().build()
@@ -169,7 +169,7 @@ impl MemoryStorage {
     /// Configures a store.
     pub fn builder() -> MemoryStorageBuilder {
         MemoryStorageBuilder {
-            clock: Arc::new(SystemClock),
+            clock: Arc::new(MonotonicClock),
             capacity: DEFAULT_CAPACITY,
             sweep_interval: DEFAULT_SWEEP_INTERVAL,
         }
@@ -210,7 +210,7 @@ impl MemoryStorage {
 }
 
 impl MemoryStorageBuilder {
-    /// The clock the store decides with (default: [`SystemClock`]).
+    /// The clock the store decides with (default: [`MonotonicClock`]).
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Arc::new(clock);
         self

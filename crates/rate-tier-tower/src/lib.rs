@@ -78,7 +78,7 @@ mod identity;
 pub mod layer;
 mod tier;
 
-/// Time sources: the system clock and [`FakeClock`](clock::FakeClock) for tests.
+/// Time sources: fast monotonic (the default), wall, and [`FakeClock`](clock::FakeClock) for tests.
 pub mod clock {
     pub use rate_tier_storage::clock::*;
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use gcra_core::{CheckError, Decision, Quota};
 use http::StatusCode;
-use rate_tier_storage::clock::{Clock, SharedClock, SystemClock};
+use rate_tier_storage::clock::{Clock, MonotonicClock, SharedClock};
 use rate_tier_storage::key::{InvalidTierName, KeySecret, validate_tier_name};
 use rate_tier_storage::{BucketCheck, MemoryStorage, Storage, StorageError};
 
@@ -363,7 +363,7 @@ impl RateTierBuilder {
         self
     }
 
-    /// The clock (default: the system clock). It drives the default memory
+    /// The clock (default: [`MonotonicClock`](crate::clock::MonotonicClock)). It drives the default memory
     /// store and the `x-ratelimit-reset` times.
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Some(Arc::new(clock));
@@ -449,7 +449,7 @@ impl RateTierBuilder {
             None if has_default => OnUnknownTier::UseDefault,
             None => OnUnknownTier::Deny,
         };
-        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        let clock = self.clock.unwrap_or_else(|| Arc::new(MonotonicClock));
         let storage = match self.storage {
             Some(storage) => storage,
             None => Arc::new(
