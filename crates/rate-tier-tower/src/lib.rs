@@ -76,6 +76,7 @@ mod cache;
 mod event;
 mod identity;
 pub mod layer;
+mod observe;
 mod tier;
 
 /// Time sources: fast monotonic (the default), wall, and [`FakeClock`](clock::FakeClock) for tests.
@@ -89,6 +90,7 @@ pub use event::LimitEvent;
 pub use gcra_core::{Quota, QuotaError};
 pub use identity::{TierIdentifier, TierIdentity};
 pub use layer::{TierLimit, TierLimitLayer, tier_cost};
+pub use observe::{Checked, Observer, Outcome};
 #[cfg(feature = "redis")]
 pub use rate_tier_storage::RedisStorage;
 pub use rate_tier_storage::fallback::{self, BreakerState};

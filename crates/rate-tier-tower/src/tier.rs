@@ -485,6 +485,8 @@ pub(crate) enum Verdict {
     Unavailable(StatusCode),
     /// A time out of GCRA's range: the clock is broken.
     Invalid,
+    /// The cost function returned 0.
+    InvalidCost,
 }
 
 impl RateTier {

@@ -6,7 +6,7 @@ use http::request::Parts;
 use tower_layer::Layer;
 
 use super::TierLimit;
-use crate::{LimitEvent, RateTier, TierIdentifier, TierIdentity};
+use crate::{LimitEvent, Observer, RateTier, TierIdentifier, TierIdentity};
 
 type IdentifyFn = dyn Fn(&HeaderMap) -> Option<TierIdentity> + Send + Sync;
 type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
@@ -54,6 +54,7 @@ pub(crate) struct Config {
     pub(crate) identifier: Identifier,
     pub(crate) cost: Option<Arc<CostFn>>,
     pub(crate) on_event: Option<Arc<EventFn>>,
+    pub(crate) observer: Option<Arc<dyn Observer>>,
 }
 
 impl Clone for Config {
@@ -63,6 +64,7 @@ impl Clone for Config {
             identifier: self.identifier.clone(),
             cost: self.cost.clone(),
             on_event: self.on_event.clone(),
+            observer: self.observer.clone(),
         }
     }
 }
@@ -93,6 +95,7 @@ impl TierLimitLayer {
                 identifier: Identifier::None,
                 cost: None,
                 on_event: None,
+                observer: None,
             }),
         }
     }
@@ -144,6 +147,21 @@ impl TierLimitLayer {
                 forward(&LimitEvent::Storage(event.clone()));
             }));
         self.map(|c| c.on_event = Some(on_event))
+    }
+
+    /// Reports every check's outcome and latency, and every event, to
+    /// `observer` (metrics). Set it once per layer: it also registers with
+    /// the store for its events.
+    pub fn observe(self, observer: impl Observer) -> Self {
+        let observer: Arc<dyn Observer> = Arc::new(observer);
+        let forward = observer.clone();
+        self.config
+            .tiers
+            .storage()
+            .add_listener(Arc::new(move |event| {
+                forward.event(&LimitEvent::Storage(event.clone()));
+            }));
+        self.map(|c| c.observer = Some(observer))
     }
 
     /// The limiter this layer applies.

@@ -22,6 +22,7 @@
 //! [`cost_fn`]: TierLimitLayer::cost_fn
 
 mod cost;
+mod judge;
 // tower-http's shape: `layer.rs` beside `service.rs`.
 #[allow(clippy::module_inception)]
 mod layer;

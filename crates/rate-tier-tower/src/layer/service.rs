@@ -6,11 +6,9 @@ use std::task::{Context, Poll};
 use http::{Request, Response, StatusCode};
 use tower_service::Service;
 
-use super::cost::RouteCost;
-use super::layer::{Config, Identifier};
+use super::layer::Config;
 use super::response;
 use crate::tier::Verdict;
-use crate::{LimitEvent, TierIdentity};
 
 /// The service made by [`TierLimitLayer`](super::TierLimitLayer).
 ///
@@ -68,36 +66,7 @@ where
         let config = self.config.clone();
         Box::pin(async move {
             let (mut parts, body) = request.into_parts();
-            let identity: Option<TierIdentity> = match &config.identifier {
-                Identifier::None => None,
-                Identifier::Headers(identify) => identify(&parts.headers),
-                Identifier::Async(identifier) => {
-                    identifier.identify(&parts).await
-                }
-            };
-            let cost = match parts.extensions.get::<RouteCost>() {
-                Some(RouteCost(cost)) => *cost,
-                None => {
-                    config.cost.as_ref().map_or(1, |cost_fn| cost_fn(&parts))
-                }
-            };
-            let mut emit = |event: LimitEvent| {
-                if let Some(on_event) = &config.on_event {
-                    on_event(&event);
-                }
-            };
-            if cost == 0 {
-                emit(LimitEvent::InvalidCost);
-                return Ok(response::error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "invalid request cost",
-                ));
-            }
-            match config
-                .tiers
-                .decide(identity.as_ref(), cost, &mut emit)
-                .await
-            {
+            match config.judge(&parts).await {
                 Verdict::Allowed(info) => {
                     parts.extensions.insert(info.clone());
                     let mut response =
@@ -120,9 +89,13 @@ where
                 Verdict::Unavailable(status) => {
                     Ok(response::unavailable(status))
                 }
+                Verdict::InvalidCost => Ok(response::error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "invalid request cost",
+                )),
                 Verdict::Invalid => Ok(response::error(
                     StatusCode::INTERNAL_SERVER_ERROR,
-                    "rate limiter misconfigured",
+                    "rate limiter clock out of range",
                 )),
             }
         })
