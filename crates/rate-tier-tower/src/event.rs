@@ -70,6 +70,11 @@ pub enum LimitEvent {
     /// The store did something by itself: a circuit breaker changed state,
     /// or a check was decided by the local fallback.
     Storage(StorageEvent),
+    /// The plans were replaced ([`RateTier::reload`](crate::RateTier::reload)).
+    PlansReloaded {
+        /// The tier names now in force.
+        tiers: Vec<String>,
+    },
     /// The cost function returned 0 (every request costs at least 1); the
     /// request was answered 500.
     InvalidCost,

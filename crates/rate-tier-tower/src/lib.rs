@@ -68,6 +68,7 @@
 //! |---|---|
 //! | `redis` | `RedisStorage`: one limit shared by every instance through Redis |
 //! | `identity-cache` | [`CachedIdentifier`]: caches async identity lookups with moka |
+//! | `plans-toml` | [`PlansBuilder::from_toml`]: plans from a TOML file, for hot reload |
 #![warn(clippy::unwrap_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
@@ -77,6 +78,7 @@ mod event;
 mod identity;
 pub mod layer;
 mod observe;
+mod plans;
 mod tier;
 
 /// Time sources: fast monotonic (the default), wall, and [`FakeClock`](clock::FakeClock) for tests.
@@ -91,6 +93,9 @@ pub use gcra_core::{Quota, QuotaError};
 pub use identity::{TierIdentifier, TierIdentity};
 pub use layer::{TierLimit, TierLimitLayer, tier_cost};
 pub use observe::{Checked, Observer, Outcome};
+#[cfg(feature = "plans-toml")]
+pub use plans::PlansError;
+pub use plans::{Plans, PlansBuilder};
 #[cfg(feature = "redis")]
 pub use rate_tier_storage::RedisStorage;
 pub use rate_tier_storage::fallback::{self, BreakerState};

@@ -1,18 +1,20 @@
 //! Plans and their quotas: [`RateTier`], the limiter a layer or a caller uses.
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use arc_swap::ArcSwap;
 use std::time::Duration;
 
 use gcra_core::{CheckError, Decision, Quota};
 use http::StatusCode;
 use rate_tier_storage::clock::{Clock, MonotonicClock, SharedClock};
-use rate_tier_storage::key::{InvalidTierName, KeySecret, validate_tier_name};
+use rate_tier_storage::key::{InvalidTierName, KeySecret};
 use rate_tier_storage::{BucketCheck, MemoryStorage, Storage, StorageError};
 
 use crate::event::LimitEvent;
+use crate::plans::{Plans, PlansBuilder, Tier};
 
 /// What a request without an identity gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -241,13 +243,6 @@ impl Limited {
     }
 }
 
-#[derive(Debug)]
-struct Tier {
-    /// Interned: copying it into every decision costs no atomic operation.
-    name: &'static str,
-    quota: Quota,
-}
-
 /// Plans, their quotas and the policies for what does not fit: the limiter.
 ///
 /// Build one with [`RateTier::builder`]; clones share the configuration and
@@ -272,35 +267,20 @@ pub struct RateTier {
 }
 
 struct Inner {
-    tiers: Vec<Tier>,
-    default_tier: Option<usize>,
-    on_missing: OnMissing,
-    on_unknown_tier: OnUnknownTier,
-    on_storage_error: OnStorageError,
+    plans: ArcSwap<Plans>,
     storage: Arc<dyn Storage>,
     clock: SharedClock,
     key_secret: Option<KeySecret>,
+    listeners: RwLock<Vec<Listener>>,
 }
+
+type Listener = Arc<dyn Fn(&LimitEvent) + Send + Sync>;
 
 impl fmt::Debug for RateTier {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let inner = &*self.inner;
         f.debug_struct("RateTier")
-            .field(
-                "tiers",
-                &inner
-                    .tiers
-                    .iter()
-                    .map(|t| (t.name, t.quota))
-                    .collect::<Vec<_>>(),
-            )
-            .field(
-                "default_tier",
-                &inner.default_tier.map(|i| &*inner.tiers[i].name),
-            )
-            .field("on_missing", &inner.on_missing)
-            .field("on_unknown_tier", &inner.on_unknown_tier)
-            .field("on_storage_error", &inner.on_storage_error)
+            .field("plans", &*inner.plans.load())
             .field("storage", &inner.storage)
             .field("key_secret", &inner.key_secret)
             .finish_non_exhaustive()
@@ -311,11 +291,7 @@ impl fmt::Debug for RateTier {
 #[derive(Debug, Default)]
 #[must_use]
 pub struct RateTierBuilder {
-    tiers: Vec<(String, Quota)>,
-    default_tier: Option<String>,
-    on_missing: Option<OnMissing>,
-    on_unknown_tier: Option<OnUnknownTier>,
-    on_storage_error: OnStorageError,
+    plans: PlansBuilder,
     storage: Option<Arc<dyn Storage>>,
     clock: Option<SharedClock>,
     key_secret: Option<KeySecret>,
@@ -324,21 +300,21 @@ pub struct RateTierBuilder {
 impl RateTierBuilder {
     /// Adds a tier (plan): a name of 1 to 64 `[A-Za-z0-9_.-]` and its quota.
     pub fn tier(mut self, name: impl Into<String>, quota: Quota) -> Self {
-        self.tiers.push((name.into(), quota));
+        self.plans = self.plans.tier(name, quota);
         self
     }
 
     /// The tier for requests without an identity ([`OnMissing::UseDefault`])
     /// and for unknown tiers ([`OnUnknownTier::UseDefault`]).
     pub fn default_tier(mut self, name: impl Into<String>) -> Self {
-        self.default_tier = Some(name.into());
+        self.plans = self.plans.default_tier(name);
         self
     }
 
     /// What a request without identity gets. Default: the default tier if
     /// one is set, else 401 Unauthorized.
     pub fn on_missing(mut self, policy: OnMissing) -> Self {
-        self.on_missing = Some(policy);
+        self.plans = self.plans.on_missing(policy);
         self
     }
 
@@ -346,13 +322,13 @@ impl RateTierBuilder {
     /// tier's quota in the user's own bucket if a default tier is set, else
     /// 403 Forbidden. Never unlimited unless [`OnUnknownTier::Allow`].
     pub fn on_unknown_tier(mut self, policy: OnUnknownTier) -> Self {
-        self.on_unknown_tier = Some(policy);
+        self.plans = self.plans.on_unknown_tier(policy);
         self
     }
 
     /// What a request gets when the store fails. Default: 503, fail closed.
     pub fn on_storage_error(mut self, policy: OnStorageError) -> Self {
-        self.on_storage_error = policy;
+        self.plans = self.plans.on_storage_error(policy);
         self
     }
 
@@ -407,48 +383,7 @@ impl RateTierBuilder {
     /// assert!(matches!(err, Err(ConfigError::InvalidTierName(_))));
     /// ```
     pub fn try_build(self) -> Result<RateTier, ConfigError> {
-        if self.tiers.is_empty() {
-            return Err(ConfigError::NoTiers);
-        }
-        let mut tiers: Vec<Tier> = Vec::with_capacity(self.tiers.len());
-        for (name, quota) in self.tiers {
-            validate_tier_name(&name)?;
-            if tiers.iter().any(|t| *t.name == *name) {
-                return Err(ConfigError::DuplicateTier(name));
-            }
-            tiers.push(Tier {
-                name: intern(&name),
-                quota,
-            });
-        }
-        let default_tier = match self.default_tier {
-            None => None,
-            Some(name) => match tiers.iter().position(|t| *t.name == *name) {
-                Some(index) => Some(index),
-                None => return Err(ConfigError::UnknownDefaultTier(name)),
-            },
-        };
-        let has_default = default_tier.is_some();
-        let on_missing = match self.on_missing {
-            Some(OnMissing::UseDefault) if !has_default => {
-                return Err(ConfigError::NoDefaultTier(
-                    "OnMissing::UseDefault",
-                ));
-            }
-            Some(policy) => policy,
-            None if has_default => OnMissing::UseDefault,
-            None => OnMissing::Deny(StatusCode::UNAUTHORIZED),
-        };
-        let on_unknown_tier = match self.on_unknown_tier {
-            Some(OnUnknownTier::UseDefault) if !has_default => {
-                return Err(ConfigError::NoDefaultTier(
-                    "OnUnknownTier::UseDefault",
-                ));
-            }
-            Some(policy) => policy,
-            None if has_default => OnUnknownTier::UseDefault,
-            None => OnUnknownTier::Deny,
-        };
+        let plans = self.plans.build()?;
         let clock = self.clock.unwrap_or_else(|| Arc::new(MonotonicClock));
         let storage = match self.storage {
             Some(storage) => storage,
@@ -458,14 +393,11 @@ impl RateTierBuilder {
         };
         Ok(RateTier {
             inner: Arc::new(Inner {
-                tiers,
-                default_tier,
-                on_missing,
-                on_unknown_tier,
-                on_storage_error: self.on_storage_error,
+                plans: ArcSwap::from_pointee(plans),
                 storage,
                 clock,
                 key_secret: self.key_secret,
+                listeners: RwLock::new(Vec::new()),
             }),
         })
     }
@@ -495,14 +427,70 @@ impl RateTier {
         RateTierBuilder::default()
     }
 
-    /// The quota of a configured tier.
+    /// The quota of a configured tier, in the plans in force now.
     pub fn quota(&self, tier: &str) -> Option<Quota> {
-        self.find(tier).map(|t| t.quota)
+        self.inner.plans.load().quota(tier)
     }
 
-    /// The default tier, if one is set.
-    pub fn default_tier(&self) -> Option<&str> {
-        self.inner.default_tier.map(|i| &*self.inner.tiers[i].name)
+    /// The default tier of the plans in force now, if one is set.
+    pub fn default_tier(&self) -> Option<&'static str> {
+        self.inner.plans.load().default_tier()
+    }
+
+    /// The plans in force now.
+    pub fn plans(&self) -> Arc<Plans> {
+        self.inner.plans.load_full()
+    }
+
+    /// Replaces the plans, for every clone of this limiter, without a
+    /// restart and without losing any bucket: requests already deciding
+    /// finish on the old plans, later ones use the new. A bucket is its tier
+    /// name and user, and its TAT stays: a user who spent half of their
+    /// bucket has spent half of the new one, and a smaller burst caps the
+    /// bucket rather than lock the user out.
+    /// Reported as [`LimitEvent::PlansReloaded`] to the layers' `on_event`.
+    ///
+    /// Plans are validated when built ([`PlansBuilder::build`]), so a bad
+    /// configuration never reaches this call: the old plans stay.
+    ///
+    /// ```
+    /// use tower_rate_tier::{Plans, Quota, RateTier, clock::FakeClock};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter = RateTier::builder()
+    ///     .clock(FakeClock::new())
+    ///     .tier("free", Quota::per_minute(10))
+    ///     .build();
+    /// for _ in 0..5 {
+    ///     limiter.check("ana", "free", 1).await.unwrap().unwrap();
+    /// }
+    /// // Ana spent half her bucket (its TAT is 30 s ahead, of 60 s). Free
+    /// // becomes 20 per minute: she still has half of it, 10, left.
+    /// limiter.reload(Plans::builder().tier("free", Quota::per_minute(20)).build().unwrap());
+    /// let info = limiter.check("ana", "free", 1).await.unwrap().unwrap();
+    /// assert_eq!((info.limit, info.remaining), (20, 9));
+    /// # }
+    /// ```
+    pub fn reload(&self, plans: Plans) {
+        let tiers = plans.tier_names().map(str::to_owned).collect();
+        self.inner.plans.store(Arc::new(plans));
+        let event = LimitEvent::PlansReloaded { tiers };
+        let listeners = self
+            .inner
+            .listeners
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        for listener in listeners.iter() {
+            listener(&event);
+        }
+    }
+
+    /// Registers a listener for the limiter's own events (reloads).
+    pub(crate) fn add_listener(&self, listener: Listener) {
+        self.inner
+            .listeners
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(listener);
     }
 
     /// The store the limiter uses.
@@ -510,13 +498,9 @@ impl RateTier {
         &self.inner.storage
     }
 
-    /// The storage error policy.
+    /// The storage error policy of the plans in force now.
     pub fn on_storage_error(&self) -> OnStorageError {
-        self.inner.on_storage_error
-    }
-
-    fn find(&self, tier: &str) -> Option<&Tier> {
-        self.inner.tiers.iter().find(|t| *t.name == *tier)
+        self.inner.plans.load().on_storage_error
     }
 
     /// Charges `cost` to `user`'s bucket in `tier`.
@@ -557,7 +541,9 @@ impl RateTier {
         if cost == 0 {
             return Err(Error::ZeroCost);
         }
-        match self.resolve(user, tier, &mut |_| {}) {
+        let resolved =
+            self.resolve(&self.inner.plans.load(), user, tier, &mut |_| {});
+        match resolved {
             Resolved::Bucket(tier) => self.charge(tier, user, cost).await,
             Resolved::Unlimited => Ok(Ok(self.unlimited_info(tier, cost))),
             Resolved::Refused(limited) => Ok(Err(limited)),
@@ -572,28 +558,37 @@ impl RateTier {
         cost: u32,
         emit: &mut (dyn FnMut(LimitEvent) + Send),
     ) -> Verdict {
-        let (user, tier) = match identity {
-            Some(identity) if !identity.user().is_empty() => {
-                (identity.user(), identity.tier())
-            }
-            _ => {
-                emit(LimitEvent::MissingIdentity);
-                match self.inner.on_missing {
-                    OnMissing::Deny(status) => return Verdict::Denied(status),
-                    OnMissing::UseDefault => match self.inner.default_tier {
+        // A snapshot of the plans; the guard is dropped before any await.
+        let (user, tier, on_storage_error) = {
+            let plans = self.inner.plans.load();
+            let (user, tier) = match identity {
+                Some(identity) if !identity.user().is_empty() => {
+                    (identity.user(), identity.tier())
+                }
+                _ => {
+                    emit(LimitEvent::MissingIdentity);
+                    match (plans.on_missing, plans.default()) {
+                        (OnMissing::Deny(status), _) => {
+                            return Verdict::Denied(status);
+                        }
                         // One shared bucket: `user` "" is never an identity.
-                        Some(index) => ("", self.inner.tiers[index].name),
-                        None => {
+                        (OnMissing::UseDefault, Some(default)) => {
+                            ("", default.name)
+                        }
+                        (OnMissing::UseDefault, None) => {
                             return Verdict::Denied(StatusCode::UNAUTHORIZED);
                         }
-                    },
+                    }
                 }
-            }
-        };
-        let tier = match self.resolve(user, tier, &mut *emit) {
-            Resolved::Bucket(tier) => tier,
-            Resolved::Unlimited => return Verdict::Unlimited,
-            Resolved::Refused(limited) => return Verdict::Limited(limited),
+            };
+            let tier = match self.resolve(&plans, user, tier, &mut *emit) {
+                Resolved::Bucket(tier) => tier,
+                Resolved::Unlimited => return Verdict::Unlimited,
+                Resolved::Refused(limited) => {
+                    return Verdict::Limited(limited);
+                }
+            };
+            (user, tier, plans.on_storage_error)
         };
         match self.charge(tier, user, cost).await {
             Ok(Ok(info)) => Verdict::Allowed(info),
@@ -617,7 +612,7 @@ impl RateTier {
                 Verdict::Limited(limited)
             }
             Err(Error::Storage(error)) => {
-                let policy = self.inner.on_storage_error;
+                let policy = on_storage_error;
                 emit(LimitEvent::StorageError {
                     storage: self.inner.storage.kind(),
                     error: error.to_string(),
@@ -634,24 +629,25 @@ impl RateTier {
         }
     }
 
-    fn resolve<'a>(
-        &'a self,
+    fn resolve(
+        &self,
+        plans: &Plans,
         user: &str,
         tier: &str,
         emit: &mut (dyn FnMut(LimitEvent) + Send + '_),
-    ) -> Resolved<'a> {
-        if let Some(found) = self.find(tier) {
+    ) -> Resolved {
+        if let Some(found) = plans.find(tier) {
             return Resolved::Bucket(found);
         }
-        let policy = self.inner.on_unknown_tier;
+        let policy = plans.on_unknown_tier;
         emit(LimitEvent::UnknownTier {
             user_id: user.to_owned(),
             tier: tier.to_owned(),
             policy,
         });
-        match (policy, self.inner.default_tier) {
-            (OnUnknownTier::UseDefault, Some(index)) => {
-                Resolved::Bucket(&self.inner.tiers[index])
+        match (policy, plans.default()) {
+            (OnUnknownTier::UseDefault, Some(default)) => {
+                Resolved::Bucket(default)
             }
             (OnUnknownTier::Allow, _) => Resolved::Unlimited,
             // Deny, or UseDefault without a default (refused at build time).
@@ -668,7 +664,7 @@ impl RateTier {
 
     async fn charge(
         &self,
-        tier: &Tier,
+        tier: Tier,
         user: &str,
         cost: u32,
     ) -> Result<Result<RateLimitInfo, Limited>, Error> {
@@ -740,22 +736,8 @@ impl RateTier {
     }
 }
 
-/// The `&'static` copy of a tier name, made once per distinct name for the
-/// life of the process (names come from configuration, never from requests,
-/// so the set is small and bounded).
-fn intern(name: &str) -> &'static str {
-    static NAMES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
-    let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(interned) = names.get(name) {
-        return interned;
-    }
-    let interned: &'static str = Box::leak(name.into());
-    names.insert(interned);
-    interned
-}
-
-enum Resolved<'a> {
-    Bucket(&'a Tier),
+enum Resolved {
+    Bucket(Tier),
     Unlimited,
     Refused(Limited),
 }

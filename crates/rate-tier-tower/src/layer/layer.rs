@@ -146,6 +146,7 @@ impl TierLimitLayer {
             .add_listener(Arc::new(move |event| {
                 forward(&LimitEvent::Storage(event.clone()));
             }));
+        self.config.tiers.add_listener(on_event.clone());
         self.map(|c| c.on_event = Some(on_event))
     }
 
@@ -161,6 +162,10 @@ impl TierLimitLayer {
             .add_listener(Arc::new(move |event| {
                 forward.event(&LimitEvent::Storage(event.clone()));
             }));
+        let forward = observer.clone();
+        self.config
+            .tiers
+            .add_listener(Arc::new(move |event| forward.event(event)));
         self.map(|c| c.observer = Some(observer))
     }
 

@@ -1,0 +1,202 @@
+//! Hot reload of plans, and plans from TOML.
+#![cfg(feature = "plans-toml")]
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::{Router, routing::get};
+use http::Request;
+use tower::ServiceExt;
+use tower_rate_tier::clock::FakeClock;
+use tower_rate_tier::{
+    LimitEvent, Plans, Quota, RateTier, TierIdentity, TierLimitLayer,
+};
+
+fn limiter(clock: &FakeClock) -> RateTier {
+    RateTier::builder()
+        .clock(clock.clone())
+        .tier("free", Quota::per_minute(10))
+        .default_tier("free")
+        .build()
+}
+
+fn plans(toml: &str) -> Plans {
+    Plans::builder().from_toml(toml).unwrap().build().unwrap()
+}
+
+#[tokio::test]
+async fn a_reload_keeps_every_bucket() {
+    let clock = FakeClock::new();
+    let tiers = limiter(&clock);
+    for _ in 0..5 {
+        tiers.check("ana", "free", 1).await.unwrap().unwrap();
+    }
+    tiers.reload(plans(
+        "default_tier = \"free\"\n[tiers.free]\nlimit = 20\nper = \"minute\"\n",
+    ));
+    // Half of the bucket was spent; half of the new one is: 10 left, then 9.
+    let info = tiers.check("ana", "free", 1).await.unwrap().unwrap();
+    assert_eq!((info.limit, info.remaining), (20, 9));
+    // Someone else starts with the new full bucket.
+    let bea = tiers.check("bea", "free", 1).await.unwrap().unwrap();
+    assert_eq!(bea.remaining, 19);
+}
+
+#[tokio::test]
+async fn a_smaller_burst_caps_the_bucket_instead_of_locking_out() {
+    let clock = FakeClock::new();
+    let tiers = limiter(&clock);
+    for _ in 0..10 {
+        tiers.check("ana", "free", 1).await.unwrap().unwrap();
+    }
+    // Same rate, burst 2: the TAT (60 s ahead) is beyond the new burst
+    // offset (12 s) and is capped, so Ana waits one interval, not 54 s.
+    tiers.reload(
+        Plans::builder()
+            .tier("free", Quota::per_minute(10).allow_burst(2))
+            .build()
+            .unwrap(),
+    );
+    let limited = tiers.check("ana", "free", 1).await.unwrap().unwrap_err();
+    assert_eq!(limited.retry_after(), Duration::from_secs(6));
+    clock.advance(Duration::from_secs(6));
+    assert!(tiers.check("ana", "free", 1).await.unwrap().is_ok());
+}
+
+#[tokio::test]
+async fn removed_tiers_follow_the_unknown_tier_policy_and_clones_see_reloads() {
+    let clock = FakeClock::new();
+    let tiers = limiter(&clock);
+    let clone = tiers.clone();
+    tiers.reload(
+        Plans::builder()
+            .tier("basic", Quota::per_minute(3))
+            .build()
+            .unwrap(),
+    );
+    assert_eq!(clone.quota("free"), None);
+    assert_eq!(clone.quota("basic"), Some(Quota::per_minute(3)));
+    // No default tier any more: an unknown tier is refused, never unlimited.
+    assert!(clone.check("ana", "free", 1).await.unwrap().is_err());
+}
+
+#[tokio::test]
+async fn every_reload_is_an_event_for_the_layer() {
+    let clock = FakeClock::new();
+    let tiers = limiter(&clock);
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let app = Router::new().route("/", get(|| async { "ok" })).layer(
+        TierLimitLayer::new(tiers.clone())
+            .identifier_fn(|_| Some(TierIdentity::new("ana", "free")))
+            .on_event(move |e| sink.lock().unwrap().push(e.clone())),
+    );
+    tiers.reload(plans("[tiers.free]\nlimit = 20\nper = \"minute\"\n"));
+    assert_eq!(
+        *events.lock().unwrap(),
+        [LimitEvent::PlansReloaded {
+            tiers: vec!["free".to_owned()]
+        }]
+    );
+    let response = app
+        .oneshot(Request::get("/").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["x-ratelimit-limit"], "20");
+}
+
+#[tokio::test]
+async fn reloads_while_checks_run_never_lose_or_double_a_charge() {
+    let clock = FakeClock::new();
+    let tiers = RateTier::builder()
+        .clock(clock.clone())
+        .tier("free", Quota::per_minute(100))
+        .build();
+    let same = || {
+        Plans::builder()
+            .tier("free", Quota::per_minute(100))
+            .build()
+            .unwrap()
+    };
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let tiers = tiers.clone();
+        tasks.push(tokio::spawn(async move {
+            if i % 10 == 0 {
+                tiers.reload(same());
+            }
+            tiers.check("ana", "free", 1).await.unwrap().is_ok()
+        }));
+    }
+    let mut allowed = 0;
+    for task in tasks {
+        allowed += usize::from(task.await.unwrap());
+    }
+    assert_eq!(allowed, 100);
+}
+
+fn error_line(toml: &str) -> (usize, String) {
+    let err = Plans::builder().from_toml(toml).unwrap_err();
+    (err.line(), err.message().to_owned())
+}
+
+#[test]
+fn bad_files_name_the_line() {
+    let (line, message) =
+        error_line("[tiers.free]\nlimit = 10\nper = \"minute\"\nbrust = 2\n");
+    assert_eq!(line, 4);
+    assert!(message.contains("brust"), "{message}");
+
+    assert_eq!(
+        error_line("\n[tiers.free]\nlimit = 0\nper = \"minute\"\n").0,
+        3
+    );
+    let (line, message) = error_line(
+        "default_tier = \"gold\"\n[tiers.free]\nlimit = 1\nper = \"day\"\n",
+    );
+    assert_eq!(line, 1);
+    assert!(message.contains("gold"), "{message}");
+    assert_eq!(
+        error_line("[tiers.free]\nlimit = 1\nper = \"fortnight\"\n").0,
+        3
+    );
+    assert_eq!(
+        error_line("[tiers.\"a:b\"]\nlimit = 1\nper = \"day\"\n").0,
+        1
+    );
+    assert_eq!(
+        error_line("[tiers.free]\nlimit = 5\nper = \"day\"\nburst = 0\n").0,
+        4
+    );
+    // TOML itself refuses a tier defined twice, with its line.
+    assert_eq!(
+        error_line(
+            "[tiers.free]\nlimit = 1\nper = \"day\"\n[tiers.free]\nlimit = 2\nper = \"day\"\n"
+        )
+        .0,
+        4
+    );
+    assert_eq!(error_line("[tiers.free]\nlimit = -1\nper = \"day\"\n").0, 2);
+    assert_eq!(error_line("mystery = 1\n").0, 1);
+}
+
+#[test]
+fn the_issue_format_loads() {
+    let plans = plans(
+        r#"
+default_tier = "free"        # optional
+[tiers.free]
+limit = 10
+per = "minute"               # second | minute | hour | day
+# burst = 10                 # optional, defaults to limit
+[tiers.pro]
+limit = 100
+per = "minute"
+"#,
+    );
+    assert_eq!(plans.default_tier(), Some("free"));
+    assert_eq!(plans.quota("free"), Some(Quota::per_minute(10)));
+    assert_eq!(plans.quota("pro"), Some(Quota::per_minute(100)));
+}
