@@ -122,6 +122,9 @@ pub struct RateLimitInfo {
     pub reset_after: Duration,
     /// The cost charged.
     pub cost: u32,
+    /// How long a full burst takes to come back (`tau = T * burst`): the
+    /// window of the IETF `RateLimit-Policy`.
+    pub window: Duration,
     /// When this was decided, in µs on the limiter's clock.
     pub now_us: u64,
 }
@@ -189,6 +192,7 @@ pub struct Limited {
     pub(crate) retry_after: Duration,
     pub(crate) reset_after: Duration,
     pub(crate) now_us: u64,
+    pub(crate) window: Duration,
 }
 
 impl Limited {
@@ -232,6 +236,11 @@ impl Limited {
     /// Until the bucket is full again.
     pub fn reset_after(&self) -> Duration {
         self.reset_after
+    }
+
+    /// How long a full burst takes to come back (`tau = T * burst`).
+    pub fn window(&self) -> Duration {
+        self.window
     }
 
     /// Unix time, in whole seconds rounded up, when the bucket is full again.
@@ -654,6 +663,7 @@ impl RateTier {
             _ => Resolved::Refused(Limited {
                 tier: Cow::Owned(tier.to_owned()),
                 limit: 0,
+                window: Duration::ZERO,
                 reason: LimitReason::UnknownTier,
                 retry_after: Duration::ZERO,
                 reset_after: Duration::ZERO,
@@ -676,6 +686,7 @@ impl RateTier {
             return Ok(Err(Limited {
                 tier: Cow::Borrowed(tier.name),
                 limit: tier.quota.burst(),
+                window: Duration::from_micros(tier.quota.burst_offset_us()),
                 reason: LimitReason::CostExceedsBurst { cost },
                 retry_after: Duration::ZERO,
                 reset_after: Duration::ZERO,
@@ -707,6 +718,7 @@ impl RateTier {
             Ok(Ok(RateLimitInfo {
                 tier: Cow::Borrowed(tier.name),
                 limit: tier.quota.burst(),
+                window: Duration::from_micros(tier.quota.burst_offset_us()),
                 remaining: decision.remaining,
                 reset_after,
                 cost,
@@ -716,6 +728,7 @@ impl RateTier {
             Ok(Err(Limited {
                 tier: Cow::Borrowed(tier.name),
                 limit: tier.quota.burst(),
+                window: Duration::from_micros(tier.quota.burst_offset_us()),
                 reason: LimitReason::RateLimited,
                 retry_after: Duration::from_micros(decision.retry_after_us),
                 reset_after,
@@ -728,6 +741,7 @@ impl RateTier {
         RateLimitInfo {
             tier: Cow::Owned(tier.to_owned()),
             limit: u32::MAX,
+            window: Duration::ZERO,
             remaining: u64::MAX,
             reset_after: Duration::ZERO,
             cost,

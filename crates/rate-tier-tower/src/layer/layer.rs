@@ -5,7 +5,7 @@ use http::HeaderMap;
 use http::request::Parts;
 use tower_layer::Layer;
 
-use super::TierLimit;
+use super::{HeaderStyle, TierLimit};
 use crate::{LimitEvent, Observer, RateTier, TierIdentifier, TierIdentity};
 
 type IdentifyFn = dyn Fn(&HeaderMap) -> Option<TierIdentity> + Send + Sync;
@@ -55,6 +55,7 @@ pub(crate) struct Config {
     pub(crate) cost: Option<Arc<CostFn>>,
     pub(crate) on_event: Option<Arc<EventFn>>,
     pub(crate) observer: Option<Arc<dyn Observer>>,
+    pub(crate) headers: HeaderStyle,
 }
 
 impl Clone for Config {
@@ -65,6 +66,7 @@ impl Clone for Config {
             cost: self.cost.clone(),
             on_event: self.on_event.clone(),
             observer: self.observer.clone(),
+            headers: self.headers,
         }
     }
 }
@@ -96,6 +98,7 @@ impl TierLimitLayer {
                 cost: None,
                 on_event: None,
                 observer: None,
+                headers: HeaderStyle::default(),
             }),
         }
     }
@@ -167,6 +170,12 @@ impl TierLimitLayer {
             .tiers
             .add_listener(Arc::new(move |event| forward.event(event)));
         self.map(|c| c.observer = Some(observer))
+    }
+
+    /// Which rate-limit headers responses carry (default: the post's
+    /// `x-ratelimit-*`). See [`HeaderStyle`] for the IETF fields.
+    pub fn headers(self, style: HeaderStyle) -> Self {
+        self.map(|c| c.headers = style)
     }
 
     /// The limiter this layer applies.

@@ -32,7 +32,8 @@ mod service;
 pub use cost::{RouteCost, TierCost, TierCostLayer, tier_cost};
 pub use layer::TierLimitLayer;
 pub use response::{
-    X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
-    limited_response,
+    HeaderStyle, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT,
+    X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, limited_response,
+    limited_response_with,
 };
 pub use service::TierLimit;

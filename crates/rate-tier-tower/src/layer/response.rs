@@ -15,14 +15,105 @@ pub const X_RATELIMIT_REMAINING: HeaderName =
 pub const X_RATELIMIT_RESET: HeaderName =
     HeaderName::from_static("x-ratelimit-reset");
 
+/// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers-10).
+pub const RATELIMIT_POLICY: HeaderName =
+    HeaderName::from_static("ratelimit-policy");
+/// `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10).
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+
+/// Which rate-limit headers the layer writes.
+///
+/// - `XRateLimit` (the default, the post's): `x-ratelimit-limit`,
+///   `x-ratelimit-remaining`, `x-ratelimit-reset` (Unix seconds).
+/// - `Ietf`: the fields of draft-ietf-httpapi-ratelimit-headers-10, one
+///   policy named after the tier: `RateLimit-Policy: "free";q=10;w=60`
+///   (q: the burst; w: seconds for a full burst to come back) and
+///   `RateLimit: "free";r=9;t=54` (r: remaining; t: seconds until the
+///   bucket is full again, or on a 429 until the request may be retried,
+///   so `Retry-After` is never earlier than `t`). No partition key is sent:
+///   it would reveal who the user is to anything that sees the response.
+/// - `Both`: all of them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HeaderStyle {
+    /// `x-ratelimit-*` only.
+    #[default]
+    XRateLimit,
+    /// `RateLimit-Policy` and `RateLimit` only.
+    Ietf,
+    /// Both sets.
+    Both,
+}
+
+impl HeaderStyle {
+    fn x(self) -> bool {
+        matches!(self, HeaderStyle::XRateLimit | HeaderStyle::Both)
+    }
+
+    fn ietf(self) -> bool {
+        matches!(self, HeaderStyle::Ietf | HeaderStyle::Both)
+    }
+}
+
+fn ceil_secs(duration: std::time::Duration) -> u64 {
+    let secs = duration.as_secs();
+    if duration.subsec_nanos() > 0 {
+        secs.saturating_add(1)
+    } else {
+        secs
+    }
+}
+
+/// Tier names are `[A-Za-z0-9_.-]`: a valid sf-string and header value.
+fn insert_ietf(
+    headers: &mut HeaderMap,
+    tier: &str,
+    limit: u32,
+    window: std::time::Duration,
+    remaining: u64,
+    reset_secs: u64,
+) {
+    let policy = format!("\"{tier}\";q={limit};w={}", ceil_secs(window));
+    let state = format!("\"{tier}\";r={remaining};t={reset_secs}");
+    if let Ok(policy) = HeaderValue::try_from(policy) {
+        headers.insert(RATELIMIT_POLICY, policy);
+    }
+    if let Ok(state) = HeaderValue::try_from(state) {
+        headers.insert(RATELIMIT, state);
+    }
+}
+
 pub(crate) fn insert_info_headers(
     headers: &mut HeaderMap,
     info: &RateLimitInfo,
 ) {
-    headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(info.limit));
-    headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(info.remaining));
-    headers
-        .insert(X_RATELIMIT_RESET, HeaderValue::from(info.reset_unix_secs()));
+    insert_info_headers_with(headers, info, HeaderStyle::XRateLimit);
+}
+
+pub(crate) fn insert_info_headers_with(
+    headers: &mut HeaderMap,
+    info: &RateLimitInfo,
+    style: HeaderStyle,
+) {
+    if style.x() {
+        headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(info.limit));
+        headers
+            .insert(X_RATELIMIT_REMAINING, HeaderValue::from(info.remaining));
+        headers.insert(
+            X_RATELIMIT_RESET,
+            HeaderValue::from(info.reset_unix_secs()),
+        );
+    }
+    if style.ietf() {
+        insert_ietf(
+            headers,
+            &info.tier,
+            info.limit,
+            info.window,
+            info.remaining,
+            ceil_secs(info.reset_after),
+        );
+    }
 }
 
 fn json<B: From<String>>(status: StatusCode, body: String) -> Response<B> {
@@ -67,6 +158,33 @@ pub(crate) fn unavailable<B: From<String>>(status: StatusCode) -> Response<B> {
 /// ```
 // Tier names are validated to `[A-Za-z0-9_.-]`: no JSON escaping needed.
 pub fn limited_response<B: From<String>>(limited: &Limited) -> Response<B> {
+    limited_response_with(limited, HeaderStyle::XRateLimit)
+}
+
+/// [`limited_response`] with the chosen rate-limit headers.
+///
+/// ```
+/// use tower_rate_tier::{Quota, RateTier, clock::FakeClock};
+/// use tower_rate_tier::layer::{HeaderStyle, limited_response_with};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let limiter = RateTier::builder()
+///     .clock(FakeClock::new())
+///     .tier("free", Quota::per_minute(10))
+///     .build();
+/// limiter.check("ana", "free", 10).await.unwrap().unwrap();
+/// let limited = limiter.check("ana", "free", 1).await.unwrap().unwrap_err();
+/// let response: http::Response<String> =
+///     limited_response_with(&limited, HeaderStyle::Ietf);
+/// assert_eq!(response.headers()["retry-after"], "6");
+/// assert_eq!(response.headers()["ratelimit-policy"], "\"free\";q=10;w=60");
+/// assert_eq!(response.headers()["ratelimit"], "\"free\";r=0;t=6");
+/// assert!(response.headers().get("x-ratelimit-limit").is_none());
+/// # }
+/// ```
+pub fn limited_response_with<B: From<String>>(
+    limited: &Limited,
+    style: HeaderStyle,
+) -> Response<B> {
     match limited.reason() {
         LimitReason::RateLimited => {
             let wait = limited.retry_after_secs();
@@ -79,13 +197,29 @@ pub fn limited_response<B: From<String>>(limited: &Limited) -> Response<B> {
             );
             let headers = response.headers_mut();
             headers.insert(RETRY_AFTER, HeaderValue::from(wait));
-            headers
-                .insert(X_RATELIMIT_LIMIT, HeaderValue::from(limited.limit()));
-            headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(0u32));
-            headers.insert(
-                X_RATELIMIT_RESET,
-                HeaderValue::from(limited.reset_unix_secs()),
-            );
+            if style.x() {
+                headers.insert(
+                    X_RATELIMIT_LIMIT,
+                    HeaderValue::from(limited.limit()),
+                );
+                headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(0u32));
+                headers.insert(
+                    X_RATELIMIT_RESET,
+                    HeaderValue::from(limited.reset_unix_secs()),
+                );
+            }
+            if style.ietf() {
+                // t is the wait, so Retry-After (the same value) is never
+                // earlier than t.
+                insert_ietf(
+                    headers,
+                    limited.tier(),
+                    limited.limit(),
+                    limited.window(),
+                    0,
+                    wait,
+                );
+            }
             response
         }
         LimitReason::CostExceedsBurst { cost } => {
@@ -98,9 +232,12 @@ pub fn limited_response<B: From<String>>(limited: &Limited) -> Response<B> {
                 ),
             );
             // The store was not read, so only the limit is known.
-            response
-                .headers_mut()
-                .insert(X_RATELIMIT_LIMIT, HeaderValue::from(limited.limit()));
+            if style.x() {
+                response.headers_mut().insert(
+                    X_RATELIMIT_LIMIT,
+                    HeaderValue::from(limited.limit()),
+                );
+            }
             response
         }
         LimitReason::UnknownTier => {

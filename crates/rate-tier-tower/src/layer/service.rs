@@ -71,18 +71,19 @@ where
                     parts.extensions.insert(info.clone());
                     let mut response =
                         inner.call(Request::from_parts(parts, body)).await?;
-                    response::insert_info_headers(
+                    response::insert_info_headers_with(
                         response.headers_mut(),
                         &info,
+                        config.headers,
                     );
                     Ok(response)
                 }
                 Verdict::Unlimited => {
                     inner.call(Request::from_parts(parts, body)).await
                 }
-                Verdict::Limited(limited) => {
-                    Ok(response::limited_response(&limited))
-                }
+                Verdict::Limited(limited) => Ok(
+                    response::limited_response_with(&limited, config.headers),
+                ),
                 Verdict::Denied(status) => {
                     Ok(response::error(status, "identity required"))
                 }
