@@ -83,13 +83,6 @@ fn insert_ietf(
     }
 }
 
-pub(crate) fn insert_info_headers(
-    headers: &mut HeaderMap,
-    info: &RateLimitInfo,
-) {
-    insert_info_headers_with(headers, info, HeaderStyle::XRateLimit);
-}
-
 pub(crate) fn insert_info_headers_with(
     headers: &mut HeaderMap,
     info: &RateLimitInfo,
