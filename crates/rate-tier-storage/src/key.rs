@@ -5,6 +5,10 @@
 //! `trt:<tier>:<hmac_sha1_hex(secret, user)>`: the user id never leaves the
 //! process in clear. Tier names are restricted to `[A-Za-z0-9_.-]`, so the
 //! `:` that ends the tier is unambiguous and two pairs can never share a key.
+//!
+//! On a Redis Cluster the user part is a hash tag,
+//! `trt:<tier>:{<sha1_hex(user)>}` ([`cluster_bucket_key`]): every bucket
+//! of one user lives in one slot. See that function for why.
 
 use std::fmt;
 
@@ -119,6 +123,87 @@ pub fn bucket_key(
     user: &str,
     secret: Option<&KeySecret>,
 ) -> String {
+    let mut key = String::with_capacity(tier.len().saturating_add(45));
+    key.push_str("trt:");
+    key.push_str(tier);
+    key.push(':');
+    key.push_str(&user_hash_hex(user, secret));
+    key
+}
+
+/// The key of the bucket of `user` in `tier` on a Redis Cluster:
+/// `trt:<tier>:{<sha1_hex(user)>}`, or `trt:<tier>:{<hmac_sha1_hex(secret,
+/// user)>}` with a secret. The same as [`bucket_key`] with the user part
+/// between braces.
+///
+/// # Why the braces
+///
+/// Redis Cluster puts each key in one of 16384 slots, `CRC16(key) mod
+/// 16384`, and each slot on one node. When a key holds a `{...}` with
+/// something between the braces (a *hash tag*), only that part is hashed.
+/// A script (`EVAL`/`EVALSHA`) may only touch keys of one slot: Redis
+/// refuses the others with `CROSSSLOT`. Checking several quotas of one user
+/// all-or-nothing (a plan-wide quota and a per-endpoint one, each its own
+/// bucket key) in one atomic script therefore needs every bucket of that
+/// user in the same slot. The tag is the user's hash, not the tier: all the
+/// tiers and endpoints of one user share a slot, while different users
+/// still spread over all slots, and so over all nodes (a tag on the tier
+/// would put every user of a plan on one node).
+///
+/// The single-node format, [`bucket_key`], stays as it was (the keys shown
+/// in the post): the two formats are different keys, so a store on a
+/// single Redis and one on a cluster never mix. The tier cannot hold `{`
+/// or `}` ([`validate_tier_name`]), so the first `{` of the key is always
+/// the one that opens the user's hash, and that hash (40 hex digits) is
+/// never empty.
+///
+/// ```
+/// use rate_tier_storage::key::{bucket_key, cluster_bucket_key, KeySecret};
+/// // printf key_ana | sha1sum
+/// assert_eq!(
+///     bucket_key("free", "key_ana", None),
+///     "trt:free:33d2315cbeb866b8b237240a98d605f2e6e41b8a"
+/// );
+/// assert_eq!(
+///     cluster_bucket_key("free", "key_ana", None),
+///     "trt:free:{33d2315cbeb866b8b237240a98d605f2e6e41b8a}"
+/// );
+///
+/// // What Redis Cluster hashes: the part between the first `{` and the next `}`.
+/// fn hash_tag(key: &str) -> &str {
+///     let open = key.find('{').unwrap();
+///     let close = open + 1 + key[open + 1..].find('}').unwrap();
+///     &key[open + 1..close]
+/// }
+/// // Two tiers of one user: one slot. Two users: (most likely) two slots.
+/// let free = cluster_bucket_key("free", "key_ana", None);
+/// let pro = cluster_bucket_key("pro", "key_ana", None);
+/// assert_eq!(hash_tag(&free), hash_tag(&pro));
+/// assert_ne!(hash_tag(&free), hash_tag(&cluster_bucket_key("free", "key_bea", None)));
+///
+/// // With a secret, the tag is the HMAC, as in `bucket_key`.
+/// let secret = KeySecret::new(b"k");
+/// assert_eq!(
+///     cluster_bucket_key("free", "key_ana", Some(&secret)),
+///     bucket_key("free", "key_ana", Some(&secret)).replacen("trt:free:", "trt:free:{", 1) + "}"
+/// );
+/// ```
+pub fn cluster_bucket_key(
+    tier: &str,
+    user: &str,
+    secret: Option<&KeySecret>,
+) -> String {
+    let mut key = String::with_capacity(tier.len().saturating_add(47));
+    key.push_str("trt:");
+    key.push_str(tier);
+    key.push_str(":{");
+    key.push_str(&user_hash_hex(user, secret));
+    key.push('}');
+    key
+}
+
+/// `sha1_hex(user)`, or `hmac_sha1_hex(secret, user)` with a secret.
+fn user_hash_hex(user: &str, secret: Option<&KeySecret>) -> String {
     let digest: [u8; 20] = match secret {
         Some(secret) => {
             let mut mac = secret.mac.clone();
@@ -127,10 +212,5 @@ pub fn bucket_key(
         }
         None => Sha1::digest(user.as_bytes()).into(),
     };
-    let mut key = String::with_capacity(tier.len().saturating_add(45));
-    key.push_str("trt:");
-    key.push_str(tier);
-    key.push(':');
-    key.push_str(&hex::encode(digest));
-    key
+    hex::encode(digest)
 }

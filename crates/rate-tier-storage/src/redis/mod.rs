@@ -1,23 +1,46 @@
-//! Redis storage: one atomic Lua GCRA shared by every instance. Everything
-//! about it (keys, time, expiry, the script, timeouts, what redis-rs does)
-//! is documented on [`RedisStorage`], the one public item.
+//! Redis storage: one atomic Lua GCRA shared by every instance, on a single
+//! Redis or on a Redis Cluster. Everything about it (keys, time, expiry, the
+//! script, timeouts, what redis-rs does) is documented on [`RedisStorage`],
+//! the one public item; what is particular to a cluster is in `cluster.rs`.
+
+mod cluster;
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::cluster_async::ClusterConnection;
 use ::redis::{Client, Script, Value};
 use gcra_core::{CheckError, Decision};
 
 use crate::{BucketCheck, Storage, StorageError};
 
+/// The source of `gcra.lua`.
+const GCRA_SOURCE: &str = include_str!("gcra.lua");
+
 /// `gcra.lua`, built (and hashed for `EVALSHA`) once per process.
 static GCRA_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("gcra.lua")));
+    LazyLock::new(|| Script::new(GCRA_SOURCE));
 
-/// GCRA buckets in Redis, shared by every instance that uses the same Redis.
+/// The connection a store runs its checks on.
+#[derive(Clone)]
+enum Conn {
+    /// One Redis server (or a proxy that looks like one).
+    Single(ConnectionManager),
+    /// A Redis Cluster: redis-rs routes each check to the node of its key.
+    Cluster(ClusterConnection),
+}
+
+/// GCRA buckets in Redis, shared by every instance that uses the same Redis
+/// (or the same Redis Cluster).
 ///
 /// Cheap to clone: clones share the connection.
+///
+/// One type for both deployments: [`RedisStorage::new`] and
+/// [`RedisStorage::from_url`] for a single Redis, [`RedisStorage::cluster`]
+/// and [`RedisStorage::from_cluster_urls`] for a Redis Cluster. Everything
+/// below holds for both, except where it says otherwise; the section
+/// [Redis Cluster](#redis-cluster) says what differs.
 ///
 /// The [`Decision`]s it returns have `store: None`: the script has already
 /// written the new TAT in Redis, there is nothing left for the caller to store.
@@ -59,6 +82,11 @@ static GCRA_SCRIPT: LazyLock<Script> =
 ///
 /// A key of another type, or a value that is not an integer string, counts
 /// as no value: the bucket starts fresh (the script never fails on it).
+///
+/// On a Redis Cluster the user part is a hash tag,
+/// `trt:<tier>:{<sha1_hex(user)>}` (see
+/// [`key::cluster_bucket_key`](crate::key::cluster_bucket_key)), so that
+/// every bucket of one user is in one slot.
 ///
 /// # Time and expiry
 ///
@@ -124,9 +152,50 @@ static GCRA_SCRIPT: LazyLock<Script> =
 /// let store = RedisStorage::new(conn);
 /// # Ok(()) }
 /// ```
+///
+/// # Redis Cluster
+///
+/// On a cluster ([`RedisStorage::cluster`], [`RedisStorage::from_cluster_urls`])
+/// the script, its arguments, its reply, the time and the expiry are the
+/// same; what differs:
+///
+/// - **Keys** carry a hash tag: `trt:<tier>:{<sha1_hex(user)>}`
+///   ([`key::cluster_bucket_key`](crate::key::cluster_bucket_key), which
+///   says why). A store on a single Redis and one on a cluster never share
+///   buckets.
+/// - **Routing**: redis-rs's cluster connection sends each `EVALSHA` to the
+///   master that owns the key's slot (it reads the key after the key count),
+///   whichever node the connection was seeded with; it follows `MOVED` and
+///   `ASK` redirects (within its retries) and refreshes its slot map. Two
+///   instances seeded with different nodes therefore run the check of one
+///   bucket on the same node, atomically, and share one limit exactly.
+/// - **`NOSCRIPT`**: redis-rs's `invoke_async` would answer it with a
+///   `SCRIPT LOAD`, which its cluster connection sends to *every* node it
+///   knows and then waits for all of their answers. One node that does not
+///   answer (stopped, overloaded, cut off) then stalls the reload of a key
+///   on a healthy node: measured with one node stopped (`SIGSTOP`), that
+///   reload had not returned after 3 s. Here a `NOSCRIPT` is answered with
+///   `EVAL` of the script instead, routed by the key like the `EVALSHA`: one
+///   round trip to the one node that needs the script (which caches it for
+///   the next `EVALSHA`), about 1 ms in the same setting. A node that is
+///   down elsewhere in the cluster does not touch checks of keys that are
+///   not on it.
+/// - **Time** is the `TIME` of the node that owns the key. Every bucket is
+///   on one node, so only that node's clock matters for it.
+/// - **Timeouts** are the same: one limit, [`RedisStorage::timeout`], around
+///   everything a check waits for (the slot map, connections, redirects, a
+///   `NOSCRIPT` reload). redis-rs's cluster client has no response timeout
+///   of its own by default, and by default it waits at least 1.28 s before
+///   retrying after a `TRYAGAIN` or `CLUSTERDOWN`: a check against a node
+///   that does not answer ends at [`RedisStorage::timeout`]. Measured with
+///   [`RedisStorage::from_cluster_urls`]: while no seed node accepts
+///   connections, a check fails at once with [`StorageError::Backend`]
+///   ("No connections found"), while the cluster is forming with
+///   `CLUSTERDOWN`, and the first check after the cluster is up passes (the
+///   connection reconnects and reads the slot map by itself).
 #[derive(Clone)]
 pub struct RedisStorage {
-    conn: ConnectionManager,
+    conn: Conn,
     timeout: Duration,
 }
 
@@ -134,6 +203,7 @@ impl std::fmt::Debug for RedisStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The connection's details (the URL may hold a password) stay out.
         f.debug_struct("RedisStorage")
+            .field("cluster", &self.is_cluster())
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
     }
@@ -177,7 +247,7 @@ impl RedisStorage {
     /// ```
     pub fn new(conn: ConnectionManager) -> Self {
         RedisStorage {
-            conn,
+            conn: Conn::Single(conn),
             timeout: Self::DEFAULT_TIMEOUT,
         }
     }
@@ -271,18 +341,38 @@ impl RedisStorage {
         self.timeout
     }
 
+    /// Whether this store is on a Redis Cluster ([`RedisStorage::cluster`],
+    /// [`RedisStorage::from_cluster_urls`]) rather than a single Redis.
+    ///
+    /// ```
+    /// use rate_tier_storage::RedisStorage;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// assert!(!RedisStorage::from_url("redis://127.0.0.1:6390/")?.is_cluster());
+    /// assert!(RedisStorage::from_cluster_urls(["redis://127.0.0.1:6390/"])?.is_cluster());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
+    }
+
     async fn eval(
         &self,
         check: &BucketCheck<'_>,
     ) -> Result<Value, ::redis::RedisError> {
-        let mut conn = self.conn.clone();
-        GCRA_SCRIPT
-            .key(check.shared_key())
-            .arg(check.quota.emission_interval_us())
-            .arg(check.quota.burst_offset_us())
-            .arg(check.cost)
-            .invoke_async(&mut conn)
-            .await
+        match &self.conn {
+            Conn::Single(conn) => {
+                let mut conn = conn.clone();
+                GCRA_SCRIPT
+                    .key(check.shared_key())
+                    .arg(check.quota.emission_interval_us())
+                    .arg(check.quota.burst_offset_us())
+                    .arg(check.cost)
+                    .invoke_async(&mut conn)
+                    .await
+            }
+            Conn::Cluster(conn) => cluster::eval(conn.clone(), check).await,
+        }
     }
 }
 
@@ -310,7 +400,21 @@ impl Storage for RedisStorage {
                 burst: quota.burst(),
             }));
         }
-        match tokio::time::timeout(self.timeout, self.eval(check)).await {
+        let attempt = async {
+            match self.eval(check).await {
+                // The connection manager hands back the result of the
+                // reconnection it started after the last failure; after an
+                // outage that is a stale "refused" while Redis may be up
+                // again. Nothing was sent, so one retry is safe (a retry
+                // after a dropped connection could charge twice, so only
+                // refusals are retried), all within the same timeout.
+                Err(error) if error.is_connection_refusal() => {
+                    self.eval(check).await
+                }
+                result => result,
+            }
+        };
+        match tokio::time::timeout(self.timeout, attempt).await {
             Err(_elapsed) => Err(StorageError::Timeout(self.timeout)),
             Ok(Err(error)) => Err(backend(error)),
             Ok(Ok(reply)) => decode(reply),
