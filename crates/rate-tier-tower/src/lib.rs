@@ -68,6 +68,9 @@
 //! |---|---|
 //! | `redis` | `RedisStorage`: one limit shared by every instance through Redis |
 //! | `identity-cache` | [`CachedIdentifier`]: caches async identity lookups with moka |
+//! | `metrics` | [`metrics::RateLimitMetrics`]: Prometheus metrics (prometheus-client) for checks, latency, storage errors, fallback and breaker |
+//! | `tracing` | `tracing` events (and a `DEBUG` span) on the decision path; next to free when no subscriber listens |
+//! | `grpc` | [`GrpcTierLimitLayer`]: the layer for tonic gRPC servers; refusals are `RESOURCE_EXHAUSTED` with `google.rpc.RetryInfo` |
 //! | `plans-toml` | [`PlansBuilder::from_toml`]: plans from a TOML file, for hot reload |
 #![warn(clippy::unwrap_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
@@ -77,6 +80,8 @@ mod cache;
 mod event;
 mod identity;
 pub mod layer;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod observe;
 mod plans;
 mod tier;
@@ -91,6 +96,8 @@ pub use cache::CachedIdentifier;
 pub use event::LimitEvent;
 pub use gcra_core::{Quota, QuotaError};
 pub use identity::{TierIdentifier, TierIdentity};
+#[cfg(feature = "grpc")]
+pub use layer::{GrpcTierLimit, GrpcTierLimitLayer};
 pub use layer::{TierLimit, TierLimitLayer, tier_cost};
 pub use observe::{Checked, Observer, Outcome};
 #[cfg(feature = "plans-toml")]

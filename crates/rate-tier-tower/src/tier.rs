@@ -355,6 +355,20 @@ impl RateTierBuilder {
         self
     }
 
+    /// Replaces the tiers and policies set so far with `plans` (for
+    /// example read from a file with `PlansBuilder::from_toml`).
+    ///
+    /// ```
+    /// use tower_rate_tier::{Plans, Quota, RateTier};
+    /// let plans = Plans::builder().tier("free", Quota::per_minute(10));
+    /// let tiers = RateTier::builder().plans(plans).build();
+    /// assert_eq!(tiers.quota("free"), Some(Quota::per_minute(10)));
+    /// ```
+    pub fn plans(mut self, plans: PlansBuilder) -> Self {
+        self.plans = plans;
+        self
+    }
+
     /// Keys in shared stores become `trt:<tier>:<hmac_sha1_hex(secret, user)>`,
     /// so low-entropy ids (IPs, emails) cannot be recovered from them.
     pub fn key_secret(mut self, secret: impl AsRef<[u8]>) -> Self {

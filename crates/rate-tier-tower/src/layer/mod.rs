@@ -22,6 +22,8 @@
 //! [`cost_fn`]: TierLimitLayer::cost_fn
 
 mod cost;
+#[cfg(feature = "grpc")]
+mod grpc;
 mod judge;
 // tower-http's shape: `layer.rs` beside `service.rs`.
 #[allow(clippy::module_inception)]
@@ -30,6 +32,10 @@ mod response;
 mod service;
 
 pub use cost::{RouteCost, TierCost, TierCostLayer, tier_cost};
+#[cfg(feature = "grpc")]
+pub use grpc::{
+    GrpcTierLimit, GrpcTierLimitLayer, limited_status, limited_status_with,
+};
 pub use layer::TierLimitLayer;
 pub use response::{
     HeaderStyle, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT,

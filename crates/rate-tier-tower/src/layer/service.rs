@@ -6,6 +6,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response, StatusCode};
 use tower_service::Service;
 
+use super::HeaderStyle;
 use super::layer::Config;
 use super::response;
 use crate::tier::Verdict;
@@ -62,43 +63,67 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         // The clone is not ready; the one that was polled ready is taken.
         let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let inner = std::mem::replace(&mut self.inner, clone);
         let config = self.config.clone();
-        Box::pin(async move {
-            let (mut parts, body) = request.into_parts();
-            match config.judge(&parts).await {
-                Verdict::Allowed(info) => {
-                    parts.extensions.insert(info.clone());
-                    let mut response =
-                        inner.call(Request::from_parts(parts, body)).await?;
-                    response::insert_info_headers_with(
-                        response.headers_mut(),
-                        &info,
-                        config.headers,
-                    );
-                    Ok(response)
-                }
-                Verdict::Unlimited => {
-                    inner.call(Request::from_parts(parts, body)).await
-                }
-                Verdict::Limited(limited) => Ok(
-                    response::limited_response_with(&limited, config.headers),
-                ),
-                Verdict::Denied(status) => {
-                    Ok(response::error(status, "identity required"))
-                }
-                Verdict::Unavailable(status) => {
-                    Ok(response::unavailable(status))
-                }
-                Verdict::InvalidCost => Ok(response::error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "invalid request cost",
-                )),
-                Verdict::Invalid => Ok(response::error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "rate limiter clock out of range",
-                )),
-            }
-        })
+        Box::pin(limit_then_call(config, inner, request, http_refusal))
+    }
+}
+
+/// The body of every protocol's service: judge the request; if it passes,
+/// call `inner` and add the rate-limit headers to its response; if not,
+/// answer with `refuse` and never call `inner`.
+pub(super) async fn limit_then_call<S, ReqBody, ResBody>(
+    config: Arc<Config>,
+    mut inner: S,
+    request: Request<ReqBody>,
+    refuse: fn(Verdict, HeaderStyle) -> Response<ResBody>,
+) -> Result<Response<ResBody>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+{
+    let (mut parts, body) = request.into_parts();
+    match config.judge(&parts).await {
+        Verdict::Allowed(info) => {
+            parts.extensions.insert(info.clone());
+            let mut response =
+                inner.call(Request::from_parts(parts, body)).await?;
+            // Also on an error response of the inner service (a gRPC
+            // trailers-only status), which is left as it is.
+            response::insert_info_headers_with(
+                response.headers_mut(),
+                &info,
+                config.headers,
+            );
+            Ok(response)
+        }
+        Verdict::Unlimited => {
+            inner.call(Request::from_parts(parts, body)).await
+        }
+        refused => Ok(refuse(refused, config.headers)),
+    }
+}
+
+/// The HTTP answer to a refused request.
+fn http_refusal<B: From<String>>(
+    verdict: Verdict,
+    headers: HeaderStyle,
+) -> Response<B> {
+    match verdict {
+        Verdict::Limited(limited) => {
+            response::limited_response_with(&limited, headers)
+        }
+        Verdict::Denied(status) => response::error(status, "identity required"),
+        Verdict::Unavailable(status) => response::unavailable(status),
+        Verdict::InvalidCost => response::error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "invalid request cost",
+        ),
+        // Allowed and Unlimited never reach here.
+        Verdict::Invalid | Verdict::Allowed(_) | Verdict::Unlimited => {
+            response::error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "rate limiter clock out of range",
+            )
+        }
     }
 }

@@ -1,0 +1,215 @@
+//! Checks/s of `RedisStorage` against the ceiling of the same server:
+//! `redis-benchmark` running the same script (EVALSHA of gcra.lua, same
+//! arguments, same concurrency, same key spread). `cargo xtask bench` starts
+//! a throwaway Redis, loads the script and runs this.
+//!
+//! Ours: `--tasks` (64) Tokio tasks on a runtime with `--client-threads` (1)
+//! worker, all on one multiplexed connection (`RedisStorage::from_url`, a
+//! connection manager), each running `Storage::check` in a loop over
+//! `--keys` (1000) users for `--seconds`. The peer: `redis-benchmark -c 64
+//! -r 1000` (single-threaded, like our client) with
+//! `EVALSHA <sha> 1 trt:bench:__rand_int__ <T> <tau> 1` for about as many
+//! requests as ours did in the same time; and, as a second ceiling of the
+//! same shape as ours, `redis-benchmark -c 1 -P 64` (one connection, 64
+//! requests in flight). They alternate, `--rounds` times each.
+//!
+//! The quota (1 per µs, burst of a second) never refuses: both sides run
+//! the script's full path (GET, decide, SET PX) on every call.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+mod support;
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rate_tier_storage::{BucketCheck, RedisStorage, Storage};
+use support::{Args, Results, mean, median};
+use tower_rate_tier::Quota;
+
+const RATE: u32 = 1_000_000;
+
+/// Runs `tasks` concurrent check loops for `duration`: (checks/s, errors).
+async fn ours(
+    store: &RedisStorage,
+    users: &Arc<Vec<String>>,
+    tasks: usize,
+    duration: Duration,
+) -> (f64, u64) {
+    let quota = Quota::per_second(RATE);
+    let start = Instant::now();
+    let deadline = start + duration;
+    let handles: Vec<_> = (0..tasks)
+        .map(|task| {
+            let (store, users) = (store.clone(), users.clone());
+            tokio::spawn(async move {
+                let (mut ok, mut errors) = (0u64, 0u64);
+                let mut i = task * 7919;
+                while Instant::now() < deadline {
+                    i = (i + 1) % users.len();
+                    let check = BucketCheck::new("bench", &users[i], quota, 1);
+                    match store.check(&check).await {
+                        Ok(decision) if decision.allowed => ok += 1,
+                        _ => errors += 1,
+                    }
+                }
+                (ok, errors)
+            })
+        })
+        .collect();
+    let (mut ok, mut errors) = (0, 0);
+    for handle in handles {
+        let (o, e) = handle.await.unwrap();
+        ok += o;
+        errors += e;
+    }
+    (ok as f64 / start.elapsed().as_secs_f64(), errors)
+}
+
+/// `redis-benchmark` with the same script and spread: EVALSHA/s, with
+/// `clients` connections of `pipeline` requests in flight each.
+fn redis_benchmark(
+    bin: &str,
+    port: u16,
+    sha: &str,
+    (clients, pipeline): (usize, usize),
+    keys: usize,
+    requests: u64,
+) -> f64 {
+    let quota = Quota::per_second(RATE);
+    let output = Command::new(bin)
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-c", &clients.to_string(), "-n", &requests.to_string()])
+        .args(["-P", &pipeline.to_string()])
+        .args(["-r", &keys.to_string(), "--csv"])
+        .args(["EVALSHA", sha, "1", "trt:bench:__rand_int__"])
+        .arg(quota.emission_interval_us().to_string())
+        .arg(quota.burst_offset_us().to_string())
+        .arg("1")
+        .output()
+        .unwrap_or_else(|e| panic!("could not run {bin}: {e}"));
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "redis-benchmark failed:\n{text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // --csv: a header line, then "EVALSHA ...","<rps>",...
+    text.lines()
+        .filter(|line| line.starts_with("\"EVALSHA"))
+        .find_map(|line| line.split("\",\"").nth(1)?.parse().ok())
+        .unwrap_or_else(|| {
+            panic!("no EVALSHA line in redis-benchmark's output:\n{text}")
+        })
+}
+
+fn main() {
+    let args = Args::parse();
+    let url = args.get("url").expect("--url redis://127.0.0.1:PORT/");
+    let port: u16 = args.num("port", 0);
+    let sha = args.get("sha").expect("--sha: SCRIPT LOAD of gcra.lua");
+    let bench_bin = args.get("redis-benchmark").unwrap_or("redis-benchmark");
+    assert_ne!(port, 6379, "the shared Redis on 6379 is never used");
+    let seconds = args.secs("seconds", 3.0);
+    let rounds: usize = args.num("rounds", 3);
+    let tasks: usize = args.num("tasks", 64);
+    let keys: usize = args.num("keys", 1000);
+    let client_threads: usize = args.num("client-threads", 1);
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(client_threads)
+        .enable_all()
+        .build()
+        .unwrap();
+    let users = Arc::new(
+        (0..keys)
+            .map(|i| format!("user-{i:04}"))
+            .collect::<Vec<_>>(),
+    );
+    let store = runtime.block_on(async {
+        let store = RedisStorage::from_url(url).unwrap();
+        // The script our store runs is the one redis-benchmark calls by SHA.
+        let client = redis::Client::open(url).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let loaded: Vec<bool> = redis::cmd("SCRIPT")
+            .arg("EXISTS")
+            .arg(sha)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(loaded, [true], "load gcra.lua (SHA {sha}) first");
+        store
+    });
+
+    println!(
+        "redis: {tasks} tasks on one multiplexed connection ({client_threads} client thread), \
+         {keys} keys, vs redis-benchmark -c {tasks} -r {keys}; {rounds} rounds of {:.0} s, \
+         alternating",
+        seconds.as_secs_f64()
+    );
+    // Warm-up: connection, script cache, and a first rate to size -n.
+    let (warm, _) =
+        runtime.block_on(ours(&store, &users, tasks, Duration::from_secs(1)));
+    let requests = ((warm * seconds.as_secs_f64()) as u64).max(10_000);
+    // The issue's ceiling: `tasks` connections, one request in flight on
+    // each. And the same shape as ours: one connection, `tasks` in flight.
+    let shapes = [(tasks, 1), (1, tasks)];
+    let mut sizes = [requests / 4; 2];
+    for (shape, n) in shapes.iter().zip(sizes) {
+        redis_benchmark(bench_bin, port, sha, *shape, keys, n);
+    }
+    sizes = [requests; 2];
+
+    let mut our_rates = Vec::new();
+    let mut peer_rates = [Vec::new(), Vec::new()];
+    let mut errors = 0;
+    for round in 1..=rounds {
+        let (rate, e) = runtime.block_on(ours(&store, &users, tasks, seconds));
+        errors += e;
+        println!(
+            "  round {round} RedisStorage                 {rate:>10.0} checks/s ({e} errors)"
+        );
+        our_rates.push(rate);
+        for (i, &(clients, pipeline)) in shapes.iter().enumerate() {
+            let peer = redis_benchmark(
+                bench_bin,
+                port,
+                sha,
+                (clients, pipeline),
+                keys,
+                sizes[i],
+            );
+            println!(
+                "  round {round} redis-benchmark -c {clients:<2} -P {pipeline:<2} {peer:>10.0} EVALSHA/s"
+            );
+            // Size the next run to last about `seconds`.
+            sizes[i] = ((peer * seconds.as_secs_f64()) as u64).max(10_000);
+            peer_rates[i].push(peer);
+        }
+    }
+    // Each round's runs are back to back: the median of their ratios.
+    let ratio = |peer: &[f64]| {
+        median(our_rates.iter().zip(peer).map(|(o, p)| o / p).collect())
+    };
+    let (ratio_c, ratio_p) = (ratio(&peer_rates[0]), ratio(&peer_rates[1]));
+    println!(
+        "  mean    RedisStorage {:.0} checks/s; redis-benchmark -c {tasks} {:.0} EVALSHA/s \
+         (median ratio {ratio_c:.3}), -c 1 -P {tasks} {:.0} EVALSHA/s (median ratio {ratio_p:.3})",
+        mean(&our_rates),
+        mean(&peer_rates[0]),
+        mean(&peer_rates[1]),
+    );
+    Results::default()
+        .num("ours_per_sec", mean(&our_rates))
+        .num("redis_benchmark_per_sec", mean(&peer_rates[0]))
+        .num("ratio", ratio_c)
+        .num("redis_benchmark_pipelined_per_sec", mean(&peer_rates[1]))
+        .num("ratio_pipelined", ratio_p)
+        .num("errors", errors as f64)
+        .num("tasks", tasks as f64)
+        .num("keys", keys as f64)
+        .num("rounds", rounds as f64)
+        .num("seconds", seconds.as_secs_f64())
+        .num("client_threads", client_threads as f64)
+        .write(&args);
+}

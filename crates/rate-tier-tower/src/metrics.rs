@@ -1,0 +1,319 @@
+//! Prometheus metrics for the limiter, with [`prometheus-client`], the
+//! official Prometheus client for Rust.
+//!
+//! [`RateLimitMetrics`] registers its metrics in your
+//! [`Registry`] under the prefix
+//! `rate_tier_`, and is the [`Observer`] you pass to
+//! [`TierLimitLayer::observe`](crate::TierLimitLayer::observe):
+//!
+//! | metric | type | labels | counts |
+//! |---|---|---|---|
+//! | `rate_tier_checks_total` | counter | `tier`, `outcome` | every request that reached the limiter; `outcome` is [`Outcome::as_str`](crate::Outcome::as_str), `tier` the configured tier whose quota applied, or `none` |
+//! | `rate_tier_check_duration_seconds` | histogram | `storage` | time spent deciding (identity, cost, store), 1 µs .. 100 ms buckets |
+//! | `rate_tier_unknown_tier_total` | counter | `policy` | requests with a tier that is not configured, by [`OnUnknownTier`] policy (`use_default`, `deny`, `allow`) |
+//! | `rate_tier_missing_identity_total` | counter | | requests without an identity, whatever [`OnMissing`](crate::OnMissing) did |
+//! | `rate_tier_storage_errors_total` | counter | `storage` | store failures that reached the [`OnStorageError`](crate::OnStorageError) policy |
+//! | `rate_tier_fallback_decisions_total` | counter | `allowed` | checks decided by the local fallback of a [`FallbackStorage`](crate::FallbackStorage) (`true`, `false`) |
+//! | `rate_tier_breaker_state` | gauge | | the circuit breaker: 0 closed, 1 open, 2 half-open |
+//! | `rate_tier_breaker_transitions_total` | counter | `to` | changes of the breaker's state, by new state (`closed`, `open`, `half_open`) |
+//!
+//! Label values come from the configuration and from fixed sets, never from
+//! a request: a client sending made-up tier names cannot grow the number of
+//! series. (The tier a client claimed is in [`LimitEvent::UnknownTier`] for
+//! logs; here it is counted, not labelled.)
+//!
+//! Create one `RateLimitMetrics` per registry and clone it for each layer
+//! (clones share the metrics): registering twice in the same registry
+//! would expose each metric twice.
+//!
+//! [`prometheus-client`]: https://docs.rs/prometheus-client
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+use rate_tier_storage::StorageEvent;
+use rate_tier_storage::fallback::BreakerState;
+
+use crate::{Checked, LimitEvent, Observer, OnUnknownTier};
+
+/// The version of prometheus-client this crate encodes with: use its
+/// `Registry` and `encoding::text::encode` to serve the metrics.
+pub use prometheus_client;
+
+/// The content type of the text that
+/// [`prometheus_client::encoding::text::encode`] writes (OpenMetrics 1.0):
+/// the `content-type` of a `/metrics` response.
+pub const CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The prefix of every metric name (followed by `_`).
+pub const PREFIX: &str = "rate_tier";
+
+/// Upper bounds of the `rate_tier_check_duration_seconds` buckets: 1 µs
+/// (an in-memory check) to 100 ms (the default Redis timeout), in steps of
+/// 1, 2.5, 5.
+pub const DURATION_BUCKETS: [f64; 16] = [
+    0.000_001,
+    0.000_002_5,
+    0.000_005,
+    0.000_01,
+    0.000_025,
+    0.000_05,
+    0.000_1,
+    0.000_25,
+    0.000_5,
+    0.001,
+    0.002_5,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CheckLabels {
+    tier: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StorageLabels {
+    storage: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PolicyLabels {
+    policy: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AllowedLabels {
+    allowed: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    to: &'static str,
+}
+
+fn duration_histogram() -> Histogram {
+    Histogram::new(DURATION_BUCKETS)
+}
+
+type DurationFamily = Family<StorageLabels, Histogram, fn() -> Histogram>;
+
+#[derive(Debug)]
+struct Metrics {
+    checks: Family<CheckLabels, Counter>,
+    check_duration: DurationFamily,
+    unknown_tier: Family<PolicyLabels, Counter>,
+    missing_identity: Counter,
+    storage_errors: Family<StorageLabels, Counter>,
+    fallback_decisions: Family<AllowedLabels, Counter>,
+    breaker_state: Gauge,
+    breaker_transitions: Family<StateLabels, Counter>,
+}
+
+/// The limiter's Prometheus metrics: an [`Observer`] for
+/// [`TierLimitLayer::observe`](crate::TierLimitLayer::observe). See the
+/// [module docs](self) for the metrics.
+///
+/// Cheap to clone; clones update the same metrics.
+///
+/// ```
+/// use std::convert::Infallible;
+///
+/// use http::{Request, Response};
+/// use tower::{Layer, ServiceExt, service_fn};
+/// use tower_rate_tier::metrics::RateLimitMetrics;
+/// use tower_rate_tier::metrics::prometheus_client::{encoding::text::encode, registry::Registry};
+/// use tower_rate_tier::{Quota, RateTier, TierIdentity, TierLimitLayer};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let mut registry = Registry::default();
+/// let metrics = RateLimitMetrics::new(&mut registry);
+///
+/// let tiers = RateTier::builder().tier("free", Quota::per_minute(10)).build();
+/// let layer = TierLimitLayer::new(tiers)
+///     .identifier_fn(|headers| {
+///         let key = headers.get("x-api-key")?.to_str().ok()?;
+///         Some(TierIdentity::new(key, "free"))
+///     })
+///     .observe(metrics.clone());
+/// let service = layer.layer(service_fn(|_req: Request<String>| async {
+///     Ok::<_, Infallible>(Response::new(String::from("data")))
+/// }));
+///
+/// let request = Request::builder().header("x-api-key", "ana").body(String::new()).unwrap();
+/// let response = service.oneshot(request).await.unwrap();
+/// assert_eq!(response.status(), 200);
+///
+/// // What a `/metrics` route answers, with `metrics::CONTENT_TYPE`:
+/// let mut text = String::new();
+/// encode(&mut text, &registry).unwrap();
+/// assert!(text.contains(r#"rate_tier_checks_total{tier="free",outcome="allowed"} 1"#));
+/// assert!(text.contains(r#"rate_tier_check_duration_seconds_count{storage="memory"} 1"#));
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RateLimitMetrics {
+    inner: Arc<Metrics>,
+}
+
+impl RateLimitMetrics {
+    /// Creates the metrics and registers them in `registry`, under the
+    /// prefix `rate_tier_`. Call it once per registry.
+    pub fn new(registry: &mut Registry) -> Self {
+        let metrics = Metrics {
+            checks: Family::default(),
+            check_duration: Family::new_with_constructor(duration_histogram),
+            unknown_tier: Family::default(),
+            missing_identity: Counter::default(),
+            storage_errors: Family::default(),
+            fallback_decisions: Family::default(),
+            breaker_state: Gauge::default(),
+            breaker_transitions: Family::default(),
+        };
+        let registry = registry.sub_registry_with_prefix(PREFIX);
+        registry.register(
+            "checks",
+            "Requests checked by the rate limiter, by tier and outcome",
+            metrics.checks.clone(),
+        );
+        registry.register_with_unit(
+            "check_duration",
+            "Time to decide one request (identity, cost, store), by storage",
+            Unit::Seconds,
+            metrics.check_duration.clone(),
+        );
+        registry.register(
+            "unknown_tier",
+            "Requests whose tier is not configured, by the policy applied",
+            metrics.unknown_tier.clone(),
+        );
+        registry.register(
+            "missing_identity",
+            "Requests without an identity",
+            metrics.missing_identity.clone(),
+        );
+        registry.register(
+            "storage_errors",
+            "Store failures (errors and timeouts) met by a check, by storage",
+            metrics.storage_errors.clone(),
+        );
+        registry.register(
+            "fallback_decisions",
+            "Checks decided by the local fallback, by whether they were allowed",
+            metrics.fallback_decisions.clone(),
+        );
+        registry.register(
+            "breaker_state",
+            "State of the storage circuit breaker: 0 closed, 1 open, 2 half-open",
+            metrics.breaker_state.clone(),
+        );
+        registry.register(
+            "breaker_transitions",
+            "Changes of the storage circuit breaker's state, by new state",
+            metrics.breaker_transitions.clone(),
+        );
+        RateLimitMetrics {
+            inner: Arc::new(metrics),
+        }
+    }
+}
+
+impl Observer for RateLimitMetrics {
+    fn checked(&self, check: &Checked) {
+        let metrics = &*self.inner;
+        metrics
+            .checks
+            .get_or_create(&CheckLabels {
+                tier: check.tier.unwrap_or("none"),
+                outcome: check.outcome.as_str(),
+            })
+            .inc();
+        metrics
+            .check_duration
+            .get_or_create(&StorageLabels {
+                storage: check.storage,
+            })
+            .observe(check.elapsed.as_secs_f64());
+    }
+
+    fn event(&self, event: &LimitEvent) {
+        let metrics = &*self.inner;
+        match event {
+            LimitEvent::UnknownTier { policy, .. } => {
+                metrics
+                    .unknown_tier
+                    .get_or_create(&PolicyLabels {
+                        policy: policy_label(*policy),
+                    })
+                    .inc();
+            }
+            LimitEvent::MissingIdentity => {
+                metrics.missing_identity.inc();
+            }
+            LimitEvent::StorageError { storage, .. } => {
+                metrics
+                    .storage_errors
+                    .get_or_create(&StorageLabels { storage })
+                    .inc();
+            }
+            LimitEvent::Storage(StorageEvent::Fallback { allowed, .. }) => {
+                metrics
+                    .fallback_decisions
+                    .get_or_create(&AllowedLabels {
+                        allowed: if *allowed { "true" } else { "false" },
+                    })
+                    .inc();
+            }
+            LimitEvent::Storage(StorageEvent::Breaker { to, .. }) => {
+                metrics.breaker_state.set(breaker_value(*to));
+                metrics
+                    .breaker_transitions
+                    .get_or_create(&StateLabels {
+                        to: breaker_label(*to),
+                    })
+                    .inc();
+            }
+            // Refusals are counted by `checked` (by outcome); new variants
+            // are ignored until they get a metric.
+            _ => {}
+        }
+    }
+}
+
+fn policy_label(policy: OnUnknownTier) -> &'static str {
+    match policy {
+        OnUnknownTier::UseDefault => "use_default",
+        OnUnknownTier::Deny => "deny",
+        OnUnknownTier::Allow => "allow",
+    }
+}
+
+fn breaker_value(state: BreakerState) -> i64 {
+    match state {
+        BreakerState::Closed => 0,
+        BreakerState::Open => 1,
+        BreakerState::HalfOpen => 2,
+        // `BreakerState` is non-exhaustive.
+        _ => -1,
+    }
+}
+
+fn breaker_label(state: BreakerState) -> &'static str {
+    match state {
+        BreakerState::Closed => "closed",
+        BreakerState::Open => "open",
+        BreakerState::HalfOpen => "half_open",
+        // `BreakerState` is non-exhaustive.
+        _ => "other",
+    }
+}
