@@ -40,7 +40,8 @@ impl Cmd {
 
     /// The cargo that runs this xtask (`$CARGO`), or `cargo` from `PATH`.
     pub(crate) fn cargo() -> Self {
-        let mut cmd = Self::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+        let mut cmd =
+            Self::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
         cmd.shown_as = "cargo".to_owned();
         cmd
     }
@@ -93,10 +94,9 @@ impl Cmd {
     /// exits with 0.
     pub(crate) fn run(&self) -> Result<()> {
         println!("$ {}", self.display());
-        let status = self
-            .command()
-            .status()
-            .map_err(|e| format!("could not start `{}`: {e}", self.display()))?;
+        let status = self.command().status().map_err(|e| {
+            format!("could not start `{}`: {e}", self.display())
+        })?;
         if status.success() {
             Ok(())
         } else {
@@ -108,11 +108,10 @@ impl Cmd {
     /// (showing what it printed) unless it exits with 0.
     pub(crate) fn read(&self) -> Result<String> {
         println!("$ {}", self.display());
-        let output = self
-            .command()
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("could not start `{}`: {e}", self.display()))?;
+        let output =
+            self.command().stdin(Stdio::null()).output().map_err(|e| {
+                format!("could not start `{}`: {e}", self.display())
+            })?;
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
         if output.status.success() {
             Ok(stdout)
@@ -123,6 +122,25 @@ impl Cmd {
                 output.status,
                 String::from_utf8_lossy(&output.stderr)
             ))
+        }
+    }
+
+    /// Like [`Cmd::read`], but what the command prints on its standard error
+    /// goes to the terminal as it comes (for a build's progress).
+    pub(crate) fn read_stdout(&self) -> Result<String> {
+        println!("$ {}", self.display());
+        let output = self
+            .command()
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| {
+                format!("could not start `{}`: {e}", self.display())
+            })?;
+        if output.status.success() {
+            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        } else {
+            Err(format!("`{}` failed ({})", self.display(), output.status))
         }
     }
 

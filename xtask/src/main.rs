@@ -10,6 +10,7 @@ use std::env;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
+mod bench;
 mod cmd;
 mod redis;
 mod tasks;
@@ -20,7 +21,7 @@ type Result<T> = std::result::Result<T, String>;
 const USAGE: &str = "\
 cargo xtask: the tasks of the tower-rate-tier workspace
 
-Usage: cargo xtask <TASK> [-- <ARGS>...]
+Usage: cargo xtask <TASK> [--full] [-- <ARGS>...]
 
 Tasks:
   ci            cargo fmt --all -- --check; cargo clippy --workspace --all-targets
@@ -29,20 +30,26 @@ Tasks:
                 3-master Redis Cluster and runs cargo test --workspace --all-features
                 once with both
   test-redis    starts a throwaway redis-server on a free loopback port and runs
-                cargo test --workspace --all-features against it
+                cargo test --workspace --all-features against it, skipping the
+                cluster tests (test-cluster's)
   test-cluster  starts a throwaway 3-master Redis Cluster on free loopback ports and
                 runs cargo test --workspace --all-features cluster (the tests whose
                 names contain `cluster`)
   no-std        proves gcra-core is no_std: #![no_std], no dependencies, builds with
                 --no-default-features, and for thumbv7em-none-eabihf when that target
                 is installed (otherwise that build is left to GitHub Actions)
-  bench         cargo bench --workspace --bench '*' -- --quick: a quick smoke run of
-                the criterion benchmarks ([[bench]] targets), not a careful
-                measurement; says so and succeeds when there are none yet
+  bench         the benchmarks of tower-rate-tier against their peers, side by side
+                in one run (criterion: RateTier::check vs governor, the open breaker;
+                HTTP with wrk: the layer vs no layer vs tower_governor; a throwaway
+                Redis: RedisStorage vs redis-benchmark; RSS after 1M keys and idle);
+                prints a table of ratios and rewrites BENCHMARKS.md. Quick by default
+                (about 3 minutes after the build); --full runs longer. Needs
+                redis-server, redis-cli, redis-benchmark (else the Redis part is
+                skipped) and wrk (else a built-in Rust HTTP client is used)
   help          prints this message (also -h, --help)
 
 Arguments after `--` are added to the cargo test command (test, test-redis,
-test-cluster) or given to the benchmark binaries (bench), for example
+test-cluster) or given to the criterion benchmarks (bench), for example
   cargo xtask test-redis -- redis_
   cargo xtask test-cluster -- -- --nocapture
 
@@ -95,6 +102,8 @@ impl Task {
 #[derive(Debug)]
 struct Args {
     task: Task,
+    /// `--full` (bench only): the long run.
+    full: bool,
     /// Everything after the first `--`.
     extra: Vec<OsString>,
 }
@@ -110,13 +119,17 @@ fn parse_args(args: Vec<OsString>) -> std::result::Result<Args, String> {
     let mut parser = lexopt::Parser::from_args(ours);
     let mut task = None;
     let mut help = false;
+    let mut full = false;
     while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
         match arg {
             Short('h') | Long("help") => help = true,
+            Long("full") => full = true,
             Value(name) if task.is_none() => {
                 let name = name.string().map_err(|e| e.to_string())?;
-                task =
-                    Some(Task::from_name(&name).ok_or_else(|| format!("unknown task `{name}`"))?);
+                task = Some(
+                    Task::from_name(&name)
+                        .ok_or_else(|| format!("unknown task `{name}`"))?,
+                );
             }
             Value(value) => {
                 return Err(format!(
@@ -136,7 +149,10 @@ fn parse_args(args: Vec<OsString>) -> std::result::Result<Args, String> {
             "this task takes no arguments after `--`: {extra:?}"
         ));
     }
-    Ok(Args { task, extra })
+    if full && !matches!(task, Task::Bench | Task::Help) {
+        return Err("--full is a flag of `bench` only".to_owned());
+    }
+    Ok(Args { task, full, extra })
 }
 
 fn main() -> ExitCode {
@@ -159,7 +175,7 @@ fn main() -> ExitCode {
         Task::TestRedis => tasks::test_redis(extra),
         Task::TestCluster => tasks::test_cluster(extra),
         Task::NoStd => tasks::no_std(),
-        Task::Bench => tasks::bench(extra),
+        Task::Bench => tasks::bench(args.full, extra),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -188,9 +204,21 @@ mod tests {
 
     #[test]
     fn arguments_after_double_dash_are_passed_on() {
-        let args = parse(&["test-redis", "--", "redis_", "--", "--nocapture"]).unwrap();
+        let args = parse(&["test-redis", "--", "redis_", "--", "--nocapture"])
+            .unwrap();
         assert_eq!(args.task, Task::TestRedis);
         assert_eq!(args.extra, ["redis_", "--", "--nocapture"]);
+    }
+
+    #[test]
+    fn bench_takes_full_and_criterion_arguments() {
+        let quick = parse(&["bench"]).unwrap();
+        assert!(!quick.full);
+        let full = parse(&["bench", "--full", "--", "memory/"]).unwrap();
+        assert_eq!(full.task, Task::Bench);
+        assert!(full.full);
+        assert_eq!(full.extra, ["memory/"]);
+        assert!(parse(&["--full", "bench"]).unwrap().full);
     }
 
     #[test]
@@ -201,5 +229,6 @@ mod tests {
         assert!(parse(&["test", "redis_"]).is_err());
         assert!(parse(&["no-std", "--", "x"]).is_err());
         assert!(parse(&["ci", "--", "x"]).is_err());
+        assert!(parse(&["test", "--full"]).is_err());
     }
 }

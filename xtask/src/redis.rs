@@ -1,4 +1,4 @@
-//! Throwaway Redis servers for the tests: a single server or a 3-master
+//! Throwaway Redis servers for the tests and benchmarks: a single server or a 3-master
 //! cluster, each node on a free loopback port with its own temporary
 //! directory, stopped (and its directory removed) when its guard is dropped,
 //! on success and on failure alike.
@@ -82,13 +82,16 @@ impl RedisServer {
 
     fn start_on(bin: &Path, port: u16, extra_args: &[&str]) -> Result<Self> {
         check_not_shared(port)?;
-        let dir = env::temp_dir().join(format!("xtask-redis-{}-{port}", process::id()));
+        let dir = env::temp_dir()
+            .join(format!("xtask-redis-{}-{port}", process::id()));
         // A leftover from an earlier run with the same pid and port is stale.
         let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).map_err(|e| format!("could not create {}: {e}", dir.display()))?;
+        fs::create_dir_all(&dir)
+            .map_err(|e| format!("could not create {}: {e}", dir.display()))?;
         let log = |name: &str| {
-            File::create(dir.join(name))
-                .map_err(|e| format!("could not create a log file in {}: {e}", dir.display()))
+            File::create(dir.join(name)).map_err(|e| {
+                format!("could not create a log file in {}: {e}", dir.display())
+            })
         };
         let (stdout, stderr) = (log("stdout.log")?, log("stderr.log")?);
 
@@ -150,12 +153,19 @@ impl RedisServer {
             .iter()
             .filter_map(|name| fs::read_to_string(self.dir.join(name)).ok())
             .filter(|text| !text.trim().is_empty())
-            .map(|text| format!("\n--- redis-server output ---\n{}", text.trim_end()))
+            .map(|text| {
+                format!("\n--- redis-server output ---\n{}", text.trim_end())
+            })
             .collect()
     }
 
     pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The loopback port it listens on.
+    pub(crate) fn port(&self) -> u16 {
+        self.port
     }
 }
 
@@ -222,10 +232,9 @@ impl RedisCluster {
         for node in &self.nodes {
             loop {
                 let info = command(node.port, &["CLUSTER", "INFO"]);
-                if info
-                    .as_deref()
-                    .is_ok_and(|info| info.lines().any(|l| l.trim() == "cluster_state:ok"))
-                {
+                if info.as_deref().is_ok_and(|info| {
+                    info.lines().any(|l| l.trim() == "cluster_state:ok")
+                }) {
                     break;
                 }
                 if Instant::now() >= deadline {
@@ -282,9 +291,9 @@ fn free_ports(n: usize, cluster_bus: bool) -> Result<Vec<u16>> {
             continue;
         }
         if cluster_bus {
-            let bus = port
-                .checked_add(CLUSTER_BUS_OFFSET)
-                .and_then(|bus| TcpListener::bind((Ipv4Addr::LOCALHOST, bus)).ok());
+            let bus = port.checked_add(CLUSTER_BUS_OFFSET).and_then(|bus| {
+                TcpListener::bind((Ipv4Addr::LOCALHOST, bus)).ok()
+            });
             match bus {
                 Some(bus) => held.push(bus),
                 None => continue,

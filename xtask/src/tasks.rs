@@ -60,8 +60,15 @@ pub(crate) fn test(cargo_test_args: &[OsString]) -> Result<()> {
 pub(crate) fn test_redis(cargo_test_args: &[OsString]) -> Result<()> {
     let server_bin = redis::find_server()?;
     let server = RedisServer::start(&server_bin)?;
+    // No cluster here: its tests (they need TRT_REDIS_CLUSTER_URLS) are
+    // `test-cluster`'s, and `test` runs both.
+    let mut args = cargo_test_args.to_vec();
+    if !args.iter().any(|arg| arg == "--") {
+        args.push("--".into());
+    }
+    args.extend(["--skip".into(), "cluster".into()]);
     cargo_test()
-        .args(cargo_test_args)
+        .args(&args)
         .env(REDIS_URL_VAR, server.url())
         .env(redis::SERVER_BIN_VAR, &server_bin)
         .run()
@@ -105,7 +112,8 @@ pub(crate) fn no_std() -> Result<()> {
         ])
         .args(["--all-features", "--target", "all"])
         .read()?;
-    let lines: Vec<&str> = tree.lines().filter(|l| !l.trim().is_empty()).collect();
+    let lines: Vec<&str> =
+        tree.lines().filter(|l| !l.trim().is_empty()).collect();
     match lines.as_slice() {
         [only] if only.starts_with("gcra-core v") => {
             println!("xtask: gcra-core has no dependencies");
@@ -141,22 +149,12 @@ fn bare_metal_target_installed() -> bool {
     Cmd::new("rustup")
         .args(["target", "list", "--installed"])
         .read()
-        .is_ok_and(|targets| targets.lines().any(|t| t.trim() == BARE_METAL_TARGET))
+        .is_ok_and(|targets| {
+            targets.lines().any(|t| t.trim() == BARE_METAL_TARGET)
+        })
 }
 
-/// A quick run of the criterion benchmarks: only the `[[bench]]` targets, since
-/// the libtest harness of the other targets would refuse criterion's `--quick`.
-pub(crate) fn bench(bench_args: &[OsString]) -> Result<()> {
-    let metadata = Cmd::cargo()
-        .args(["metadata", "--format-version", "1", "--no-deps"])
-        .read()?;
-    // cargo prints compact JSON: a bench target reads `"kind":["bench"]`.
-    if !metadata.contains(r#""kind":["bench"]"#) {
-        println!("xtask: the workspace has no bench targets yet: nothing to run");
-        return Ok(());
-    }
-    Cmd::cargo()
-        .args(["bench", "--workspace", "--bench", "*", "--", "--quick"])
-        .args(bench_args)
-        .run()
+/// The benchmarks and BENCHMARKS.md: see `bench.rs`.
+pub(crate) fn bench(full: bool, criterion_args: &[OsString]) -> Result<()> {
+    crate::bench::bench(full, criterion_args)
 }
