@@ -144,3 +144,20 @@ fn server_rejects_bad_arguments() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("usage"));
 }
+
+#[test]
+fn server_sends_the_ietf_fields_when_asked() {
+    let server = Server::start(&["--headers", "both"], &[]);
+    let response = server.get("/data", Some("key_ana"));
+    assert_eq!(response.header("x-ratelimit-remaining"), Some("9"));
+    assert_eq!(
+        response.header("ratelimit-policy"),
+        Some(r#""free";q=10;w=60"#)
+    );
+    assert_eq!(response.header("ratelimit"), Some(r#""free";r=9;t=6"#));
+
+    let ietf = Server::start(&["--headers", "ietf"], &[]);
+    let response = ietf.get("/data", Some("key_ana"));
+    assert_eq!(response.header("x-ratelimit-remaining"), None);
+    assert_eq!(response.header("ratelimit"), Some(r#""free";r=9;t=6"#));
+}

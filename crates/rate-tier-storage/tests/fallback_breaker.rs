@@ -134,7 +134,12 @@ async fn while_open_the_primary_is_not_called_and_limits_hold_locally() {
     let mut allowed = 0;
     for _ in 0..15 {
         // The memory-speed path answers synchronously while open.
-        let decision = s.store.check_local(&check("ana", 1)).unwrap().unwrap().decision;
+        let decision = s
+            .store
+            .check_local(&check("ana", 1))
+            .unwrap()
+            .unwrap()
+            .decision;
         allowed += usize::from(decision.allowed);
     }
     assert_eq!(allowed, 10, "the local quota is the tier's quota");

@@ -81,16 +81,24 @@ impl FakeRedis {
 }
 
 fn is_canonical_uint(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'))
+    !s.is_empty()
+        && s.bytes().all(|b| b.is_ascii_digit())
+        && (s == "0" || !s.starts_with('0'))
 }
 
 /// Runs one command. `Err` is a Redis error reply (`call` raises it, `pcall`
 /// returns it as `{err = ...}`).
-fn command(lua: &Lua, redis: &RefCell<FakeRedis>, args: &[Value]) -> Result<Value, String> {
+fn command(
+    lua: &Lua,
+    redis: &RefCell<FakeRedis>,
+    args: &[Value],
+) -> Result<Value, String> {
     let mut words = Vec::with_capacity(args.len());
     for arg in args {
         match arg {
-            Value::String(s) => words.push(s.to_str().map_err(|e| e.to_string())?.to_owned()),
+            Value::String(s) => {
+                words.push(s.to_str().map_err(|e| e.to_string())?.to_owned())
+            }
             // Redis accepts numbers, but formats them its own way (%.17g, or
             // fpconv in newer versions): the script must send strings.
             Value::Integer(_) | Value::Number(_) => {
@@ -106,7 +114,10 @@ fn command(lua: &Lua, redis: &RefCell<FakeRedis>, args: &[Value]) -> Result<Valu
         }
     }
     let Some(name) = words.first() else {
-        return Err("ERR Please specify at least one argument for this redis lib call".into());
+        return Err(
+            "ERR Please specify at least one argument for this redis lib call"
+                .into(),
+        );
     };
     let mut redis = redis.borrow_mut();
     redis.expire();
@@ -209,8 +220,8 @@ impl Harness {
         let lib = lua.create_table().unwrap();
         for (name, protected) in [("call", false), ("pcall", true)] {
             let state = Rc::clone(&redis);
-            let f = lua
-                .create_function(move |lua, args: Variadic<Value>| {
+            let f =
+                lua.create_function(move |lua, args: Variadic<Value>| {
                     match command(lua, &state, &args) {
                         Ok(v) => Ok(v),
                         Err(msg) if protected => {
@@ -326,8 +337,14 @@ impl Harness {
                 Value::Integer(n) => n,
                 // Redis truncates a Lua number to an integer reply; the
                 // script must not depend on that.
-                Value::Number(n) if n.fract() == 0.0 && n.abs() < 9.3e18 => n as i64,
-                other => return Err(ScriptError::Crash(format!("not an integer: {other:?}"))),
+                Value::Number(n) if n.fract() == 0.0 && n.abs() < 9.3e18 => {
+                    n as i64
+                }
+                other => {
+                    return Err(ScriptError::Crash(format!(
+                        "not an integer: {other:?}"
+                    )));
+                }
             };
         }
         Ok((out[0], out[1], out[2], out[3]))
@@ -433,7 +450,9 @@ fn increment_past_2_pow_53_is_an_error() {
     );
     assert_eq!(h.take_writes(), []);
     // gcra-core agrees: no decision.
-    let quota = Quota::new(1, Duration::from_micros(MAX_TIME_US - START_US + 1)).unwrap();
+    let quota =
+        Quota::new(1, Duration::from_micros(MAX_TIME_US - START_US + 1))
+            .unwrap();
     assert_eq!(
         quota.check(None, START_US, 1),
         Err(CheckError::TimeOutOfRange)
@@ -684,13 +703,17 @@ fn quota_strategy() -> impl Strategy<Value = Quota> {
         ]),
     ];
     let burst = prop_oneof![2 => Just(None), 1 => (1u32..=100).prop_map(Some)];
-    (1u32..=50, period_us, burst).prop_filter_map("invalid quota", |(limit, period, burst)| {
-        let quota = Quota::new(limit, Duration::from_micros(period)).ok()?;
-        match burst {
-            Some(b) => quota.try_allow_burst(b).ok(),
-            None => Some(quota),
-        }
-    })
+    (1u32..=50, period_us, burst).prop_filter_map(
+        "invalid quota",
+        |(limit, period, burst)| {
+            let quota =
+                Quota::new(limit, Duration::from_micros(period)).ok()?;
+            match burst {
+                Some(b) => quota.try_allow_burst(b).ok(),
+                None => Some(quota),
+            }
+        },
+    )
 }
 
 fn step_strategy(quota: Quota) -> impl Strategy<Value = Step> {
@@ -809,7 +832,9 @@ fn run_case(case: &Case) -> Result<(), TestCaseError> {
         let writes = h.take_writes();
         match quota.check(model, now, step.cost) {
             Ok(d) => {
-                let reply = reply.map_err(|e| TestCaseError::fail(format!("{ctx}: {e:?}")))?;
+                let reply = reply.map_err(|e| {
+                    TestCaseError::fail(format!("{ctx}: {e:?}"))
+                })?;
                 let expected = (
                     i64::from(d.allowed),
                     d.remaining as i64,
@@ -829,7 +854,10 @@ fn run_case(case: &Case) -> Result<(), TestCaseError> {
                             "{}",
                             ctx
                         );
-                        prop_assert_eq!(writes[0].value.parse::<u64>().ok(), Some(s.tat_us));
+                        prop_assert_eq!(
+                            writes[0].value.parse::<u64>().ok(),
+                            Some(s.tat_us)
+                        );
                         model = Some(s.tat_us);
                     }
                     None => prop_assert_eq!(&writes, &[], "{}", ctx),
@@ -838,7 +866,9 @@ fn run_case(case: &Case) -> Result<(), TestCaseError> {
             Err(CheckError::CostExceedsBurst { .. }) => {
                 // The Rust store never sends this; the script still must
                 // refuse and write nothing but a capped TAT.
-                let reply = reply.map_err(|e| TestCaseError::fail(format!("{ctx}: {e:?}")))?;
+                let reply = reply.map_err(|e| {
+                    TestCaseError::fail(format!("{ctx}: {e:?}"))
+                })?;
                 let (tat, capped) = match model {
                     Some(s) if s <= MAX_TIME_US && s >= now => {
                         if s > now + tau {
@@ -850,7 +880,12 @@ fn run_case(case: &Case) -> Result<(), TestCaseError> {
                     _ => (now, false),
                 };
                 let retry = tat + t * u64::from(step.cost) - tau - now;
-                prop_assert_eq!(reply, (0, 0, retry as i64, (tat - now) as i64), "{}", ctx);
+                prop_assert_eq!(
+                    reply,
+                    (0, 0, retry as i64, (tat - now) as i64),
+                    "{}",
+                    ctx
+                );
                 if capped {
                     prop_assert_eq!(
                         &writes,

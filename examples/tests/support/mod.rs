@@ -82,6 +82,28 @@ impl Server {
         }
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits (bounded) until a stderr line contains `needle`.
+    pub fn wait_for_stderr(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(line) =
+                self.stderr().into_iter().find(|l| l.contains(needle))
+            {
+                return line;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no stderr line with {needle:?}: {:?}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     pub fn stderr(&self) -> Vec<String> {
         self.stderr.lock().unwrap().clone()
     }
