@@ -2,10 +2,15 @@
 //!
 //! A check on a known bucket takes a shard's read lock and runs one
 //! compare-and-swap loop on the bucket's `AtomicU64` (governor's design): no
-//! allocation, one fast hash of (tier, user), one clock read. No SHA-1, as
-//! keys never leave the process, except for ids over 64 bytes, which are
-//! held as their digest so that huge ids cannot inflate memory. Only a new
-//! bucket takes the write lock.
+//! allocation, one hash, one clock read. Only a new bucket takes the write
+//! lock.
+//!
+//! A bucket is named by a 128-bit SipHash-1-3 of (tier, user) under a key
+//! drawn at random per store: the id is not kept in clear even in memory,
+//! an entry is 32 bytes whatever the id's length (huge ids cannot inflate
+//! memory, and there is no allocation per bucket to leave behind), and a
+//! client cannot aim two ids at one bucket without the key. Two ids share a
+//! name with probability 2^-128.
 //!
 //! Entries whose TAT has passed are dead (GCRA treats them as absent) and are
 //! swept: from the insert path, at most once per sweep interval per shard,
@@ -13,13 +18,14 @@
 //! Tokio runtime). Memory therefore follows the live buckets, not every user
 //! ever seen.
 
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
 use gcra_core::Decision;
-use hashbrown::{DefaultHashBuilder, HashTable};
+use hashbrown::HashTable;
+use siphasher::sip128::{Hasher128, SipHasher13};
 
 use crate::clock::{Clock, MonotonicClock, SharedClock};
 use crate::{BucketCheck, LocalDecision, Storage, StorageError};
@@ -69,7 +75,7 @@ pub struct MemoryStorageBuilder {
 #[derive(Debug)]
 struct Inner {
     shards: Box<[Shard]>,
-    hasher: DefaultHashBuilder,
+    keys: (u64, u64),
     clock: SharedClock,
     capacity: usize,
     shard_capacity: usize,
@@ -91,61 +97,34 @@ struct Table {
 
 #[derive(Debug)]
 struct Entry {
-    /// `tier` then the user part, in one allocation.
-    key: Box<[u8]>,
-    tier_len: usize,
-    /// Whether the user part is the SHA-1 of a long id.
-    digest: bool,
-    hash: u64,
+    /// The bucket's name: a keyed 128-bit hash of (tier, user).
+    name: u128,
     tat: AtomicU64,
 }
 
-/// User ids longer than this are held as their SHA-1, so that a client
-/// sending huge ids cannot make each bucket cost kilobytes.
-const MAX_INLINE_USER: usize = 64;
-
-/// The user part of a bucket's key: the id itself, or its SHA-1.
-#[derive(Hash)]
-enum UserKey<'a> {
-    Plain(&'a [u8]),
-    Digest([u8; 20]),
-}
-
-impl<'a> UserKey<'a> {
-    fn of(user: &'a str) -> Self {
-        if user.len() <= MAX_INLINE_USER {
-            UserKey::Plain(user.as_bytes())
-        } else {
-            use sha1::Digest as _;
-            UserKey::Digest(sha1::Sha1::digest(user.as_bytes()).into())
-        }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        match self {
-            UserKey::Plain(bytes) => bytes,
-            UserKey::Digest(digest) => digest,
-        }
-    }
-
-    fn is_digest(&self) -> bool {
-        matches!(self, UserKey::Digest(_))
-    }
-}
-
 impl Entry {
-    fn is(&self, tier: &str, user: &UserKey<'_>) -> bool {
-        let user_bytes = user.bytes();
-        self.tier_len == tier.len()
-            && self.digest == user.is_digest()
-            && self.key.len() == tier.len().saturating_add(user_bytes.len())
-            && self.key.starts_with(tier.as_bytes())
-            && self.key.ends_with(user_bytes)
+    fn hash(&self) -> u64 {
+        table_hash(self.name)
     }
 
     fn is_live(&self, now_us: u64) -> bool {
         self.tat.load(Ordering::Relaxed) > now_us
     }
+}
+
+/// The table's hash: the low half of the name (already uniform).
+fn table_hash(name: u128) -> u64 {
+    name as u64
+}
+
+/// The keys of the SipHash that names buckets, random per store. Drawn from
+/// std's `RandomState`, which is seeded from the OS's randomness.
+fn random_keys() -> (u64, u64) {
+    let state = std::collections::hash_map::RandomState::new();
+    (
+        state.hash_one(0x7472_745f_6b30_u64),
+        state.hash_one(0x7472_745f_6b31_u64),
+    )
 }
 
 impl Default for MemoryStorage {
@@ -244,7 +223,7 @@ impl MemoryStorageBuilder {
     pub fn build(self) -> MemoryStorage {
         let inner = Arc::new(Inner {
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
-            hasher: DefaultHashBuilder::default(),
+            keys: random_keys(),
             clock: self.clock,
             capacity: self.capacity,
             // Rounded down: the total never exceeds `capacity`.
@@ -273,10 +252,34 @@ async fn sweep_while_alive(store: Weak<Inner>, every: Duration) {
 }
 
 impl Inner {
-    fn shard(&self, hash: u64) -> &Shard {
-        // Bits 40..46: hashbrown uses the low bits for the slot and the top 7
-        // for its tags, so the shard must come from neither.
-        let index = usize::try_from(hash >> 40).unwrap_or(0) % SHARDS;
+    /// The bucket's name: tier, a separator no UTF-8 string holds (so
+    /// ("ab", "c") and ("a", "bc") differ), user.
+    fn name(&self, tier: &str, user: &str) -> u128 {
+        let hasher = SipHasher13::new_with_keys(self.keys.0, self.keys.1);
+        // One call over a stack copy is much cheaper than three streaming
+        // writes, and gives the same hash (SipHash reads a byte stream).
+        let mut buffer = [0u8; 128];
+        let (tier, user) = (tier.as_bytes(), user.as_bytes());
+        let len = tier.len().saturating_add(1).saturating_add(user.len());
+        if let Some(bytes) = buffer.get_mut(..len) {
+            let (head, rest) = bytes.split_at_mut(tier.len());
+            head.copy_from_slice(tier);
+            if let Some((separator, tail)) = rest.split_first_mut() {
+                *separator = 0xff;
+                tail.copy_from_slice(user);
+            }
+            return hasher.hash(bytes).as_u128();
+        }
+        let mut hasher = hasher;
+        hasher.write(tier);
+        hasher.write(&[0xff]);
+        hasher.write(user);
+        hasher.finish128().as_u128()
+    }
+
+    fn shard(&self, name: u128) -> &Shard {
+        // From the high half: the table uses the low one.
+        let index = usize::try_from(name >> 64).unwrap_or(0) % SHARDS;
         &self.shards[index]
     }
 
@@ -294,14 +297,12 @@ impl Inner {
         check: &BucketCheck<'_>,
         now: u64,
     ) -> Result<Decision, StorageError> {
-        let user = UserKey::of(check.user);
-        let hash = self.hasher.hash_one((check.tier, &user));
-        let shard = self.shard(hash);
+        let name = self.name(check.tier, check.user);
+        let hash = table_hash(name);
+        let shard = self.shard(name);
         {
             let table = read(&shard.table);
-            if let Some(entry) =
-                table.entries.find(hash, |e| e.is(check.tier, &user))
-            {
+            if let Some(entry) = table.entries.find(hash, |e| e.name == name) {
                 return decide_in_place(&entry.tat, check, now);
             }
         }
@@ -311,9 +312,7 @@ impl Inner {
         let decision = check.quota.check(None, now, check.cost)?;
         let mut table = write(&shard.table);
         // Another thread may have created it in between.
-        if let Some(entry) =
-            table.entries.find(hash, |e| e.is(check.tier, &user))
-        {
+        if let Some(entry) = table.entries.find(hash, |e| e.name == name) {
             return decide_in_place(&entry.tat, check, now);
         }
         let Some(store) = decision.store else {
@@ -329,17 +328,13 @@ impl Inner {
                 capacity: self.capacity,
             });
         }
-        let key = [check.tier.as_bytes(), user.bytes()].concat();
         table.entries.insert_unique(
             hash,
             Entry {
-                key: key.into_boxed_slice(),
-                tier_len: check.tier.len(),
-                digest: user.is_digest(),
-                hash,
+                name,
                 tat: AtomicU64::new(store.tat_us),
             },
-            |e| e.hash,
+            Entry::hash,
         );
         Ok(decision)
     }
@@ -358,7 +353,7 @@ impl Table {
         if self.entries.capacity()
             > self.entries.len().saturating_mul(4).max(16)
         {
-            self.entries.shrink_to(self.entries.len(), |e| e.hash);
+            self.entries.shrink_to(self.entries.len(), Entry::hash);
         }
         self.next_sweep_us = now.saturating_add(interval_us);
     }

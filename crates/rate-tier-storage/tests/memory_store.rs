@@ -380,3 +380,20 @@ fn the_store_is_memory_and_decides_without_io() {
     assert_eq!(clone.check_sync(&check).unwrap().remaining, 8);
     assert_eq!(store.len(), 1);
 }
+
+#[test]
+fn huge_ids_are_distinct_buckets_of_fixed_size() {
+    let store = MemoryStorage::with_clock(FakeClock::at_us(START_US));
+    let mut a = "k".repeat(64 * 1024);
+    let b = format!("{a}x");
+    // Ten from the first id exhaust its bucket, not the second's.
+    for _ in 0..10 {
+        assert!(allowed(&store, "free", &a, free(), 1));
+    }
+    assert!(!allowed(&store, "free", &a, free(), 1));
+    assert!(allowed(&store, "free", &b, free(), 1));
+    // Same id again, built anew: the same bucket.
+    a = "k".repeat(64 * 1024);
+    assert!(!allowed(&store, "free", &a, free(), 1));
+    assert_eq!(store.len(), 2);
+}

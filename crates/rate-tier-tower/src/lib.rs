@@ -110,6 +110,6 @@ pub use rate_tier_storage::{
     FallbackStorage, MemoryStorage, Storage, StorageError, StorageEvent, key,
 };
 pub use tier::{
-    ConfigError, Error, LimitReason, Limited, OnMissing, OnStorageError,
-    OnUnknownTier, RateLimitInfo, RateTier, RateTierBuilder,
+    CheckFuture, ConfigError, Error, LimitReason, Limited, OnMissing,
+    OnStorageError, OnUnknownTier, RateLimitInfo, RateTier, RateTierBuilder,
 };

@@ -2,7 +2,10 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, PoisonError, RwLock};
+use std::task::{Context, Poll, ready};
 
 use arc_swap::ArcSwap;
 use std::time::Duration;
@@ -555,21 +558,19 @@ impl RateTier {
     /// assert_eq!(info.remaining, 0);
     /// # }
     /// ```
-    pub async fn check(
-        &self,
-        user: &str,
-        tier: &str,
+    pub fn check<'a>(
+        &'a self,
+        user: &'a str,
+        tier: &'a str,
         cost: u32,
-    ) -> Result<Result<RateLimitInfo, Limited>, Error> {
-        if cost == 0 {
-            return Err(Error::ZeroCost);
-        }
-        let resolved =
-            self.resolve(&self.inner.plans.load(), user, tier, &mut |_| {});
-        match resolved {
-            Resolved::Bucket(tier) => self.charge(tier, user, cost).await,
-            Resolved::Unlimited => Ok(Ok(self.unlimited_info(tier, cost))),
-            Resolved::Refused(limited) => Ok(Err(limited)),
+    ) -> CheckFuture<'a> {
+        CheckFuture {
+            state: CheckState::Start {
+                tiers: self,
+                user,
+                tier,
+                cost,
+            },
         }
     }
 
@@ -686,69 +687,64 @@ impl RateTier {
         }
     }
 
-    async fn charge(
+    /// Charges a resolved tier, without awaiting if the store decides in
+    /// process; `None` when the store needs I/O.
+    fn charge_local(
         &self,
         tier: Tier,
         user: &str,
         cost: u32,
-    ) -> Result<Result<RateLimitInfo, Limited>, Error> {
-        if cost == 0 {
-            return Err(Error::ZeroCost);
-        }
-        if !tier.quota.can_ever_pass(cost) {
-            let now_us = self.inner.clock.now_us();
-            return Ok(Err(Limited {
-                tier: Cow::Borrowed(tier.name),
-                limit: tier.quota.burst(),
-                window: Duration::from_micros(tier.quota.burst_offset_us()),
-                reason: LimitReason::CostExceedsBurst { cost },
-                retry_after: Duration::ZERO,
-                reset_after: Duration::ZERO,
-                now_us,
-            }));
+    ) -> Option<CheckOutput> {
+        if let Some(early) = self.refuse_early(tier, cost) {
+            return Some(early);
         }
         let check = BucketCheck::new(tier.name, user, tier.quota, cost)
             .key_secret(self.inner.key_secret.as_ref());
-        let storage = &self.inner.storage;
         // In-process stores decide synchronously and tell the time they
         // used: one clock read per check.
-        let decided = match storage.check_local(&check) {
-            Some(local) => local.map(|l| (l.decision, l.now_us)),
-            None => {
-                let now_us = self.inner.clock.now_us();
-                storage.check(&check).await.map(|d| (d, now_us))
-            }
-        };
-        let (decision, now_us): (Decision, u64) = match decided {
-            Ok(decided) => decided,
-            Err(StorageError::Check(CheckError::ZeroCost)) => {
-                return Err(Error::ZeroCost);
-            }
-            Err(StorageError::Check(error)) => return Err(Error::Check(error)),
-            Err(error) => return Err(Error::Storage(error)),
-        };
-        let reset_after = Duration::from_micros(decision.reset_after_us);
-        if decision.allowed {
-            Ok(Ok(RateLimitInfo {
-                tier: Cow::Borrowed(tier.name),
-                limit: tier.quota.burst(),
-                window: Duration::from_micros(tier.quota.burst_offset_us()),
-                remaining: decision.remaining,
-                reset_after,
-                cost,
-                now_us,
-            }))
-        } else {
-            Ok(Err(Limited {
-                tier: Cow::Borrowed(tier.name),
-                limit: tier.quota.burst(),
-                window: Duration::from_micros(tier.quota.burst_offset_us()),
-                reason: LimitReason::RateLimited,
-                retry_after: Duration::from_micros(decision.retry_after_us),
-                reset_after,
-                now_us,
-            }))
+        let local = self.inner.storage.check_local(&check)?;
+        Some(outcome(tier, cost, local.map(|l| (l.decision, l.now_us))))
+    }
+
+    async fn charge(&self, tier: Tier, user: &str, cost: u32) -> CheckOutput {
+        if let Some(local) = self.charge_local(tier, user, cost) {
+            return local;
         }
+        self.charge_remote(tier, user, cost).await
+    }
+
+    /// The store needs I/O (Redis): read the local clock for the reset
+    /// times, and await the store.
+    async fn charge_remote(
+        &self,
+        tier: Tier,
+        user: &str,
+        cost: u32,
+    ) -> CheckOutput {
+        let check = BucketCheck::new(tier.name, user, tier.quota, cost)
+            .key_secret(self.inner.key_secret.as_ref());
+        let now_us = self.inner.clock.now_us();
+        let decided = self.inner.storage.check(&check).await;
+        outcome(tier, cost, decided.map(|d| (d, now_us)))
+    }
+
+    /// Cost 0, or a cost that can never pass: decided without the store.
+    fn refuse_early(&self, tier: Tier, cost: u32) -> Option<CheckOutput> {
+        if cost == 0 {
+            return Some(Err(Error::ZeroCost));
+        }
+        if tier.quota.can_ever_pass(cost) {
+            return None;
+        }
+        Some(Ok(Err(Limited {
+            tier: Cow::Borrowed(tier.name),
+            limit: tier.quota.burst(),
+            window: Duration::from_micros(tier.quota.burst_offset_us()),
+            reason: LimitReason::CostExceedsBurst { cost },
+            retry_after: Duration::ZERO,
+            reset_after: Duration::ZERO,
+            now_us: self.inner.clock.now_us(),
+        })))
     }
 
     fn unlimited_info(&self, tier: &str, cost: u32) -> RateLimitInfo {
@@ -760,6 +756,137 @@ impl RateTier {
             reset_after: Duration::ZERO,
             cost,
             now_us: self.inner.clock.now_us(),
+        }
+    }
+}
+
+type CheckOutput = Result<Result<RateLimitInfo, Limited>, Error>;
+
+/// A store's answer, as the limiter's.
+fn outcome(
+    tier: Tier,
+    cost: u32,
+    decided: Result<(Decision, u64), StorageError>,
+) -> CheckOutput {
+    let (decision, now_us) = match decided {
+        Ok(decided) => decided,
+        Err(StorageError::Check(CheckError::ZeroCost)) => {
+            return Err(Error::ZeroCost);
+        }
+        Err(StorageError::Check(error)) => return Err(Error::Check(error)),
+        Err(error) => return Err(Error::Storage(error)),
+    };
+    let reset_after = Duration::from_micros(decision.reset_after_us);
+    let window = Duration::from_micros(tier.quota.burst_offset_us());
+    if decision.allowed {
+        Ok(Ok(RateLimitInfo {
+            tier: Cow::Borrowed(tier.name),
+            limit: tier.quota.burst(),
+            window,
+            remaining: decision.remaining,
+            reset_after,
+            cost,
+            now_us,
+        }))
+    } else {
+        Ok(Err(Limited {
+            tier: Cow::Borrowed(tier.name),
+            limit: tier.quota.burst(),
+            window,
+            reason: LimitReason::RateLimited,
+            retry_after: Duration::from_micros(decision.retry_after_us),
+            reset_after,
+            now_us,
+        }))
+    }
+}
+
+/// The future of [`RateTier::check`].
+///
+/// Small and lazy: nothing is decided before it is polled. With an
+/// in-process store the first poll decides (no allocation, no await); only
+/// a store that needs I/O puts the rest of the work in a boxed future.
+#[must_use = "futures do nothing unless polled"]
+pub struct CheckFuture<'a> {
+    state: CheckState<'a>,
+}
+
+enum CheckState<'a> {
+    Start {
+        tiers: &'a RateTier,
+        user: &'a str,
+        tier: &'a str,
+        cost: u32,
+    },
+    Remote(Pin<Box<dyn Future<Output = CheckOutput> + Send + 'a>>),
+    Done,
+}
+
+impl fmt::Debug for CheckFuture<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match self.state {
+            CheckState::Start { .. } => "start",
+            CheckState::Remote(_) => "waiting for the store",
+            CheckState::Done => "done",
+        };
+        f.debug_struct("CheckFuture")
+            .field("state", &state)
+            .finish()
+    }
+}
+
+impl Future for CheckFuture<'_> {
+    type Output = CheckOutput;
+
+    fn poll(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<CheckOutput> {
+        let this = &mut *self;
+        if let CheckState::Start {
+            tiers,
+            user,
+            tier,
+            cost,
+        } = this.state
+        {
+            if cost == 0 {
+                this.state = CheckState::Done;
+                return Poll::Ready(Err(Error::ZeroCost));
+            }
+            let plans = tiers.inner.plans.load();
+            let resolved = tiers.resolve(&plans, user, tier, &mut |_| {});
+            drop(plans);
+            let resolved = match resolved {
+                Resolved::Bucket(resolved) => resolved,
+                Resolved::Unlimited => {
+                    this.state = CheckState::Done;
+                    return Poll::Ready(Ok(Ok(
+                        tiers.unlimited_info(tier, cost)
+                    )));
+                }
+                Resolved::Refused(limited) => {
+                    this.state = CheckState::Done;
+                    return Poll::Ready(Ok(Err(limited)));
+                }
+            };
+            if let Some(local) = tiers.charge_local(resolved, user, cost) {
+                this.state = CheckState::Done;
+                return Poll::Ready(local);
+            }
+            this.state = CheckState::Remote(Box::pin(
+                tiers.charge_remote(resolved, user, cost),
+            ));
+        }
+        match &mut this.state {
+            CheckState::Remote(remote) => {
+                let output = ready!(remote.as_mut().poll(cx));
+                this.state = CheckState::Done;
+                Poll::Ready(output)
+            }
+            // Polled again after it finished: a misuse the Future contract
+            // leaves open; answer it without a panic.
+            _ => Poll::Pending,
         }
     }
 }
