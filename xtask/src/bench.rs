@@ -949,19 +949,14 @@ fn report(
     let _ = writeln!(w, "## Reading the memory rows\n");
     let _ = writeln!(
         w,
-        "When the idle row shows 0 buckets held but RSS above the baseline, the memory is \
-         held by the allocator, not by the store: the sweeper dropped every bucket and \
-         freed every table. glibc's malloc gives back whole mmap'd blocks (the tables) and \
-         free memory at the top of its heap, but not small freed chunks below a live one: \
-         here, the per-bucket key allocations (one small boxed key per bucket, about 32 \
-         bytes each with malloc's overhead, so about 30 MiB for 1M buckets). The second \
-         wave row shows whether the process reuses them: a ratio near 1.0 means it does, \
-         and the size stays bounded. `malloc_trim(0)` returns them to the OS: checked by \
-         hand on this machine with a throwaway program that ran the same two waves and \
-         then called it (RSS back to 2.8 MiB); these benchmarks cannot call it, the \
-         workspace forbids unsafe code. Storing short keys inline in the table entry \
-         (no allocation per bucket) should let the RSS return to the baseline by itself \
-         (a suggestion, not measured)."
+        "A bucket is one 32-byte entry inline in its shard's table (a keyed 128-bit \
+         hash of tier and user, and the TAT): there is no allocation per bucket. When \
+         the sweeper empties a table, the table's memory, a large block, goes back to \
+         the OS, so the idle row returns near the baseline with no call from anyone. \
+         An earlier design boxed each bucket's key; glibc kept those small freed \
+         chunks (about 31 MiB per million buckets) until `malloc_trim`. The second \
+         wave row shows that a new wave of keys reuses the memory: 1.0 means no \
+         growth."
     );
     out
 }
