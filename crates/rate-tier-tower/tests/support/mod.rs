@@ -5,6 +5,8 @@
 //! comes from `TRT_REDIS_SERVER_BIN`, which `cargo xtask test-redis` and
 //! `cargo xtask test` set. Port 6379 (the shared Redis) is never used.
 
+// Each test binary uses part of it.
+#![allow(dead_code)]
 use std::fs;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
