@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use governor::{Quota as GovQuota, RateLimiter};
+use rate_tier_storage::{BucketCheck, MemoryStorage};
 use tower_rate_tier::{Quota, RateTier};
 
 const KEYS: usize = 100_000;
@@ -72,6 +73,15 @@ fn one_key(c: &mut Criterion) {
     let key = "user-1".to_owned();
     group.bench_function("governor", |b| {
         b.iter(|| gov.check_key(black_box(&key)))
+    });
+    // The store alone, without the limiter around it: where the time goes.
+    let store = MemoryStorage::new();
+    let quota = Quota::per_second(1_000_000);
+    group.bench_function("memory_store_alone", |b| {
+        b.iter(|| {
+            let check = BucketCheck::new("free", black_box("user-1"), quota, 1);
+            store.check_sync(&check).unwrap()
+        })
     });
     group.finish();
 }

@@ -1,6 +1,8 @@
 //! The responses the middleware writes, and its headers.
 
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use std::sync::LazyLock;
+
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
 use crate::{LimitReason, Limited, RateLimitInfo};
@@ -64,6 +66,33 @@ fn ceil_secs(duration: std::time::Duration) -> u64 {
     }
 }
 
+/// A header value for `n`. Small numbers (limits, remaining counts, waits)
+/// come from a table made once, so that most responses allocate nothing
+/// for them.
+fn number(n: u64) -> HeaderValue {
+    const SMALL: usize = 1024;
+    static TABLE: LazyLock<Vec<HeaderValue>> = LazyLock::new(|| {
+        // One string for the whole table, kept for the process's life.
+        let digits: &'static str = Box::leak(
+            (0..SMALL).map(|i| i.to_string()).collect::<String>().into(),
+        );
+        let mut table = Vec::with_capacity(SMALL);
+        let mut rest = digits;
+        for i in 0..SMALL {
+            let width = i.checked_ilog10().map_or(1, |log| log as usize + 1);
+            let (value, tail) = rest.split_at(width);
+            table.push(HeaderValue::from_static(value));
+            rest = tail;
+        }
+        table
+    });
+    usize::try_from(n)
+        .ok()
+        .and_then(|i| TABLE.get(i))
+        .cloned()
+        .unwrap_or_else(|| HeaderValue::from(n))
+}
+
 /// Tier names are `[A-Za-z0-9_.-]`: a valid sf-string and header value.
 fn insert_ietf(
     headers: &mut HeaderMap,
@@ -89,9 +118,8 @@ pub(crate) fn insert_info_headers_with(
     style: HeaderStyle,
 ) {
     if style.x() {
-        headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(info.limit));
-        headers
-            .insert(X_RATELIMIT_REMAINING, HeaderValue::from(info.remaining));
+        headers.insert(X_RATELIMIT_LIMIT, number(u64::from(info.limit)));
+        headers.insert(X_RATELIMIT_REMAINING, number(info.remaining));
         headers.insert(
             X_RATELIMIT_RESET,
             HeaderValue::from(info.reset_unix_secs()),
@@ -189,7 +217,7 @@ pub fn limited_response_with<B: From<String>>(
                 ),
             );
             let headers = response.headers_mut();
-            headers.insert(RETRY_AFTER, HeaderValue::from(wait));
+            headers.insert(RETRY_AFTER, number(wait));
             if style.x() {
                 headers.insert(
                     X_RATELIMIT_LIMIT,
@@ -236,5 +264,18 @@ pub fn limited_response_with<B: From<String>>(
         LimitReason::UnknownTier => {
             error(StatusCode::FORBIDDEN, "unknown tier")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::number;
+
+    #[test]
+    fn numbers_from_the_table_and_beyond_it_read_the_same() {
+        for n in [0, 1, 9, 10, 99, 100, 999, 1000, 1023, 1024, 1_790_947_155] {
+            assert_eq!(number(n).to_str().unwrap(), n.to_string());
+        }
+        assert_eq!(number(u64::MAX).to_str().unwrap(), u64::MAX.to_string());
     }
 }
