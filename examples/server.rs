@@ -244,22 +244,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut tiers = RateTier::builder().plans(plans);
     let backend = match (&args.redis_cluster, &args.redis) {
         (Some(urls), _) => {
-            let conn = redis::cluster::ClusterClient::new(urls.clone())?
-                .get_async_connection()
-                .await?;
-            // The same fallback as with a single Redis.
-            let redis = Arc::new(RedisStorage::cluster(conn));
+            // Connected lazily: the server starts even while the cluster
+            // is down, and the fallback limits locally until it is back.
+            let redis = Arc::new(RedisStorage::from_cluster_urls(urls)?);
             tiers = tiers
                 .storage(Arc::new(FallbackStorage::builder(redis).build()));
             "redis cluster, with local fallback"
         }
         (None, Some(url)) => {
-            let conn = redis::Client::open(url.as_str())?
-                .get_connection_manager()
-                .await?;
-            // While Redis is down, limit locally behind a circuit breaker
-            // instead of making every request wait for a timeout.
-            let redis = Arc::new(RedisStorage::new(conn));
+            // Connected lazily, so the server starts while Redis is down;
+            // then a local limiter behind a circuit breaker decides instead
+            // of making every request wait for a timeout.
+            let redis = Arc::new(RedisStorage::from_url(url)?);
             tiers = tiers
                 .storage(Arc::new(FallbackStorage::builder(redis).build()));
             "redis, with local fallback"

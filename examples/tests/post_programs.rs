@@ -161,3 +161,15 @@ fn server_sends_the_ietf_fields_when_asked() {
     assert_eq!(response.header("x-ratelimit-remaining"), None);
     assert_eq!(response.header("ratelimit"), Some(r#""free";r=9;t=6"#));
 }
+
+#[test]
+fn server_starts_and_limits_locally_while_redis_is_down() {
+    // Port 1 on loopback: nothing listens there.
+    let server = Server::start(&["--redis", "redis://127.0.0.1:1/"], &[]);
+    let statuses: Vec<u16> = (0..11)
+        .map(|_| server.get("/data", Some("key_ana")).status)
+        .collect();
+    assert_eq!(statuses[..10], [200; 10]);
+    assert_eq!(statuses[10], 429);
+    server.wait_for_stderr("breaker Closed -> Open");
+}

@@ -27,7 +27,7 @@
 //! the listeners (tower-rate-tier forwards them to `on_event`).
 
 use std::fmt;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -120,10 +120,10 @@ struct Inner {
     cool_down_us: u64,
     max_cool_down_us: u64,
     local_share: u32,
-    state: AtomicU8,
+    /// State, back-off step and deadline in one word, so that every
+    /// transition is a single compare-and-swap (see [`Breaker`]).
+    breaker: AtomicU64,
     failures: AtomicU32,
-    open_until_us: AtomicU64,
-    current_cool_down_us: AtomicU64,
     listeners: RwLock<Vec<StorageListener>>,
 }
 
@@ -217,10 +217,8 @@ impl FallbackStorageBuilder {
                 cool_down_us,
                 max_cool_down_us: micros(self.max_cool_down),
                 local_share: self.local_share,
-                state: AtomicU8::new(CLOSED),
+                breaker: AtomicU64::new(Breaker::CLOSED.pack()),
                 failures: AtomicU32::new(0),
-                open_until_us: AtomicU64::new(0),
-                current_cool_down_us: AtomicU64::new(cool_down_us),
                 listeners: RwLock::new(Vec::new()),
             }),
         }
@@ -243,7 +241,7 @@ impl FallbackStorage {
 
     /// The breaker's state now.
     pub fn state(&self) -> BreakerState {
-        state_of(self.inner.state.load(Ordering::Acquire))
+        state_of(self.inner.breaker().state)
     }
 
     /// The local store (for inspection in tests and metrics).
@@ -257,7 +255,46 @@ fn is_failure(error: &StorageError) -> bool {
     !matches!(error, StorageError::Check(_))
 }
 
+/// The breaker's whole state, packed in one `u64`: the state (2 bits), how
+/// many times the cool-down doubled (6 bits), and when the open breaker is
+/// due for a probe (56 bits of µs, beyond any GCRA time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Breaker {
+    state: u8,
+    doublings: u8,
+    due_us: u64,
+}
+
+const DUE_BITS: u32 = 56;
+const DUE_MASK: u64 = (1 << DUE_BITS) - 1;
+
+impl Breaker {
+    const CLOSED: Breaker = Breaker {
+        state: CLOSED,
+        doublings: 0,
+        due_us: 0,
+    };
+
+    const fn pack(self) -> u64 {
+        ((self.state as u64) << 62)
+            | (((self.doublings & 0x3f) as u64) << DUE_BITS)
+            | (self.due_us & DUE_MASK)
+    }
+
+    const fn unpack(word: u64) -> Breaker {
+        Breaker {
+            state: (word >> 62) as u8,
+            doublings: ((word >> DUE_BITS) & 0x3f) as u8,
+            due_us: word & DUE_MASK,
+        }
+    }
+}
+
 impl Inner {
+    fn breaker(&self) -> Breaker {
+        Breaker::unpack(self.breaker.load(Ordering::Acquire))
+    }
+
     fn emit(&self, event: StorageEvent) {
         let listeners = self
             .listeners
@@ -268,11 +305,11 @@ impl Inner {
         }
     }
 
-    fn transition(&self, from: u8, to: u8, cause: Option<&StorageError>) {
+    fn transition(&self, from: u8, to: u8, cause: Option<String>) {
         self.emit(StorageEvent::Breaker {
             from: state_of(from),
             to: state_of(to),
-            cause: cause.map(ToString::to_string),
+            cause,
         });
     }
 
@@ -296,19 +333,33 @@ impl Inner {
         self.emit(StorageEvent::Fallback {
             tier: check.tier.to_owned(),
             allowed: decided.decision.allowed,
-            state: state_of(self.state.load(Ordering::Acquire)),
+            state: state_of(self.breaker().state),
         });
         Ok(decided)
     }
 
-    fn open(&self, from: u8, cool_down_us: u64, cause: &StorageError) {
-        let now = self.clock.now_us();
-        self.current_cool_down_us
-            .store(cool_down_us, Ordering::Release);
-        self.open_until_us
-            .store(now.saturating_add(cool_down_us), Ordering::Release);
-        self.state.store(OPEN, Ordering::Release);
-        self.transition(from, OPEN, Some(cause));
+    /// The cool-down after `doublings` failed probes: doubled each time,
+    /// capped.
+    fn cool_down_us(&self, doublings: u8) -> u64 {
+        self.cool_down_us
+            .checked_shl(u32::from(doublings))
+            .filter(|cool| *cool >= self.cool_down_us)
+            .unwrap_or(u64::MAX)
+            .min(self.max_cool_down_us)
+    }
+
+    /// An open breaker with this many doublings, due after its cool-down.
+    fn opened(&self, doublings: u8) -> Breaker {
+        let due_us = self
+            .clock
+            .now_us()
+            .saturating_add(self.cool_down_us(doublings))
+            .min(DUE_MASK);
+        Breaker {
+            state: OPEN,
+            doublings,
+            due_us,
+        }
     }
 
     async fn check_closed(
@@ -327,18 +378,23 @@ impl Inner {
                     .failures
                     .fetch_add(1, Ordering::AcqRel)
                     .saturating_add(1);
-                if failures >= self.failure_threshold
-                    && self
-                        .state
+                if failures >= self.failure_threshold {
+                    // State and deadline change together: no check can
+                    // see it open with a stale deadline.
+                    let closed = Breaker::CLOSED.pack();
+                    let open = self.opened(0).pack();
+                    if self
+                        .breaker
                         .compare_exchange(
-                            CLOSED,
-                            OPEN,
+                            closed,
+                            open,
                             Ordering::AcqRel,
                             Ordering::Acquire,
                         )
                         .is_ok()
-                {
-                    self.open(CLOSED, self.cool_down_us, &error);
+                    {
+                        self.transition(CLOSED, OPEN, Some(error.to_string()));
+                    }
                 }
                 self.decide_locally(check)
             }
@@ -346,53 +402,64 @@ impl Inner {
         }
     }
 
+    /// Runs the one probe; the caller won the OPEN -> HALF_OPEN swap, so no
+    /// one else changes the breaker until this ends.
     async fn probe(
         &self,
         check: &BucketCheck<'_>,
+        doublings: u8,
     ) -> Result<Decision, StorageError> {
         self.transition(OPEN, HALF_OPEN, None);
-        // If this future is dropped mid-probe, reopen rather than stay
-        // half-open forever with no probe in flight.
-        let guard = ProbeGuard { inner: self };
+        // Dropped mid-probe (the caller gave up): count it as a failed
+        // probe, rather than stay half-open with no probe in flight.
+        let guard = ProbeGuard {
+            inner: self,
+            doublings,
+        };
         let result = self.primary.check(check).await;
         std::mem::forget(guard);
         match result {
             Ok(decision) => {
-                self.failures.store(0, Ordering::Relaxed);
-                self.current_cool_down_us
-                    .store(self.cool_down_us, Ordering::Release);
-                self.state.store(CLOSED, Ordering::Release);
-                self.transition(HALF_OPEN, CLOSED, None);
+                self.close();
                 Ok(decision)
             }
             Err(error) if is_failure(&error) => {
-                let doubled = self
-                    .current_cool_down_us
-                    .load(Ordering::Acquire)
-                    .saturating_mul(2)
-                    .min(self.max_cool_down_us);
-                self.open(HALF_OPEN, doubled, &error);
+                self.reopen(doublings, error.to_string());
                 self.decide_locally(check)
             }
             Err(error) => {
                 // Not the primary's fault: it answered. Close.
-                self.state.store(CLOSED, Ordering::Release);
-                self.transition(HALF_OPEN, CLOSED, None);
+                self.close();
                 Err(error)
             }
         }
+    }
+
+    fn close(&self) {
+        self.failures.store(0, Ordering::Relaxed);
+        self.breaker
+            .store(Breaker::CLOSED.pack(), Ordering::Release);
+        self.transition(HALF_OPEN, CLOSED, None);
+    }
+
+    /// A failed probe: open again, for twice as long (up to the cap).
+    fn reopen(&self, doublings: u8, cause: String) {
+        let doublings = doublings.saturating_add(1).min(0x3f);
+        self.breaker
+            .store(self.opened(doublings).pack(), Ordering::Release);
+        self.transition(HALF_OPEN, OPEN, Some(cause));
     }
 }
 
 struct ProbeGuard<'a> {
     inner: &'a Inner,
+    doublings: u8,
 }
 
 impl Drop for ProbeGuard<'_> {
     fn drop(&mut self) {
-        let inner = self.inner;
-        inner.open_until_us.store(0, Ordering::Release);
-        inner.state.store(OPEN, Ordering::Release);
+        self.inner
+            .reopen(self.doublings, "probe cancelled".to_owned());
     }
 }
 
@@ -416,23 +483,26 @@ impl Storage for FallbackStorage {
         check: &BucketCheck<'_>,
     ) -> Result<Decision, StorageError> {
         let inner = &*self.inner;
-        match inner.state.load(Ordering::Acquire) {
+        let word = inner.breaker.load(Ordering::Acquire);
+        let breaker = Breaker::unpack(word);
+        match breaker.state {
             CLOSED => inner.check_closed(check).await,
-            OPEN => {
-                let due = inner.clock.now_us()
-                    >= inner.open_until_us.load(Ordering::Acquire);
-                if due
-                    && inner
-                        .state
-                        .compare_exchange(
-                            OPEN,
-                            HALF_OPEN,
-                            Ordering::AcqRel,
-                            Ordering::Acquire,
-                        )
-                        .is_ok()
-                {
-                    inner.probe(check).await
+            OPEN if inner.clock.now_us() >= breaker.due_us => {
+                let probing = Breaker {
+                    state: HALF_OPEN,
+                    ..breaker
+                };
+                let won = inner
+                    .breaker
+                    .compare_exchange(
+                        word,
+                        probing.pack(),
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_ok();
+                if won {
+                    inner.probe(check, breaker.doublings).await
                 } else {
                     inner.decide_locally(check)
                 }
@@ -447,10 +517,9 @@ impl Storage for FallbackStorage {
     ) -> Option<Result<LocalDecision, StorageError>> {
         // Open and not yet due for a probe: a memory-speed decision.
         let inner = &*self.inner;
-        match inner.state.load(Ordering::Acquire) {
-            OPEN if inner.clock.now_us()
-                < inner.open_until_us.load(Ordering::Acquire) =>
-            {
+        let breaker = inner.breaker();
+        match breaker.state {
+            OPEN if inner.clock.now_us() < breaker.due_us => {
                 Some(inner.decide_locally_at(check))
             }
             HALF_OPEN => Some(inner.decide_locally_at(check)),

@@ -19,7 +19,7 @@
 //! ever seen.
 
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
@@ -78,7 +78,9 @@ struct Inner {
     keys: (u64, u64),
     clock: SharedClock,
     capacity: usize,
-    shard_capacity: usize,
+    /// Buckets held, across shards: reserved before an insert, so the
+    /// capacity is an exact bound.
+    held: AtomicUsize,
     sweep_interval_us: u64,
 }
 
@@ -201,14 +203,15 @@ impl MemoryStorageBuilder {
         self
     }
 
-    /// The most live buckets held (default 4 194 304, minimum 64). When a
-    /// new bucket finds its shard full even after a sweep, the check fails
-    /// with [`StorageError::CapacityExceeded`] rather than forget a live
-    /// bucket (which would hand out free requests): the limiter's storage
-    /// error policy decides the response. The bound is enforced per shard,
-    /// so it can be reached slightly before the total.
+    /// The most buckets held (default 4 194 304, minimum 1). When a new
+    /// bucket finds the store full even after sweeping its shard, the check
+    /// fails with [`StorageError::CapacityExceeded`] rather than forget a
+    /// live bucket (which would hand out free requests): the limiter's
+    /// storage error policy decides the response. The bound is exact.
+    /// Dead buckets in other shards go at their next sweep, so a store full
+    /// of mostly dead buckets can refuse for up to one sweep interval.
     pub fn capacity(mut self, capacity: usize) -> Self {
-        self.capacity = capacity.max(SHARDS);
+        self.capacity = capacity.max(1);
         self
     }
 
@@ -226,8 +229,7 @@ impl MemoryStorageBuilder {
             keys: random_keys(),
             clock: self.clock,
             capacity: self.capacity,
-            // Rounded down: the total never exceeds `capacity`.
-            shard_capacity: self.capacity / SHARDS,
+            held: AtomicUsize::new(0),
             sweep_interval_us: u64::try_from(self.sweep_interval.as_micros())
                 .unwrap_or(u64::MAX),
         });
@@ -318,12 +320,18 @@ impl Inner {
         let Some(store) = decision.store else {
             return Ok(decision);
         };
-        if now >= table.next_sweep_us
-            || table.entries.len() >= self.shard_capacity
-        {
-            table.sweep(now, self.sweep_interval_us);
+        if now >= table.next_sweep_us || self.is_full() {
+            self.sweep_table(&mut table, now);
         }
-        if table.entries.len() >= self.shard_capacity {
+        // Reserve a place before inserting: two inserts in two shards
+        // cannot both take the last one.
+        let reserved = self
+            .held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                (held < self.capacity).then(|| held.saturating_add(1))
+            })
+            .is_ok();
+        if !reserved {
             return Err(StorageError::CapacityExceeded {
                 capacity: self.capacity,
             });
@@ -339,23 +347,36 @@ impl Inner {
         Ok(decision)
     }
 
+    fn is_full(&self) -> bool {
+        self.held.load(Ordering::Acquire) >= self.capacity
+    }
+
+    fn sweep_table(&self, table: &mut Table, now: u64) {
+        let removed = table.sweep(now, self.sweep_interval_us);
+        self.held.fetch_sub(removed, Ordering::AcqRel);
+    }
+
     fn sweep_all(&self) {
         let now = self.clock.now_us();
         for shard in &*self.shards {
-            write(&shard.table).sweep(now, self.sweep_interval_us);
+            self.sweep_table(&mut write(&shard.table), now);
         }
     }
 }
 
 impl Table {
-    fn sweep(&mut self, now: u64, interval_us: u64) {
+    /// Drops the dead buckets; returns how many.
+    fn sweep(&mut self, now: u64, interval_us: u64) -> usize {
+        let before = self.entries.len();
         self.entries.retain(|e| e.is_live(now));
+        let removed = before.saturating_sub(self.entries.len());
         if self.entries.capacity()
             > self.entries.len().saturating_mul(4).max(16)
         {
             self.entries.shrink_to(self.entries.len(), Entry::hash);
         }
         self.next_sweep_us = now.saturating_add(interval_us);
+        removed
     }
 }
 

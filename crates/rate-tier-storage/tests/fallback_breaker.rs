@@ -251,10 +251,58 @@ async fn a_probe_cancelled_mid_flight_does_not_leave_it_half_open() {
     }
     probe.abort();
     assert!(probe.await.unwrap_err().is_cancelled());
+    // A cancelled probe is a failed probe: open again, said so, and for
+    // twice the cool-down, so that callers who give up early cannot make
+    // every request a probe.
     assert_eq!(s.store.state(), BreakerState::Open);
-    // And the next check probes again instead of waiting for a lost probe.
+    let last = s.events.lock().unwrap().iter().rev().find_map(|e| match e {
+        StorageEvent::Breaker { from, to, cause } => {
+            Some((*from, *to, cause.clone()))
+        }
+        _ => None,
+    });
+    assert_eq!(
+        last,
+        Some((
+            BreakerState::HalfOpen,
+            BreakerState::Open,
+            Some("probe cancelled".to_owned())
+        ))
+    );
     s.primary.hang.store(false, Ordering::SeqCst);
     s.primary.down.store(false, Ordering::SeqCst);
+    let calls = s.primary.calls.load(Ordering::SeqCst);
+    s.clock
+        .advance(Duration::from_secs(2) - Duration::from_micros(1));
+    s.store.check(&check("ana", 1)).await.unwrap();
+    assert_eq!(s.primary.calls.load(Ordering::SeqCst), calls, "too early");
+    s.clock.advance(Duration::from_micros(1));
     s.store.check(&check("ana", 1)).await.unwrap();
     assert_eq!(s.store.state(), BreakerState::Closed);
+}
+
+/// The breaker opens with its deadline in the same atomic step: a check
+/// racing the opening never sees it open and already due.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_failures_open_once_and_never_probe_early() {
+    let s = setup(1);
+    s.primary.down.store(true, Ordering::SeqCst);
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let store = s.store.clone();
+            tokio::spawn(async move {
+                let user = format!("user-{}", i % 20);
+                store.check(&check(&user, 1)).await.map(|d| d.allowed)
+            })
+        })
+        .collect();
+    for task in tasks {
+        assert!(task.await.unwrap().is_ok(), "never an error to the caller");
+    }
+    // The clock never moved: no probe can have been due.
+    assert_eq!(
+        transitions(&s.events),
+        [(BreakerState::Closed, BreakerState::Open)]
+    );
+    assert_eq!(s.store.state(), BreakerState::Open);
 }

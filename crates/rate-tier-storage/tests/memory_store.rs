@@ -295,13 +295,9 @@ fn a_full_store_refuses_new_buckets_until_they_expire() {
     }
 }
 
-/// BUG pin: `MemoryStorageBuilder::capacity` documents "The most live
-/// buckets held" and `MemoryStorage::capacity` "The most live buckets this
-/// store holds before refusing new ones", "reached slightly before the
-/// total". But the per-shard bound is `capacity.div_ceil(64)` (memory.rs,
-/// `build`: `shard_capacity: self.capacity.div_ceil(SHARDS)`), so a capacity
-/// that is not a multiple of 64 is exceeded: `capacity(100)` holds up to
-/// 64 * 2 = 128 live buckets, `capacity(65)` up to 128 as well.
+/// The capacity is an exact bound on the buckets held, whatever the shards:
+/// a regression test for a per-shard bound that let `capacity(100)` hold
+/// 128 and made small capacities refuse far too early.
 #[test]
 fn the_capacity_is_an_upper_bound_on_live_buckets() {
     let clock = FakeClock::at_us(START_US);
@@ -318,11 +314,7 @@ fn the_capacity_is_an_upper_bound_on_live_buckets() {
             Err(other) => panic!("unexpected {other:?}"),
         }
     }
-    assert!(
-        store.len() <= store.capacity(),
-        "capacity(100) holds {} live buckets",
-        store.len()
-    );
+    assert_eq!(store.len(), 100, "exactly the capacity, not less");
 }
 
 #[test]

@@ -43,6 +43,16 @@ pub struct Plans {
     pub(crate) on_missing: OnMissing,
     pub(crate) on_unknown_tier: OnUnknownTier,
     pub(crate) on_storage_error: OnStorageError,
+    /// Which policies were set, not defaulted: a reload keeps the running
+    /// ones for the others.
+    explicit: Explicit,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Explicit {
+    on_missing: bool,
+    on_unknown_tier: bool,
+    on_storage_error: bool,
 }
 
 impl Plans {
@@ -71,6 +81,34 @@ impl Plans {
         self.on_storage_error
     }
 
+    /// For a reload: each policy these plans did not set is taken from
+    /// `running`, if it was set there and still applies (a policy that
+    /// needs a default tier, when these plans have one).
+    pub(crate) fn keep_policies_of(&mut self, running: &Plans) {
+        let has_default = self.default_tier.is_some();
+        if !self.explicit.on_missing && running.explicit.on_missing {
+            let applies =
+                running.on_missing != OnMissing::UseDefault || has_default;
+            if applies {
+                self.on_missing = running.on_missing;
+                self.explicit.on_missing = true;
+            }
+        }
+        if !self.explicit.on_unknown_tier && running.explicit.on_unknown_tier {
+            let applies = running.on_unknown_tier != OnUnknownTier::UseDefault
+                || has_default;
+            if applies {
+                self.on_unknown_tier = running.on_unknown_tier;
+                self.explicit.on_unknown_tier = true;
+            }
+        }
+        if !self.explicit.on_storage_error && running.explicit.on_storage_error
+        {
+            self.on_storage_error = running.on_storage_error;
+            self.explicit.on_storage_error = true;
+        }
+    }
+
     pub(crate) fn find(&self, tier: &str) -> Option<Tier> {
         self.tiers.iter().find(|t| t.name == tier).copied()
     }
@@ -88,7 +126,7 @@ pub struct PlansBuilder {
     default_tier: Option<String>,
     on_missing: Option<OnMissing>,
     on_unknown_tier: Option<OnUnknownTier>,
-    on_storage_error: OnStorageError,
+    on_storage_error: Option<OnStorageError>,
 }
 
 impl PlansBuilder {
@@ -122,7 +160,7 @@ impl PlansBuilder {
 
     /// What a request gets when the store fails. Default: 503, fail closed.
     pub fn on_storage_error(mut self, policy: OnStorageError) -> Self {
-        self.on_storage_error = policy;
+        self.on_storage_error = Some(policy);
         self
     }
 
@@ -185,7 +223,12 @@ impl PlansBuilder {
             default_tier,
             on_missing,
             on_unknown_tier,
-            on_storage_error: self.on_storage_error,
+            on_storage_error: self.on_storage_error.unwrap_or_default(),
+            explicit: Explicit {
+                on_missing: self.on_missing.is_some(),
+                on_unknown_tier: self.on_unknown_tier.is_some(),
+                on_storage_error: self.on_storage_error.is_some(),
+            },
         })
     }
 }

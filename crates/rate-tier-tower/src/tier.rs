@@ -476,8 +476,12 @@ impl RateTier {
     /// bucket rather than lock the user out.
     /// Reported as [`LimitEvent::PlansReloaded`] to the layers' `on_event`.
     ///
-    /// Plans are validated when built ([`PlansBuilder::build`]), so a bad
-    /// configuration never reaches this call: the old plans stay.
+    /// A policy the new plans do not set (`on_missing`, `on_unknown_tier`,
+    /// `on_storage_error`) is kept from the running plans where it was set
+    /// and still applies, so plans read from a file do not quietly turn a
+    /// 401 into the default tier. Plans are validated when built
+    /// ([`PlansBuilder::build`]), so a bad configuration never reaches this
+    /// call: the old plans stay.
     ///
     /// ```
     /// use tower_rate_tier::{Plans, Quota, RateTier, clock::FakeClock};
@@ -498,7 +502,13 @@ impl RateTier {
     /// ```
     pub fn reload(&self, plans: Plans) {
         let tiers = plans.tier_names().map(str::to_owned).collect();
-        self.inner.plans.store(Arc::new(plans));
+        // rcu: policies are kept from the plans actually replaced, even
+        // if two reloads race.
+        self.inner.plans.rcu(|running| {
+            let mut next = plans.clone();
+            next.keep_policies_of(running);
+            next
+        });
         let event = LimitEvent::PlansReloaded { tiers };
         let listeners = self
             .inner
@@ -703,7 +713,12 @@ impl RateTier {
         // In-process stores decide synchronously and tell the time they
         // used: one clock read per check.
         let local = self.inner.storage.check_local(&check)?;
-        Some(outcome(tier, cost, local.map(|l| (l.decision, l.now_us))))
+        Some(outcome(
+            tier,
+            cost,
+            local.map(|l| (l.decision, l.now_us)),
+            &*self.inner.clock,
+        ))
     }
 
     async fn charge(&self, tier: Tier, user: &str, cost: u32) -> CheckOutput {
@@ -725,7 +740,7 @@ impl RateTier {
             .key_secret(self.inner.key_secret.as_ref());
         let now_us = self.inner.clock.now_us();
         let decided = self.inner.storage.check(&check).await;
-        outcome(tier, cost, decided.map(|d| (d, now_us)))
+        outcome(tier, cost, decided.map(|d| (d, now_us)), &*self.inner.clock)
     }
 
     /// Cost 0, or a cost that can never pass: decided without the store.
@@ -767,11 +782,29 @@ fn outcome(
     tier: Tier,
     cost: u32,
     decided: Result<(Decision, u64), StorageError>,
+    clock: &dyn Clock,
 ) -> CheckOutput {
     let (decision, now_us) = match decided {
         Ok(decided) => decided,
         Err(StorageError::Check(CheckError::ZeroCost)) => {
             return Err(Error::ZeroCost);
+        }
+        // The store applied a smaller quota than the tier's (a fallback's
+        // local share during an outage), and this cost is above its burst:
+        // no wait helps until the primary is back. 403, as for the tier.
+        Err(StorageError::Check(CheckError::CostExceedsBurst {
+            cost,
+            burst,
+        })) => {
+            return Ok(Err(Limited {
+                tier: Cow::Borrowed(tier.name),
+                limit: burst,
+                window: Duration::from_micros(tier.quota.burst_offset_us()),
+                reason: LimitReason::CostExceedsBurst { cost },
+                retry_after: Duration::ZERO,
+                reset_after: Duration::ZERO,
+                now_us: clock.now_us(),
+            }));
         }
         Err(StorageError::Check(error)) => return Err(Error::Check(error)),
         Err(error) => return Err(Error::Storage(error)),

@@ -242,13 +242,9 @@ async fn check_with_cost_zero_is_a_typed_error() {
     assert_eq!(info.remaining, 9);
 }
 
-/// BUG pin: `RateTier::check` documents "The outer `Result` is an error of
-/// the store or of the input (cost 0)", but with an unknown tier under
-/// `OnUnknownTier::Allow` a cost of 0 is answered `Ok(Ok(info))` with
-/// `cost: 0` (tier.rs, `check`: `Resolved::Unlimited` returns before
-/// `charge`, which is where cost 0 is refused), and under
-/// `OnUnknownTier::Deny` it is `Ok(Err(Limited))`. Cost 0 is an input error
-/// whatever the tier.
+/// Cost 0 is an input error whatever the tier: a regression test for an
+/// unknown tier under `OnUnknownTier::Allow` answering `Ok(Ok(info))` with
+/// cost 0, and `Ok(Err(Limited))` under `Deny`.
 #[tokio::test]
 async fn check_with_cost_zero_is_an_error_even_for_an_unknown_tier() {
     for policy in [OnUnknownTier::Allow, OnUnknownTier::Deny] {

@@ -200,3 +200,47 @@ per = "minute"
     assert_eq!(plans.quota("free"), Some(Quota::per_minute(10)));
     assert_eq!(plans.quota("pro"), Some(Quota::per_minute(100)));
 }
+
+#[tokio::test]
+async fn a_reload_keeps_the_policies_it_does_not_set() {
+    use http::StatusCode;
+    use tower_rate_tier::{OnMissing, OnStorageError};
+
+    let tiers = RateTier::builder()
+        .clock(FakeClock::new())
+        .tier("free", Quota::per_minute(10))
+        .default_tier("free")
+        .on_missing(OnMissing::Deny(StatusCode::UNAUTHORIZED))
+        .on_storage_error(OnStorageError::Allow)
+        .build();
+    // A file says nothing of policies: the running ones stay.
+    tiers.reload(plans(
+        "default_tier = \"free\"\n[tiers.free]\nlimit = 20\nper = \"minute\"\n",
+    ));
+    let running = tiers.plans();
+    assert_eq!(running.quota("free"), Some(Quota::per_minute(20)));
+    assert_eq!(running.on_storage_error(), OnStorageError::Allow);
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(TierLimitLayer::new(tiers.clone()).identifier_fn(|_| None));
+    let response = app
+        .oneshot(Request::get("/").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401, "still refused without a key");
+
+    // Plans that set a policy replace it.
+    tiers.reload(
+        Plans::builder()
+            .tier("free", Quota::per_minute(20))
+            .on_storage_error(OnStorageError::Deny(
+                StatusCode::SERVICE_UNAVAILABLE,
+            ))
+            .build()
+            .unwrap(),
+    );
+    assert_eq!(
+        tiers.plans().on_storage_error(),
+        OnStorageError::Deny(StatusCode::SERVICE_UNAVAILABLE)
+    );
+}

@@ -714,7 +714,8 @@ async fn a_hanging_probe_does_not_slow_the_other_checks() {
 /// cool-down) must reach it and close the breaker: recovery within one
 /// cool-down of Redis coming back, not two.
 ///
-/// Pins a bug (fails as of this writing): the probe never reaches Redis.
+/// A regression test: the first probe once Redis is back used to fail on
+/// the connection manager's stale "refused" and never reach Redis.
 /// redis-rs's `ConnectionManager` starts a reconnection right after each
 /// failure and keeps its outcome; the outage's last one was refused, and no
 /// check goes to Redis while the breaker is open, so the probe gets that
