@@ -16,8 +16,11 @@ type KeyFn<K> = dyn Fn(&Parts) -> Option<K> + Send + Sync;
 /// This wraps any identifier with a bounded moka cache keyed by what
 /// `cache_key` takes from the request (an API key header, say). Concurrent
 /// misses on one key make a single lookup. "No identity" answers are cached
-/// too, so a flood of unknown keys does not reach the database either. A
-/// request for which `cache_key` returns `None` is looked up every time.
+/// too, so a flood of unknown keys does not reach the database either, but
+/// for a shorter time ([`CachedIdentifier::negative_ttl`], 5 s by default):
+/// a lookup that failed (a database blip reported as `None`) should not
+/// lock a paying user out for the whole TTL. A request for which
+/// `cache_key` returns `None` is looked up every time.
 ///
 /// ```
 /// use std::time::Duration;
@@ -45,6 +48,43 @@ pub struct CachedIdentifier<I, K> {
     inner: Arc<I>,
     cache_key: Arc<KeyFn<K>>,
     cache: moka::future::Cache<K, Option<TierIdentity>>,
+    capacity: u64,
+    ttls: Ttls,
+}
+
+/// How long answers live: an identity, and "no identity".
+#[derive(Debug, Clone, Copy)]
+struct Ttls {
+    found: Duration,
+    missing: Duration,
+}
+
+impl<K> moka::Expiry<K, Option<TierIdentity>> for Ttls {
+    fn expire_after_create(
+        &self,
+        _key: &K,
+        value: &Option<TierIdentity>,
+        _created_at: std::time::Instant,
+    ) -> Option<Duration> {
+        Some(if value.is_some() {
+            self.found
+        } else {
+            self.missing
+        })
+    }
+}
+
+fn cache<K>(
+    capacity: u64,
+    ttls: Ttls,
+) -> moka::future::Cache<K, Option<TierIdentity>>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+{
+    moka::future::Cache::builder()
+        .max_capacity(capacity)
+        .expire_after(ttls)
+        .build()
 }
 
 impl<I, K> CachedIdentifier<I, K>
@@ -57,14 +97,25 @@ where
     where
         F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
     {
+        let ttls = Ttls {
+            found: ttl,
+            missing: ttl.min(Duration::from_secs(5)),
+        };
         CachedIdentifier {
             inner: Arc::new(inner),
             cache_key: Arc::new(cache_key),
-            cache: moka::future::Cache::builder()
-                .max_capacity(capacity)
-                .time_to_live(ttl)
-                .build(),
+            cache: cache(capacity, ttls),
+            capacity,
+            ttls,
         }
+    }
+
+    /// How long a "no identity" answer is kept (default: the TTL, at most
+    /// 5 s). Set it before use: the cache starts empty again.
+    pub fn negative_ttl(mut self, ttl: Duration) -> Self {
+        self.ttls.missing = ttl;
+        self.cache = cache(self.capacity, self.ttls);
+        self
     }
 
     /// Forgets every cached answer (e.g. after plans changed).

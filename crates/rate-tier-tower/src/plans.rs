@@ -167,13 +167,22 @@ impl PlansBuilder {
     /// Validates the plans.
     ///
     /// ```
-    /// use tower_rate_tier::{ConfigError, Plans, Quota};
+    /// use tower_rate_tier::{ConfigError, OnMissing, Plans, Quota};
+    /// use http::StatusCode;
     /// let err = Plans::builder()
     ///     .tier("free", Quota::per_minute(10))
     ///     .default_tier("gold")
     ///     .build()
     ///     .unwrap_err();
     /// assert_eq!(err, ConfigError::UnknownDefaultTier("gold".into()));
+    ///
+    /// // A refusal must look like one.
+    /// let err = Plans::builder()
+    ///     .tier("free", Quota::per_minute(10))
+    ///     .on_missing(OnMissing::Deny(StatusCode::OK))
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert!(matches!(err, ConfigError::NotAnErrorStatus { .. }));
     /// ```
     pub fn build(self) -> Result<Plans, ConfigError> {
         if self.tiers.is_empty() {
@@ -197,6 +206,19 @@ impl PlansBuilder {
                 None => return Err(ConfigError::UnknownDefaultTier(name)),
             },
         };
+        let refusal = |policy, status: StatusCode| {
+            if status.is_client_error() || status.is_server_error() {
+                Ok(())
+            } else {
+                Err(ConfigError::NotAnErrorStatus { policy, status })
+            }
+        };
+        if let Some(OnMissing::Deny(status)) = self.on_missing {
+            refusal("OnMissing::Deny", status)?;
+        }
+        if let Some(OnStorageError::Deny(status)) = self.on_storage_error {
+            refusal("OnStorageError::Deny", status)?;
+        }
         let has_default = default_tier.is_some();
         let on_missing = match self.on_missing {
             Some(OnMissing::UseDefault) if !has_default => {

@@ -82,6 +82,15 @@ pub enum ConfigError {
     /// A policy needs a default tier and none is set.
     #[error("{0} needs a default tier: set one with .default_tier(name)")]
     NoDefaultTier(&'static str),
+    /// A refusal policy was given a status that is not an error (4xx or
+    /// 5xx): a refused request would look served.
+    #[error("{policy} needs a 4xx or 5xx status, not {status}")]
+    NotAnErrorStatus {
+        /// The policy, e.g. `"OnMissing::Deny"`.
+        policy: &'static str,
+        /// The status given.
+        status: StatusCode,
+    },
 }
 
 /// Why [`RateTier::check`] could not decide.

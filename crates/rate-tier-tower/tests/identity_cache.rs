@@ -125,3 +125,32 @@ async fn invalidate_all_forgets() {
     identifier.identify(&parts).await.unwrap();
     assert_eq!(db.lookups.load(Ordering::SeqCst), 2);
 }
+
+/// "No identity" lives for the negative TTL only. moka keeps time by
+/// itself (no fake clock reaches it), so this test waits, briefly, for a
+/// real expiry, as the Redis expiry tests do.
+#[tokio::test]
+async fn no_identity_is_forgotten_after_the_negative_ttl() {
+    let db = Db::default();
+    let identifier = cached(db.clone()).negative_ttl(Duration::from_millis(30));
+    let (unknown, ()) = request(Some("nope")).map(|_| ()).into_parts();
+    let (known, ()) = request(Some("key_ana")).map(|_| ()).into_parts();
+    assert!(identifier.identify(&unknown).await.is_none());
+    assert!(identifier.identify(&known).await.is_some());
+    assert_eq!(db.lookups.load(Ordering::SeqCst), 2);
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while db.lookups.load(Ordering::SeqCst) == 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never looked up again"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        identifier.identify(&unknown).await;
+    }
+    // The unknown key was looked up again; the known one still is cached
+    // (its TTL is a minute).
+    let lookups = db.lookups.load(Ordering::SeqCst);
+    assert!(identifier.identify(&known).await.is_some());
+    assert_eq!(db.lookups.load(Ordering::SeqCst), lookups);
+}

@@ -135,8 +135,12 @@ impl TierLimitLayer {
     /// Called with every [`LimitEvent`], synchronously on the request path:
     /// keep it short (log, count, send to a channel). Events of the store
     /// (a circuit breaker, fallback decisions) arrive as
-    /// [`LimitEvent::Storage`]. Set it once per layer: each call also
-    /// registers with the store.
+    /// [`LimitEvent::Storage`], and reloads as
+    /// [`LimitEvent::PlansReloaded`]. Those come from the store and the
+    /// limiter, not from a request: each layer that calls `on_event`
+    /// registers with them, so build the layer once and clone it (clones
+    /// share one registration) rather than building several over one
+    /// [`RateTier`], or each will receive them.
     pub fn on_event<F>(self, on_event: F) -> Self
     where
         F: Fn(&LimitEvent) + Send + Sync + 'static,
@@ -154,8 +158,10 @@ impl TierLimitLayer {
     }
 
     /// Reports every check's outcome and latency, and every event, to
-    /// `observer` (metrics). Set it once per layer: it also registers with
-    /// the store for its events.
+    /// `observer` (metrics). As with [`TierLimitLayer::on_event`], the
+    /// store's and the limiter's own events reach every layer that
+    /// registered: build the layer once and clone it, or store events are
+    /// counted once per layer.
     pub fn observe(self, observer: impl Observer) -> Self {
         let observer: Arc<dyn Observer> = Arc::new(observer);
         let forward = observer.clone();
