@@ -25,7 +25,8 @@ Usage: cargo xtask <TASK> [--full] [-- <ARGS>...]
 
 Tasks:
   ci            cargo fmt --all -- --check; cargo clippy --workspace --all-targets
-                --all-features -- -D warnings; then everything `test` runs
+                --all-features -- -D warnings; cargo doc (warnings denied); then
+                everything `test` runs
   test          every test: `no-std`, then starts a throwaway Redis and a throwaway
                 3-master Redis Cluster and runs cargo test --workspace --all-features
                 once with both

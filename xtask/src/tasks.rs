@@ -16,8 +16,16 @@ const REDIS_URL_VAR: &str = "TRT_REDIS_URL";
 const CLUSTER_URLS_VAR: &str = "TRT_REDIS_CLUSTER_URLS";
 
 /// `cargo test --workspace --all-features`, the one test command.
-fn cargo_test() -> Cmd {
-    Cmd::cargo().args(["test", "--workspace", "--all-features"])
+/// `cargo test --all-features`, over the whole workspace unless `args`
+/// choose packages (`-p NAME`) before any `--`.
+fn cargo_test(args: &[OsString]) -> Cmd {
+    let chosen = args.iter().take_while(|arg| *arg != "--").any(|arg| {
+        arg == "-p"
+            || arg == "--package"
+            || arg.to_str().is_some_and(|a| a.starts_with("--package="))
+    });
+    let cmd = Cmd::cargo().args(["test", "--all-features"]);
+    if chosen { cmd } else { cmd.arg("--workspace") }
 }
 
 /// fmt, clippy, then everything `test` runs.
@@ -35,6 +43,11 @@ pub(crate) fn ci() -> Result<()> {
         .args(["clippy", "--workspace", "--all-targets", "--all-features"])
         .args(["--", "-D", "warnings"])
         .run()?;
+    // docs.rs builds with every feature; a broken intra-doc link fails here.
+    Cmd::cargo()
+        .args(["doc", "--workspace", "--all-features", "--no-deps"])
+        .env("RUSTDOCFLAGS", "-D warnings")
+        .run()?;
     test(&[])
 }
 
@@ -47,7 +60,7 @@ pub(crate) fn test(cargo_test_args: &[OsString]) -> Result<()> {
     no_std()?;
     let server = RedisServer::start(&server_bin)?;
     let cluster = RedisCluster::start(&server_bin, &cli_bin)?;
-    cargo_test()
+    cargo_test(cargo_test_args)
         .args(cargo_test_args)
         .env(REDIS_URL_VAR, server.url())
         .env(CLUSTER_URLS_VAR, cluster.urls())
@@ -67,7 +80,7 @@ pub(crate) fn test_redis(cargo_test_args: &[OsString]) -> Result<()> {
         args.push("--".into());
     }
     args.extend(["--skip".into(), "cluster".into()]);
-    cargo_test()
+    cargo_test(&args)
         .args(&args)
         .env(REDIS_URL_VAR, server.url())
         .env(redis::SERVER_BIN_VAR, &server_bin)
@@ -79,7 +92,7 @@ pub(crate) fn test_cluster(cargo_test_args: &[OsString]) -> Result<()> {
     let server_bin = redis::find_server()?;
     let cli_bin = redis::find_cli(&server_bin)?;
     let cluster = RedisCluster::start(&server_bin, &cli_bin)?;
-    cargo_test()
+    cargo_test(cargo_test_args)
         .arg("cluster")
         .args(cargo_test_args)
         .env(CLUSTER_URLS_VAR, cluster.urls())
