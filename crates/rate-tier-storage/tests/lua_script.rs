@@ -863,45 +863,6 @@ fn run_case(case: &Case) -> Result<(), TestCaseError> {
                     None => prop_assert_eq!(&writes, &[], "{}", ctx),
                 }
             }
-            Err(CheckError::CostExceedsBurst { .. }) => {
-                // The Rust store never sends this; the script still must
-                // refuse and write nothing but a capped TAT.
-                let reply = reply.map_err(|e| {
-                    TestCaseError::fail(format!("{ctx}: {e:?}"))
-                })?;
-                let (tat, capped) = match model {
-                    Some(s) if s <= MAX_TIME_US && s >= now => {
-                        if s > now + tau {
-                            (now + tau, true)
-                        } else {
-                            (s, false)
-                        }
-                    }
-                    _ => (now, false),
-                };
-                let retry = tat + t * u64::from(step.cost) - tau - now;
-                prop_assert_eq!(
-                    reply,
-                    (0, 0, retry as i64, (tat - now) as i64),
-                    "{}",
-                    ctx
-                );
-                if capped {
-                    prop_assert_eq!(
-                        &writes,
-                        &[Write {
-                            key: KEY.into(),
-                            value: tat.to_string(),
-                            px: tau.div_ceil(1000),
-                        }],
-                        "{}",
-                        ctx
-                    );
-                    model = Some(tat);
-                } else {
-                    prop_assert_eq!(&writes, &[], "{}", ctx);
-                }
-            }
             Err(e) => {
                 prop_assert!(
                     matches!(reply, Err(ScriptError::Reply(_))),

@@ -56,6 +56,11 @@ local cost = positive_integer(ARGV[3])
 if cost == nil then
   return fail("ARGV[3] (cost) must be an integer from 1 to 2^53")
 end
+-- A cost above the burst can never pass, whatever the wait: refused before
+-- the key is read or written (HTTP 403, not 429).
+if emission_interval * cost > burst_offset then
+  return fail("cost exceeds the burst: it can never pass")
+end
 
 -- Redis < 5 refuses writes after TIME unless effects are replicated; later
 -- versions always do this (and 7 made the call a no-op).
