@@ -780,8 +780,6 @@ fn case_strategy() -> impl Strategy<Value = Case> {
 /// Runs one case; `Err` describes the first disagreement.
 fn run_case(case: &Case) -> Result<(), TestCaseError> {
     let quota = case.quota;
-    let t = quota.emission_interval_us();
-    let tau = quota.burst_offset_us();
     let h = Harness::new(case.start_us);
     let mut now = case.start_us;
     // What gcra-core is handed: the last TAT written, until Redis expires it.
