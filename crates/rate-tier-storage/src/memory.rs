@@ -81,6 +81,9 @@ struct Inner {
     /// Buckets held, across shards: reserved before an insert, so the
     /// capacity is an exact bound.
     held: AtomicUsize,
+    /// When every shard was last swept because the store was full (0:
+    /// never).
+    last_full_sweep_us: AtomicU64,
     sweep_interval_us: u64,
 }
 
@@ -207,9 +210,10 @@ impl MemoryStorageBuilder {
     /// bucket finds the store full even after sweeping its shard, the check
     /// fails with [`StorageError::CapacityExceeded`] rather than forget a
     /// live bucket (which would hand out free requests): the limiter's
-    /// storage error policy decides the response. The bound is exact.
-    /// Dead buckets in other shards go at their next sweep, so a store full
-    /// of mostly dead buckets can refuse for up to one sweep interval.
+    /// storage error policy decides the response. The bound is exact. A
+    /// full store sweeps every shard before refusing, at most once per
+    /// sweep interval (so that a store full of live buckets does not sweep
+    /// on every new user).
     pub fn capacity(mut self, capacity: usize) -> Self {
         self.capacity = capacity.max(1);
         self
@@ -230,6 +234,7 @@ impl MemoryStorageBuilder {
             clock: self.clock,
             capacity: self.capacity,
             held: AtomicUsize::new(0),
+            last_full_sweep_us: AtomicU64::new(0),
             sweep_interval_us: u64::try_from(self.sweep_interval.as_micros())
                 .unwrap_or(u64::MAX),
         });
@@ -323,18 +328,27 @@ impl Inner {
         if now >= table.next_sweep_us || self.is_full() {
             self.sweep_table(&mut table, now);
         }
-        // Reserve a place before inserting: two inserts in two shards
-        // cannot both take the last one.
-        let reserved = self
-            .held
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
-                (held < self.capacity).then(|| held.saturating_add(1))
-            })
-            .is_ok();
-        if !reserved {
-            return Err(StorageError::CapacityExceeded {
-                capacity: self.capacity,
-            });
+        if !self.reserve() {
+            // Full: dead buckets in other shards may be holding places.
+            // Sweep them all (not holding this shard's lock: one lock at a
+            // time), at most once per sweep interval, so that a store full
+            // of live buckets does not sweep on every new user.
+            if !self.claim_full_sweep(now) {
+                return Err(StorageError::CapacityExceeded {
+                    capacity: self.capacity,
+                });
+            }
+            drop(table);
+            self.sweep_all_at(now);
+            table = write(&shard.table);
+            if let Some(entry) = table.entries.find(hash, |e| e.name == name) {
+                return decide_in_place(&entry.tat, check, now);
+            }
+            if !self.reserve() {
+                return Err(StorageError::CapacityExceeded {
+                    capacity: self.capacity,
+                });
+            }
         }
         table.entries.insert_unique(
             hash,
@@ -347,6 +361,27 @@ impl Inner {
         Ok(decision)
     }
 
+    /// Reserves a place before an insert: two inserts in two shards cannot
+    /// both take the last one.
+    fn reserve(&self) -> bool {
+        self.held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                (held < self.capacity).then(|| held.saturating_add(1))
+            })
+            .is_ok()
+    }
+
+    /// Whether this caller may sweep every shard now (and note that it did).
+    fn claim_full_sweep(&self, now: u64) -> bool {
+        self.last_full_sweep_us
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |last| {
+                let due = last == 0
+                    || now >= last.saturating_add(self.sweep_interval_us);
+                due.then_some(now.max(1))
+            })
+            .is_ok()
+    }
+
     fn is_full(&self) -> bool {
         self.held.load(Ordering::Acquire) >= self.capacity
     }
@@ -357,7 +392,10 @@ impl Inner {
     }
 
     fn sweep_all(&self) {
-        let now = self.clock.now_us();
+        self.sweep_all_at(self.clock.now_us());
+    }
+
+    fn sweep_all_at(&self, now: u64) {
         for shard in &*self.shards {
             self.sweep_table(&mut write(&shard.table), now);
         }
