@@ -229,6 +229,11 @@ impl RateLimitMetrics {
 }
 
 impl Observer for RateLimitMetrics {
+    fn key(&self) -> Option<usize> {
+        // Clones share `inner`: one subscription for all of them.
+        Some(Arc::as_ptr(&self.inner) as usize)
+    }
+
     fn checked(&self, check: &Checked) {
         let metrics = &*self.inner;
         metrics

@@ -94,4 +94,12 @@ pub trait Observer: Send + Sync + 'static {
     fn event(&self, event: &LimitEvent) {
         let _ = event;
     }
+
+    /// Who this observer is, if clones of it share one state (e.g. the
+    /// address of an `Arc` inside): the events that come from no request
+    /// (breaker, fallback, reloads) then reach it once even when several
+    /// layers observe it. `None` (the default): once per layer.
+    fn key(&self) -> Option<usize> {
+        None
+    }
 }

@@ -292,10 +292,25 @@ struct Inner {
     storage: Arc<dyn Storage>,
     clock: SharedClock,
     key_secret: Option<KeySecret>,
-    listeners: RwLock<Vec<Listener>>,
+    /// Who hears the limiter's and the store's own events, each once: a
+    /// keyed listener registered twice (one metrics object observed by two
+    /// layers) is kept once.
+    listeners: RwLock<Vec<(Option<usize>, Listener)>>,
 }
 
 type Listener = Arc<dyn Fn(&LimitEvent) + Send + Sync>;
+
+impl Inner {
+    fn emit(&self, event: &LimitEvent) {
+        let listeners = self
+            .listeners
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (_, listener) in listeners.iter() {
+            listener(event);
+        }
+    }
+}
 
 impl fmt::Debug for RateTier {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -426,15 +441,22 @@ impl RateTierBuilder {
                 MemoryStorage::builder().shared_clock(clock.clone()).build(),
             ),
         };
-        Ok(RateTier {
-            inner: Arc::new(Inner {
-                plans: ArcSwap::from_pointee(plans),
-                storage,
-                clock,
-                key_secret: self.key_secret,
-                listeners: RwLock::new(Vec::new()),
-            }),
-        })
+        let inner = Arc::new(Inner {
+            plans: ArcSwap::from_pointee(plans),
+            storage,
+            clock,
+            key_secret: self.key_secret,
+            listeners: RwLock::new(Vec::new()),
+        });
+        // One forwarder per limiter for the store's events. Weak: the store
+        // must not keep the limiter alive.
+        let limiter = Arc::downgrade(&inner);
+        inner.storage.add_listener(Arc::new(move |event| {
+            if let Some(inner) = limiter.upgrade() {
+                inner.emit(&LimitEvent::Storage(event.clone()));
+            }
+        }));
+        Ok(RateTier { inner })
     }
 }
 
@@ -518,24 +540,22 @@ impl RateTier {
             next.keep_policies_of(running);
             next
         });
-        let event = LimitEvent::PlansReloaded { tiers };
-        let listeners = self
-            .inner
-            .listeners
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        for listener in listeners.iter() {
-            listener(&event);
-        }
+        self.inner.emit(&LimitEvent::PlansReloaded { tiers });
     }
 
-    /// Registers a listener for the limiter's own events (reloads).
-    pub(crate) fn add_listener(&self, listener: Listener) {
-        self.inner
+    /// Registers a listener for the events that come from no request: the
+    /// store's (breaker, fallback) and the limiter's (reloads). A listener
+    /// with a `key` already registered is not added again.
+    pub(crate) fn subscribe(&self, key: Option<usize>, listener: Listener) {
+        let mut listeners = self
+            .inner
             .listeners
             .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(listener);
+            .unwrap_or_else(PoisonError::into_inner);
+        if key.is_some() && listeners.iter().any(|(k, _)| *k == key) {
+            return;
+        }
+        listeners.push((key, listener));
     }
 
     /// The store the limiter uses.

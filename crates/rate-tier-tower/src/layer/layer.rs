@@ -146,35 +146,21 @@ impl TierLimitLayer {
         F: Fn(&LimitEvent) + Send + Sync + 'static,
     {
         let on_event: Arc<EventFn> = Arc::new(on_event);
-        let forward = on_event.clone();
-        self.config
-            .tiers
-            .storage()
-            .add_listener(Arc::new(move |event| {
-                forward(&LimitEvent::Storage(event.clone()));
-            }));
-        self.config.tiers.add_listener(on_event.clone());
+        self.config.tiers.subscribe(None, on_event.clone());
         self.map(|c| c.on_event = Some(on_event))
     }
 
     /// Reports every check's outcome and latency, and every event, to
-    /// `observer` (metrics). As with [`TierLimitLayer::on_event`], the
-    /// store's and the limiter's own events reach every layer that
-    /// registered: build the layer once and clone it, or store events are
-    /// counted once per layer.
+    /// `observer` (metrics). The store's and the limiter's own events reach
+    /// an observer once, however many layers it observes, if its
+    /// [`Observer::key`] says who it is (as `RateLimitMetrics` does).
     pub fn observe(self, observer: impl Observer) -> Self {
+        let key = observer.key();
         let observer: Arc<dyn Observer> = Arc::new(observer);
         let forward = observer.clone();
         self.config
             .tiers
-            .storage()
-            .add_listener(Arc::new(move |event| {
-                forward.event(&LimitEvent::Storage(event.clone()));
-            }));
-        let forward = observer.clone();
-        self.config
-            .tiers
-            .add_listener(Arc::new(move |event| forward.event(event)));
+            .subscribe(key, Arc::new(move |event| forward.event(event)));
         self.map(|c| c.observer = Some(observer))
     }
 
