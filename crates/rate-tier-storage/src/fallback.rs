@@ -296,10 +296,20 @@ impl Inner {
     }
 
     fn emit(&self, event: StorageEvent) {
+        self.emit_with(|| event);
+    }
+
+    /// Builds the event only if someone listens: local decisions are on the
+    /// hot path while the breaker is open.
+    fn emit_with(&self, event: impl FnOnce() -> StorageEvent) {
         let listeners = self
             .listeners
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if listeners.is_empty() {
+            return;
+        }
+        let event = event();
         for listener in listeners.iter() {
             listener(&event);
         }
@@ -330,7 +340,7 @@ impl Inner {
             // MemoryStorage always decides locally.
             Err(StorageError::Protocol("local store needs I/O".into()))
         })?;
-        self.emit(StorageEvent::Fallback {
+        self.emit_with(|| StorageEvent::Fallback {
             tier: check.tier.to_owned(),
             allowed: decided.decision.allowed,
             state: state_of(self.breaker().state),

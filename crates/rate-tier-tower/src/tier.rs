@@ -296,18 +296,26 @@ struct Inner {
     /// keyed listener registered twice (one metrics object observed by two
     /// layers) is kept once.
     listeners: RwLock<Vec<(Option<usize>, Listener)>>,
+    /// Set once the store forwards its events here (on the first listener).
+    forwarding: std::sync::Once,
 }
 
 type Listener = Arc<dyn Fn(&LimitEvent) + Send + Sync>;
 
 impl Inner {
-    fn emit(&self, event: &LimitEvent) {
+    /// Builds the event only if someone listens (the store's events come
+    /// on every local decision while its breaker is open).
+    fn emit_with(&self, event: impl FnOnce() -> LimitEvent) {
         let listeners = self
             .listeners
             .read()
             .unwrap_or_else(PoisonError::into_inner);
+        if listeners.is_empty() {
+            return;
+        }
+        let event = event();
         for (_, listener) in listeners.iter() {
-            listener(event);
+            listener(&event);
         }
     }
 }
@@ -447,15 +455,8 @@ impl RateTierBuilder {
             clock,
             key_secret: self.key_secret,
             listeners: RwLock::new(Vec::new()),
+            forwarding: std::sync::Once::new(),
         });
-        // One forwarder per limiter for the store's events. Weak: the store
-        // must not keep the limiter alive.
-        let limiter = Arc::downgrade(&inner);
-        inner.storage.add_listener(Arc::new(move |event| {
-            if let Some(inner) = limiter.upgrade() {
-                inner.emit(&LimitEvent::Storage(event.clone()));
-            }
-        }));
         Ok(RateTier { inner })
     }
 }
@@ -540,13 +541,24 @@ impl RateTier {
             next.keep_policies_of(running);
             next
         });
-        self.inner.emit(&LimitEvent::PlansReloaded { tiers });
+        self.inner.emit_with(|| LimitEvent::PlansReloaded { tiers });
     }
 
     /// Registers a listener for the events that come from no request: the
     /// store's (breaker, fallback) and the limiter's (reloads). A listener
     /// with a `key` already registered is not added again.
     pub(crate) fn subscribe(&self, key: Option<usize>, listener: Listener) {
+        // One forwarder per limiter, registered when someone first listens,
+        // so a limiter nobody listens to costs the store nothing. Weak: the
+        // store must not keep the limiter alive.
+        self.inner.forwarding.call_once(|| {
+            let limiter = Arc::downgrade(&self.inner);
+            self.inner.storage.add_listener(Arc::new(move |event| {
+                if let Some(inner) = limiter.upgrade() {
+                    inner.emit_with(|| LimitEvent::Storage(event.clone()));
+                }
+            }));
+        });
         let mut listeners = self
             .inner
             .listeners

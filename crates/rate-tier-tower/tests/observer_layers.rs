@@ -23,7 +23,7 @@ impl Observer for Reloads {
     }
 
     fn key(&self) -> Option<usize> {
-        self.keyed.then(|| Arc::as_ptr(&self.seen) as usize)
+        self.keyed.then_some(Arc::as_ptr(&self.seen) as usize)
     }
 }
 
