@@ -29,6 +29,7 @@ use tower_rate_tier::{
 };
 
 use support::RedisProcess;
+use tower_rate_tier::clock::FakeClock;
 
 /// Each Redis call gives up after this.
 const REDIS_TIMEOUT: Duration = Duration::from_millis(100);
@@ -41,11 +42,15 @@ const LOAD_TASKS: usize = 300;
 const LOAD_USERS: usize = 60;
 
 /// FallbackStorage(RedisStorage) on `url`, as configured for these tests.
-fn fallback_on(url: &str) -> FallbackStorage {
+/// The breaker and the local store run on `clock`: the tests move it past
+/// the cool-down instead of waiting for it. (The Redis calls and their
+/// timeout are real.)
+fn fallback_on(url: &str, clock: &FakeClock) -> FallbackStorage {
     let redis = RedisStorage::from_url(url)
         .expect("a valid Redis URL")
         .timeout(REDIS_TIMEOUT);
     FallbackStorage::builder(Arc::new(redis))
+        .clock(clock.clone())
         .cool_down(COOL_DOWN, MAX_COOL_DOWN)
         .failure_threshold(3)
         .build()
@@ -299,7 +304,7 @@ impl Load {
                 self.responses(),
                 self.in_flight()
             );
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            tokio::task::yield_now().await;
         }
     }
 
@@ -330,7 +335,8 @@ async fn killing_redis_under_load_keeps_limiting_locally() {
     let mut redis = RedisProcess::start();
     let url = redis.url();
     let origin = Instant::now();
-    let store = fallback_on(&url);
+    let clock = FakeClock::new();
+    let store = fallback_on(&url, &clock);
     let events = Events::default();
     let app = app(limiter(&store), &events);
 
@@ -353,13 +359,21 @@ async fn killing_redis_under_load_keeps_limiting_locally() {
     load.mark_kill();
     let killed_at = Instant::now();
     redis.kill();
-    // Keep the load on until the breaker has opened and a probe of the dead
-    // Redis has failed (the cool-down has grown, as in a real outage).
-    load.wait_until("the breaker to open, and a probe to fail", |l| {
-        let seen = events.since(killed_at);
-        seen.contains(&(BreakerState::Closed, BreakerState::Open))
-            && seen.contains(&(BreakerState::HalfOpen, BreakerState::Open))
+    // Keep the load on until the breaker has opened; then let the
+    // cool-down pass, so that a probe of the dead Redis fails (the
+    // cool-down grows, as in a real outage).
+    load.wait_until("the breaker to open", |l| {
+        events
+            .since(killed_at)
+            .contains(&(BreakerState::Closed, BreakerState::Open))
             && l.responses() >= responses_before_kill + 600
+    })
+    .await;
+    clock.advance(COOL_DOWN);
+    load.wait_until("a probe to fail", |_| {
+        events
+            .since(killed_at)
+            .contains(&(BreakerState::HalfOpen, BreakerState::Open))
     })
     .await;
     let opened_after = events
@@ -448,7 +462,9 @@ async fn killing_redis_under_load_keeps_limiting_locally() {
             "during recovery: {status}"
         );
         checks_until_closed += 1;
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        // Past any cool-down: the next check probes.
+        clock.advance(MAX_COOL_DOWN);
+        tokio::task::yield_now().await;
     }
     let closed_after = back_at.elapsed();
     let after_restart = events.since(back_at);
@@ -471,7 +487,7 @@ async fn killing_redis_under_load_keeps_limiting_locally() {
     // Limits are shared again: 10 requests through this instance, then a
     // second, independent one (its own FallbackStorage and connection) is
     // refused the 11th, and nobody decided locally.
-    let other_store = fallback_on(&url);
+    let other_store = fallback_on(&url, &FakeClock::new());
     let other_events = Events::default();
     listen(&other_store, &other_events);
     let other = limiter(&other_store);
@@ -546,7 +562,8 @@ async fn a_hanging_redis_costs_microseconds_once_the_breaker_is_open() {
     let quota = Quota::per_minute(10);
 
     // Through the store: 3 checks wait out the timeout and open the breaker.
-    let store = fallback_on(&url);
+    // The breaker's clock stands still: no probe can be due while timed.
+    let store = fallback_on(&url, &FakeClock::new());
     let events = Events::default();
     listen(&store, &events);
     let mut opening = Vec::new();
@@ -588,7 +605,7 @@ async fn a_hanging_redis_costs_microseconds_once_the_breaker_is_open() {
     assert_eq!(events.fallbacks(), 3 + TIMED_CHECKS);
 
     // Through RateTier::check, on a fresh store.
-    let store = fallback_on(&url);
+    let store = fallback_on(&url, &FakeClock::new());
     let limiter = limiter(&store);
     let mut rate_tier_opening = Vec::new();
     for user in &users[..3] {
@@ -647,7 +664,8 @@ async fn a_hanging_probe_does_not_slow_the_other_checks() {
     let url = format!("redis://127.0.0.1:{}/", hanging_server().await);
     let users = users();
     let quota = Quota::per_minute(10);
-    let store = fallback_on(&url);
+    let clock = FakeClock::new();
+    let store = fallback_on(&url, &clock);
     let events = Events::default();
     listen(&store, &events);
     for user in &users[..3] {
@@ -657,7 +675,7 @@ async fn a_hanging_probe_does_not_slow_the_other_checks() {
             .expect("never an error");
     }
     assert_eq!(store.state(), BreakerState::Open);
-    tokio::time::sleep(COOL_DOWN + Duration::from_millis(20)).await;
+    clock.advance(COOL_DOWN);
 
     // The first check after the cool-down probes the hanging Redis...
     let prober = store.clone();
@@ -724,7 +742,8 @@ async fn a_hanging_probe_does_not_slow_the_other_checks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_probe_after_redis_is_back_closes_the_breaker() {
     let mut redis = RedisProcess::start();
-    let store = fallback_on(&redis.url());
+    let clock = FakeClock::new();
+    let store = fallback_on(&redis.url(), &clock);
     let events = Events::default();
     listen(&store, &events);
     let origin = Instant::now();
@@ -739,8 +758,8 @@ async fn the_first_probe_after_redis_is_back_closes_the_breaker() {
     assert_eq!(store.state(), BreakerState::Open);
 
     redis.restart();
-    // Redis has answered PING; let the cool-down pass.
-    tokio::time::sleep(COOL_DOWN + Duration::from_millis(100)).await;
+    // Redis has answered PING; the cool-down passes.
+    clock.advance(COOL_DOWN);
     // A new connection from this process reaches it.
     let mut fresh = redis::Client::open(redis.url().as_str())
         .expect("url")
