@@ -11,8 +11,7 @@
 //! Every test uses its own tier names, so the tests can run in parallel on
 //! one cluster.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use gcra_core::Quota;
 use rate_tier_storage::key::{KeySecret, bucket_key, cluster_bucket_key};
@@ -22,48 +21,17 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use sha1::{Digest, Sha1};
 
-/// Generous: these tests are about sharing and atomicity, not latency, and
-/// a loaded 2-core machine with 300 checks in flight can be slow.
-const TEST_TIMEOUT: Duration = Duration::from_secs(5);
+#[path = "common/redis_env.rs"]
+mod redis_env;
+use redis_env::{TEST_TIMEOUT, concurrent_passes, unique};
+
+/// The three masters of `cargo xtask test-cluster`.
+fn cluster_urls() -> Vec<String> {
+    redis_env::cluster_urls(3)
+}
 
 // ---------------------------------------------------------------------------
 // Helpers
-
-/// The throwaway cluster's node URLs, from `cargo xtask test-cluster`.
-fn cluster_urls() -> Vec<String> {
-    let urls = match std::env::var("TRT_REDIS_CLUSTER_URLS") {
-        Ok(urls) if !urls.trim().is_empty() => urls,
-        _ => panic!(
-            "TRT_REDIS_CLUSTER_URLS is not set: run `cargo xtask test-cluster`"
-        ),
-    };
-    let urls: Vec<String> = urls
-        .split(',')
-        .map(str::trim)
-        .filter(|url| !url.is_empty())
-        .map(str::to_owned)
-        .collect();
-    assert!(
-        urls.len() >= 3,
-        "TRT_REDIS_CLUSTER_URLS={urls:?}: these tests need the three masters \
-         of `cargo xtask test-cluster`"
-    );
-    for url in &urls {
-        let client = redis::Client::open(url.as_str()).unwrap_or_else(|e| {
-            panic!("TRT_REDIS_CLUSTER_URLS holds {url:?}, not a Redis URL: {e}")
-        });
-        if let redis::ConnectionAddr::Tcp(_, 6379)
-        | redis::ConnectionAddr::TcpTls { port: 6379, .. } =
-            client.get_connection_info().addr()
-        {
-            panic!(
-                "TRT_REDIS_CLUSTER_URLS holds {url:?}, port 6379, the shared Redis; \
-                 run `cargo xtask test-cluster` for a throwaway cluster"
-            );
-        }
-    }
-    urls
-}
 
 /// A cluster connection seeded with node `node` only (connected now).
 async fn cluster_conn(node: usize) -> ClusterConnection {
@@ -103,19 +71,6 @@ async fn every_node() -> Vec<MultiplexedConnection> {
         conns.push(node_conn(node).await);
     }
     conns
-}
-
-/// A name no other test (or earlier run) uses: `[A-Za-z0-9_.-]`, short.
-fn unique(prefix: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    format!(
-        "{prefix}-{}-{nanos:x}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
 }
 
 fn sha1_hex(data: &str) -> String {
@@ -270,34 +225,23 @@ async fn cluster_two_stores_seeded_with_different_nodes_share_one_limit() {
     }
 }
 
-/// `checks` concurrent checks of one bucket, half through a store seeded
-/// with node 0 and half through one seeded with node 1, on a multi-thread
-/// runtime: how many pass.
-async fn concurrent_passes(quota: Quota, checks: usize) -> usize {
-    let (a, b) = (store_seeded_with(0).await, store_seeded_with(1).await);
-    let tier = unique("conc");
-    let mut tasks = Vec::with_capacity(checks);
-    for i in 0..checks {
-        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
-        let tier = tier.clone();
-        tasks.push(tokio::spawn(async move {
-            let check = BucketCheck::new(&tier, "ana", quota, 1);
-            store.check(&check).await.expect("check").allowed
-        }));
-    }
-    let mut passed = 0;
-    for task in tasks {
-        if task.await.expect("task") {
-            passed += 1;
-        }
-    }
-    passed
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cluster_concurrent_checks_through_two_nodes_pass_exactly_the_quota() {
-    assert_eq!(concurrent_passes(Quota::per_minute(10), 300).await, 10);
-    assert_eq!(concurrent_passes(Quota::per_minute(100), 300).await, 100);
+    for (quota, limit) in
+        [(Quota::per_minute(10), 10), (Quota::per_minute(100), 100)]
+    {
+        let tier = unique("conc");
+        let (a, b) = (store_seeded_with(0).await, store_seeded_with(1).await);
+        let passed = concurrent_passes(a, b, 300, |store| {
+            let tier = tier.clone();
+            async move {
+                let check = BucketCheck::new(&tier, "ana", quota, 1);
+                store.check(&check).await.expect("check").allowed
+            }
+        })
+        .await;
+        assert_eq!(passed, limit);
+    }
 }
 
 #[tokio::test]

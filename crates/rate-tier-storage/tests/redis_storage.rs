@@ -13,7 +13,7 @@ use std::net::TcpStream as StdTcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use gcra_core::{CheckError, Quota};
 use hmac::{Hmac, Mac};
@@ -22,34 +22,12 @@ use rate_tier_storage::{BucketCheck, RedisStorage, Storage, StorageError};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use sha1::{Digest, Sha1};
 
-/// Generous: these tests are about sharing and atomicity, not latency, and
-/// a loaded 2-core CI machine with 300 checks in flight can be slow. The
-/// timeout itself is tested with small values below.
-const TEST_TIMEOUT: Duration = Duration::from_secs(5);
+#[path = "common/redis_env.rs"]
+mod redis_env;
+use redis_env::{TEST_TIMEOUT, concurrent_passes, redis_url, unique};
 
 // ---------------------------------------------------------------------------
 // Helpers
-
-/// The throwaway server's URL, from `cargo xtask test-redis`.
-fn redis_url() -> String {
-    let url = match std::env::var("TRT_REDIS_URL") {
-        Ok(url) if !url.trim().is_empty() => url,
-        _ => panic!("TRT_REDIS_URL is not set: run `cargo xtask test-redis`"),
-    };
-    let client = redis::Client::open(url.as_str()).unwrap_or_else(|e| {
-        panic!("TRT_REDIS_URL={url:?} is not a Redis URL: {e}")
-    });
-    if let redis::ConnectionAddr::Tcp(_, 6379)
-    | redis::ConnectionAddr::TcpTls { port: 6379, .. } =
-        client.get_connection_info().addr()
-    {
-        panic!(
-            "TRT_REDIS_URL={url:?} points at port 6379, the shared Redis: these tests \
-             flush scripts and write keys; run `cargo xtask test-redis` for a throwaway server"
-        );
-    }
-    url
-}
 
 /// A new connection manager on the test server (connected now).
 async fn connect() -> ConnectionManager {
@@ -63,19 +41,6 @@ async fn connect() -> ConnectionManager {
 /// A store with its own connection, like a separate instance.
 async fn store() -> RedisStorage {
     RedisStorage::new(connect().await).timeout(TEST_TIMEOUT)
-}
-
-/// A name no other test (or earlier run) uses: `[A-Za-z0-9_.-]`, short.
-fn unique(prefix: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    format!(
-        "{prefix}-{}-{nanos:x}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
 }
 
 fn sha1_hex(data: &str) -> String {
@@ -172,33 +137,23 @@ async fn two_stores_share_one_limit() {
     );
 }
 
-/// `checks` concurrent checks of one bucket, half through each of two stores
-/// (each with its own connection), on a multi-thread runtime: how many pass.
-async fn concurrent_passes(quota: Quota, checks: usize) -> usize {
-    let (a, b) = (store().await, store().await);
-    let tier = unique("conc");
-    let mut tasks = Vec::with_capacity(checks);
-    for i in 0..checks {
-        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
-        let tier = tier.clone();
-        tasks.push(tokio::spawn(async move {
-            let check = BucketCheck::new(&tier, "ana", quota, 1);
-            store.check(&check).await.expect("check").allowed
-        }));
-    }
-    let mut passed = 0;
-    for task in tasks {
-        if task.await.expect("task") {
-            passed += 1;
-        }
-    }
-    passed
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_checks_pass_exactly_the_quota() {
-    assert_eq!(concurrent_passes(Quota::per_minute(10), 300).await, 10);
-    assert_eq!(concurrent_passes(Quota::per_minute(100), 300).await, 100);
+    for (quota, limit) in
+        [(Quota::per_minute(10), 10), (Quota::per_minute(100), 100)]
+    {
+        let tier = unique("conc");
+        let passed =
+            concurrent_passes(store().await, store().await, 300, |store| {
+                let tier = tier.clone();
+                async move {
+                    let check = BucketCheck::new(&tier, "ana", quota, 1);
+                    store.check(&check).await.expect("check").allowed
+                }
+            })
+            .await;
+        assert_eq!(passed, limit);
+    }
 }
 
 #[tokio::test]

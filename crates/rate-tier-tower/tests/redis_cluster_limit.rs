@@ -9,60 +9,18 @@
 //! `cargo xtask test-cluster` selects them; each uses its own tier names.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tower_rate_tier::key::cluster_bucket_key;
 use tower_rate_tier::{LimitReason, Quota, RateTier, RedisStorage};
 
-/// Generous: these tests are about the shared limit, not latency.
-const TEST_TIMEOUT: Duration = Duration::from_secs(5);
+#[path = "../../rate-tier-storage/tests/common/redis_env.rs"]
+mod redis_env;
+use redis_env::{TEST_TIMEOUT, concurrent_passes, unique};
 
-/// The throwaway cluster's node URLs, from `cargo xtask test-cluster`.
+/// Two nodes of `cargo xtask test-cluster`'s cluster.
 fn cluster_urls() -> Vec<String> {
-    let urls = match std::env::var("TRT_REDIS_CLUSTER_URLS") {
-        Ok(urls) if !urls.trim().is_empty() => urls,
-        _ => panic!(
-            "TRT_REDIS_CLUSTER_URLS is not set: run `cargo xtask test-cluster`"
-        ),
-    };
-    let urls: Vec<String> = urls
-        .split(',')
-        .map(str::trim)
-        .filter(|url| !url.is_empty())
-        .map(str::to_owned)
-        .collect();
-    assert!(
-        urls.len() >= 2,
-        "TRT_REDIS_CLUSTER_URLS={urls:?}: two nodes needed"
-    );
-    for url in &urls {
-        let client = redis::Client::open(url.as_str())
-            .unwrap_or_else(|e| panic!("{url:?} is not a Redis URL: {e}"));
-        if let redis::ConnectionAddr::Tcp(_, 6379)
-        | redis::ConnectionAddr::TcpTls { port: 6379, .. } =
-            client.get_connection_info().addr()
-        {
-            panic!(
-                "TRT_REDIS_CLUSTER_URLS holds {url:?}, port 6379, the shared Redis; \
-                 run `cargo xtask test-cluster` for a throwaway cluster"
-            );
-        }
-    }
-    urls
-}
-
-/// A tier name no other test (or earlier run) uses.
-fn unique(prefix: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    format!(
-        "{prefix}-{}-{nanos:x}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
+    redis_env::cluster_urls(2)
 }
 
 /// One instance of the post's service, configured with cluster node `node`
@@ -132,33 +90,25 @@ async fn cluster_two_instances_on_different_nodes_share_one_limit() {
 
 /// `checks` concurrent checks of one user in `tier`, half through an
 /// instance on node 0 and half through one on node 2: how many pass.
-async fn concurrent_passes(tier: &str, base: &str, checks: usize) -> usize {
+async fn passes(tier: &str, base: &str, checks: usize) -> usize {
     let (a, b) = (instance(base, 0), instance(base, 2));
-    let mut tasks = Vec::with_capacity(checks);
-    for i in 0..checks {
-        let limiter = if i % 2 == 0 { a.clone() } else { b.clone() };
+    concurrent_passes(a, b, checks, |limiter| {
         let tier = tier.to_owned();
-        tasks.push(tokio::spawn(async move {
+        async move {
             limiter
                 .check("key_bea", &tier, 1)
                 .await
                 .expect("storage")
                 .is_ok()
-        }));
-    }
-    let mut passed = 0;
-    for task in tasks {
-        if task.await.expect("task") {
-            passed += 1;
         }
-    }
-    passed
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cluster_concurrent_checks_on_two_instances_pass_exactly_the_quota() {
     let base = unique("conc");
-    assert_eq!(concurrent_passes(&base, &base, 300).await, 10);
+    assert_eq!(passes(&base, &base, 300).await, 10);
     let pro = format!("{base}-pro");
-    assert_eq!(concurrent_passes(&pro, &base, 300).await, 100);
+    assert_eq!(passes(&pro, &base, 300).await, 100);
 }

@@ -7,8 +7,7 @@
 //! uses its own tier names, so they can run in parallel on one server.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
 use tower_rate_tier::key::{KeySecret, bucket_key};
@@ -16,30 +15,9 @@ use tower_rate_tier::{
     Error, LimitReason, Quota, RateTier, RedisStorage, StorageError,
 };
 
-/// Generous: these tests are about the shared limit, not latency, and a
-/// loaded 2-core CI machine with 300 checks in flight can be slow.
-const TEST_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The throwaway server's URL, from `cargo xtask test-redis`.
-fn redis_url() -> String {
-    let url = match std::env::var("TRT_REDIS_URL") {
-        Ok(url) if !url.trim().is_empty() => url,
-        _ => panic!("TRT_REDIS_URL is not set: run `cargo xtask test-redis`"),
-    };
-    let client = redis::Client::open(url.as_str()).unwrap_or_else(|e| {
-        panic!("TRT_REDIS_URL={url:?} is not a Redis URL: {e}")
-    });
-    if let redis::ConnectionAddr::Tcp(_, 6379)
-    | redis::ConnectionAddr::TcpTls { port: 6379, .. } =
-        client.get_connection_info().addr()
-    {
-        panic!(
-            "TRT_REDIS_URL={url:?} points at port 6379, the shared Redis; \
-             run `cargo xtask test-redis` for a throwaway server"
-        );
-    }
-    url
-}
+#[path = "../../rate-tier-storage/tests/common/redis_env.rs"]
+mod redis_env;
+use redis_env::{TEST_TIMEOUT, concurrent_passes, redis_url, unique};
 
 /// A new connection manager on the test server (connected now).
 async fn connect() -> ConnectionManager {
@@ -48,19 +26,6 @@ async fn connect() -> ConnectionManager {
         .get_connection_manager()
         .await
         .expect("TRT_REDIS_URL does not answer: is the test server running?")
-}
-
-/// A tier name no other test (or earlier run) uses.
-fn unique(prefix: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    format!(
-        "{prefix}-{}-{nanos:x}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
 }
 
 /// One instance of the post's service: tiers `<tier>` (10/min) and
@@ -126,36 +91,28 @@ async fn two_instances_share_one_limit() {
 }
 
 /// `checks` concurrent checks of one user in `tier`, half through each of
-/// two instances, on a multi-thread runtime: how many pass.
-async fn concurrent_passes(tier: &str, base: &str, checks: usize) -> usize {
+/// two instances: how many pass.
+async fn passes(tier: &str, base: &str, checks: usize) -> usize {
     let (a, b) = (instance(base).await, instance(base).await);
-    let mut tasks = Vec::with_capacity(checks);
-    for i in 0..checks {
-        let limiter = if i % 2 == 0 { a.clone() } else { b.clone() };
+    concurrent_passes(a, b, checks, |limiter| {
         let tier = tier.to_owned();
-        tasks.push(tokio::spawn(async move {
+        async move {
             limiter
                 .check("key_bea", &tier, 1)
                 .await
                 .expect("storage")
                 .is_ok()
-        }));
-    }
-    let mut passed = 0;
-    for task in tasks {
-        if task.await.expect("task") {
-            passed += 1;
         }
-    }
-    passed
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_checks_on_two_instances_pass_exactly_the_quota() {
     let base = unique("conc");
-    assert_eq!(concurrent_passes(&base, &base, 300).await, 10);
+    assert_eq!(passes(&base, &base, 300).await, 10);
     let pro = format!("{base}-pro");
-    assert_eq!(concurrent_passes(&pro, &base, 300).await, 100);
+    assert_eq!(passes(&pro, &base, 300).await, 100);
 }
 
 #[tokio::test]
