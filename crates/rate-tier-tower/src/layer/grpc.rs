@@ -1,8 +1,6 @@
 //! The layer for gRPC (tonic) servers: [`GrpcTierLimitLayer`].
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -17,7 +15,7 @@ use tower_service::Service;
 
 use super::layer::Config;
 use super::response;
-use super::service::limit_then_call;
+use super::service::{BoxFuture, limit_then_call};
 use super::{HeaderStyle, TierLimitLayer};
 use crate::tier::Verdict;
 use crate::{LimitReason, Limited, RateTier};
@@ -169,8 +167,6 @@ impl<S: fmt::Debug> fmt::Debug for GrpcTierLimit<S> {
             .finish_non_exhaustive()
     }
 }
-
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for GrpcTierLimit<S>
 where

@@ -37,7 +37,8 @@ impl<S: std::fmt::Debug> std::fmt::Debug for TierLimit<S> {
     }
 }
 
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+pub(super) type BoxFuture<T> =
+    Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for TierLimit<S>
 where
