@@ -631,7 +631,7 @@ impl RateTier {
         &self,
         identity: Option<&crate::TierIdentity>,
         cost: u32,
-        emit: &mut (dyn FnMut(LimitEvent) + Send),
+        emit: Emit<'_>,
     ) -> Verdict {
         // A snapshot of the plans; the guard is dropped before any await.
         let (user, tier, on_storage_error) = {
@@ -641,7 +641,7 @@ impl RateTier {
                     (identity.user(), identity.tier())
                 }
                 _ => {
-                    emit(LimitEvent::MissingIdentity);
+                    report(emit, || LimitEvent::MissingIdentity);
                     match (plans.on_missing, plans.default()) {
                         (OnMissing::Deny(status), _) => {
                             return Verdict::Denied(status);
@@ -656,7 +656,7 @@ impl RateTier {
                     }
                 }
             };
-            let tier = match self.resolve(&plans, user, tier, &mut *emit) {
+            let tier = match self.resolve(&plans, user, tier, emit) {
                 Resolved::Bucket(tier) => tier,
                 Resolved::Unlimited => return Verdict::Unlimited,
                 Resolved::Refused(limited) => {
@@ -668,7 +668,7 @@ impl RateTier {
         match self.charge(tier, user, cost).await {
             Ok(Ok(info)) => Verdict::Allowed(info),
             Ok(Err(limited)) => {
-                emit(match limited.reason {
+                report(emit, || match limited.reason {
                     LimitReason::CostExceedsBurst { cost } => {
                         LimitEvent::CostExceedsBurst {
                             user_id: user.to_owned(),
@@ -688,7 +688,7 @@ impl RateTier {
             }
             Err(Error::Storage(error)) => {
                 let policy = on_storage_error;
-                emit(LimitEvent::StorageError {
+                report(emit, || LimitEvent::StorageError {
                     storage: self.inner.storage.kind(),
                     error: error.to_string(),
                     policy,
@@ -709,13 +709,13 @@ impl RateTier {
         plans: &Plans,
         user: &str,
         tier: &str,
-        emit: &mut (dyn FnMut(LimitEvent) + Send + '_),
+        emit: Emit<'_>,
     ) -> Resolved {
         if let Some(found) = plans.find(tier) {
             return Resolved::Bucket(found);
         }
         let policy = plans.on_unknown_tier;
-        emit(LimitEvent::UnknownTier {
+        report(emit, || LimitEvent::UnknownTier {
             user_id: user.to_owned(),
             tier: tier.to_owned(),
             policy,
@@ -817,6 +817,16 @@ impl RateTier {
 }
 
 type CheckOutput = Result<Result<RateLimitInfo, Limited>, Error>;
+
+/// Where the decision reports its events; `None` when nobody listens, so
+/// that no event (and no copy of a user id) is built per request for no one.
+pub(crate) type Emit<'a> = Option<&'a (dyn Fn(LimitEvent) + Sync)>;
+
+fn report(emit: Emit<'_>, event: impl FnOnce() -> LimitEvent) {
+    if let Some(emit) = emit {
+        emit(event());
+    }
+}
 
 /// A store's answer, as the limiter's.
 fn outcome(
@@ -929,7 +939,7 @@ impl Future for CheckFuture<'_> {
                 return Poll::Ready(Err(Error::ZeroCost));
             }
             let plans = tiers.inner.plans.load();
-            let resolved = tiers.resolve(&plans, user, tier, &mut |_| {});
+            let resolved = tiers.resolve(&plans, user, tier, None);
             drop(plans);
             let resolved = match resolved {
                 Resolved::Bucket(resolved) => resolved,

@@ -17,7 +17,7 @@ use http::request::Parts;
 use super::cost::RouteCost;
 use super::layer::{Config, Identifier};
 use crate::observe::{Checked, Outcome};
-use crate::tier::Verdict;
+use crate::tier::{Emit, Verdict};
 use crate::{LimitEvent, LimitReason, TierIdentity};
 
 impl Config {
@@ -30,6 +30,19 @@ impl Config {
         if let Some(observer) = &self.observer {
             observer.event(&event);
         }
+    }
+
+    /// Whether anyone takes events: the callbacks, or a tracing subscriber
+    /// (events are traced at WARN at most).
+    fn listening(&self) -> bool {
+        // One atomic load, as in `debug_wanted`.
+        #[cfg(feature = "tracing")]
+        if tracing::Level::WARN
+            <= tracing::level_filters::LevelFilter::current()
+        {
+            return true;
+        }
+        self.on_event.is_some() || self.observer.is_some()
     }
 
     /// Decides one request. Never calls the inner service.
@@ -65,8 +78,10 @@ impl Config {
             self.emit(LimitEvent::InvalidCost);
             Verdict::InvalidCost
         } else {
-            let mut emit = |event: LimitEvent| self.emit(event);
-            self.tiers.decide(identity.as_ref(), cost, &mut emit).await
+            let emit = |event: LimitEvent| self.emit(event);
+            let emit: Emit<'_> =
+                if self.listening() { Some(&emit) } else { None };
+            self.tiers.decide(identity.as_ref(), cost, emit).await
         };
         if let Some(started) = started {
             let checked = Checked {
