@@ -48,6 +48,29 @@
 //!
 //! The layer works with any Tower service over `http` whose response body
 //! can be built from a `String`: axum, hyper (`Full<Bytes>`), and others.
+//! Without axum, with hyper's body type:
+//!
+//! ```
+//! use http::{Request, Response};
+//! use http_body_util::Full;
+//! use hyper::body::Bytes;
+//! use tower::{Layer, ServiceExt, service_fn};
+//! use tower_rate_tier::{Quota, RateTier, TierIdentity, TierLimitLayer};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let tiers = RateTier::builder().tier("free", Quota::per_minute(1)).build();
+//! let layer = TierLimitLayer::new(tiers)
+//!     .identifier_fn(|_| Some(TierIdentity::new("ana", "free")));
+//! let service = layer.layer(service_fn(|_req: Request<()>| async {
+//!     Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from("hi"))))
+//! }));
+//!
+//! let first = service.clone().oneshot(Request::new(())).await.unwrap();
+//! assert_eq!(first.headers()["x-ratelimit-remaining"], "0");
+//! let second = service.oneshot(Request::new(())).await.unwrap();
+//! assert_eq!(second.status(), 429);
+//! # }
+//! ```
 //!
 //! # Safe defaults
 //!
