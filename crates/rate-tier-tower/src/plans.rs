@@ -113,7 +113,7 @@ impl Plans {
         self.tiers.iter().find(|t| t.name == tier).copied()
     }
 
-    pub(crate) fn default(&self) -> Option<Tier> {
+    pub(crate) fn default_entry(&self) -> Option<Tier> {
         self.default_tier.map(|i| self.tiers[i])
     }
 }

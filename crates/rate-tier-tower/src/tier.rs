@@ -575,11 +575,6 @@ impl RateTier {
         &self.inner.storage
     }
 
-    /// The storage error policy of the plans in force now.
-    pub fn on_storage_error(&self) -> OnStorageError {
-        self.inner.plans.load().on_storage_error
-    }
-
     /// Charges `cost` to `user`'s bucket in `tier`.
     ///
     /// The outer `Result` is an error of the store or of the input (cost 0);
@@ -642,7 +637,7 @@ impl RateTier {
                 }
                 _ => {
                     report(emit, || LimitEvent::MissingIdentity);
-                    match (plans.on_missing, plans.default()) {
+                    match (plans.on_missing, plans.default_entry()) {
                         (OnMissing::Deny(status), _) => {
                             return Verdict::Denied(status);
                         }
@@ -720,7 +715,7 @@ impl RateTier {
             tier: tier.to_owned(),
             policy,
         });
-        match (policy, plans.default()) {
+        match (policy, plans.default_entry()) {
             (OnUnknownTier::UseDefault, Some(default)) => {
                 Resolved::Bucket(default)
             }
