@@ -15,7 +15,7 @@ use crate::{MAX_TIME_US, Quota};
 /// assert_eq!((store.tat_us, store.ttl_ms), (6_000_000, 6_000));
 /// # Ok::<(), gcra_core::CheckError>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Decision {
     /// Whether the request passes.
     pub allowed: bool,
@@ -89,9 +89,9 @@ impl Quota {
     /// in the [crate docs](crate#the-rules-exactly).
     ///
     /// A stored TAT beyond [`MAX_TIME_US`] is treated as corrupted, like a
-    /// missing one. If `now` went backwards, the TAT is capped at
-    /// `now + tau` and that capped value is returned for storing, even on a
-    /// refusal:
+    /// missing one. If `now` went backwards, the TAT is capped at the
+    /// [ceiling](Quota::ceiling_us), `now + 2 * tau`, and that capped value
+    /// is returned for storing, even on a refusal:
     ///
     /// ```
     /// use gcra_core::{CheckError, Quota};
@@ -100,8 +100,8 @@ impl Quota {
     /// // The stored TAT is 100 s ahead: the clock jumped back.
     /// let d = quota.check(Some(101_000_000), 1_000_000, 1)?;
     /// assert!(!d.allowed);
-    /// assert_eq!(d.retry_after_us, 1_000_000); // one interval, not 100 s
-    /// assert_eq!(d.store.map(|s| s.tat_us), Some(2_000_000));
+    /// assert_eq!(d.retry_after_us, 2_000_000); // two intervals, not 100 s
+    /// assert_eq!(d.store.map(|s| s.tat_us), Some(3_000_000));
     ///
     /// assert_eq!(quota.check(None, 0, 0), Err(CheckError::ZeroCost));
     /// assert_eq!(
@@ -125,27 +125,14 @@ impl Quota {
                 burst: self.burst(),
             });
         }
-        if now_us > MAX_TIME_US {
-            return Err(CheckError::TimeOutOfRange);
-        }
+        let (tat, capped) = match self.stand(stored_tat_us, now_us) {
+            Ok(stand) => stand,
+            Err(error) => return Err(error),
+        };
         let t = self.emission_interval_us();
         let tau = self.burst_offset_us();
-        // cost <= burst, so T * cost <= tau <= 2^53: no overflow.
+        // cost <= burst, so T * cost <= tau <= 2^50: no overflow.
         let increment = t.saturating_mul(cost as u64);
-        // now, tau <= 2^53: the sum stays far below u64::MAX.
-        let horizon = now_us.saturating_add(tau);
-
-        // Rule 1: where the bucket stands now.
-        let (tat, capped) = match stored_tat_us {
-            Some(stored) if stored <= MAX_TIME_US && stored >= now_us => {
-                if stored > horizon {
-                    (horizon, true)
-                } else {
-                    (stored, false)
-                }
-            }
-            _ => (now_us, false),
-        };
 
         // Rule 2.
         let new_tat = tat.saturating_add(increment);
@@ -173,19 +160,238 @@ impl Quota {
 
         // Rule 4: allowed. new_tat - now <= tau here.
         let reset_after_us = new_tat.saturating_sub(now_us);
-        let remaining = match tau.saturating_sub(reset_after_us).checked_div(t)
-        {
-            Some(remaining) => remaining,
-            None => 0, // unreachable: a Quota's T is at least 1 µs
-        };
         Ok(Decision {
             allowed: true,
-            remaining,
+            remaining: self.remaining_at(reset_after_us),
             retry_after_us: 0,
             reset_after_us,
             store: Some(store_for(new_tat, reset_after_us)),
         })
     }
+
+    /// Reads a bucket without charging it: what a request of cost 0 sees.
+    ///
+    /// Always `allowed`, never a write (not even the cap of a TAT from a
+    /// clock that went back: it is applied to the answer only). `remaining`
+    /// and `reset_after_us` are the bucket's now.
+    ///
+    /// ```
+    /// use gcra_core::Quota;
+    /// let quota = Quota::per_minute(10);
+    /// let fresh = quota.peek(None, 0)?;
+    /// assert_eq!((fresh.remaining, fresh.reset_after_us), (10, 0));
+    ///
+    /// // Four requests spent 24 s ago... minus the 24 s that came back.
+    /// let d = quota.peek(Some(24_000_000), 0)?;
+    /// assert_eq!((d.remaining, d.reset_after_us, d.store), (6, 24_000_000, None));
+    /// # Ok::<(), gcra_core::CheckError>(())
+    /// ```
+    pub const fn peek(
+        &self,
+        stored_tat_us: Option<u64>,
+        now_us: u64,
+    ) -> Result<Decision, CheckError> {
+        let (tat, _capped) = match self.stand(stored_tat_us, now_us) {
+            Ok(stand) => stand,
+            Err(error) => return Err(error),
+        };
+        let ahead = tat.saturating_sub(now_us);
+        Ok(Decision {
+            allowed: true,
+            remaining: self.remaining_at(ahead),
+            retry_after_us: 0,
+            reset_after_us: ahead,
+            store: None,
+        })
+    }
+
+    /// Adjusts a bucket after the fact, when a request's real cost is known
+    /// only once it is served (the tokens of a generated answer): it was
+    /// charged an estimate, and now the difference is charged or refunded.
+    ///
+    /// - [`Adjust::Charge`] moves the TAT `T * n` further, **without** a
+    ///   refusal: the request already ran. The TAT may go beyond `now + tau`:
+    ///   a debt that the next requests wait for. It stops at the
+    ///   [ceiling](Quota::ceiling_us), `now + 2 * tau`: a settlement leaves
+    ///   at most one full burst of debt.
+    /// - [`Adjust::Refund`] moves it back by `T * n`, never below `now` (a
+    ///   refund cannot create quota that time has not given back). A bucket
+    ///   that becomes full is [`Write::Clear`]ed.
+    ///
+    /// 1000 per minute (T = 60 ms), charged 1 up front, settled to 1200:
+    /// the next request waits about 12 s.
+    ///
+    /// ```
+    /// use gcra_core::{Adjust, Quota, Write};
+    /// let quota = Quota::per_minute(1000);
+    /// let estimate = quota.check(None, 0, 1)?;
+    /// let tat = estimate.store.map(|s| s.tat_us);
+    /// let settled = quota.settle(tat, 0, Adjust::Charge(1199))?;
+    /// let Write::Set(debt) = settled.write else { unreachable!() };
+    /// assert_eq!(debt.tat_us, 72_000_000);
+    ///
+    /// let next = quota.check(Some(debt.tat_us), 0, 1)?;
+    /// assert!(!next.allowed);
+    /// assert_eq!(next.retry_after_us, 12_060_000);
+    ///
+    /// // A refund of everything: the bucket is full again.
+    /// let refunded = quota.settle(tat, 0, Adjust::Refund(1))?;
+    /// assert_eq!(refunded.write, Write::Clear);
+    /// # Ok::<(), gcra_core::CheckError>(())
+    /// ```
+    pub const fn settle(
+        &self,
+        stored_tat_us: Option<u64>,
+        now_us: u64,
+        adjust: Adjust,
+    ) -> Result<Settled, CheckError> {
+        let (tat, capped) = match self.stand(stored_tat_us, now_us) {
+            Ok(stand) => stand,
+            Err(error) => return Err(error),
+        };
+        let t = self.emission_interval_us();
+        let new_tat = match adjust {
+            Adjust::Charge(units) => {
+                // The ceiling is <= now + 2^51: no overflow, whatever units.
+                let ceiling = now_us.saturating_add(self.ceiling_us());
+                match t.checked_mul(units as u64) {
+                    Some(debt) if debt <= ceiling.saturating_sub(tat) => {
+                        tat.saturating_add(debt)
+                    }
+                    _ => ceiling,
+                }
+            }
+            Adjust::Refund(units) => {
+                let back = t.saturating_mul(units as u64);
+                let floor = tat.saturating_sub(back);
+                if floor > now_us { floor } else { now_us }
+            }
+        };
+        if new_tat > MAX_TIME_US {
+            return Err(CheckError::TimeOutOfRange);
+        }
+        let ahead = new_tat.saturating_sub(now_us);
+        let write = if new_tat == tat && !capped {
+            Write::Keep
+        } else if ahead == 0 {
+            Write::Clear
+        } else {
+            Write::Set(store_for(new_tat, ahead))
+        };
+        Ok(Settled {
+            write,
+            remaining: self.remaining_at(ahead),
+            reset_after_us: ahead,
+        })
+    }
+
+    /// A bucket that would have passed, left uncharged because another limit
+    /// of a joint decision refused: the bucket as it stands (like a peek),
+    /// with only a capped TAT to write.
+    pub(crate) const fn uncharged(
+        &self,
+        stored_tat_us: Option<u64>,
+        now_us: u64,
+    ) -> Result<Decision, CheckError> {
+        let (tat, capped) = match self.stand(stored_tat_us, now_us) {
+            Ok(stand) => stand,
+            Err(error) => return Err(error),
+        };
+        let ahead = tat.saturating_sub(now_us);
+        Ok(Decision {
+            allowed: true,
+            remaining: self.remaining_at(ahead),
+            retry_after_us: 0,
+            reset_after_us: ahead,
+            store: if capped {
+                Some(store_for(tat, ahead))
+            } else {
+                None
+            },
+        })
+    }
+
+    /// Rule 1: where the bucket stands at `now`, and whether the stored TAT
+    /// had to be capped (the clock went back).
+    const fn stand(
+        &self,
+        stored_tat_us: Option<u64>,
+        now_us: u64,
+    ) -> Result<(u64, bool), CheckError> {
+        if now_us > MAX_TIME_US {
+            return Err(CheckError::TimeOutOfRange);
+        }
+        // now <= 2^53, ceiling <= 2^51: the sum stays far below u64::MAX.
+        let ceiling = now_us.saturating_add(self.ceiling_us());
+        Ok(match stored_tat_us {
+            Some(stored) if stored <= MAX_TIME_US && stored >= now_us => {
+                if stored > ceiling {
+                    (ceiling, true)
+                } else {
+                    (stored, false)
+                }
+            }
+            _ => (now_us, false),
+        })
+    }
+
+    /// Requests of cost 1 that fit when the TAT is `ahead` µs past now.
+    const fn remaining_at(&self, ahead: u64) -> u64 {
+        let free = self.burst_offset_us().saturating_sub(ahead);
+        match free.checked_div(self.emission_interval_us()) {
+            Some(remaining) => remaining,
+            None => 0, // unreachable: a Quota's T is at least 1 µs
+        }
+    }
+}
+
+/// A change to a bucket after the request was served: see [`Quota::settle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Adjust {
+    /// Charge this many more units (a debt if the bucket is already spent).
+    Charge(u32),
+    /// Give back this many units (never below a full bucket).
+    Refund(u32),
+}
+
+impl Adjust {
+    /// The adjustment that takes a request charged `estimate` to `actual`.
+    ///
+    /// ```
+    /// use gcra_core::Adjust;
+    /// assert_eq!(Adjust::between(1, 1200), Adjust::Charge(1199));
+    /// assert_eq!(Adjust::between(5, 0), Adjust::Refund(5));
+    /// assert_eq!(Adjust::between(3, 3), Adjust::Charge(0));
+    /// ```
+    pub const fn between(estimate: u32, actual: u32) -> Adjust {
+        if actual >= estimate {
+            Adjust::Charge(actual.saturating_sub(estimate))
+        } else {
+            Adjust::Refund(estimate.saturating_sub(actual))
+        }
+    }
+}
+
+/// What a store must do to a bucket after a [`Quota::settle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Write {
+    /// Nothing: the bucket is as it was.
+    Keep,
+    /// Store this TAT.
+    Set(StoreTat),
+    /// Forget the bucket: it is full.
+    Clear,
+}
+
+/// The outcome of [`Quota::settle`]: the write, and the bucket after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Settled {
+    /// What the store must write.
+    pub write: Write,
+    /// Requests of cost 1 that fit now; 0 while in debt.
+    pub remaining: u64,
+    /// How long until the bucket is full again.
+    pub reset_after_us: u64,
 }
 
 const fn store_for(tat_us: u64, ahead_us: u64) -> StoreTat {

@@ -82,9 +82,11 @@
 //!
 //! 1. `tat` = the stored TAT; if there is none, or it is above
 //!    [`MAX_TIME_US`] (a corrupted value), or it is before `now`: `tat = now`.
-//!    If `tat > now + tau` the clock went backwards: `tat = now + tau`, and
-//!    that capped value is stored even on a refusal, so the user is not locked
-//!    out for as long as the clock jumped back.
+//!    If `tat > now + 2 * tau` the clock went backwards: `tat = now + 2 * tau`
+//!    (the [ceiling](Quota::ceiling_us)), and that capped value is stored
+//!    even on a refusal, so the user is not locked out for as long as the
+//!    clock jumped back. (A TAT between `tau` and `2 * tau` ahead is a debt
+//!    left by [`Quota::settle`]; the cap must not erase it.)
 //! 2. `new_tat = tat + T * cost`; `allow_at = new_tat - tau`.
 //! 3. If `allow_at > now`: refused, `retry_after = allow_at - now`,
 //!    `reset_after = tat - now`, remaining 0.
@@ -96,15 +98,26 @@
 //!
 //! No arithmetic here can overflow or panic: every time value is kept within
 //! [`MAX_TIME_US`] (2^53, the range in which Lua numbers are exact integers)
-//! and anything outside it is a typed error.
+//! and anything outside it is a typed error. A quota's burst window is at
+//! most [`MAX_WINDOW_US`], so that `now + 2 * tau` fits beside any real clock.
+//!
+//! # Beyond one request, one bucket
+//!
+//! - [`Quota::peek`]: a bucket read without a charge (a cost of 0).
+//! - [`Quota::settle`]: a charge adjusted after the request was served (a
+//!   debt to wait for, or a refund).
+//! - [`check_all`]: several limits (a plan, an endpoint, an IP) decided as
+//!   one, all or nothing, with shadow limits that report without refusing.
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(clippy::arithmetic_side_effects, clippy::unwrap_used, clippy::panic)]
 
 mod decision;
+mod joint;
 mod quota;
 
-pub use decision::{CheckError, Decision, StoreTat};
+pub use decision::{Adjust, CheckError, Decision, Settled, StoreTat, Write};
+pub use joint::{Charge, JointError, Verdict, check_all};
 pub use quota::{Quota, QuotaError};
 
 /// The largest time value, in microseconds, this crate accepts or produces:
@@ -117,3 +130,17 @@ pub use quota::{Quota, QuotaError};
 /// assert_eq!(gcra_core::MAX_TIME_US, 9_007_199_254_740_992);
 /// ```
 pub const MAX_TIME_US: u64 = 1 << 53;
+
+/// The longest burst window (`tau = T * burst`) a [`Quota`] may have, in
+/// microseconds: 2^50, about 35.7 years.
+///
+/// A bucket's TAT runs at most `2 * tau` ahead of now (a debt, see
+/// [`Quota::settle`]), so with this bound every clock before the year 2184
+/// keeps each TAT within [`MAX_TIME_US`]. A longer window (one request a
+/// day with a burst of 100 000: 274 years) could never be checked and is
+/// refused when the quota is built.
+///
+/// ```
+/// assert_eq!(gcra_core::MAX_WINDOW_US, 1_125_899_906_842_624);
+/// ```
+pub const MAX_WINDOW_US: u64 = 1 << 50;

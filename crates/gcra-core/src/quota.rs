@@ -1,16 +1,29 @@
 use core::fmt;
 use core::time::Duration;
 
-use crate::MAX_TIME_US;
+use crate::{MAX_TIME_US, MAX_WINDOW_US};
 
 const MICROS_PER_SECOND: u64 = 1_000_000;
 
 /// A validated rate: `limit` requests per `period`, with a `burst`.
 ///
 /// A `Quota` that exists is always usable: the emission interval
-/// `T = period / limit` is at least 1 µs and the burst offset `tau = T * burst`
-/// is at most [`MAX_TIME_US`]. Integer division means that for periods that
-/// `limit` does not divide, `tau` can be a few µs shorter than the period.
+/// `T = period / limit` is at least 1 µs and the burst window
+/// `tau = T * burst` is at most [`MAX_WINDOW_US`], so that a bucket (and the
+/// debt a settlement may leave, see [`Quota::settle`]) always fits beside a
+/// real clock.
+///
+/// `T` is rounded **up** to the microsecond: a quota never allows more than
+/// its rate. For a period that `limit` divides (every `per_*` quota up to
+/// 1 000 000 per second, 60 per minute, ...) that changes nothing; otherwise
+/// the quota allows slightly less than it says. At the extreme,
+/// 600 000 per second is `T` = 2 µs, 500 000 per second:
+///
+/// ```
+/// use gcra_core::Quota;
+/// assert_eq!(Quota::per_minute(7).emission_interval_us(), 8_571_429); // not ..428
+/// assert_eq!(Quota::per_second(600_000).emission_interval_us(), 2);
+/// ```
 ///
 /// The `per_*` constructors are `const` and panic on a value that cannot make
 /// a quota (in a `const` item that is a compile error); [`Quota::new`] and
@@ -53,10 +66,12 @@ pub enum QuotaError {
     ZeroBurst,
     /// The period was shorter than 1 µs.
     ZeroPeriod,
-    /// `period / limit` rounds down to 0 µs: more than one request per
+    /// `period / limit` is below 1 µs: more than one request per
     /// microsecond cannot be expressed.
     IntervalTooSmall,
-    /// The period or the burst offset (`T * burst`) is beyond [`MAX_TIME_US`].
+    /// The period is beyond [`MAX_TIME_US`], or the burst window
+    /// (`T * burst`) beyond [`MAX_WINDOW_US`] (about 35.7 years): such a
+    /// bucket could not be kept beside a real clock.
     OutOfRange,
 }
 
@@ -69,10 +84,10 @@ impl QuotaError {
                 "quota period must be at least 1 microsecond"
             }
             QuotaError::IntervalTooSmall => {
-                "quota emission interval (period / limit) rounds to 0 microseconds"
+                "quota emission interval (period / limit) is below 1 microsecond"
             }
             QuotaError::OutOfRange => {
-                "quota period or burst offset exceeds 2^53 microseconds"
+                "quota period exceeds 2^53 microseconds, or its burst window exceeds 2^50"
             }
         }
     }
@@ -100,11 +115,13 @@ const fn or_panic(result: Result<Quota, QuotaError>) -> Quota {
         }
         Err(QuotaError::IntervalTooSmall) => {
             panic!(
-                "quota emission interval (period / limit) rounds to 0 microseconds"
+                "quota emission interval (period / limit) is below 1 microsecond"
             )
         }
         Err(QuotaError::OutOfRange) => {
-            panic!("quota period or burst offset exceeds 2^53 microseconds")
+            panic!(
+                "quota period exceeds 2^53 microseconds, or its burst window exceeds 2^50"
+            )
         }
     }
 }
@@ -146,10 +163,11 @@ impl Quota {
         if period_us > MAX_TIME_US {
             return Err(QuotaError::OutOfRange);
         }
-        let emission_interval_us = match period_us.checked_div(limit as u64) {
-            Some(t) if t > 0 => t,
-            _ => return Err(QuotaError::IntervalTooSmall),
-        };
+        // Rounded up: a quota never allows more than its rate.
+        if (limit as u64) > period_us {
+            return Err(QuotaError::IntervalTooSmall);
+        }
+        let emission_interval_us = period_us.div_ceil(limit as u64);
         Self::with_burst(limit, period_us, emission_interval_us, limit)
     }
 
@@ -164,7 +182,7 @@ impl Quota {
         }
         let burst_offset_us =
             match emission_interval_us.checked_mul(burst as u64) {
-                Some(tau) if tau <= MAX_TIME_US => tau,
+                Some(tau) if tau <= MAX_WINDOW_US => tau,
                 _ => return Err(QuotaError::OutOfRange),
             };
         Ok(Quota {
@@ -237,8 +255,8 @@ impl Quota {
     ///
     /// # Panics
     ///
-    /// If `burst` is 0 or `T * burst` exceeds [`MAX_TIME_US`]; a compile error
-    /// in a `const`. Use [`Quota::try_allow_burst`] for a `Result`.
+    /// If `burst` is 0 or `T * burst` exceeds [`MAX_WINDOW_US`]; a compile
+    /// error in a `const`. Use [`Quota::try_allow_burst`] for a `Result`.
     ///
     /// ```
     /// let quota = gcra_core::Quota::per_minute(10).allow_burst(2);
@@ -256,6 +274,8 @@ impl Quota {
     /// use gcra_core::{Quota, QuotaError};
     /// assert_eq!(Quota::per_second(1).try_allow_burst(0), Err(QuotaError::ZeroBurst));
     /// assert_eq!(Quota::per_day(1).try_allow_burst(u32::MAX), Err(QuotaError::OutOfRange));
+    /// // One a day with a burst of 100 000: a window of 274 years.
+    /// assert_eq!(Quota::per_day(1).try_allow_burst(100_000), Err(QuotaError::OutOfRange));
     /// ```
     pub const fn try_allow_burst(
         self,
@@ -292,6 +312,19 @@ impl Quota {
     /// `tau = T * burst`, in µs: how far ahead of now the TAT may run.
     pub const fn burst_offset_us(&self) -> u64 {
         self.burst_offset_us
+    }
+
+    /// `2 * tau`, in µs: the furthest ahead of now a stored TAT is kept. A
+    /// TAT between `tau` and `2 * tau` ahead is a debt left by
+    /// [`Quota::settle`]; beyond, the clock went back and the TAT is capped
+    /// here (rule 1 of the [crate docs](crate#the-rules-exactly)).
+    ///
+    /// ```
+    /// assert_eq!(gcra_core::Quota::per_minute(10).ceiling_us(), 120_000_000);
+    /// ```
+    pub const fn ceiling_us(&self) -> u64 {
+        // tau <= 2^50: no overflow.
+        self.burst_offset_us.saturating_mul(2)
     }
 
     /// Whether a request of this cost can pass at all, after any wait:

@@ -36,7 +36,8 @@ fn params() -> impl Strategy<Value = Params> {
 #[derive(Debug, Clone, Copy)]
 enum Initial {
     Empty,
-    /// A TAT up to 3 tau ahead of the start (beyond tau: a clock that went back).
+    /// A TAT up to 3 tau ahead of the start (beyond tau: a debt; beyond
+    /// 2 tau: a clock that went back).
     Ahead(u64),
     /// A TAT in the past.
     Behind(u64),
@@ -160,7 +161,8 @@ proptest! {
 
     /// (b) After a refusal with `retry_after = r`, the same request passes at
     /// `now + r` and not at `now + r - 1` (nothing in between). Also: `r` is
-    /// at least 1 µs and at most `T * cost` (a capped TAT included).
+    /// at least 1 µs and at most `T * cost` plus the debt the TAT carries
+    /// beyond `tau` (at most one more `tau`, a capped TAT included).
     #[test]
     fn b_retry_after_is_exact(
         p in params(),
@@ -179,9 +181,11 @@ proptest! {
                 continue;
             }
             let r = i128::from(d.retry_after_us);
+            let debt = (i128::from(d.reset_after_us) - tau).max(0);
+            prop_assert!(debt <= tau, "debt {} beyond a burst", debt);
             prop_assert!(
-                r >= 1 && r <= t * i128::from(cost),
-                "retry {} for cost {}", r, cost
+                r >= 1 && r <= t * i128::from(cost) + debt,
+                "retry {} for cost {} with debt {}", r, cost, debt
             );
             let at_retry = sim.clone().check(u(now + r), cost).unwrap();
             prop_assert!(
@@ -230,7 +234,8 @@ proptest! {
         }
     }
 
-    /// (d) `reset_after <= tau` always; every write's ttl covers it, rounded
+    /// (d) `reset_after <= 2 * tau` always, and `<= tau` when allowed (only a
+    /// refusal sees a debt); every write's ttl covers it, rounded
     /// up to the millisecond but not further (`ttl_ms * 1000 >= reset_after`,
     /// `< reset_after + 1000`, at least 1 ms), and the written TAT is
     /// `now + reset_after`. And it means what it says: with no request in
@@ -251,8 +256,9 @@ proptest! {
             let cost = cost.resolve(p.burst());
             let Ok(d) = sim.check(u(now), cost) else { continue };
             let reset = i128::from(d.reset_after_us);
-            prop_assert!(reset <= tau, "reset_after {} > tau {}", reset, tau);
+            prop_assert!(reset <= 2 * tau, "reset_after {} > 2 tau {}", reset, tau);
             if d.allowed {
+                prop_assert!(reset <= tau, "allowed with reset_after {} > tau {}", reset, tau);
                 prop_assert!(d.store.is_some(), "an allowed request must be stored");
             }
             if let Some(s) = d.store {
@@ -274,7 +280,7 @@ proptest! {
     }
 
     /// (e) A refusal writes nothing, unless the stored TAT was beyond
-    /// `now + tau` (the clock went back): then it writes exactly `now + tau`.
+    /// `now + 2 tau` (the clock went back): then it writes exactly that.
     /// Errors never write (`check` returns no decision at all).
     #[test]
     fn e_refusal_only_writes_a_capped_tat(
@@ -310,12 +316,16 @@ proptest! {
                 continue;
             }
             let stored = before.map(i128::from).filter(|&s| s <= MAX);
-            if stored.is_some_and(|s| s > now + tau) {
+            let ceiling = p.ceiling();
+            if stored.is_some_and(|s| s > now + ceiling) {
                 let s = d.store.unwrap();
-                prop_assert_eq!(i128::from(s.tat_us), now + tau);
-                prop_assert_eq!(s.ttl_ms, u((tau + 999) / 1000));
-                prop_assert_eq!(d.reset_after_us, u(tau));
-                prop_assert_eq!(i128::from(d.retry_after_us), t * i128::from(cost));
+                prop_assert_eq!(i128::from(s.tat_us), now + ceiling);
+                prop_assert_eq!(s.ttl_ms, u((ceiling + 999) / 1000));
+                prop_assert_eq!(d.reset_after_us, u(ceiling));
+                prop_assert_eq!(
+                    i128::from(d.retry_after_us),
+                    tau + t * i128::from(cost)
+                );
             } else {
                 prop_assert_eq!(d.store, None);
                 prop_assert_eq!(sim.tat, before);

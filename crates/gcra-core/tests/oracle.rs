@@ -21,7 +21,8 @@ use common::{
     Cost, MAX, Params, Tick, cost, medium_params, small_params, tick, u,
 };
 use gcra_core::{
-    CheckError, Decision, MAX_TIME_US, Quota, QuotaError, StoreTat,
+    CheckError, Decision, MAX_TIME_US, MAX_WINDOW_US, Quota, QuotaError,
+    StoreTat,
 };
 use proptest::prelude::*;
 
@@ -63,10 +64,11 @@ fn spec_check(
     if tat < now {
         tat = now;
     }
-    //    If tat > now + tau: tat = now + tau, and store it that way.
+    //    If tat > now + 2 tau (beyond any debt a settle leaves: the clock
+    //    went back): tat = now + 2 tau, and store it that way.
     let mut capped = false;
-    if tat > now + tau {
-        tat = now + tau;
+    if tat > now + p.ceiling() {
+        tat = now + p.ceiling();
         capped = true;
     }
     // 2. new_tat = tat + T * c; allow_at = new_tat - tau.
@@ -134,10 +136,10 @@ impl LeakyBucket {
         // The water left now. A value past the end of time is garbage: empty.
         let full_at = self.full_at.filter(|&f| f <= MAX);
         let raw_level = full_at.map_or(0, |f| (f - now).max(0));
-        // More water than the bucket can hold means the clock went back:
-        // spill the excess, and remember the spilled level.
-        let spilled = raw_level > capacity;
-        let level = raw_level.min(capacity);
+        // Up to one bucket of overflow is a debt (a settlement); more means
+        // the clock went back: spill the excess, and remember the level.
+        let spilled = raw_level > 2 * capacity;
+        let level = raw_level.min(2 * capacity);
         if now + level + pour > MAX {
             return Err(CheckError::TimeOutOfRange);
         }
@@ -201,12 +203,12 @@ fn large_params() -> impl Strategy<Value = Params> {
         }),
         Just(Params {
             limit: 1,
-            period_us: MAX_TIME_US,
+            period_us: MAX_WINDOW_US,
             burst: None
         }),
         Just(Params {
             limit: u32::MAX,
-            period_us: MAX_TIME_US,
+            period_us: MAX_WINDOW_US - u64::from(u32::MAX),
             burst: None
         }),
         Just(Params {
@@ -214,23 +216,27 @@ fn large_params() -> impl Strategy<Value = Params> {
             period_us: 1_000_000,
             burst: None
         }),
+        // The longest window a quota may have: about 31.7 years.
         Just(Params {
             limit: 1,
             period_us: 1_000_000,
-            burst: Some(u32::MAX)
+            burst: Some(1_000_000_000)
         }),
         Just(Params {
             limit: 10,
             period_us: 60_000_000,
             burst: Some(3)
         }),
-        (1u32..=u32::MAX, 1u64..=MAX_TIME_US).prop_map(|(limit, period)| {
-            Params {
-                limit,
-                period_us: period.max(u64::from(limit)),
-                burst: None,
+        // tau = ceil(P / L) * L < P + L: within the window bound.
+        (1u32..=u32::MAX, 1u64..=MAX_WINDOW_US - u64::from(u32::MAX)).prop_map(
+            |(limit, period)| {
+                Params {
+                    limit,
+                    period_us: period.max(u64::from(limit)),
+                    burst: None,
+                }
             }
-        }),
+        ),
     ]
 }
 
@@ -403,13 +409,17 @@ proptest! {
         if micros > u128::from(MAX_TIME_US) {
             errors.push(QuotaError::OutOfRange);
         }
-        if limit > 0 && micros > 0 && micros / u128::from(limit) == 0 {
+        if limit > 0 && micros > 0 && micros < u128::from(limit) {
             errors.push(QuotaError::IntervalTooSmall);
+        }
+        // T rounded up: never more than the rate.
+        let t = if limit > 0 { micros.div_ceil(u128::from(limit)) } else { 0 };
+        if t * u128::from(limit) > u128::from(MAX_WINDOW_US) {
+            errors.push(QuotaError::OutOfRange);
         }
         let base = Quota::new(limit, period);
         if errors.is_empty() {
             let q = base.unwrap();
-            let t = micros / u128::from(limit);
             prop_assert_eq!(u128::from(q.emission_interval_us()), t);
             prop_assert_eq!(u128::from(q.burst_offset_us()), t * u128::from(limit));
             let period_us = u64::try_from(micros).unwrap();
@@ -419,7 +429,7 @@ proptest! {
                 let tau = t * u128::from(b);
                 match q.try_allow_burst(b) {
                     Ok(qb) => {
-                        prop_assert!(b >= 1 && tau <= u128::from(MAX_TIME_US));
+                        prop_assert!(b >= 1 && tau <= u128::from(MAX_WINDOW_US));
                         prop_assert_eq!(u128::from(qb.burst_offset_us()), tau);
                         prop_assert_eq!(
                             qb.emission_interval_us(),
@@ -437,7 +447,7 @@ proptest! {
                             QuotaError::OutOfRange
                         };
                         prop_assert_eq!(e, expected);
-                        prop_assert!(b == 0 || tau > u128::from(MAX_TIME_US));
+                        prop_assert!(b == 0 || tau > u128::from(MAX_WINDOW_US));
                     }
                 }
             }

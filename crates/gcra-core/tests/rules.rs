@@ -4,7 +4,8 @@
 use core::time::Duration;
 
 use gcra_core::{
-    CheckError, Decision, MAX_TIME_US, Quota, QuotaError, StoreTat,
+    CheckError, Decision, MAX_TIME_US, MAX_WINDOW_US, Quota, QuotaError,
+    StoreTat,
 };
 
 const MS: u64 = 1_000;
@@ -198,39 +199,52 @@ fn tat_exactly_at_horizon_is_not_capped() {
 
 #[test]
 fn clock_backwards_caps_the_tat_and_stores_it() {
-    // T = 1500 µs, tau = 4500 µs: the cap's ttl is ceil(4.5 ms) = 5 ms.
-    let quota = Quota::new(3, Duration::from_micros(4501)).unwrap();
+    // T = 1500 µs, tau = 4500 µs: the cap is 2 tau = 9000 µs ahead, its ttl
+    // 9 ms.
+    let quota = Quota::new(3, Duration::from_micros(4500)).unwrap();
     assert_eq!(quota.emission_interval_us(), 1500);
     assert_eq!(quota.burst_offset_us(), 4500);
+    assert_eq!(quota.ceiling_us(), 9000);
     let now = 1_000_000;
-    for stored in [now + 4501, now + 10 * SECOND, MAX_TIME_US] {
+    for stored in [now + 9001, now + 10 * SECOND, MAX_TIME_US] {
         let d = quota.check(Some(stored), now, 1).unwrap();
         assert_eq!(
             d,
             refused(
-                1500,
-                4500,
+                4500 + 1500,
+                9000,
                 Some(StoreTat {
-                    tat_us: now + 4500,
-                    ttl_ms: 5
+                    tat_us: now + 9000,
+                    ttl_ms: 9
                 })
             ),
             "stored {stored}"
         );
-        // A cost of c waits c intervals after the cap.
+        // A cost of c waits the debt and c intervals after the cap.
         let d = quota.check(Some(stored), now, 3).unwrap();
         assert_eq!(
             d,
             refused(
-                3 * 1500,
-                4500,
+                4500 + 3 * 1500,
+                9000,
                 Some(StoreTat {
-                    tat_us: now + 4500,
-                    ttl_ms: 5
+                    tat_us: now + 9000,
+                    ttl_ms: 9
                 })
             )
         );
     }
+}
+
+#[test]
+fn a_debt_up_to_two_bursts_is_kept_and_waited_for() {
+    // 10 per minute: a TAT 100 s ahead is 40 s of debt beyond a full burst.
+    let quota = Quota::per_minute(10);
+    let d = quota.check(Some(100 * SECOND), 0, 1).unwrap();
+    assert_eq!(d, refused(46 * SECOND, 100 * SECOND, None));
+    // Exactly at the ceiling: kept, not capped.
+    let d = quota.check(Some(120 * SECOND), 0, 1).unwrap();
+    assert_eq!(d, refused(66 * SECOND, 120 * SECOND, None));
 }
 
 #[test]
@@ -243,24 +257,25 @@ fn clock_backwards_does_not_lock_the_user_out() {
     assert_eq!(
         d,
         refused(
-            6 * SECOND,
-            60 * SECOND,
+            66 * SECOND,
+            120 * SECOND,
             Some(StoreTat {
-                tat_us: 60 * SECOND,
-                ttl_ms: 60_000
+                tat_us: 120 * SECOND,
+                ttl_ms: 120_000
             })
         )
     );
-    assert_eq!(bucket.tat, Some(60 * SECOND));
-    // Now it is an ordinary full bucket: nothing more to store on a refusal.
+    // Locked out for one burst window more than usual, not for 940 s.
+    assert_eq!(bucket.tat, Some(120 * SECOND));
+    // Now it is an ordinary bucket in debt: nothing more to store.
     assert_eq!(
         bucket.check(&quota, 0, 1),
-        refused(6 * SECOND, 60 * SECOND, None)
+        refused(66 * SECOND, 120 * SECOND, None)
     );
-    assert!(!bucket.check(&quota, 6 * SECOND - 1, 1).allowed);
+    assert!(!bucket.check(&quota, 66 * SECOND - 1, 1).allowed);
     assert_eq!(
-        bucket.check(&quota, 6 * SECOND, 1),
-        allowed(0, 60 * SECOND, 66 * SECOND, 60_000)
+        bucket.check(&quota, 66 * SECOND, 1),
+        allowed(0, 60 * SECOND, 126 * SECOND, 60_000)
     );
 }
 
@@ -279,7 +294,7 @@ fn stored_tat_above_max_time_is_treated_as_absent() {
     }
     // MAX_TIME_US itself is a valid TAT: far ahead of 0, so it is capped.
     let d = quota.check(Some(MAX_TIME_US), 0, 1).unwrap();
-    assert_eq!(d.store.map(|s| s.tat_us), Some(60 * SECOND));
+    assert_eq!(d.store.map(|s| s.tat_us), Some(120 * SECOND));
     assert!(!d.allowed);
 }
 
@@ -425,21 +440,30 @@ fn burst_errors() {
         Quota::per_day(1).try_allow_burst(u32::MAX),
         Err(QuotaError::OutOfRange)
     );
+    // A window that could not fit beside a real clock (274 years).
+    assert_eq!(
+        Quota::per_day(1).try_allow_burst(100_000),
+        Err(QuotaError::OutOfRange)
+    );
     // The exact largest burst for 1 per minute.
     let quota = Quota::per_minute(1);
     let max_burst =
-        u32::try_from(MAX_TIME_US / quota.emission_interval_us()).unwrap();
+        u32::try_from(MAX_WINDOW_US / quota.emission_interval_us()).unwrap();
     let q = quota.try_allow_burst(max_burst).unwrap();
-    assert!(q.burst_offset_us() <= MAX_TIME_US);
-    assert!(q.burst_offset_us() + quota.emission_interval_us() > MAX_TIME_US);
+    assert!(q.burst_offset_us() <= MAX_WINDOW_US);
+    assert!(q.burst_offset_us() + quota.emission_interval_us() > MAX_WINDOW_US);
     assert_eq!(
         quota.try_allow_burst(max_burst + 1),
         Err(QuotaError::OutOfRange)
     );
-    // A period of exactly 2^53 µs, burst 1, is the largest tau.
-    let widest = Quota::new(1, Duration::from_micros(MAX_TIME_US)).unwrap();
-    assert_eq!(widest.burst_offset_us(), MAX_TIME_US);
+    // A period of exactly 2^50 µs, burst 1, is the widest window.
+    let widest = Quota::new(1, Duration::from_micros(MAX_WINDOW_US)).unwrap();
+    assert_eq!(widest.burst_offset_us(), MAX_WINDOW_US);
     assert_eq!(widest.try_allow_burst(2), Err(QuotaError::OutOfRange));
+    assert_eq!(
+        Quota::new(1, Duration::from_micros(MAX_WINDOW_US + 1)),
+        Err(QuotaError::OutOfRange)
+    );
 }
 
 #[test]
@@ -450,7 +474,7 @@ fn allow_burst_zero_panics() {
 
 #[test]
 #[should_panic(
-    expected = "quota period or burst offset exceeds 2^53 microseconds"
+    expected = "quota period exceeds 2^53 microseconds, or its burst window exceeds 2^50"
 )]
 fn allow_burst_out_of_range_panics() {
     let _ = Quota::per_day(1).allow_burst(u32::MAX);
@@ -540,14 +564,29 @@ fn remaining_rounds_down() {
 }
 
 #[test]
-fn uneven_period_truncates_the_interval() {
-    // 3 per 1000 µs: T = 333, tau = 999 (one µs short of the period).
+fn uneven_period_rounds_the_interval_up() {
+    // 3 per 1000 µs: T = 334 (not 333: 3 per 999 µs would be more than the
+    // quota says), tau = 1002.
     let quota = Quota::new(3, Duration::from_micros(1000)).unwrap();
-    assert_eq!(quota.emission_interval_us(), 333);
-    assert_eq!(quota.burst_offset_us(), 999);
+    assert_eq!(quota.emission_interval_us(), 334);
+    assert_eq!(quota.burst_offset_us(), 1002);
     assert_eq!(quota.period(), Duration::from_micros(1000));
     let d = quota.check(None, 0, 3).unwrap();
-    assert_eq!(d, allowed(0, 999, 999, 1));
+    assert_eq!(d, allowed(0, 1002, 1002, 2));
+}
+
+#[test]
+fn a_quota_never_allows_more_than_its_rate() {
+    // 600 000 per second cannot be one per 1.67 µs: T = 2 µs, 500 000 per
+    // second. A greedy client over 1 s after its burst gets at most the rate.
+    let quota = Quota::per_second(600_000);
+    assert_eq!(quota.emission_interval_us(), 2);
+    for (limit, period) in [(600_000, SECOND), (7, 60 * SECOND), (3, 1000)] {
+        let quota = Quota::new(limit, Duration::from_micros(period)).unwrap();
+        let t = quota.emission_interval_us();
+        assert!(t * u64::from(limit) >= period, "{limit} per {period} µs");
+        assert!(t * u64::from(limit) < period + u64::from(limit));
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -614,7 +653,13 @@ fn quota_errors() {
         Quota::new(u32::MAX, Duration::MAX),
         Err(QuotaError::OutOfRange)
     );
-    assert!(Quota::new(u32::MAX, Duration::from_micros(MAX_TIME_US)).is_ok());
+    assert_eq!(
+        Quota::new(u32::MAX, Duration::from_micros(MAX_TIME_US)),
+        Err(QuotaError::OutOfRange)
+    );
+    assert!(
+        Quota::new(u32::MAX, Duration::from_micros(MAX_WINDOW_US / 2)).is_ok()
+    );
 }
 
 #[test]
@@ -649,11 +694,11 @@ fn error_messages() {
     );
     assert_eq!(
         QuotaError::IntervalTooSmall.to_string(),
-        "quota emission interval (period / limit) rounds to 0 microseconds"
+        "quota emission interval (period / limit) is below 1 microsecond"
     );
     assert_eq!(
         QuotaError::OutOfRange.to_string(),
-        "quota period or burst offset exceeds 2^53 microseconds"
+        "quota period exceeds 2^53 microseconds, or its burst window exceeds 2^50"
     );
 }
 
@@ -671,7 +716,7 @@ fn per_second_zero_panics() {
 
 #[test]
 #[should_panic(
-    expected = "quota emission interval (period / limit) rounds to 0 microseconds"
+    expected = "quota emission interval (period / limit) is below 1 microsecond"
 )]
 fn per_second_too_many_panics() {
     let _ = Quota::per_second(1_000_001);
@@ -679,7 +724,7 @@ fn per_second_too_many_panics() {
 
 #[test]
 #[should_panic(
-    expected = "quota emission interval (period / limit) rounds to 0 microseconds"
+    expected = "quota emission interval (period / limit) is below 1 microsecond"
 )]
 fn per_minute_too_many_panics() {
     let _ = Quota::per_minute(60_000_001);
@@ -694,10 +739,10 @@ fn per_day_u32_max() {
     let quota = Quota::per_day(u32::MAX);
     assert_eq!(
         quota.emission_interval_us(),
-        86_400 * SECOND / u64::from(u32::MAX)
+        (86_400 * SECOND).div_ceil(u64::from(u32::MAX))
     );
-    assert_eq!(quota.emission_interval_us(), 20);
-    let tau = 20 * u64::from(u32::MAX);
+    assert_eq!(quota.emission_interval_us(), 21);
+    let tau = 21 * u64::from(u32::MAX);
     assert_eq!(quota.burst_offset_us(), tau);
     // The whole burst in one request.
     let d = quota.check(None, 0, u32::MAX).unwrap();
@@ -715,7 +760,7 @@ fn per_day_u32_max() {
 /// Rule 1 and 2 in u128: the TAT a check would lead to.
 fn new_tat(quota: &Quota, stored: Option<u64>, now: u64, cost: u32) -> u128 {
     let now = u128::from(now);
-    let horizon = now + u128::from(quota.burst_offset_us());
+    let horizon = now + u128::from(quota.ceiling_us());
     let tat = match stored.map(u128::from) {
         Some(s) if s <= u128::from(MAX_TIME_US) && s >= now => s.min(horizon),
         _ => now,
@@ -730,9 +775,9 @@ fn extreme_inputs_never_panic() {
         Quota::per_second(1_000_000),
         Quota::per_day(1),
         Quota::per_day(u32::MAX),
-        Quota::per_second(1).allow_burst(u32::MAX),
-        Quota::new(1, Duration::from_micros(MAX_TIME_US)).unwrap(),
-        Quota::new(u32::MAX, Duration::from_micros(MAX_TIME_US)).unwrap(),
+        Quota::per_second(1).allow_burst(1_000_000_000),
+        Quota::new(1, Duration::from_micros(MAX_WINDOW_US)).unwrap(),
+        Quota::new(u32::MAX, Duration::from_micros(MAX_WINDOW_US / 2)).unwrap(),
     ];
     let times = [
         0,
@@ -790,7 +835,10 @@ fn extreme_inputs_never_panic() {
                                 new_tat(&quota, tat, now, cost)
                                     <= u128::from(MAX_TIME_US)
                             );
-                            assert!(d.reset_after_us <= tau);
+                            assert!(d.reset_after_us <= 2 * tau);
+                            if d.allowed {
+                                assert!(d.reset_after_us <= tau);
+                            }
                             if let Some(s) = d.store {
                                 assert!(s.tat_us <= MAX_TIME_US);
                                 assert_eq!(s.tat_us - now, d.reset_after_us);

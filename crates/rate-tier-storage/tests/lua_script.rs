@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
-use gcra_core::{CheckError, MAX_TIME_US, Quota};
+use gcra_core::{MAX_TIME_US, Quota};
 use mlua::{Function, Lua, LuaOptions, StdLib, Table, Value, Variadic};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
@@ -449,13 +449,11 @@ fn increment_past_2_pow_53_is_an_error() {
         ))
     );
     assert_eq!(h.take_writes(), []);
-    // gcra-core agrees: no decision.
-    let quota =
-        Quota::new(1, Duration::from_micros(MAX_TIME_US - START_US + 1))
-            .unwrap();
+    // gcra-core agrees: such a quota cannot even be built (its window is
+    // far beyond MAX_WINDOW_US), so no decision is ever asked for.
     assert_eq!(
-        quota.check(None, START_US, 1),
-        Err(CheckError::TimeOutOfRange)
+        Quota::new(1, Duration::from_micros(MAX_TIME_US - START_US + 1)),
+        Err(gcra_core::QuotaError::OutOfRange)
     );
 
     // One µs less lands exactly on 2^53: allowed, and stored exactly.
@@ -529,7 +527,8 @@ fn stored_tat_is_an_integer_string_near_1_79e15() {
             px: expected.ttl_ms,
         }]
     );
-    assert_eq!(writes[0].value, "1790947155552028");
+    // T = ceil(1_000_003 / 7) = 142_858 µs, three of them after now.
+    assert_eq!(writes[0].value, "1790947155552031");
 
     // It reads back as the same TAT.
     let (allowed, remaining, ..) = h.check(&quota, 1).unwrap();
@@ -575,17 +574,18 @@ fn corrupted_values_start_fresh() {
 
 #[test]
 fn clock_going_backwards_caps_and_stores_even_when_refused() {
-    // The doc example of Quota::check, through the script.
+    // The doc example of Quota::check, through the script: capped at the
+    // ceiling, two burst windows ahead.
     let quota = Quota::per_second(1);
     let h = Harness::new(START_US);
     h.set_raw(Stored::Str((START_US + 100_000_000).to_string()));
-    assert_eq!(h.check(&quota, 1), Ok((0, 0, 1_000_000, 1_000_000)));
+    assert_eq!(h.check(&quota, 1), Ok((0, 0, 2_000_000, 2_000_000)));
     assert_eq!(
         h.take_writes(),
         [Write {
             key: KEY.into(),
-            value: (START_US + 1_000_000).to_string(),
-            px: 1000,
+            value: (START_US + 2_000_000).to_string(),
+            px: 2000,
         }]
     );
 }

@@ -51,8 +51,9 @@ async fn a_smaller_burst_caps_the_bucket_instead_of_locking_out() {
     for _ in 0..10 {
         tiers.check("ana", "free", 1).await.unwrap().unwrap();
     }
-    // Same rate, burst 2: the TAT (60 s ahead) is beyond the new burst
-    // offset (12 s) and is capped, so Ana waits one interval, not 54 s.
+    // Same rate, burst 2: the TAT (60 s ahead) is beyond the new ceiling
+    // (two burst windows, 24 s) and is capped there, so Ana waits 18 s (the
+    // debt beyond one window, and one interval), not 54 s.
     tiers.reload(
         Plans::builder()
             .tier("free", Quota::per_minute(10).allow_burst(2))
@@ -60,8 +61,8 @@ async fn a_smaller_burst_caps_the_bucket_instead_of_locking_out() {
             .unwrap(),
     );
     let limited = tiers.check("ana", "free", 1).await.unwrap().unwrap_err();
-    assert_eq!(limited.retry_after(), Duration::from_secs(6));
-    clock.advance(Duration::from_secs(6));
+    assert_eq!(limited.retry_after(), Duration::from_secs(18));
+    clock.advance(Duration::from_secs(18));
     assert!(tiers.check("ana", "free", 1).await.unwrap().is_ok());
 }
 

@@ -46,12 +46,20 @@ impl Params {
     pub(crate) fn burst(&self) -> u32 {
         self.burst.unwrap_or(self.limit)
     }
-    /// T, computed here from the user's numbers.
+    /// T, computed here from the user's numbers: rounded up, so that the
+    /// quota never allows more than its rate.
     pub(crate) fn t(&self) -> i128 {
-        i128::from(self.period_us) / i128::from(self.limit)
+        let (period, limit) =
+            (i128::from(self.period_us), i128::from(self.limit));
+        (period + limit - 1) / limit
     }
     pub(crate) fn tau(&self) -> i128 {
         self.t() * i128::from(self.burst())
+    }
+    /// How far ahead a stored TAT is kept: a burst, plus at most one burst
+    /// of debt (left by a settlement).
+    pub(crate) fn ceiling(&self) -> i128 {
+        2 * self.tau()
     }
 }
 

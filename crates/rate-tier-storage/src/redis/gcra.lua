@@ -88,10 +88,11 @@ end
 local capped = false
 if tat == nil or tat ~= math.floor(tat) or tat < now or tat > MAX_EXACT then
   tat = now
-elseif tat > now + burst_offset then
-  -- The clock went backwards: cap at a full bucket's worth and store that,
-  -- or the user stays locked out for as long as the clock jumped back.
-  tat = now + burst_offset
+elseif tat > now + 2 * burst_offset then
+  -- Beyond a burst of debt (what a settlement may leave) the clock went
+  -- backwards: cap there and store that, or the user stays locked out for
+  -- as long as the clock jumped back.
+  tat = now + 2 * burst_offset
   capped = true
 end
 

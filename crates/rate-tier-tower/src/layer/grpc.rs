@@ -358,9 +358,9 @@ mod tests {
 
     #[tokio::test]
     async fn rate_limited_is_resource_exhausted_with_retry_info() {
-        // 3/s: one request every 333_333 µs.
+        // 3/s: one request every 333_334 µs (rounded up).
         let limited = refused(3, 1).await;
-        assert_eq!(limited.retry_after(), Duration::from_micros(333_333));
+        assert_eq!(limited.retry_after(), Duration::from_micros(333_334));
         let status = refusal_status(&Verdict::Limited(limited), style());
         assert_eq!(status.code(), Code::ResourceExhausted);
         assert_eq!(status.message(), "rate limit exceeded");
