@@ -1,5 +1,14 @@
 //! The post's example service: plans free (10/min) and pro (100/min), routes
-//! of cost 1, 5 and 50, 401 without a key.
+//! of cost 1, 5 and 50, 401 without a key; and limits of their own beside
+//! the plan, decided with it as one decision.
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /data`, `/report`, `/backup` | cost 1, 5, 50 on the plan |
+//! | `GET /search` | cost 1 on the plan, and a limit `search` of 3 per minute per user: all or nothing |
+//! | `GET /quota` | reads every limit of the user without charging any: `{"tier":..,"limits":[{"name":..,"limit":..,"remaining":..,"reset":..},..]}` |
+//! | `GET /generate?tokens=N` | cost 1 on the plan, and a limit `tokens` (free 1000/min, pro 10000/min) charged 1 up front, settled to the `x-tokens-used: N` the handler answers |
+//! | `GET /metrics` | Prometheus metrics, not limited |
 //!
 //! Run it from the repository root:
 //!
@@ -20,7 +29,9 @@
 //! does not validate is reported (with its line) and the running plans
 //! stay. `--headers x|ietf|both` chooses the rate-limit headers: the post's
 //! `x-ratelimit-*` (the default), the IETF `RateLimit-Policy`/`RateLimit`
-//! fields, or both.
+//! fields, or both. `--shadow` puts every limit in shadow mode: nothing is
+//! refused for its rate, and `/metrics` counts what would have been
+//! (`outcome="shadow_limited"`).
 //!
 //! With Redis, a local limiter behind a circuit breaker takes over while
 //! Redis is down; breaker changes are printed on stderr.
@@ -35,19 +46,21 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::Query;
 use axum::http::StatusCode;
 use axum::{Router, routing::get};
 // For /metrics.
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use rate_tier_axum::{RateLimit, api_key};
 use tokio::signal::unix::{SignalKind, signal};
 use tower_rate_tier::layer::HeaderStyle;
 use tower_rate_tier::metrics::prometheus_client::encoding::text::encode;
 use tower_rate_tier::metrics::prometheus_client::registry::Registry;
 use tower_rate_tier::metrics::{self, RateLimitMetrics};
 use tower_rate_tier::{
-    FallbackStorage, LimitEvent, OnMissing, Plans, PlansBuilder, Quota,
-    RateTier, RedisStorage, StorageEvent, TierIdentity, TierLimitLayer,
+    FallbackStorage, Limit, LimitEvent, OnMissing, Plans, PlansBuilder, Quota,
+    RateTier, RedisStorage, Settle, StorageEvent, TierLimitLayer,
 };
 
 // In a real service, this would come from the database.
@@ -66,7 +79,8 @@ usage: server [PORT] [OPTIONS]
   --redis-cluster HOST:PORT[,HOST:PORT] share limits through a Redis Cluster
   --plans FILE                          plans from TOML, reloaded on change and SIGHUP
   --plans-poll-ms MS                    how often FILE is checked (default 1000)
-  --headers x|ietf|both                 rate-limit headers (default x)";
+  --headers x|ietf|both                 rate-limit headers (default x)
+  --shadow                              every limit in shadow mode: nothing refused for rate";
 
 struct Args {
     port: u16,
@@ -76,6 +90,7 @@ struct Args {
     plans: Option<PathBuf>,
     plans_poll: Duration,
     headers: HeaderStyle,
+    shadow: bool,
 }
 
 /// `host:port[,host:port...]` into node URLs (`redis://host:port/`); an
@@ -109,6 +124,7 @@ fn parse_args() -> Result<Args, String> {
         plans: None,
         plans_poll: Duration::from_secs(1),
         headers: HeaderStyle::XRateLimit,
+        shadow: false,
     };
     let mut redis_flag = false;
     let mut parser = lexopt::Parser::from_env();
@@ -144,6 +160,7 @@ fn parse_args() -> Result<Args, String> {
                     }
                 }
             }
+            Long("shadow") => args.shadow = true,
             Short('h') | Long("help") => return Err(String::new()),
             Value(port) => {
                 let port = text(port)?;
@@ -241,7 +258,33 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .tier("pro", Quota::per_minute(100))
             .default_tier("free"),
     };
-    let mut tiers = RateTier::builder().plans(plans);
+    // The limiter's Prometheus metrics, served at /metrics: every check
+    // and every event of the limiter, counted once.
+    let mut registry = Registry::default();
+    let metrics = RateLimitMetrics::new(&mut registry);
+    let registry = Arc::new(registry);
+
+    let mut tiers = RateTier::builder()
+        .plans(plans)
+        .observe(metrics)
+        // What the limiter and its store do by themselves.
+        .on_event(|event| match event {
+            LimitEvent::Storage(StorageEvent::Breaker {
+                domain,
+                from,
+                to,
+                cause,
+                ..
+            }) => {
+                let domain = domain.as_deref().unwrap_or("redis");
+                let cause = cause.as_deref().unwrap_or("-");
+                eprintln!("breaker {domain} {from:?} -> {to:?} ({cause})");
+            }
+            LimitEvent::PlansReloaded { tiers } => {
+                eprintln!("plans reloaded: {}", tiers.join(", "));
+            }
+            _ => {}
+        });
     let backend = match (&args.redis_cluster, &args.redis) {
         (Some(urls), _) => {
             // Connected lazily: the server starts even while the cluster
@@ -267,41 +310,46 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tokio::spawn(watch_plans(path, tiers.clone(), args.plans_poll));
     }
 
-    // The limiter's Prometheus metrics, served at /metrics.
-    let mut registry = Registry::default();
-    let metrics = RateLimitMetrics::new(&mut registry);
-    let registry = Arc::new(registry);
-
     let layer = TierLimitLayer::new(tiers)
-        .identifier_fn(|headers| {
-            let key = headers.get("x-api-key")?.to_str().ok()?;
-            Some(TierIdentity::new(key, plan_of(key)?))
-        })
+        .identifier_fn(api_key("x-api-key", plan_of))
         .cost_fn(|req| match req.uri.path() {
             "/report" => 5,
             "/backup" => 50, // more than the free plan gives in a minute
             _ => 1,
         })
-        .on_event(|event| match event {
-            LimitEvent::UnknownTier { user_id, tier, .. } => {
+        // Expensive searches: 3 a minute per user, beside the plan.
+        .limit(
+            Limit::new("search", Quota::per_minute(3))
+                .when(|req| req.uri.path() == "/search"),
+        )
+        // Generated tokens, per plan: an estimate of 1 up front, settled
+        // to what the answer really used (a debt the next requests wait
+        // for), and refunded if the generation fails.
+        .limit(
+            Limit::new("tokens", Quota::per_minute(1000))
+                .tier("pro", Quota::per_minute(10_000))
+                .when(|req| req.uri.path() == "/generate")
+                .settle(
+                    Settle::from_header("x-tokens-used")
+                        .refund_on_server_error(),
+                ),
+        )
+        .peek_when(|req| req.uri.path() == "/quota")
+        .shadow(args.shadow)
+        .on_event(|event| {
+            if let LimitEvent::UnknownTier { user_id, tier, .. } = event {
                 eprintln!("unknown tier {tier:?} for {user_id}");
             }
-            LimitEvent::Storage(StorageEvent::Breaker { from, to, cause }) => {
-                let cause = cause.as_deref().unwrap_or("-");
-                eprintln!("breaker {from:?} -> {to:?} ({cause})");
-            }
-            LimitEvent::PlansReloaded { tiers } => {
-                eprintln!("plans reloaded: {}", tiers.join(", "));
-            }
-            _ => {}
         })
-        .observe(metrics)
         .headers(args.headers);
 
     let app = Router::new()
         .route("/data", get(|| async { "data\n" }))
         .route("/report", get(|| async { "report\n" }))
         .route("/backup", get(|| async { "backup\n" }))
+        .route("/search", get(|| async { "search\n" }))
+        .route("/quota", get(quota))
+        .route("/generate", get(generate))
         .layer(layer)
         // Added after `.layer`: the limiter does not apply to it.
         .route("/metrics", get(move || serve_metrics(registry.clone())));
@@ -311,6 +359,43 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     eprintln!("listening on {addr} ({backend} storage)");
     axum::serve(listener, app).await?;
     Ok(())
+}
+
+/// `GET /quota`: every limit of the caller, read and not charged.
+async fn quota(RateLimit(info): RateLimit) -> Response {
+    let limits: Vec<String> = info
+        .limits()
+        .map(|limit| {
+            format!(
+                r#"{{"name":"{}","limit":{},"remaining":{},"reset":{}}}"#,
+                limit.name,
+                limit.limit,
+                limit.remaining,
+                limit.reset_unix_secs(info.now_us),
+            )
+        })
+        .collect();
+    let body = format!(
+        r#"{{"tier":"{}","limits":[{}]}}"#,
+        info.tier,
+        limits.join(",")
+    );
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+#[derive(serde::Deserialize)]
+struct Generate {
+    tokens: u32,
+}
+
+/// `GET /generate?tokens=N`: "generates" N tokens, and says how many it
+/// used, for the limiter to settle.
+async fn generate(Query(Generate { tokens }): Query<Generate>) -> Response {
+    (
+        [("x-tokens-used", tokens.to_string())],
+        format!("generated {tokens} tokens\n"),
+    )
+        .into_response()
 }
 
 /// `GET /metrics`: the registry in the OpenMetrics text format.

@@ -21,21 +21,28 @@ type Result<T> = std::result::Result<T, String>;
 const USAGE: &str = "\
 cargo xtask: the tasks of the tower-rate-tier workspace
 
-Usage: cargo xtask <TASK> [--full] [-- <ARGS>...]
+Usage: cargo xtask <TASK> [--docker] [--full] [-- <ARGS>...]
 
 Tasks:
   ci            cargo fmt --all -- --check; cargo clippy --workspace --all-targets
                 --all-features -- -D warnings; cargo doc (warnings denied); then
-                everything `test` runs
-  test          every test: `no-std`, then starts a throwaway Redis and a throwaway
-                3-master Redis Cluster and runs cargo test --workspace --all-features
+                `features`; then everything `test` runs
+  features      every feature of every workspace crate builds alone: per package,
+                cargo check -p <pkg> --no-default-features, then with each feature
+                (--features <f>), then --all-features (names from cargo metadata)
+  test          every test: starts a throwaway Redis and a throwaway 3-master Redis
+                Cluster, runs `no-std`, then cargo test --workspace --all-features
                 once with both
-  test-redis    starts a throwaway redis-server on a free loopback port and runs
+  test-redis    starts a throwaway Redis on a free loopback port and runs
                 cargo test --workspace --all-features against it, skipping the
                 cluster tests (test-cluster's)
   test-cluster  starts a throwaway 3-master Redis Cluster on free loopback ports and
                 runs cargo test --workspace --all-features cluster (the tests whose
                 names contain `cluster`)
+  redis-image   builds the Docker image the tests run with --docker (redis:7.0, or
+                TRT_REDIS_IMAGE) from the installed redis-server and redis-cli
+                (FROM scratch, with the libraries ldd lists): for a machine with a
+                Docker engine but no registry. Elsewhere the official image is pulled
   no-std        proves gcra-core is no_std: #![no_std], no dependencies, builds with
                 --no-default-features, and for thumbv7em-none-eabihf when that target
                 is installed (otherwise that build is left to GitHub Actions)
@@ -49,19 +56,36 @@ Tasks:
                 skipped) and wrk (else a built-in Rust HTTP client is used)
   help          prints this message (also -h, --help)
 
+Flags:
+  --docker      (test, test-redis, test-cluster) the Redis servers are Docker
+                containers (testcontainers), for the task and for the tests'
+                own servers, even where redis-server is installed
+  --full        (bench) the long run
+
 Arguments after `--` are added to the cargo test command (test, test-redis,
 test-cluster) or given to the criterion benchmarks (bench), for example
   cargo xtask test-redis -- redis_
+  cargo xtask test-redis --docker -- -p rate-tier-storage
   cargo xtask test-cluster -- -- --nocapture
+
+Where the Redis servers come from (crates/test-support, binary trt-redis):
+  redis-server on PATH (or TRT_REDIS_SERVER_BIN)   redis-server processes
+  otherwise a Docker engine that answers           containers of redis:7.0
+                                                   (TRT_REDIS_IMAGE), pulled if
+                                                   missing, on the host network
+  neither                                          an error saying how to get one
+TRT_REDIS_BACKEND=docker (what --docker sets) or =process forces one.
 
 The tests get, for the servers this task started:
   TRT_REDIS_URL           redis://127.0.0.1:<port>/ (test, test-redis)
   TRT_REDIS_CLUSTER_URLS  redis://127.0.0.1:<p1>/,...,redis://127.0.0.1:<p3>/
                           (test, test-cluster)
-  TRT_REDIS_SERVER_BIN    the redis-server binary; set it beforehand to choose one
-                          (default: redis-server from PATH)
-Every server is stopped when the task ends, even when it fails. The shared Redis
-on port 6379 is never used.
+  TRT_REDIS_BACKEND       process or docker: the tests' own servers (those they
+                          kill, pause, restart) use the same
+  TRT_REDIS_SERVER_BIN    the redis-server binary (processes), or
+  TRT_REDIS_IMAGE         the image (Docker)
+Every server is stopped when the task ends, even when it fails or is
+interrupted. The shared Redis on port 6379 is never used.
 ";
 
 /// A task named on the command line.
@@ -69,9 +93,11 @@ on port 6379 is never used.
 enum Task {
     Help,
     Ci,
+    Features,
     Test,
     TestRedis,
     TestCluster,
+    RedisImage,
     NoStd,
     Bench,
 }
@@ -81,13 +107,20 @@ impl Task {
         Some(match name {
             "help" => Self::Help,
             "ci" => Self::Ci,
+            "features" => Self::Features,
             "test" => Self::Test,
             "test-redis" => Self::TestRedis,
             "test-cluster" => Self::TestCluster,
+            "redis-image" => Self::RedisImage,
             "no-std" => Self::NoStd,
             "bench" => Self::Bench,
             _ => return None,
         })
+    }
+
+    /// Whether the task starts Redis servers (and so takes `--docker`).
+    fn starts_redis(self) -> bool {
+        matches!(self, Self::Test | Self::TestRedis | Self::TestCluster)
     }
 
     /// Whether the task passes arguments after `--` on to a command.
@@ -105,6 +138,8 @@ struct Args {
     task: Task,
     /// `--full` (bench only): the long run.
     full: bool,
+    /// `--docker` (test, test-redis, test-cluster): Redis in Docker.
+    docker: bool,
     /// Everything after the first `--`.
     extra: Vec<OsString>,
 }
@@ -121,10 +156,12 @@ fn parse_args(args: Vec<OsString>) -> std::result::Result<Args, String> {
     let mut task = None;
     let mut help = false;
     let mut full = false;
+    let mut docker = false;
     while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
         match arg {
             Short('h') | Long("help") => help = true,
             Long("full") => full = true,
+            Long("docker") => docker = true,
             Value(name) if task.is_none() => {
                 let name = name.string().map_err(|e| e.to_string())?;
                 task = Some(
@@ -153,7 +190,18 @@ fn parse_args(args: Vec<OsString>) -> std::result::Result<Args, String> {
     if full && !matches!(task, Task::Bench | Task::Help) {
         return Err("--full is a flag of `bench` only".to_owned());
     }
-    Ok(Args { task, full, extra })
+    if docker && !task.starts_redis() && task != Task::Help {
+        return Err(
+            "--docker is a flag of `test`, `test-redis` and `test-cluster`"
+                .to_owned(),
+        );
+    }
+    Ok(Args {
+        task,
+        full,
+        docker,
+        extra,
+    })
 }
 
 fn main() -> ExitCode {
@@ -172,9 +220,11 @@ fn main() -> ExitCode {
             Ok(())
         }
         Task::Ci => tasks::ci(),
-        Task::Test => tasks::test(extra),
-        Task::TestRedis => tasks::test_redis(extra),
-        Task::TestCluster => tasks::test_cluster(extra),
+        Task::Features => tasks::features(),
+        Task::Test => tasks::test(args.docker, extra),
+        Task::TestRedis => tasks::test_redis(args.docker, extra),
+        Task::TestCluster => tasks::test_cluster(args.docker, extra),
+        Task::RedisImage => tasks::redis_image(),
         Task::NoStd => tasks::no_std(),
         Task::Bench => tasks::bench(args.full, extra),
     };
@@ -220,6 +270,29 @@ mod tests {
         assert!(full.full);
         assert_eq!(full.extra, ["memory/"]);
         assert!(parse(&["--full", "bench"]).unwrap().full);
+    }
+
+    #[test]
+    fn docker_is_a_flag_of_the_tasks_that_start_redis() {
+        for task in ["test", "test-redis", "test-cluster"] {
+            let args =
+                parse(&[task, "--docker", "--", "-p", "gcra-core"]).unwrap();
+            assert!(args.docker);
+            assert_eq!(args.extra, ["-p", "gcra-core"]);
+            assert!(!parse(&[task]).unwrap().docker);
+        }
+        assert!(parse(&["--docker", "test-cluster"]).unwrap().docker);
+        for task in ["ci", "features", "redis-image", "bench", "no-std"] {
+            assert!(parse(&[task, "--docker"]).is_err(), "{task}");
+        }
+    }
+
+    #[test]
+    fn new_tasks_parse_and_take_no_arguments() {
+        assert_eq!(parse(&["features"]).unwrap().task, Task::Features);
+        assert_eq!(parse(&["redis-image"]).unwrap().task, Task::RedisImage);
+        assert!(parse(&["features", "--", "x"]).is_err());
+        assert!(parse(&["redis-image", "--", "x"]).is_err());
     }
 
     #[test]

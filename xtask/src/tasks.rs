@@ -6,16 +6,11 @@ use std::path::PathBuf;
 
 use crate::Result;
 use crate::cmd::{Cmd, project_root};
-use crate::redis::{self, RedisCluster, RedisServer};
+use crate::redis::{self, Servers, Wanted};
 
 /// The bare-metal target that proves gcra-core builds without `std`.
 const BARE_METAL_TARGET: &str = "thumbv7em-none-eabihf";
-/// URL of the throwaway single Redis, for the tests.
-const REDIS_URL_VAR: &str = "TRT_REDIS_URL";
-/// Comma-separated node URLs of the throwaway Redis Cluster, for the tests.
-const CLUSTER_URLS_VAR: &str = "TRT_REDIS_CLUSTER_URLS";
 
-/// `cargo test --workspace --all-features`, the one test command.
 /// `cargo test --all-features`, over the whole workspace unless `args`
 /// choose packages (`-p NAME`) before any `--`.
 fn cargo_test(args: &[OsString]) -> Cmd {
@@ -28,7 +23,15 @@ fn cargo_test(args: &[OsString]) -> Cmd {
     if chosen { cmd } else { cmd.arg("--workspace") }
 }
 
-/// fmt, clippy, then everything `test` runs.
+/// `cmd` with the tests' environment from `servers`.
+fn with_env(mut cmd: Cmd, servers: &Servers) -> Cmd {
+    for (key, value) in servers.env() {
+        cmd = cmd.env(key, value);
+    }
+    cmd
+}
+
+/// fmt, clippy, docs, every feature alone, then everything `test` runs.
 pub(crate) fn ci() -> Result<()> {
     for (component, probe) in [("rustfmt", "fmt"), ("clippy", "clippy")] {
         if !Cmd::cargo().args([probe, "--version"]).succeeds_quietly() {
@@ -48,31 +51,96 @@ pub(crate) fn ci() -> Result<()> {
         .args(["doc", "--workspace", "--all-features", "--no-deps"])
         .env("RUSTDOCFLAGS", "-D warnings")
         .run()?;
-    test(&[])
+    features()?;
+    test(false, &[])
+}
+
+/// Every feature of every workspace crate builds alone: for each package,
+/// `cargo check -p <pkg> --no-default-features`, then once more with each
+/// feature (`--features <f>`), then with all of them. The feature names come
+/// from `cargo metadata`, so the list cannot go stale; `-p` from the
+/// workspace root resolves features for that package alone.
+pub(crate) fn features() -> Result<()> {
+    let metadata = Cmd::cargo()
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .read()?;
+    let metadata: serde_json::Value = serde_json::from_str(&metadata)
+        .map_err(|e| format!("`cargo metadata` printed no JSON: {e}"))?;
+    let packages = metadata["packages"]
+        .as_array()
+        .ok_or("`cargo metadata` listed no packages")?;
+    let mut checks = 0;
+    for package in packages {
+        let name = package["name"]
+            .as_str()
+            .ok_or("`cargo metadata`: a package without a name")?;
+        let mut features: Vec<&str> = package["features"]
+            .as_object()
+            .map(|features| {
+                features
+                    .keys()
+                    .map(String::as_str)
+                    .filter(|f| *f != "default")
+                    .collect()
+            })
+            .unwrap_or_default();
+        features.sort_unstable();
+        let check = || {
+            Cmd::cargo().args(["check", "-p", name, "--no-default-features"])
+        };
+        check().run()?;
+        checks += 1;
+        for feature in &features {
+            check().args(["--features", feature]).run()?;
+            checks += 1;
+        }
+        if features.len() > 1 {
+            Cmd::cargo()
+                .args(["check", "-p", name, "--all-features"])
+                .run()?;
+            checks += 1;
+        }
+    }
+    println!(
+        "xtask: every feature of the {} workspace packages builds alone ({checks} checks)",
+        packages.len()
+    );
+    Ok(())
 }
 
 /// Every test: `no-std`, then one `cargo test` pass with a throwaway Redis and
-/// a throwaway Redis Cluster.
-pub(crate) fn test(cargo_test_args: &[OsString]) -> Result<()> {
-    // Find the binaries first: a missing Redis should fail before a long build.
-    let server_bin = redis::find_server()?;
-    let cli_bin = redis::find_cli(&server_bin)?;
+/// a throwaway Redis Cluster (Docker containers with `docker`).
+pub(crate) fn test(docker: bool, cargo_test_args: &[OsString]) -> Result<()> {
+    // The Redis servers first: no Redis (neither redis-server nor Docker)
+    // fails before the long build of the tests.
+    let trt_redis = redis::build_trt_redis()?;
+    let servers = Servers::up(
+        &trt_redis,
+        Wanted {
+            server: true,
+            cluster: true,
+            docker,
+        },
+    )?;
     no_std()?;
-    let server = RedisServer::start(&server_bin)?;
-    let cluster = RedisCluster::start(&server_bin, &cli_bin)?;
-    cargo_test(cargo_test_args)
-        .args(cargo_test_args)
-        .env(REDIS_URL_VAR, server.url())
-        .env(CLUSTER_URLS_VAR, cluster.urls())
-        .env(redis::SERVER_BIN_VAR, &server_bin)
-        .run()
-    // `cluster` and `server` are stopped here, whatever the tests did.
+    with_env(cargo_test(cargo_test_args).args(cargo_test_args), &servers).run()
+    // `servers` stops them here, whatever the tests did.
 }
 
-/// `cargo test` against a throwaway Redis.
-pub(crate) fn test_redis(cargo_test_args: &[OsString]) -> Result<()> {
-    let server_bin = redis::find_server()?;
-    let server = RedisServer::start(&server_bin)?;
+/// `cargo test` against a throwaway Redis, skipping the cluster tests.
+pub(crate) fn test_redis(
+    docker: bool,
+    cargo_test_args: &[OsString],
+) -> Result<()> {
+    let trt_redis = redis::build_trt_redis()?;
+    let servers = Servers::up(
+        &trt_redis,
+        Wanted {
+            server: true,
+            cluster: false,
+            docker,
+        },
+    )?;
     // No cluster here: its tests (they need TRT_REDIS_CLUSTER_URLS) are
     // `test-cluster`'s, and `test` runs both.
     let mut args = cargo_test_args.to_vec();
@@ -80,24 +148,38 @@ pub(crate) fn test_redis(cargo_test_args: &[OsString]) -> Result<()> {
         args.push("--".into());
     }
     args.extend(["--skip".into(), "cluster".into()]);
-    cargo_test(&args)
-        .args(&args)
-        .env(REDIS_URL_VAR, server.url())
-        .env(redis::SERVER_BIN_VAR, &server_bin)
-        .run()
+    with_env(cargo_test(&args).args(&args), &servers).run()
 }
 
 /// The tests whose names contain `cluster`, against a throwaway Redis Cluster.
-pub(crate) fn test_cluster(cargo_test_args: &[OsString]) -> Result<()> {
-    let server_bin = redis::find_server()?;
-    let cli_bin = redis::find_cli(&server_bin)?;
-    let cluster = RedisCluster::start(&server_bin, &cli_bin)?;
-    cargo_test(cargo_test_args)
-        .arg("cluster")
-        .args(cargo_test_args)
-        .env(CLUSTER_URLS_VAR, cluster.urls())
-        .env(redis::SERVER_BIN_VAR, &server_bin)
-        .run()
+pub(crate) fn test_cluster(
+    docker: bool,
+    cargo_test_args: &[OsString],
+) -> Result<()> {
+    let trt_redis = redis::build_trt_redis()?;
+    let servers = Servers::up(
+        &trt_redis,
+        Wanted {
+            server: false,
+            cluster: true,
+            docker,
+        },
+    )?;
+    with_env(
+        cargo_test(cargo_test_args)
+            .arg("cluster")
+            .args(cargo_test_args),
+        &servers,
+    )
+    .run()
+}
+
+/// Builds the local Redis image the Docker path runs (`redis:7.0`, or
+/// `TRT_REDIS_IMAGE`) from the installed redis-server: `trt-redis
+/// build-image`, for a machine with Docker but no registry.
+pub(crate) fn redis_image() -> Result<()> {
+    let trt_redis = redis::build_trt_redis()?;
+    Cmd::new(&trt_redis).arg("build-image").run()
 }
 
 /// Proves gcra-core is `no_std`: declared so, no dependencies, builds without

@@ -61,6 +61,45 @@ pub struct Verdict {
     pub refused_by: Option<usize>,
 }
 
+impl Verdict {
+    /// The verdict of buckets each decided on its own: refused if an
+    /// enforced one (not shadow) refused, with the longest wait among them
+    /// and the first bucket that waits that long. For a store that decides
+    /// the buckets elsewhere (a script) and reads their decisions back.
+    ///
+    /// ```
+    /// use gcra_core::{Decision, Verdict};
+    /// let refused = Decision { retry_after_us: 6, ..Decision::default() };
+    /// let allowed = Decision { allowed: true, ..Decision::default() };
+    /// let v = Verdict::of([false, true], &[allowed, refused]);
+    /// assert!(v.allowed, "a shadow refusal refuses nothing");
+    /// let v = Verdict::of([false, false], &[allowed, refused]);
+    /// assert_eq!((v.allowed, v.retry_after_us, v.refused_by), (false, 6, Some(1)));
+    /// ```
+    pub fn of(
+        shadow: impl IntoIterator<Item = bool>,
+        decisions: &[Decision],
+    ) -> Verdict {
+        let mut refused_by: Option<usize> = None;
+        let mut retry_after_us = 0;
+        for (index, (shadow, decision)) in
+            shadow.into_iter().zip(decisions).enumerate()
+        {
+            let longest = refused_by.is_none()
+                || decision.retry_after_us > retry_after_us;
+            if !decision.allowed && !shadow && longest {
+                retry_after_us = decision.retry_after_us;
+                refused_by = Some(index);
+            }
+        }
+        Verdict {
+            allowed: refused_by.is_none(),
+            retry_after_us,
+            refused_by,
+        }
+    }
+}
+
 /// Why [`check_all`] gave no decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -147,8 +186,6 @@ pub fn check_all(
     if charges.len() != stored.len() || charges.len() != out.len() {
         return Err(JointError::LengthMismatch);
     }
-    let mut refused_by: Option<usize> = None;
-    let mut retry_after_us = 0;
     for (index, ((charge, tat), slot)) in
         charges.iter().zip(stored).zip(out.iter_mut()).enumerate()
     {
@@ -158,19 +195,10 @@ pub fn check_all(
             charge.quota.check(*tat, now_us, charge.cost)
         };
         *slot = decided.map_err(|error| JointError::Charge { index, error })?;
-        let longest =
-            refused_by.is_none() || slot.retry_after_us > retry_after_us;
-        if !slot.allowed && !charge.shadow && longest {
-            retry_after_us = slot.retry_after_us;
-            refused_by = Some(index);
-        }
     }
-    if refused_by.is_none() {
-        return Ok(Verdict {
-            allowed: true,
-            retry_after_us: 0,
-            refused_by: None,
-        });
+    let verdict = Verdict::of(charges.iter().map(|c| c.shadow), out);
+    if verdict.allowed {
+        return Ok(verdict);
     }
     // Refused: undo, in the answer, the charge of every bucket that would
     // have passed. Peeks already charge nothing.
@@ -184,9 +212,5 @@ pub fn check_all(
                 .map_err(|error| JointError::Charge { index, error })?;
         }
     }
-    Ok(Verdict {
-        allowed: false,
-        retry_after_us,
-        refused_by,
-    })
+    Ok(verdict)
 }

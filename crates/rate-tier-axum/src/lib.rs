@@ -34,6 +34,8 @@
 //! a `Router::layer` limiter answers 500 instead of silently charging 1.
 #![warn(clippy::unwrap_used)]
 
+use std::borrow::Cow;
+
 use axum::extract::{FromRequestParts, OptionalFromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
@@ -165,13 +167,14 @@ impl IntoResponse for LimitRejection {
 pub fn api_key<F, T>(
     header: &'static str,
     plan_of: F,
-) -> impl Fn(&HeaderMap) -> Option<TierIdentity> + Send + Sync + 'static
+) -> impl Fn(&HeaderMap) -> Option<TierIdentity<'_>> + Send + Sync + 'static
 where
     F: Fn(&str) -> Option<T> + Send + Sync + 'static,
-    T: Into<String>,
+    T: Into<Cow<'static, str>>,
 {
     move |headers| {
         let key = headers.get(header)?.to_str().ok()?;
-        Some(TierIdentity::new(key, plan_of(key)?))
+        let plan: Cow<'static, str> = plan_of(key)?.into();
+        Some(TierIdentity::new(key, plan))
     }
 }

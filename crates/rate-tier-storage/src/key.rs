@@ -1,14 +1,17 @@
-//! Bucket names: validated tier names, and the key a shared store uses.
+//! The key layout of shared stores: validated names, and the key of a
+//! bucket.
 //!
-//! A bucket is one (tier, user) pair. In a shared store (Redis) its key is
-//! `trt:<tier>:<sha1_hex(user)>`, or with a [`KeySecret`]
-//! `trt:<tier>:<hmac_sha1_hex(secret, user)>`: the user id never leaves the
-//! process in clear. Tier names are restricted to `[A-Za-z0-9_.-]`, so the
-//! `:` that ends the tier is unambiguous and two pairs can never share a key.
+//! A bucket is one (limit, partition) pair: a tier and a user, an endpoint
+//! limit and a user, a limit and an address. In a shared store (Redis) its
+//! key is `trt:<limit>:<sha1_hex(partition)>`, or with a [`KeySecret`]
+//! `trt:<limit>:<hmac_sha1_hex(secret, partition)>`: the user id never
+//! leaves the process in clear. Names are restricted to `[A-Za-z0-9_.-]`,
+//! so the `:` that ends the name is unambiguous and two pairs can never
+//! share a key.
 //!
-//! On a Redis Cluster the user part is a hash tag,
-//! `trt:<tier>:{<sha1_hex(user)>}` ([`cluster_bucket_key`]): every bucket
-//! of one user lives in one slot. See that function for why.
+//! On a Redis Cluster the partition part is a hash tag,
+//! `trt:<limit>:{<sha1_hex(partition)>}` ([`cluster_bucket_key`]): every
+//! bucket of one user lives in one slot. See that function for why.
 
 use std::fmt;
 
@@ -73,12 +76,15 @@ pub fn validate_tier_name(name: &str) -> Result<(), InvalidTierName> {
 ///
 /// Plain SHA-1 of a low-entropy id (an IP address, an email) can be reversed
 /// by trying values; an HMAC with a secret cannot, without the secret. Its
-/// `Debug` output never shows the secret.
+/// `Debug` output never shows the secret. An empty secret is refused: it
+/// would look like protection and give none.
 ///
 /// ```
-/// use rate_tier_storage::key::KeySecret;
-/// let secret = KeySecret::new(b"s3cret");
+/// use rate_tier_storage::key::{EmptySecret, KeySecret};
+/// let secret = KeySecret::new(b"s3cret")?;
 /// assert_eq!(format!("{secret:?}"), "KeySecret(..)");
+/// assert_eq!(KeySecret::new("").unwrap_err(), EmptySecret);
+/// # Ok::<(), EmptySecret>(())
 /// ```
 #[derive(Clone)]
 pub struct KeySecret {
@@ -87,16 +93,68 @@ pub struct KeySecret {
     mac: Hmac<Sha1>,
 }
 
+/// A [`KeySecret`] must not be empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the key secret is empty: an HMAC with no secret protects nothing")]
+pub struct EmptySecret;
+
 impl KeySecret {
-    /// A secret from any bytes (HMAC accepts every length).
-    pub fn new(secret: impl AsRef<[u8]>) -> Self {
+    /// A secret from any non-empty bytes (HMAC accepts every length).
+    pub fn new(secret: impl AsRef<[u8]>) -> Result<Self, EmptySecret> {
+        let secret = secret.as_ref();
+        if secret.is_empty() {
+            return Err(EmptySecret);
+        }
         // new_from_slice only fails for MACs with a fixed key size; HMAC has none.
-        let mac = match <Hmac<Sha1> as Mac>::new_from_slice(secret.as_ref()) {
+        let mac = match <Hmac<Sha1> as Mac>::new_from_slice(secret) {
             Ok(mac) => mac,
             Err(_) => unreachable!("HMAC takes keys of any length"),
         };
-        KeySecret { mac }
+        Ok(KeySecret { mac })
     }
+}
+
+/// How a shared store lays out its keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KeyLayout {
+    /// One Redis: [`bucket_key`].
+    Single,
+    /// A Redis Cluster: [`cluster_bucket_key`], the partition as hash tag.
+    Cluster,
+}
+
+/// The key of the bucket (`limit`, `partition`) in a store laid out as
+/// `layout`.
+///
+/// ```
+/// use rate_tier_storage::key::{KeyLayout, shared_key};
+/// assert_eq!(
+///     shared_key(KeyLayout::Cluster, "free", "key_ana", None),
+///     "trt:free:{33d2315cbeb866b8b237240a98d605f2e6e41b8a}"
+/// );
+/// ```
+pub fn shared_key(
+    layout: KeyLayout,
+    limit: &str,
+    partition: &str,
+    secret: Option<&KeySecret>,
+) -> String {
+    let hash = user_hash_hex(partition, secret);
+    let mut key = String::with_capacity(limit.len().saturating_add(48));
+    key.push_str("trt:");
+    key.push_str(limit);
+    match layout {
+        KeyLayout::Single => {
+            key.push(':');
+            key.push_str(&hash);
+        }
+        KeyLayout::Cluster => {
+            key.push_str(":{");
+            key.push_str(&hash);
+            key.push('}');
+        }
+    }
+    key
 }
 
 impl fmt::Debug for KeySecret {
@@ -114,7 +172,7 @@ impl fmt::Debug for KeySecret {
 ///     bucket_key("free", "key_ana", None),
 ///     "trt:free:33d2315cbeb866b8b237240a98d605f2e6e41b8a"
 /// );
-/// let with_secret = bucket_key("free", "key_ana", Some(&KeySecret::new(b"k")));
+/// let with_secret = bucket_key("free", "key_ana", Some(&KeySecret::new(b"k").unwrap()));
 /// assert!(with_secret.starts_with("trt:free:"));
 /// assert_ne!(with_secret, bucket_key("free", "key_ana", None));
 /// ```
@@ -123,12 +181,7 @@ pub fn bucket_key(
     user: &str,
     secret: Option<&KeySecret>,
 ) -> String {
-    let mut key = String::with_capacity(tier.len().saturating_add(45));
-    key.push_str("trt:");
-    key.push_str(tier);
-    key.push(':');
-    key.push_str(&user_hash_hex(user, secret));
-    key
+    shared_key(KeyLayout::Single, tier, user, secret)
 }
 
 /// The key of the bucket of `user` in `tier` on a Redis Cluster:
@@ -182,7 +235,7 @@ pub fn bucket_key(
 /// assert_ne!(hash_tag(&free), hash_tag(&cluster_bucket_key("free", "key_bea", None)));
 ///
 /// // With a secret, the tag is the HMAC, as in `bucket_key`.
-/// let secret = KeySecret::new(b"k");
+/// let secret = KeySecret::new(b"k").unwrap();
 /// assert_eq!(
 ///     cluster_bucket_key("free", "key_ana", Some(&secret)),
 ///     bucket_key("free", "key_ana", Some(&secret)).replacen("trt:free:", "trt:free:{", 1) + "}"
@@ -193,13 +246,7 @@ pub fn cluster_bucket_key(
     user: &str,
     secret: Option<&KeySecret>,
 ) -> String {
-    let mut key = String::with_capacity(tier.len().saturating_add(47));
-    key.push_str("trt:");
-    key.push_str(tier);
-    key.push_str(":{");
-    key.push_str(&user_hash_hex(user, secret));
-    key.push('}');
-    key
+    shared_key(KeyLayout::Cluster, tier, user, secret)
 }
 
 /// `sha1_hex(user)`, or `hmac_sha1_hex(secret, user)` with a secret.

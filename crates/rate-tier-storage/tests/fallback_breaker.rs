@@ -1,42 +1,113 @@
-//! The circuit breaker and local fallback, with a fake clock and a primary
-//! that fails on command.
+//! The circuit breaker and the local fallback, with a fake clock and a
+//! primary that fails on command: per node, like the nodes of a cluster.
 #![allow(clippy::unwrap_used)]
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gcra_core::{Decision, Quota};
+use BreakerState::{Closed, HalfOpen, Open};
 use rate_tier_storage::clock::FakeClock;
-use rate_tier_storage::fallback::BreakerState;
+use rate_tier_storage::fallback::shared_quota;
 use rate_tier_storage::{
-    BucketCheck, FallbackStorage, MemoryStorage, Storage, StorageError,
-    StorageEvent,
+    Adjust, BreakerState, BucketCheck, BucketSettle, CheckError, Decided,
+    Decision, FallbackStorage, LimitName, MemoryStorage, Quota, Storage,
+    StorageError, StorageEvent, Subscription,
 };
 
-/// A primary that works like memory until told to fail, or to hang.
+const START_US: u64 = 1_000_000_000;
+const SECOND: u64 = 1_000_000;
+
+/// The two "nodes" of a primary with failure domains: a user whose id
+/// starts with `b` lives on node-b, every other on node-a.
+const NODES: [&str; 2] = ["node-a", "node-b"];
+
+fn node_of(partition: &str) -> usize {
+    usize::from(partition.starts_with('b'))
+}
+
+/// A primary that decides like memory until told to fail, to hang, or to
+/// refuse its inputs; per node when built with failure domains.
 #[derive(Debug)]
 struct Flaky {
     store: MemoryStorage,
-    down: AtomicBool,
+    /// Whether the store names failure domains (`NODES`).
+    domains: bool,
+    /// Each node down (without domains, node 0 is the whole store).
+    down: [AtomicBool; 2],
     hang: AtomicBool,
-    calls: AtomicUsize,
+    /// Answers a non-failure error: the inputs refused by the primary.
+    refuse: AtomicBool,
+    /// Calls of `check`, per node of the first bucket.
+    calls: [AtomicUsize; 2],
+    settles: AtomicUsize,
+}
+
+impl Flaky {
+    fn new(clock: &FakeClock, domains: bool) -> Flaky {
+        Flaky {
+            store: MemoryStorage::with_clock(clock.clone()),
+            domains,
+            down: Default::default(),
+            hang: AtomicBool::new(false),
+            refuse: AtomicBool::new(false),
+            calls: Default::default(),
+            settles: AtomicUsize::new(0),
+        }
+    }
+
+    fn node(&self, check: &BucketCheck<'_>) -> usize {
+        if self.domains {
+            node_of(check.partition())
+        } else {
+            0
+        }
+    }
+
+    fn set_down(&self, down: bool) {
+        self.down[0].store(down, Ordering::SeqCst);
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.iter().map(|c| c.load(Ordering::SeqCst)).sum()
+    }
 }
 
 #[async_trait::async_trait]
 impl Storage for Flaky {
     async fn check(
         &self,
-        check: &BucketCheck<'_>,
-    ) -> Result<Decision, StorageError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
+        checks: &[BucketCheck<'_>],
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        let first = checks.first().map_or(0, |c| self.node(c));
+        self.calls[first].fetch_add(1, Ordering::SeqCst);
         if self.hang.load(Ordering::SeqCst) {
             std::future::pending::<()>().await;
         }
-        if self.down.load(Ordering::SeqCst) {
+        if self.refuse.load(Ordering::SeqCst) {
+            return Err(StorageError::Check(CheckError::TimeOutOfRange));
+        }
+        if checks
+            .iter()
+            .any(|c| self.down[self.node(c)].load(Ordering::SeqCst))
+        {
             return Err(StorageError::Timeout(Duration::from_millis(100)));
         }
-        self.store.check(check).await
+        let decided = self.store.check(checks, out).await?;
+        Ok(Decided::new(decided.verdict, decided.now_us, "flaky"))
+    }
+
+    async fn settle(
+        &self,
+        settles: &[BucketSettle<'_>],
+    ) -> Result<(), StorageError> {
+        self.settles.fetch_add(1, Ordering::SeqCst);
+        self.store.settle(settles).await
+    }
+
+    fn failure_domain(&self, check: &BucketCheck<'_>) -> Option<Arc<str>> {
+        self.domains.then(|| Arc::from(NODES[self.node(check)]))
     }
 
     fn kind(&self) -> &'static str {
@@ -49,16 +120,18 @@ struct Setup {
     primary: Arc<Flaky>,
     store: FallbackStorage,
     events: Arc<Mutex<Vec<StorageEvent>>>,
+    _subscription: Subscription,
+    plan: LimitName,
+    search: LimitName,
 }
 
 fn setup(share: u32) -> Setup {
-    let clock = FakeClock::at_us(1_000_000_000);
-    let primary = Arc::new(Flaky {
-        store: MemoryStorage::with_clock(clock.clone()),
-        down: AtomicBool::new(false),
-        hang: AtomicBool::new(false),
-        calls: AtomicUsize::new(0),
-    });
+    build(share, false)
+}
+
+fn build(share: u32, domains: bool) -> Setup {
+    let clock = FakeClock::at_us(START_US);
+    let primary = Arc::new(Flaky::new(&clock, domains));
     let store = FallbackStorage::builder(primary.clone())
         .clock(clock.clone())
         .failure_threshold(3)
@@ -67,7 +140,7 @@ fn setup(share: u32) -> Setup {
         .build();
     let events = Arc::new(Mutex::new(Vec::new()));
     let sink = events.clone();
-    store.add_listener(Arc::new(move |e: &StorageEvent| {
+    let subscription = store.subscribe(Arc::new(move |e: &StorageEvent| {
         sink.lock().unwrap().push(e.clone())
     }));
     Setup {
@@ -75,234 +148,754 @@ fn setup(share: u32) -> Setup {
         primary,
         store,
         events,
+        _subscription: subscription,
+        plan: LimitName::new("free").unwrap(),
+        search: LimitName::new("search").unwrap(),
     }
 }
 
-fn check(user: &str, cost: u32) -> BucketCheck<'_> {
-    BucketCheck::new("free", user, Quota::per_minute(10), cost)
+impl Setup {
+    /// One check of `cost` on the plan (10 per minute) of `user`.
+    async fn check(&self, user: &str, cost: u32) -> (Decided, Decision) {
+        self.try_check(user, cost).await.unwrap()
+    }
+
+    async fn try_check(
+        &self,
+        user: &str,
+        cost: u32,
+    ) -> Result<(Decided, Decision), StorageError> {
+        let checks = [self.bucket(user, cost)];
+        let mut out = [Decision::default()];
+        let decided = self.store.check(&checks, &mut out).await?;
+        Ok((decided, out[0]))
+    }
+
+    fn bucket<'a>(&'a self, user: &'a str, cost: u32) -> BucketCheck<'a> {
+        BucketCheck::new(&self.plan, user, Quota::per_minute(10), cost).unwrap()
+    }
+
+    /// The plan and a `search` limit of 1 per minute, as one decision.
+    async fn joint(&self, user: &str) -> (Decided, [Decision; 2]) {
+        let checks = [
+            self.bucket(user, 1),
+            BucketCheck::new(&self.search, user, Quota::per_minute(1), 1)
+                .unwrap(),
+        ];
+        let mut out = [Decision::default(); 2];
+        let decided = self.store.check(&checks, &mut out).await.unwrap();
+        (decided, out)
+    }
+
+    /// Fails `n` checks of `user` against a primary that is down.
+    async fn fail(&self, user: &str, n: usize) {
+        for _ in 0..n {
+            let (decided, _) = self.check(user, 1).await;
+            assert_eq!(decided.by, "fallback");
+        }
+    }
+
+    fn transitions(&self) -> Vec<(BreakerState, BreakerState)> {
+        self.breaker_events()
+            .into_iter()
+            .map(|(_, from, to, _)| (from, to))
+            .collect()
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn breaker_events(
+        &self,
+    ) -> Vec<(Option<Arc<str>>, BreakerState, BreakerState, Option<String>)>
+    {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|e| match e {
+                StorageEvent::Breaker {
+                    domain,
+                    from,
+                    to,
+                    cause,
+                } => Some((domain.clone(), *from, *to, cause.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn fallbacks(&self) -> usize {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| matches!(e, StorageEvent::Fallback { .. }))
+            .count()
+    }
+
+    fn domain_state(&self, node: usize) -> Option<BreakerState> {
+        self.store
+            .domain_states()
+            .into_iter()
+            .find(|(domain, _)| &**domain == NODES[node])
+            .map(|(_, state)| state)
+    }
 }
 
-fn transitions(
-    events: &Mutex<Vec<StorageEvent>>,
-) -> Vec<(BreakerState, BreakerState)> {
-    events
-        .lock()
-        .unwrap()
-        .iter()
-        .filter_map(|e| match e {
-            StorageEvent::Breaker { from, to, .. } => Some((*from, *to)),
-            _ => None,
-        })
-        .collect()
-}
+// ---------------------------------------------------------------------------
+// The breaker
 
 #[tokio::test]
 async fn opens_after_n_failures_and_never_errors_to_the_caller() {
     let s = setup(1);
-    s.primary.down.store(true, Ordering::SeqCst);
+    s.primary.set_down(true);
     for _ in 0..2 {
-        assert!(s.store.check(&check("ana", 1)).await.unwrap().allowed);
-        assert_eq!(s.store.state(), BreakerState::Closed);
+        let (decided, decision) = s.check("ana", 1).await;
+        assert!(decided.verdict.allowed && decision.allowed);
+        assert_eq!(s.store.state(), Closed);
     }
-    assert!(s.store.check(&check("ana", 1)).await.unwrap().allowed);
-    assert_eq!(s.store.state(), BreakerState::Open);
-    assert_eq!(s.primary.calls.load(Ordering::SeqCst), 3);
-    assert_eq!(
-        transitions(&s.events),
-        [(BreakerState::Closed, BreakerState::Open)]
-    );
+    assert!(s.check("ana", 1).await.0.verdict.allowed);
+    assert_eq!(s.store.state(), Open);
+    assert_eq!(s.primary.calls(), 3);
+    assert_eq!(s.transitions(), [(Closed, Open)]);
+    // The opening says why.
+    let (domain, _, _, cause) = s.breaker_events().remove(0);
+    assert_eq!(domain, None, "one store, one domain");
+    assert!(cause.unwrap().contains("did not answer"));
     // Each failed check was decided locally, and said so.
-    let fallbacks = s
-        .events
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|e| matches!(e, StorageEvent::Fallback { .. }))
-        .count();
-    assert_eq!(fallbacks, 3);
+    assert_eq!(s.fallbacks(), 3);
 }
 
 #[tokio::test]
 async fn while_open_the_primary_is_not_called_and_limits_hold_locally() {
     let s = setup(1);
-    s.primary.down.store(true, Ordering::SeqCst);
-    for _ in 0..3 {
-        s.store.check(&check("warmup", 1)).await.unwrap();
-    }
-    assert_eq!(s.store.state(), BreakerState::Open);
-    let calls = s.primary.calls.load(Ordering::SeqCst);
+    s.primary.set_down(true);
+    s.fail("warmup", 3).await;
+    assert_eq!(s.store.state(), Open);
+    let calls = s.primary.calls();
     let mut allowed = 0;
     for _ in 0..15 {
         // The memory-speed path answers synchronously while open.
-        let decision = s
-            .store
-            .check_local(&check("ana", 1))
-            .unwrap()
-            .unwrap()
-            .decision;
-        allowed += usize::from(decision.allowed);
+        let checks = [s.bucket("ana", 1)];
+        let mut out = [Decision::default()];
+        let decided = s.store.check_local(&checks, &mut out).unwrap().unwrap();
+        assert_eq!(decided.by, "fallback");
+        allowed += usize::from(decided.verdict.allowed);
     }
     assert_eq!(allowed, 10, "the local quota is the tier's quota");
-    assert_eq!(s.primary.calls.load(Ordering::SeqCst), calls);
+    // And through the trait's check: local too.
+    let (decided, decision) = s.check("ana", 1).await;
+    assert!(!decided.verdict.allowed);
+    assert_eq!(
+        (decided.by, decision.retry_after_us),
+        ("fallback", 6 * SECOND)
+    );
+    assert_eq!(s.primary.calls(), calls);
+}
+
+#[tokio::test]
+async fn while_closed_check_local_leaves_the_decision_to_the_primary() {
+    let s = setup(1);
+    let checks = [s.bucket("ana", 1)];
+    let mut out = [Decision::default()];
+    assert!(s.store.check_local(&checks, &mut out).is_none());
+    assert_eq!(s.primary.calls(), 0);
 }
 
 #[tokio::test]
 async fn probe_after_cool_down_closes_when_the_primary_is_back() {
     let s = setup(1);
-    s.primary.down.store(true, Ordering::SeqCst);
-    for _ in 0..3 {
-        s.store.check(&check("ana", 1)).await.unwrap();
-    }
-    s.primary.down.store(false, Ordering::SeqCst);
+    s.primary.set_down(true);
+    s.fail("ana", 3).await;
+    s.primary.set_down(false);
     s.clock.advance(Duration::from_millis(999));
-    s.store.check(&check("ana", 1)).await.unwrap();
-    assert_eq!(s.store.state(), BreakerState::Open, "cool-down not over");
-    let calls = s.primary.calls.load(Ordering::SeqCst);
+    assert_eq!(s.check("ana", 1).await.0.by, "fallback");
+    assert_eq!(s.store.state(), Open, "cool-down not over");
+    let calls = s.primary.calls();
 
     s.clock.advance(Duration::from_millis(1));
-    let decision = s.store.check(&check("bea", 1)).await.unwrap();
-    assert!(decision.allowed);
-    assert_eq!(s.primary.calls.load(Ordering::SeqCst), calls + 1);
-    assert_eq!(s.store.state(), BreakerState::Closed);
+    let (decided, _) = s.check("bea", 1).await;
+    assert!(decided.verdict.allowed);
+    assert_eq!(decided.by, "flaky", "the probe's answer is the primary's");
+    assert_eq!(s.primary.calls(), calls + 1);
+    assert_eq!(s.store.state(), Closed);
     assert_eq!(
-        transitions(&s.events),
-        [
-            (BreakerState::Closed, BreakerState::Open),
-            (BreakerState::Open, BreakerState::HalfOpen),
-            (BreakerState::HalfOpen, BreakerState::Closed),
-        ]
+        s.transitions(),
+        [(Closed, Open), (Open, HalfOpen), (HalfOpen, Closed)]
     );
     // Closed again: the primary decides.
-    s.store.check(&check("bea", 1)).await.unwrap();
-    assert_eq!(s.primary.calls.load(Ordering::SeqCst), calls + 2);
+    assert_eq!(s.check("bea", 1).await.0.by, "flaky");
+    assert_eq!(s.primary.calls(), calls + 2);
 }
 
 #[tokio::test]
 async fn failed_probes_back_off_doubling_up_to_the_cap() {
     let s = setup(1);
-    s.primary.down.store(true, Ordering::SeqCst);
-    for _ in 0..3 {
-        s.store.check(&check("ana", 1)).await.unwrap();
-    }
+    s.primary.set_down(true);
+    s.fail("ana", 3).await;
     // Cool-downs: 1 s, then 2 s, then 4 s, then 4 s (the cap).
     for cool_down in [1, 2, 4, 4] {
-        let calls = s.primary.calls.load(Ordering::SeqCst);
+        let calls = s.primary.calls();
         s.clock
             .advance(Duration::from_secs(cool_down) - Duration::from_micros(1));
-        s.store.check(&check("ana", 1)).await.unwrap();
-        assert_eq!(s.primary.calls.load(Ordering::SeqCst), calls, "too early");
+        s.check("ana", 1).await;
+        assert_eq!(s.primary.calls(), calls, "too early");
         s.clock.advance(Duration::from_micros(1));
-        s.store.check(&check("ana", 1)).await.unwrap();
-        assert_eq!(s.primary.calls.load(Ordering::SeqCst), calls + 1, "probe");
-        assert_eq!(s.store.state(), BreakerState::Open);
+        s.check("ana", 1).await;
+        assert_eq!(s.primary.calls(), calls + 1, "probe");
+        assert_eq!(s.store.state(), Open);
     }
-}
-
-#[tokio::test]
-async fn local_share_divides_the_quota() {
-    let s = setup(2);
-    s.primary.down.store(true, Ordering::SeqCst);
-    let mut allowed = 0;
-    for _ in 0..10 {
-        allowed +=
-            usize::from(s.store.check(&check("ana", 1)).await.unwrap().allowed);
-    }
-    assert_eq!(allowed, 5, "10/min shared by 2 instances");
-}
-
-#[tokio::test]
-async fn input_errors_pass_through_and_are_not_failures() {
-    let s = setup(1);
-    for _ in 0..5 {
-        let error = s.store.check(&check("ana", 0)).await.unwrap_err();
-        assert!(matches!(error, StorageError::Check(_)));
-    }
-    assert_eq!(s.store.state(), BreakerState::Closed);
 }
 
 #[tokio::test]
 async fn a_success_resets_the_failure_count() {
     let s = setup(1);
     for _ in 0..3 {
-        s.primary.down.store(true, Ordering::SeqCst);
-        s.store.check(&check("ana", 1)).await.unwrap();
-        s.store.check(&check("ana", 1)).await.unwrap();
-        s.primary.down.store(false, Ordering::SeqCst);
-        s.store.check(&check("ana", 1)).await.unwrap();
+        s.primary.set_down(true);
+        s.check("ana", 1).await;
+        s.check("ana", 1).await;
+        s.primary.set_down(false);
+        assert_eq!(s.check("ana", 1).await.0.by, "flaky");
     }
-    assert_eq!(s.store.state(), BreakerState::Closed);
+    assert_eq!(s.store.state(), Closed);
+    assert!(s.transitions().is_empty());
+}
+
+#[tokio::test]
+async fn input_errors_pass_through_and_are_not_failures() {
+    let s = setup(1);
+    let (plan, user) = (&s.plan, "ana");
+    let quota = Quota::per_minute(10);
+    let twice = [
+        BucketCheck::new(plan, user, quota, 1).unwrap(),
+        BucketCheck::peek(plan, user, quota),
+    ];
+    for _ in 0..5 {
+        let mut out = [Decision::default(); 2];
+        let error = s.store.check(&twice, &mut out).await.unwrap_err();
+        assert!(matches!(error, StorageError::DuplicateBucket), "{error:?}");
+        let mut short = [Decision::default()];
+        let error = s.store.check(&twice, &mut short).await.unwrap_err();
+        assert!(
+            matches!(error, StorageError::LengthMismatch { checks: 2, out: 1 }),
+            "{error:?}"
+        );
+    }
+    assert_eq!(s.store.state(), Closed);
+    assert_eq!(s.primary.calls(), 0, "refused before the primary");
+    // The primary refusing the inputs itself is no failure either.
+    s.primary.refuse.store(true, Ordering::SeqCst);
+    for _ in 0..5 {
+        let error = s.try_check(user, 1).await.unwrap_err();
+        assert!(matches!(error, StorageError::Check(_)), "{error:?}");
+    }
+    assert_eq!(s.store.state(), Closed);
+    assert_eq!(s.fallbacks(), 0);
+}
+
+#[tokio::test]
+async fn a_probe_refused_before_reaching_the_primary_does_not_close_it() {
+    let s = setup(1);
+    s.primary.set_down(true);
+    s.fail("ana", 3).await;
+    // One failed probe: the next cool-down is 2 s.
+    s.clock.advance(Duration::from_secs(1));
+    s.check("ana", 1).await;
+    s.clock.advance(Duration::from_secs(2));
+
+    // The probe's inputs are refused (the primary learned nothing of its
+    // health): the error is the caller's, and the breaker is open again,
+    // not closed, and due at once.
+    s.primary.refuse.store(true, Ordering::SeqCst);
+    let calls = s.primary.calls();
+    let error = s.try_check("ana", 1).await.unwrap_err();
+    assert!(matches!(error, StorageError::Check(_)), "{error:?}");
+    assert_eq!(s.primary.calls(), calls + 1);
+    assert_eq!(s.store.state(), Open);
+    let after_refusal = [(Open, HalfOpen), (HalfOpen, Open)];
+    assert!(
+        s.transitions().ends_with(&after_refusal),
+        "{:?}",
+        s.transitions()
+    );
+    let (_, _, _, cause) = s.breaker_events().pop().unwrap();
+    assert_eq!(cause, None, "a refused input is no failure");
+
+    // Due at once: the next check, at the same instant, probes. It fails,
+    // and the back-off goes on from where it was (2 s, now 4 s).
+    s.primary.refuse.store(false, Ordering::SeqCst);
+    s.check("ana", 1).await;
+    assert_eq!(s.primary.calls(), calls + 2, "the next check probed");
+    assert_eq!(s.store.state(), Open);
+    s.clock
+        .advance(Duration::from_secs(4) - Duration::from_micros(1));
+    s.check("ana", 1).await;
+    assert_eq!(s.primary.calls(), calls + 2, "too early");
+
+    // Back up: the next probe closes it.
+    s.primary.set_down(false);
+    s.clock.advance(Duration::from_micros(1));
+    assert_eq!(s.check("ana", 1).await.0.by, "flaky");
+    assert_eq!(s.store.state(), Closed);
 }
 
 #[tokio::test]
 async fn a_probe_cancelled_mid_flight_does_not_leave_it_half_open() {
     let s = setup(1);
-    s.primary.down.store(true, Ordering::SeqCst);
-    for _ in 0..3 {
-        s.store.check(&check("ana", 1)).await.unwrap();
-    }
+    s.primary.set_down(true);
+    s.fail("ana", 3).await;
     s.primary.hang.store(true, Ordering::SeqCst);
     s.clock.advance(Duration::from_secs(1));
     let store = s.store.clone();
+    let plan = s.plan.clone();
     let probe = tokio::spawn(async move {
-        store.check(&check("ana", 1)).await.map(|d| d.allowed)
+        let checks = [
+            BucketCheck::new(&plan, "ana", Quota::per_minute(10), 1).unwrap()
+        ];
+        let mut out = [Decision::default()];
+        store
+            .check(&checks, &mut out)
+            .await
+            .map(|d| d.verdict.allowed)
     });
-    while s.store.state() != BreakerState::HalfOpen {
+    while s.store.state() != HalfOpen {
         tokio::task::yield_now().await;
     }
+    // Meanwhile the others decide locally, without waiting for the probe.
+    assert_eq!(s.check("bea", 1).await.0.by, "fallback");
     probe.abort();
     assert!(probe.await.unwrap_err().is_cancelled());
     // A cancelled probe is a failed probe: open again, said so, and for
     // twice the cool-down, so that callers who give up early cannot make
     // every request a probe.
-    assert_eq!(s.store.state(), BreakerState::Open);
-    let last = s.events.lock().unwrap().iter().rev().find_map(|e| match e {
-        StorageEvent::Breaker { from, to, cause } => {
-            Some((*from, *to, cause.clone()))
-        }
-        _ => None,
-    });
-    assert_eq!(
-        last,
-        Some((
-            BreakerState::HalfOpen,
-            BreakerState::Open,
-            Some("probe cancelled".to_owned())
-        ))
-    );
+    assert_eq!(s.store.state(), Open);
+    let (_, from, to, cause) = s.breaker_events().pop().unwrap();
+    assert_eq!((from, to), (HalfOpen, Open));
+    assert!(cause.unwrap().contains("probe cancelled"));
     s.primary.hang.store(false, Ordering::SeqCst);
-    s.primary.down.store(false, Ordering::SeqCst);
-    let calls = s.primary.calls.load(Ordering::SeqCst);
+    s.primary.set_down(false);
+    let calls = s.primary.calls();
     s.clock
         .advance(Duration::from_secs(2) - Duration::from_micros(1));
-    s.store.check(&check("ana", 1)).await.unwrap();
-    assert_eq!(s.primary.calls.load(Ordering::SeqCst), calls, "too early");
+    s.check("ana", 1).await;
+    assert_eq!(s.primary.calls(), calls, "too early");
     s.clock.advance(Duration::from_micros(1));
-    s.store.check(&check("ana", 1)).await.unwrap();
-    assert_eq!(s.store.state(), BreakerState::Closed);
+    s.check("ana", 1).await;
+    assert_eq!(s.store.state(), Closed);
 }
 
 /// The breaker opens with its deadline in the same atomic step: a check
 /// racing the opening never sees it open and already due.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_failures_open_once_and_never_probe_early() {
-    let s = setup(1);
-    s.primary.down.store(true, Ordering::SeqCst);
+    let s = Arc::new(setup(1));
+    s.primary.set_down(true);
     let tasks: Vec<_> = (0..200)
         .map(|i| {
-            let store = s.store.clone();
+            let s = s.clone();
             tokio::spawn(async move {
                 let user = format!("user-{}", i % 20);
-                store.check(&check(&user, 1)).await.map(|d| d.allowed)
+                s.try_check(&user, 1).await.map(|(d, _)| d.by)
             })
         })
         .collect();
     for task in tasks {
-        assert!(task.await.unwrap().is_ok(), "never an error to the caller");
+        let by = task.await.unwrap();
+        assert_eq!(by.ok(), Some("fallback"), "never an error to the caller");
     }
     // The clock never moved: no probe can have been due.
+    assert_eq!(s.transitions(), [(Closed, Open)]);
+    assert_eq!(s.store.state(), Open);
+}
+
+// ---------------------------------------------------------------------------
+// Who decided
+
+#[tokio::test]
+async fn decided_by_names_the_local_store_or_the_primary() {
+    let s = setup(1);
+    // The store's label is the primary's (for metrics of the backend)...
+    assert_eq!(s.store.kind(), "flaky");
+    // ... but each decision says who made it.
+    let (decided, _) = s.check("ana", 1).await;
+    assert_eq!((decided.by, decided.share), ("flaky", 1));
+    s.primary.set_down(true);
+    let (decided, _) = s.check("ana", 1).await;
+    assert_eq!((decided.by, decided.share), ("fallback", 1));
+    assert!(decided.now_us.is_some(), "the local clock decided");
+}
+
+// ---------------------------------------------------------------------------
+// During an outage: the local share
+
+#[tokio::test]
+async fn local_share_divides_the_quota() {
+    let s = setup(2);
+    s.primary.set_down(true);
+    let quota = Quota::per_minute(10);
+    let local = shared_quota(quota, 2);
     assert_eq!(
-        transitions(&s.events),
-        [(BreakerState::Closed, BreakerState::Open)]
+        (local.burst(), local.emission_interval_us()),
+        (5, 12 * SECOND)
     );
-    assert_eq!(s.store.state(), BreakerState::Open);
+    let mut remaining = Vec::new();
+    for _ in 0..10 {
+        let (decided, decision) = s.check("ana", 1).await;
+        assert_eq!((decided.by, decided.share), ("fallback", 2));
+        assert_eq!(decided.applied(quota), local);
+        if decided.verdict.allowed {
+            remaining.push(decision.remaining);
+        } else {
+            assert_eq!(decision.retry_after_us, 12 * SECOND);
+        }
+    }
+    assert_eq!(remaining, [4, 3, 2, 1, 0], "10/min shared by 2 instances");
+    // The primary back, the quota is whole again.
+    s.primary.set_down(false);
+    s.clock.advance(Duration::from_secs(1));
+    let (decided, decision) = s.check("bea", 1).await;
+    assert_eq!((decided.by, decided.share), ("flaky", 1));
+    assert_eq!(decided.applied(quota), quota);
+    assert_eq!(decision.remaining, 9);
+}
+
+#[tokio::test]
+async fn a_cost_above_the_local_share_is_a_transient_error() {
+    let s = setup(2);
+    // Closed: the primary takes a cost of 6 of 10.
+    assert!(s.check("ana", 6).await.0.verdict.allowed);
+
+    // A failing primary: the local store would apply a burst of 5. The
+    // request is not refused for good (403): the error says it could pass
+    // once the primary is back.
+    s.primary.set_down(true);
+    let error = s.try_check("bea", 6).await.unwrap_err();
+    assert!(
+        matches!(error, StorageError::AboveLocalShare { cost: 6, burst: 5 }),
+        "{error:?}"
+    );
+    assert!(!error.is_failure(), "the store is not what failed here");
+    s.fail("bea", 2).await;
+    assert_eq!(s.store.state(), Open, "the primary's failure still counted");
+
+    // Open: the same, without asking the primary, and nothing charged.
+    let calls = s.primary.calls();
+    let error = s.try_check("eva", 6).await.unwrap_err();
+    assert!(matches!(error, StorageError::AboveLocalShare { .. }));
+    let checks = [s.bucket("eva", 6)];
+    let mut out = [Decision::default()];
+    let local = s.store.check_local(&checks, &mut out).unwrap();
+    assert!(matches!(
+        local,
+        Err(StorageError::AboveLocalShare { cost: 6, burst: 5 })
+    ));
+    let (_, decision) = s.check("eva", 5).await;
+    assert_eq!((decision.allowed, decision.remaining), (true, 0));
+    assert_eq!(s.primary.calls(), calls);
+}
+
+#[tokio::test]
+async fn a_limit_below_the_share_allows_one_at_once_per_instance_at_the_divided_rate()
+ {
+    // 2 per minute shared by 3 instances: each allows 1 at once, then one
+    // every 90 s (2 per 3 minutes), whatever the others do.
+    let quota = Quota::per_minute(2);
+    let clock = FakeClock::at_us(START_US);
+    let primary = Arc::new(Flaky::new(&clock, false));
+    primary.set_down(true);
+    let instances: Vec<FallbackStorage> = (0..3)
+        .map(|_| {
+            FallbackStorage::builder(primary.clone())
+                .clock(clock.clone())
+                .local_share(3)
+                .build()
+        })
+        .collect();
+    let plan = LimitName::new("tiny").unwrap();
+    let check = |cost| [BucketCheck::new(&plan, "ana", quota, cost).unwrap()];
+    let mut out = [Decision::default()];
+    for instance in &instances {
+        let decided = instance.check(&check(1), &mut out).await.unwrap();
+        assert_eq!((decided.verdict.allowed, decided.share), (true, 3));
+        assert_eq!(out[0].remaining, 0);
+        let decided = instance.check(&check(1), &mut out).await.unwrap();
+        assert!(!decided.verdict.allowed);
+        assert_eq!(decided.verdict.retry_after_us, 90 * SECOND);
+        // The burst of 2 is a request the primary would take, not this
+        // instance alone.
+        let error = instance.check(&check(2), &mut out).await.unwrap_err();
+        assert!(matches!(
+            error,
+            StorageError::AboveLocalShare { cost: 2, burst: 1 }
+        ));
+    }
+    clock.advance(Duration::from_micros(90 * SECOND - 1));
+    for instance in &instances {
+        let decided = instance.check(&check(1), &mut out).await.unwrap();
+        assert!(!decided.verdict.allowed);
+        assert_eq!(decided.verdict.retry_after_us, 1);
+    }
+    clock.advance(Duration::from_micros(1));
+    for instance in &instances {
+        assert!(
+            instance
+                .check(&check(1), &mut out)
+                .await
+                .unwrap()
+                .verdict
+                .allowed
+        );
+        assert!(
+            !instance
+                .check(&check(1), &mut out)
+                .await
+                .unwrap()
+                .verdict
+                .allowed
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Several limits, peek and settle
+
+#[tokio::test]
+async fn joint_decisions_fall_back_as_a_whole() {
+    let s = setup(1);
+    s.primary.set_down(true);
+    // A failing joint decision is one failure, not one per bucket.
+    for _ in 0..2 {
+        s.joint("warmup").await;
+    }
+    assert_eq!(s.store.state(), Closed);
+    s.joint("warmup").await;
+    assert_eq!(s.store.state(), Open);
+    let calls = s.primary.calls();
+
+    let (decided, out) = s.joint("ana").await;
+    assert!(decided.verdict.allowed);
+    assert_eq!(decided.by, "fallback");
+    assert_eq!((out[0].remaining, out[1].remaining), (9, 0));
+    // The second search: refused by `search`, and the plan not charged.
+    let (decided, out) = s.joint("ana").await;
+    assert!(!decided.verdict.allowed);
+    assert_eq!(decided.verdict.refused_by, Some(1));
+    assert_eq!(decided.verdict.retry_after_us, 60 * SECOND);
+    assert!(out[0].allowed);
+    assert_eq!(out[0].remaining, 9);
+    // A peek of the plan, through the fallback: still 9.
+    let peek = [BucketCheck::peek(&s.plan, "ana", Quota::per_minute(10))];
+    let mut read = [Decision::default()];
+    s.store.check(&peek, &mut read).await.unwrap();
+    assert_eq!(read[0].remaining, 9);
+    assert_eq!(s.primary.calls(), calls, "all of it local");
+    // One fallback event per decision, named after its first limit.
+    let limits: Vec<String> = s
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            StorageEvent::Fallback { limit, .. } => Some(limit.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(limits, vec!["free".to_owned(); 6]);
+}
+
+#[tokio::test]
+async fn settle_goes_to_the_primary_when_closed_and_to_the_local_store_when_open()
+ {
+    let s = setup(2);
+    let tokens = LimitName::new("tokens").unwrap();
+    let quota = Quota::per_minute(1000);
+    let bucket = |user| BucketCheck::new(&tokens, user, quota, 1).unwrap();
+    let mut out = [Decision::default()];
+
+    // Closed: estimate 1, actual 100, settled on the primary.
+    s.store.check(&[bucket("ana")], &mut out).await.unwrap();
+    s.store
+        .settle(&[bucket("ana").settle(Adjust::between(1, 100))])
+        .await
+        .unwrap();
+    assert_eq!(s.primary.settles.load(Ordering::SeqCst), 1);
+    let peek = |user| [BucketCheck::peek(&tokens, user, quota)];
+    s.primary.store.check_sync(&peek("ana"), &mut out).unwrap();
+    assert_eq!(out[0].remaining, 900);
+    assert!(s.store.local().is_empty());
+
+    // Open: the local store, under the local share (500 per 2 minutes).
+    s.primary.set_down(true);
+    s.fail("warmup", 3).await;
+    let decided = s.store.check(&[bucket("bea")], &mut out).await.unwrap();
+    assert_eq!((decided.by, out[0].remaining), ("fallback", 499));
+    s.store
+        .settle(&[bucket("bea").settle(Adjust::between(1, 100))])
+        .await
+        .unwrap();
+    assert_eq!(
+        s.primary.settles.load(Ordering::SeqCst),
+        1,
+        "primary untouched"
+    );
+    let local = shared_quota(quota, 2);
+    s.store
+        .local()
+        .check_sync(&[BucketCheck::peek(&tokens, "bea", local)], &mut out)
+        .unwrap();
+    assert_eq!(out[0].remaining, 400);
+    // The same through the fallback's own peek.
+    let decided = s.store.check(&peek("bea"), &mut out).await.unwrap();
+    assert_eq!((decided.by, out[0].remaining), ("fallback", 400));
+    // A refund, locally too.
+    s.store
+        .settle(&[bucket("bea").settle(Adjust::Refund(50))])
+        .await
+        .unwrap();
+    s.store.check(&peek("bea"), &mut out).await.unwrap();
+    assert_eq!(out[0].remaining, 450);
+}
+
+// ---------------------------------------------------------------------------
+// Several failure domains
+
+#[tokio::test]
+async fn each_failure_domain_has_its_own_breaker() {
+    let s = build(1, true);
+    // node-b fails: its users go local after 3 failures.
+    s.primary.down[1].store(true, Ordering::SeqCst);
+    s.fail("bea", 3).await;
+    assert_eq!(s.domain_state(1), Some(Open));
+    assert_ne!(s.domain_state(0), Some(Open));
+    assert_eq!(s.store.state(), Open, "open somewhere");
+    assert_eq!(
+        s.breaker_events(),
+        [(
+            Some(Arc::from("node-b")),
+            Closed,
+            Open,
+            Some("storage did not answer within 100ms".to_owned())
+        )]
+    );
+
+    // node-a's users still reach the primary; node-b's do not.
+    let (a_calls, b_calls) = (
+        s.primary.calls[0].load(Ordering::SeqCst),
+        s.primary.calls[1].load(Ordering::SeqCst),
+    );
+    for _ in 0..5 {
+        assert_eq!(s.check("ana", 1).await.0.by, "flaky");
+        assert_eq!(s.check("bob", 1).await.0.by, "fallback");
+    }
+    assert_eq!(s.primary.calls[0].load(Ordering::SeqCst), a_calls + 5);
+    assert_eq!(s.primary.calls[1].load(Ordering::SeqCst), b_calls);
+    // A decision over buckets of both nodes is local as a whole.
+    let checks = [s.bucket("ana", 1), s.bucket("bea", 1)];
+    let mut out = [Decision::default(); 2];
+    let decided = s.store.check(&checks, &mut out).await.unwrap();
+    assert_eq!(decided.by, "fallback");
+    assert_eq!(s.primary.calls[0].load(Ordering::SeqCst), a_calls + 5);
+
+    // node-a fails too; then it comes back, and its probe closes its own
+    // breaker only: node-b's, due as well, waits for a check of its own.
+    s.primary.down[0].store(true, Ordering::SeqCst);
+    s.fail("ana", 3).await;
+    assert_eq!(s.domain_state(0), Some(Open));
+    s.primary.down[0].store(false, Ordering::SeqCst);
+    s.clock.advance(Duration::from_secs(4));
+    assert_eq!(s.check("ana", 1).await.0.by, "flaky");
+    assert_eq!(s.domain_state(0), Some(Closed));
+    assert_eq!(s.domain_state(1), Some(Open));
+    // node-b's probe fails (still down), and only node-b reopens.
+    let b_calls = s.primary.calls[1].load(Ordering::SeqCst);
+    assert_eq!(s.check("bea", 1).await.0.by, "fallback");
+    assert_eq!(s.primary.calls[1].load(Ordering::SeqCst), b_calls + 1);
+    assert_eq!(s.domain_state(0), Some(Closed));
+    assert_eq!(s.domain_state(1), Some(Open));
+    assert_eq!(s.check("ana", 1).await.0.by, "flaky");
+    // Every event names its node.
+    let per_domain: Vec<(String, BreakerState, BreakerState)> = s
+        .breaker_events()
+        .into_iter()
+        .map(|(domain, from, to, _)| (domain.unwrap().to_string(), from, to))
+        .collect();
+    let named = |node: &str, from, to| (node.to_owned(), from, to);
+    assert_eq!(
+        per_domain,
+        [
+            named("node-b", Closed, Open),
+            named("node-a", Closed, Open),
+            named("node-a", Open, HalfOpen),
+            named("node-a", HalfOpen, Closed),
+            named("node-b", Open, HalfOpen),
+            named("node-b", HalfOpen, Open),
+        ]
+    );
+    // node-b back: its probe closes it, and every breaker is closed.
+    s.primary.down[1].store(false, Ordering::SeqCst);
+    s.clock.advance(Duration::from_secs(2));
+    assert_eq!(s.check("bea", 1).await.0.by, "flaky");
+    assert_eq!(s.store.state(), Closed);
+    let mut states = s.store.domain_states();
+    states.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        states,
+        [(Arc::from("node-a"), Closed), (Arc::from("node-b"), Closed)]
+    );
+}
+
+#[tokio::test]
+async fn a_failure_of_a_decision_over_two_domains_counts_against_both() {
+    let s = build(1, true);
+    s.primary.down[1].store(true, Ordering::SeqCst);
+    let checks = [s.bucket("ana", 1), s.bucket("bea", 1)];
+    let mut out = [Decision::default(); 2];
+    for _ in 0..3 {
+        let decided = s.store.check(&checks, &mut out).await.unwrap();
+        assert_eq!(decided.by, "fallback");
+    }
+    assert_eq!(s.domain_state(0), Some(Open));
+    assert_eq!(s.domain_state(1), Some(Open));
+}
+
+// ---------------------------------------------------------------------------
+// Events
+
+#[tokio::test]
+async fn the_primarys_own_events_reach_the_fallbacks_listeners() {
+    let clock = FakeClock::at_us(START_US);
+    let primary = Arc::new(
+        MemoryStorage::builder()
+            .clock(clock.clone())
+            .capacity(1)
+            .build(),
+    );
+    let store = FallbackStorage::builder(primary.clone())
+        .clock(clock)
+        .build();
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    let subscription = store.subscribe({
+        let heard = heard.clone();
+        Arc::new(move |e: &StorageEvent| heard.lock().unwrap().push(e.clone()))
+    });
+    let plan = LimitName::new("free").unwrap();
+    let mut out = [Decision::default()];
+    for user in ["ana", "bea"] {
+        let checks = [
+            BucketCheck::new(&plan, user, Quota::per_minute(10), 1).unwrap()
+        ];
+        let decided = store.check(&checks, &mut out).await.unwrap();
+        assert_eq!(decided.by, "memory");
+    }
+    assert_eq!(
+        *heard.lock().unwrap(),
+        [StorageEvent::Evicted {
+            debt_us: 6 * SECOND
+        }]
+    );
+    drop(subscription);
+    let checks =
+        [BucketCheck::new(&plan, "eva", Quota::per_minute(10), 1).unwrap()];
+    store.check(&checks, &mut out).await.unwrap();
+    assert_eq!(heard.lock().unwrap().len(), 1, "unsubscribed");
+    assert_eq!(primary.evictions(), 2);
 }

@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use rate_tier_storage::{
-    BucketCheck, FallbackStorage, MemoryStorage, RedisStorage, Storage,
+    BucketCheck, Decision, FallbackStorage, LimitName, MemoryStorage,
+    RedisStorage, Storage,
 };
 use tower_rate_tier::{BreakerState, Quota, RateTier};
 
@@ -49,11 +50,16 @@ fn open_fallback(runtime: &tokio::runtime::Runtime) -> FallbackStorage {
         .failure_threshold(1)
         .cool_down(Duration::from_secs(3600), Duration::from_secs(3600))
         .build();
+    let free = LimitName::new("free").unwrap();
     let check =
-        BucketCheck::new("free", "opener", Quota::per_second(1_000_000), 1);
-    let decision = runtime.block_on(store.check(&check)).unwrap();
+        [
+            BucketCheck::new(&free, "opener", Quota::per_second(1_000_000), 1)
+                .unwrap(),
+        ];
+    let mut out = [Decision::default()];
+    let decided = runtime.block_on(store.check(&check, &mut out)).unwrap();
     assert!(
-        decision.allowed,
+        decided.verdict.allowed,
         "the local store decides while Redis is down"
     );
     assert_eq!(store.state(), BreakerState::Open);
@@ -76,13 +82,16 @@ fn storage(c: &mut Criterion) {
     let mut group = c.benchmark_group("breaker_open/storage");
     let stores: [(&str, &dyn Storage); 2] =
         [("memory", &memory), ("fallback_open", &fallback)];
+    let free = LimitName::new("free").unwrap();
     for (name, store) in stores {
         group.bench_function(name, |b| {
             let mut i = 0;
+            let mut out = [Decision::default()];
             b.iter(|| {
                 i = (i + 1) % KEYS;
-                let check = BucketCheck::new("free", &users[i], quota, 1);
-                ready(store.check(black_box(&check))).unwrap()
+                let check =
+                    [BucketCheck::new(&free, &users[i], quota, 1).unwrap()];
+                ready(store.check(black_box(&check), &mut out)).unwrap()
             })
         });
     }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use governor::{Quota as GovQuota, RateLimiter};
-use rate_tier_storage::{BucketCheck, MemoryStorage};
+use rate_tier_storage::{BucketCheck, Decision, LimitName, MemoryStorage};
 use tower_rate_tier::{Quota, RateTier};
 
 const KEYS: usize = 100_000;
@@ -77,10 +77,15 @@ fn one_key(c: &mut Criterion) {
     // The store alone, without the limiter around it: where the time goes.
     let store = MemoryStorage::new();
     let quota = Quota::per_second(1_000_000);
+    let free = LimitName::new("free").unwrap();
     group.bench_function("memory_store_alone", |b| {
         b.iter(|| {
-            let check = BucketCheck::new("free", black_box("user-1"), quota, 1);
-            store.check_sync(&check).unwrap()
+            let check =
+                [BucketCheck::new(&free, black_box("user-1"), quota, 1)
+                    .unwrap()];
+            let mut out = [Decision::default()];
+            store.check_sync(&check, &mut out).unwrap();
+            out[0]
         })
     });
     group.finish();

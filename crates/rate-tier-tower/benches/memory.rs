@@ -24,7 +24,7 @@ use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use rate_tier_storage::clock::FakeClock;
-use rate_tier_storage::{BucketCheck, MemoryStorage};
+use rate_tier_storage::{BucketCheck, Decision, LimitName, MemoryStorage};
 use support::{Args, Results, rss_kib};
 use tower_rate_tier::Quota;
 
@@ -73,6 +73,7 @@ async fn ours(
         .build();
     let baseline = rss_kib();
     results.num("baseline_kib", baseline as f64);
+    let free = LimitName::new("free").unwrap();
 
     // Two waves of distinct keys: the second shows whether memory freed by
     // the first is reused (a bounded process) or lost (a growing one).
@@ -81,8 +82,11 @@ async fn ours(
         let mut user = String::new();
         for i in wave * keys..(wave + 1) * keys {
             user_id(&mut user, i);
-            let check = BucketCheck::new("free", &user, quota, 1);
-            assert!(store.check_sync(&check).unwrap().allowed);
+            let check = [BucketCheck::new(&free, &user, quota, 1).unwrap()];
+            let mut out = [Decision::default()];
+            assert!(
+                store.check_sync(&check, &mut out).unwrap().verdict.allowed
+            );
         }
         let insert_secs = start.elapsed().as_secs_f64();
         let held = store.len();

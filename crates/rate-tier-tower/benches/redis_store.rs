@@ -23,7 +23,9 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rate_tier_storage::{BucketCheck, RedisStorage, Storage};
+use rate_tier_storage::{
+    BucketCheck, Decision, LimitName, RedisStorage, Storage,
+};
 use support::{Args, Results, mean, median};
 use tower_rate_tier::Quota;
 
@@ -45,11 +47,14 @@ async fn ours(
             tokio::spawn(async move {
                 let (mut ok, mut errors) = (0u64, 0u64);
                 let mut i = task * 7919;
+                let name = LimitName::new("bench").unwrap();
+                let mut out = [Decision::default()];
                 while Instant::now() < deadline {
                     i = (i + 1) % users.len();
-                    let check = BucketCheck::new("bench", &users[i], quota, 1);
-                    match store.check(&check).await {
-                        Ok(decision) if decision.allowed => ok += 1,
+                    let check =
+                        [BucketCheck::new(&name, &users[i], quota, 1).unwrap()];
+                    match store.check(&check, &mut out).await {
+                        Ok(decided) if decided.verdict.allowed => ok += 1,
                         _ => errors += 1,
                     }
                 }

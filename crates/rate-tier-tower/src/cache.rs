@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use http::request::Parts;
 
-use crate::{TierIdentifier, TierIdentity};
+use crate::identity::{IdentityError, TierIdentifier, TierIdentity};
 
 type KeyFn<K> = dyn Fn(&Parts) -> Option<K> + Send + Sync;
 
@@ -18,21 +18,26 @@ type KeyFn<K> = dyn Fn(&Parts) -> Option<K> + Send + Sync;
 /// misses on one key make a single lookup. "No identity" answers are cached
 /// too, so a flood of unknown keys does not reach the database either, but
 /// for a shorter time ([`CachedIdentifier::negative_ttl`], 5 s by default):
-/// a lookup that failed (a database blip reported as `None`) should not
-/// lock a paying user out for the whole TTL. A request for which
-/// `cache_key` returns `None` is looked up every time.
+/// a key created a moment ago should not wait the whole TTL. A lookup that
+/// *failed* (`Err`: the database is down) is never cached: the next request
+/// asks again, and the [`OnIdentityError`](crate::OnIdentityError) policy
+/// answers this one. A request for which `cache_key` returns `None` is
+/// looked up every time.
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_rate_tier::{CachedIdentifier, TierIdentifier, TierIdentity};
+/// use tower_rate_tier::{CachedIdentifier, IdentityError, TierIdentifier, TierIdentity};
 /// use http::request::Parts;
 ///
 /// struct Db;
 /// #[async_trait::async_trait]
 /// impl TierIdentifier for Db {
-///     async fn identify(&self, parts: &Parts) -> Option<TierIdentity> {
-///         let key = parts.headers.get("x-api-key")?.to_str().ok()?;
-///         Some(TierIdentity::new(key, "free"))
+///     async fn identify(
+///         &self,
+///         parts: &Parts,
+///     ) -> Result<Option<TierIdentity<'static>>, IdentityError> {
+///         let key = parts.headers.get("x-api-key").and_then(|v| v.to_str().ok());
+///         Ok(key.map(|key| TierIdentity::new(key.to_owned(), "free")))
 ///     }
 /// }
 ///
@@ -47,7 +52,7 @@ type KeyFn<K> = dyn Fn(&Parts) -> Option<K> + Send + Sync;
 pub struct CachedIdentifier<I, K> {
     inner: Arc<I>,
     cache_key: Arc<KeyFn<K>>,
-    cache: moka::future::Cache<K, Option<TierIdentity>>,
+    cache: moka::future::Cache<K, Option<TierIdentity<'static>>>,
     capacity: u64,
     ttls: Ttls,
 }
@@ -59,11 +64,11 @@ struct Ttls {
     missing: Duration,
 }
 
-impl<K> moka::Expiry<K, Option<TierIdentity>> for Ttls {
+impl<K> moka::Expiry<K, Option<TierIdentity<'static>>> for Ttls {
     fn expire_after_create(
         &self,
         _key: &K,
-        value: &Option<TierIdentity>,
+        value: &Option<TierIdentity<'static>>,
         _created_at: std::time::Instant,
     ) -> Option<Duration> {
         Some(if value.is_some() {
@@ -77,7 +82,7 @@ impl<K> moka::Expiry<K, Option<TierIdentity>> for Ttls {
 fn cache<K>(
     capacity: u64,
     ttls: Ttls,
-) -> moka::future::Cache<K, Option<TierIdentity>>
+) -> moka::future::Cache<K, Option<TierIdentity<'static>>>
 where
     K: Hash + Eq + Send + Sync + 'static,
 {
@@ -130,10 +135,18 @@ where
     I: TierIdentifier,
     K: Hash + Eq + Send + Sync + 'static,
 {
-    async fn identify(&self, parts: &Parts) -> Option<TierIdentity> {
+    async fn identify(
+        &self,
+        parts: &Parts,
+    ) -> Result<Option<TierIdentity<'static>>, IdentityError> {
         let Some(key) = (self.cache_key)(parts) else {
             return self.inner.identify(parts).await;
         };
-        self.cache.get_with(key, self.inner.identify(parts)).await
+        // Concurrent misses on one key make one lookup; a failure is
+        // returned to all of them and not kept.
+        self.cache
+            .try_get_with(key, self.inner.identify(parts))
+            .await
+            .map_err(|error| (*error).clone())
     }
 }

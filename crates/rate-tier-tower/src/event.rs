@@ -4,13 +4,19 @@ use std::time::Duration;
 
 use rate_tier_storage::StorageEvent;
 
-use crate::{OnStorageError, OnUnknownTier};
+use crate::identity::UserId;
+use crate::policy::{OnIdentityError, OnStorageError, OnUnknownTier};
 
-/// Something worth knowing that happened while limiting a request.
+/// Something worth knowing that happened while limiting.
 ///
-/// Passed to the callback of
-/// [`TierLimitLayer::on_event`](crate::TierLimitLayer::on_event). New
-/// variants may be added: match with a wildcard arm.
+/// Heard by the listeners of the limiter
+/// ([`RateTierBuilder::on_event`](crate::RateTierBuilder::on_event): every
+/// event, the store's included) and of a layer
+/// ([`TierLimitLayer::on_event`](crate::TierLimitLayer::on_event): its own
+/// requests' events). New variants may be added: match with a wildcard arm.
+///
+/// User ids are [`UserId`]s: `Debug` shows a keyed tag, never the id, so
+/// `on_event(|e| tracing::info!(?e))` logs no API key.
 ///
 /// ```
 /// use tower_rate_tier::LimitEvent;
@@ -27,38 +33,61 @@ pub enum LimitEvent {
     /// A request came with a tier that is not configured; the policy said
     /// what it got. Reported on every such request.
     UnknownTier {
-        /// The user id of the request.
-        user_id: String,
-        /// The tier it claimed.
+        /// The user of the request.
+        user_id: UserId,
+        /// The tier it claimed (client input: escape it when logging).
         tier: String,
         /// The policy applied.
         policy: OnUnknownTier,
     },
     /// A request came without an identity.
     MissingIdentity,
+    /// The identity lookup failed; the policy said what the request got.
+    IdentityFailed {
+        /// What went wrong.
+        error: String,
+        /// The policy applied.
+        policy: OnIdentityError,
+    },
     /// A request was refused with 429.
     Limited {
-        /// The user id of the request.
-        user_id: String,
-        /// The tier whose quota applied.
-        tier: String,
-        /// The cost asked for.
+        /// The user of the request.
+        user_id: UserId,
+        /// The tier whose plan applied.
+        tier: &'static str,
+        /// The limit that refused (the tier's name for the plan's).
+        limit: &'static str,
+        /// The cost asked of the plan.
         cost: u32,
         /// When the same request would pass.
         retry_after: Duration,
     },
-    /// A request cost more than its tier's burst and was refused with 403.
+    /// A limit in shadow mode would have refused a request; it passed.
+    ShadowLimited {
+        /// The user of the request.
+        user_id: UserId,
+        /// The tier whose plan applied.
+        tier: &'static str,
+        /// The shadow limit that would have refused.
+        limit: &'static str,
+        /// When the same request would have passed.
+        retry_after: Duration,
+    },
+    /// A request cost more than a limit's burst and was refused with 403.
     CostExceedsBurst {
-        /// The user id of the request.
-        user_id: String,
-        /// The tier whose quota applied.
-        tier: String,
+        /// The user of the request.
+        user_id: UserId,
+        /// The tier whose plan applied.
+        tier: &'static str,
+        /// The limit whose burst is below the cost.
+        limit: &'static str,
         /// The cost asked for.
         cost: u32,
-        /// The most a request may cost in that tier.
+        /// The most a request may cost under that limit.
         burst: u32,
     },
-    /// The store failed; the policy said what the request got.
+    /// The store failed (or could not decide for now); the policy said
+    /// what the request got.
     StorageError {
         /// The store's kind, e.g. `"redis"`.
         storage: &'static str,
@@ -68,7 +97,7 @@ pub enum LimitEvent {
         policy: OnStorageError,
     },
     /// The store did something by itself: a circuit breaker changed state,
-    /// or a check was decided by the local fallback.
+    /// a check was decided by the local fallback, a bucket was evicted.
     Storage(StorageEvent),
     /// The plans were replaced ([`RateTier::reload`](crate::RateTier::reload)).
     PlansReloaded {

@@ -72,42 +72,69 @@
 //! # }
 //! ```
 //!
+//! # Several limits, one decision
+//!
+//! A request's limits are its plan's and any [`Limit`]s of its own (per
+//! endpoint, per address, per tenant, global), decided as one: every bucket
+//! is charged or none is, so a refused request charges nothing, and the
+//! refusal names the limit (`"limit":"search"` beside `"tier"`). A limit can
+//! be in shadow mode (decided, counted, never refusing), peeked (read, not
+//! charged: [`TierLimitLayer::peek_when`], [`RateTier::peek`]) and settled
+//! (an estimate charged up front, the actual cost read from the response:
+//! [`Settle`]).
+//!
 //! # Safe defaults
 //!
 //! - An unknown tier never means unlimited: with a default tier, the default
 //!   quota in the user's own bucket and a [`LimitEvent::UnknownTier`] per
 //!   request; without one, 403. [`OnUnknownTier`] chooses explicitly.
-//! - A request that can never pass (cost above the burst) gets 403, not 429,
+//! - A request that can never pass (cost above a burst) gets 403, not 429,
 //!   and does not touch the store.
-//! - No identity: [`OnMissing`]; a store failure: [`OnStorageError`]
-//!   (fail closed with 503 unless you choose otherwise).
-//! - User ids never reach a shared store in clear: keys hold their SHA-1,
-//!   or an HMAC with [`RateTierBuilder::key_secret`].
+//! - No identity: [`OnMissing`]; a failed identity lookup:
+//!   [`OnIdentityError`]; a store failure: [`OnStorageError`] (both fail
+//!   closed with 503 and `retry-after` unless you choose otherwise: a
+//!   transient failure is never answered as a permanent refusal).
+//! - User ids never reach a shared store in clear (keys hold their SHA-1,
+//!   or an HMAC with [`RateTierBuilder::key_secret`]), nor a log: events
+//!   carry them as [`UserId`]s, whose `Debug` is a keyed tag.
 //! - `Retry-After` is rounded up: a client that waits what it is told passes.
+//!
+//! # A store of your own
+//!
+//! Every type a custom [`Storage`] needs is re-exported here:
+//! [`BucketCheck`], [`BucketSettle`], [`Decided`], [`Decision`],
+//! [`Verdict`], [`StorageError`], [`Subscription`]; the contract is on
+//! [`Storage`].
 //!
 //! # Feature flags
 //!
 //! | feature | enables |
 //! |---|---|
-//! | `redis` | `RedisStorage`: one limit shared by every instance through Redis |
-//! | `identity-cache` | [`CachedIdentifier`]: caches async identity lookups with moka |
-//! | `metrics` | [`metrics::RateLimitMetrics`]: Prometheus metrics (prometheus-client) for checks, latency, storage errors, fallback and breaker |
-//! | `tracing` | `tracing` events (and a `DEBUG` span) on the decision path; next to free when no subscriber listens |
-//! | `grpc` | [`GrpcTierLimitLayer`]: the layer for tonic gRPC servers; refusals are `RESOURCE_EXHAUSTED` with `google.rpc.RetryInfo` |
-//! | `plans-toml` | [`PlansBuilder::from_toml`]: plans from a TOML file, for hot reload |
+//! | `redis` | `RedisStorage`: one limit shared by every instance through Redis or a Redis Cluster |
+//! | `identity-cache` | `CachedIdentifier`: caches async identity lookups with moka |
+//! | `metrics` | `metrics::RateLimitMetrics`: Prometheus metrics (prometheus-client) for checks, latency, storage errors, fallback, breakers, evictions, shadow refusals |
+//! | `tracing` | `tracing` events on the decision path; next to free when no subscriber listens |
+//! | `grpc` | `GrpcTierLimitLayer`: the layer for tonic gRPC servers; refusals are `RESOURCE_EXHAUSTED` with `google.rpc.RetryInfo` |
+//! | `plans-toml` | `PlansBuilder::from_toml`: plans from a TOML file, for hot reload |
 #![warn(clippy::unwrap_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "identity-cache")]
 mod cache;
+mod error;
 mod event;
 mod identity;
 pub mod layer;
+mod limit;
+mod limiter;
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
 mod observe;
+mod outcome;
 mod plans;
-mod tier;
+mod policy;
 
 /// Time sources: fast monotonic (the default), wall, and [`FakeClock`](clock::FakeClock) for tests.
 pub mod clock {
@@ -115,24 +142,30 @@ pub mod clock {
 }
 
 #[cfg(feature = "identity-cache")]
+#[cfg_attr(docsrs, doc(cfg(feature = "identity-cache")))]
 pub use cache::CachedIdentifier;
+pub use error::{ConfigError, Error};
 pub use event::LimitEvent;
-pub use gcra_core::{Quota, QuotaError};
-pub use identity::{TierIdentifier, TierIdentity};
+pub use gcra_core::{Adjust, Decision, Quota, QuotaError, Verdict};
+pub use identity::{IdentityError, TierIdentifier, TierIdentity, UserId};
 #[cfg(feature = "grpc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
 pub use layer::{GrpcTierLimit, GrpcTierLimitLayer};
 pub use layer::{TierLimit, TierLimitLayer, tier_cost};
+pub use limit::{ActualCost, Limit, Settle};
+pub use limiter::{CheckFuture, LimitRequest, RateTier, RateTierBuilder};
 pub use observe::{Checked, Observer, Outcome};
+pub use outcome::{LimitReason, LimitState, Limited, RateLimitInfo, ceil_secs};
 #[cfg(feature = "plans-toml")]
+#[cfg_attr(docsrs, doc(cfg(feature = "plans-toml")))]
 pub use plans::PlansError;
 pub use plans::{Plans, PlansBuilder};
+pub use policy::{OnIdentityError, OnMissing, OnStorageError, OnUnknownTier};
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use rate_tier_storage::RedisStorage;
 pub use rate_tier_storage::fallback::{self, BreakerState};
 pub use rate_tier_storage::{
-    FallbackStorage, MemoryStorage, Storage, StorageError, StorageEvent, key,
-};
-pub use tier::{
-    CheckFuture, ConfigError, Error, LimitReason, Limited, OnMissing,
-    OnStorageError, OnUnknownTier, RateLimitInfo, RateTier, RateTierBuilder,
+    BucketCheck, BucketSettle, Decided, FallbackStorage, LimitName,
+    MemoryStorage, Storage, StorageError, StorageEvent, Subscription, key,
 };

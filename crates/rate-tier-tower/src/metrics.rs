@@ -2,29 +2,33 @@
 //! official Prometheus client for Rust.
 //!
 //! [`RateLimitMetrics`] registers its metrics in your
-//! [`Registry`] under the prefix
-//! `rate_tier_`, and is the [`Observer`] you pass to
-//! [`TierLimitLayer::observe`](crate::TierLimitLayer::observe):
+//! [`Registry`] under the prefix `rate_tier_`, and is the [`Observer`] you
+//! give the limiter with
+//! [`RateTierBuilder::observe`](crate::RateTierBuilder::observe) (every
+//! check of every layer, and the store's events, each counted once):
 //!
 //! | metric | type | labels | counts |
 //! |---|---|---|---|
-//! | `rate_tier_checks_total` | counter | `tier`, `outcome` | every request that reached the limiter; `outcome` is [`Outcome::as_str`](crate::Outcome::as_str), `tier` the configured tier whose quota applied, or `none` |
-//! | `rate_tier_check_duration_seconds` | histogram | `storage` | time spent deciding (identity, cost, store), 1 µs .. 100 ms buckets |
+//! | `rate_tier_checks_total` | counter | `tier`, `outcome` | every request that reached the limiter; `outcome` is [`Outcome::as_str`](crate::Outcome::as_str) (`shadow_limited`: passed, but a limit in shadow mode would have refused), `tier` the configured tier whose quota applied, or `none` |
+//! | `rate_tier_check_duration_seconds` | histogram | `storage` | time spent deciding (identity, cost, store), 1 µs .. 100 ms buckets; `storage` is the store that decided (`memory`, `redis`, `fallback` for a fallback's local decisions) |
+//! | `rate_tier_shadow_limited_total` | counter | `limit` | would-be refusals of limits in shadow mode, by limit |
 //! | `rate_tier_unknown_tier_total` | counter | `policy` | requests with a tier that is not configured, by [`OnUnknownTier`] policy (`use_default`, `deny`, `allow`) |
 //! | `rate_tier_missing_identity_total` | counter | | requests without an identity, whatever [`OnMissing`](crate::OnMissing) did |
 //! | `rate_tier_storage_errors_total` | counter | `storage` | store failures that reached the [`OnStorageError`](crate::OnStorageError) policy |
 //! | `rate_tier_fallback_decisions_total` | counter | `allowed` | checks decided by the local fallback of a [`FallbackStorage`](crate::FallbackStorage) (`true`, `false`) |
-//! | `rate_tier_breaker_state` | gauge | | the circuit breaker: 0 closed, 1 open, 2 half-open |
-//! | `rate_tier_breaker_transitions_total` | counter | `to` | changes of the breaker's state, by new state (`closed`, `open`, `half_open`) |
+//! | `rate_tier_breaker_state` | gauge | `domain` | each circuit breaker: 0 closed, 1 open, 2 half-open; `domain` is `all`, or a Redis Cluster node |
+//! | `rate_tier_breaker_transitions_total` | counter | `to` | changes of a breaker's state, by new state (`closed`, `open`, `half_open`) |
+//! | `rate_tier_evictions_total` | counter | | buckets a full memory store forgot to make room |
 //!
 //! Label values come from the configuration and from fixed sets, never from
 //! a request: a client sending made-up tier names cannot grow the number of
 //! series. (The tier a client claimed is in [`LimitEvent::UnknownTier`] for
 //! logs; here it is counted, not labelled.)
 //!
-//! Create one `RateLimitMetrics` per registry and clone it for each layer
+//! Create one `RateLimitMetrics` per registry and observe it on the limiter
 //! (clones share the metrics): registering twice in the same registry
-//! would expose each metric twice.
+//! would expose each metric twice, and observing it on the limiter and on
+//! a layer would count that layer's checks twice.
 //!
 //! [`prometheus-client`]: https://docs.rs/prometheus-client
 
@@ -36,10 +40,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
-use rate_tier_storage::StorageEvent;
-use rate_tier_storage::fallback::BreakerState;
+use rate_tier_storage::{BreakerState, StorageEvent};
 
-use crate::{Checked, LimitEvent, Observer, OnUnknownTier};
+use crate::{Checked, LimitEvent, Observer};
 
 /// The version of prometheus-client this crate encodes with: use its
 /// `Registry` and `encoding::text::encode` to serve the metrics.
@@ -102,6 +105,16 @@ struct StateLabels {
     to: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DomainLabels {
+    domain: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabels {
+    limit: &'static str,
+}
+
 fn duration_histogram() -> Histogram {
     Histogram::new(DURATION_BUCKETS)
 }
@@ -116,8 +129,10 @@ struct Metrics {
     missing_identity: Counter,
     storage_errors: Family<StorageLabels, Counter>,
     fallback_decisions: Family<AllowedLabels, Counter>,
-    breaker_state: Gauge,
+    breaker_state: Family<DomainLabels, Gauge>,
     breaker_transitions: Family<StateLabels, Counter>,
+    shadow_limited: Family<LimitLabels, Counter>,
+    evictions: Counter,
 }
 
 /// The limiter's Prometheus metrics: an [`Observer`] for
@@ -139,13 +154,15 @@ struct Metrics {
 /// let mut registry = Registry::default();
 /// let metrics = RateLimitMetrics::new(&mut registry);
 ///
-/// let tiers = RateTier::builder().tier("free", Quota::per_minute(10)).build();
+/// let tiers = RateTier::builder()
+///     .tier("free", Quota::per_minute(10))
+///     .observe(metrics.clone())
+///     .build();
 /// let layer = TierLimitLayer::new(tiers)
 ///     .identifier_fn(|headers| {
 ///         let key = headers.get("x-api-key")?.to_str().ok()?;
 ///         Some(TierIdentity::new(key, "free"))
-///     })
-///     .observe(metrics.clone());
+///     });
 /// let service = layer.layer(service_fn(|_req: Request<String>| async {
 ///     Ok::<_, Infallible>(Response::new(String::from("data")))
 /// }));
@@ -177,8 +194,10 @@ impl RateLimitMetrics {
             missing_identity: Counter::default(),
             storage_errors: Family::default(),
             fallback_decisions: Family::default(),
-            breaker_state: Gauge::default(),
+            breaker_state: Family::default(),
             breaker_transitions: Family::default(),
+            shadow_limited: Family::default(),
+            evictions: Counter::default(),
         };
         let registry = registry.sub_registry_with_prefix(PREFIX);
         registry.register(
@@ -214,13 +233,23 @@ impl RateLimitMetrics {
         );
         registry.register(
             "breaker_state",
-            "State of the storage circuit breaker: 0 closed, 1 open, 2 half-open",
+            "State of each storage circuit breaker: 0 closed, 1 open, 2 half-open",
             metrics.breaker_state.clone(),
         );
         registry.register(
             "breaker_transitions",
-            "Changes of the storage circuit breaker's state, by new state",
+            "Changes of the storage circuit breakers' states, by new state",
             metrics.breaker_transitions.clone(),
+        );
+        registry.register(
+            "shadow_limited",
+            "Would-be refusals of limits in shadow mode, by limit",
+            metrics.shadow_limited.clone(),
+        );
+        registry.register(
+            "evictions",
+            "Buckets a full memory store forgot to make room for new ones",
+            metrics.evictions.clone(),
         );
         RateLimitMetrics {
             inner: Arc::new(metrics),
@@ -229,11 +258,6 @@ impl RateLimitMetrics {
 }
 
 impl Observer for RateLimitMetrics {
-    fn key(&self) -> Option<usize> {
-        // Clones share `inner`: one subscription for all of them.
-        Some(Arc::as_ptr(&self.inner) as usize)
-    }
-
     fn checked(&self, check: &Checked) {
         let metrics = &*self.inner;
         metrics
@@ -258,7 +282,7 @@ impl Observer for RateLimitMetrics {
                 metrics
                     .unknown_tier
                     .get_or_create(&PolicyLabels {
-                        policy: policy_label(*policy),
+                        policy: policy.as_str(),
                     })
                     .inc();
             }
@@ -271,6 +295,15 @@ impl Observer for RateLimitMetrics {
                     .get_or_create(&StorageLabels { storage })
                     .inc();
             }
+            LimitEvent::ShadowLimited { limit, .. } => {
+                metrics
+                    .shadow_limited
+                    .get_or_create(&LimitLabels { limit })
+                    .inc();
+            }
+            LimitEvent::Storage(StorageEvent::Evicted { .. }) => {
+                metrics.evictions.inc();
+            }
             LimitEvent::Storage(StorageEvent::Fallback { allowed, .. }) => {
                 metrics
                     .fallback_decisions
@@ -279,27 +312,23 @@ impl Observer for RateLimitMetrics {
                     })
                     .inc();
             }
-            LimitEvent::Storage(StorageEvent::Breaker { to, .. }) => {
-                metrics.breaker_state.set(breaker_value(*to));
+            LimitEvent::Storage(StorageEvent::Breaker {
+                domain, to, ..
+            }) => {
+                let domain = domain.as_deref().unwrap_or("all").to_owned();
+                metrics
+                    .breaker_state
+                    .get_or_create(&DomainLabels { domain })
+                    .set(breaker_value(*to));
                 metrics
                     .breaker_transitions
-                    .get_or_create(&StateLabels {
-                        to: breaker_label(*to),
-                    })
+                    .get_or_create(&StateLabels { to: to.as_str() })
                     .inc();
             }
             // Refusals are counted by `checked` (by outcome); new variants
             // are ignored until they get a metric.
             _ => {}
         }
-    }
-}
-
-fn policy_label(policy: OnUnknownTier) -> &'static str {
-    match policy {
-        OnUnknownTier::UseDefault => "use_default",
-        OnUnknownTier::Deny => "deny",
-        OnUnknownTier::Allow => "allow",
     }
 }
 
@@ -310,15 +339,5 @@ fn breaker_value(state: BreakerState) -> i64 {
         BreakerState::HalfOpen => 2,
         // `BreakerState` is non-exhaustive.
         _ => -1,
-    }
-}
-
-fn breaker_label(state: BreakerState) -> &'static str {
-    match state {
-        BreakerState::Closed => "closed",
-        BreakerState::Open => "open",
-        BreakerState::HalfOpen => "half_open",
-        // `BreakerState` is non-exhaustive.
-        _ => "other",
     }
 }

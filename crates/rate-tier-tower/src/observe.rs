@@ -18,8 +18,13 @@ pub enum Outcome {
     UnknownTierDenied,
     /// Refused: no identity, `OnMissing::Deny`.
     MissingIdentity,
+    /// Refused: the identity lookup failed, `OnIdentityError::Deny`.
+    IdentityError,
+    /// Passed, but a limit in shadow mode would have refused it.
+    ShadowLimited,
     /// Passed without a check by an explicit policy (unknown tier allowed,
-    /// or a storage error with `OnStorageError::Allow`).
+    /// a storage error with `OnStorageError::Allow`, an identity error with
+    /// `OnIdentityError::Allow`).
     Unlimited,
     /// Refused: the store failed, `OnStorageError::Deny`.
     StorageError,
@@ -41,6 +46,8 @@ impl Outcome {
             Outcome::CostExceedsBurst => "cost_exceeds_burst",
             Outcome::UnknownTierDenied => "unknown_tier_denied",
             Outcome::MissingIdentity => "missing_identity",
+            Outcome::IdentityError => "identity_error",
+            Outcome::ShadowLimited => "shadow_limited",
             Outcome::Unlimited => "unlimited",
             Outcome::StorageError => "storage_error",
             Outcome::Invalid => "invalid",
@@ -57,7 +64,8 @@ pub struct Checked {
     pub tier: Option<&'static str>,
     /// What happened.
     pub outcome: Outcome,
-    /// The kind of store asked (`"memory"`, `"redis"`, ...).
+    /// The store that decided (`"memory"`, `"redis"`, `"fallback"` for a
+    /// fallback's local decision, ...), or `"none"` when no store was asked.
     pub storage: &'static str,
     /// Identity, cost and decision, measured around the limiter (not the
     /// inner service).
@@ -66,8 +74,12 @@ pub struct Checked {
 
 /// Watches every check and every event, for metrics.
 ///
-/// Set with [`TierLimitLayer::observe`](crate::TierLimitLayer::observe).
-/// Both methods run on the request path: keep them to counter updates.
+/// Set on the limiter with
+/// [`RateTierBuilder::observe`](crate::RateTierBuilder::observe) to see
+/// everything once (every layer's checks, the store's events, reloads), or
+/// on a layer with [`TierLimitLayer::observe`](crate::TierLimitLayer::observe)
+/// to see that layer's requests only. Both methods run on the request path:
+/// keep them to counter updates.
 ///
 /// ```
 /// use std::sync::atomic::{AtomicU64, Ordering};
@@ -85,21 +97,23 @@ pub struct Checked {
 /// }
 /// ```
 pub trait Observer: Send + Sync + 'static {
-    /// Called once per request that reached the limiter.
+    /// Called once per request checked.
     fn checked(&self, check: &Checked) {
         let _ = check;
     }
 
-    /// Called with every [`LimitEvent`], including the store's.
+    /// Called with every [`LimitEvent`] its registration hears.
     fn event(&self, event: &LimitEvent) {
         let _ = event;
     }
+}
 
-    /// Who this observer is, if clones of it share one state (e.g. the
-    /// address of an `Arc` inside): the events that come from no request
-    /// (breaker, fallback, reloads) then reach it once even when several
-    /// layers observe it. `None` (the default): once per layer.
-    fn key(&self) -> Option<usize> {
-        None
+impl<T: Observer + ?Sized> Observer for std::sync::Arc<T> {
+    fn checked(&self, check: &Checked) {
+        (**self).checked(check);
+    }
+
+    fn event(&self, event: &LimitEvent) {
+        (**self).event(event);
     }
 }

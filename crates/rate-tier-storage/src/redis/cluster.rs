@@ -1,15 +1,22 @@
-//! [`RedisStorage`] on a Redis Cluster: the constructors, and the check,
-//! which differs from the single-node one in its key (a hash tag) and in
-//! how it answers `NOSCRIPT` (an `EVAL` routed by the key, not a `SCRIPT
-//! LOAD` sent to every node). The rest (the script, the reply, the timeout)
-//! is shared with the single-node store in `mod.rs`.
+//! [`RedisStorage`] on a Redis Cluster: the constructors, and the calls,
+//! which differ from the single-node ones in their keys (a hash tag), in
+//! how they answer `NOSCRIPT` (an `EVAL` routed by the keys, not a `SCRIPT
+//! LOAD` sent to every node), and in decisions over buckets of several
+//! slots (slot by slot, with refunds). The scripts, their arguments and
+//! replies are shared with the single-node store (`script.rs`).
 
 use ::redis::cluster::{ClusterClientBuilder, ClusterConfig};
 use ::redis::cluster_async::ClusterConnection;
+use ::redis::cluster_routing::Slot;
 use ::redis::{ErrorKind, RedisError, ServerErrorKind, Value};
+use gcra_core::{Adjust, Decision, Verdict};
+use smallvec::SmallVec;
 
-use super::{Conn, GCRA_SCRIPT, GCRA_SOURCE, RedisStorage, backend};
-use crate::{BucketCheck, StorageError, key};
+use super::script::{Call, read_decisions, read_settled};
+use super::{Conn, RedisStorage, backend};
+use crate::bucket::{BucketCheck, BucketSettle};
+use crate::key::KeyLayout;
+use crate::storage::StorageError;
 
 /// Retries of one command inside redis-rs's cluster connection: enough to
 /// follow a `MOVED` and then an `ASK` during a resharding or a failover
@@ -27,7 +34,8 @@ impl RedisStorage {
     ///
     /// The connection may be seeded with any node (or several): redis-rs
     /// reads the slot map from it and sends each check to the master that
-    /// owns the bucket's slot. Keys are [`key::cluster_bucket_key`]s. See
+    /// owns the bucket's slot. Keys are
+    /// [`cluster_bucket_key`](crate::key::cluster_bucket_key)s. See
     /// [`RedisStorage`], section *Redis Cluster*.
     ///
     /// `get_async_connection().await` connects first (and fails if no seed
@@ -37,8 +45,8 @@ impl RedisStorage {
     ///
     /// ```no_run
     /// use std::sync::Arc;
-    /// use rate_tier_storage::{BucketCheck, RedisStorage, Storage};
-    /// use gcra_core::Quota;
+    /// use rate_tier_storage::{BucketCheck, LimitName, RedisStorage, Storage};
+    /// use gcra_core::{Decision, Quota};
     ///
     /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let conn = redis::cluster::ClusterClient::new(vec![
@@ -49,9 +57,11 @@ impl RedisStorage {
     /// .await?;
     /// let store: Arc<dyn Storage> = Arc::new(RedisStorage::cluster(conn));
     ///
-    /// let check = BucketCheck::new("free", "key_ana", Quota::per_minute(10), 1);
+    /// let free = LimitName::new("free")?;
+    /// let check = [BucketCheck::new(&free, "key_ana", Quota::per_minute(10), 1)?];
     /// // Runs on the node that owns trt:free:{33d2315cbeb866b8b237240a98d605f2e6e41b8a}.
-    /// assert!(store.check(&check).await?.allowed);
+    /// let mut out = [Decision::default()];
+    /// assert!(store.check(&check, &mut out).await?.verdict.allowed);
     /// # Ok(()) }
     /// ```
     pub fn cluster(conn: ClusterConnection) -> Self {
@@ -138,35 +148,174 @@ impl RedisStorage {
     }
 }
 
-/// Runs `gcra.lua` on the cluster bucket of `check`: `EVALSHA`, and on
-/// `NOSCRIPT`, `EVAL` with the source. Both are routed by their one key, to
-/// the master that owns its slot.
-pub(super) async fn eval(
-    mut conn: ClusterConnection,
-    check: &BucketCheck<'_>,
+/// Runs `call`: `EVALSHA`, and on `NOSCRIPT`, `EVAL` with the source. Both
+/// are routed by their first key, to the master that owns its slot.
+async fn run(
+    conn: &ClusterConnection,
+    call: &Call,
 ) -> Result<Value, RedisError> {
-    let key = key::cluster_bucket_key(check.tier, check.user, check.key_secret);
-    let script_call = |command: &str, script: &str| {
-        let mut call = ::redis::cmd(command);
-        call.arg(script)
-            .arg(1)
-            .arg(&key)
-            .arg(check.quota.emission_interval_us())
-            .arg(check.quota.burst_offset_us())
-            .arg(check.cost);
-        call
-    };
-    match script_call("EVALSHA", GCRA_SCRIPT.get_hash())
-        .query_async(&mut conn)
-        .await
-    {
+    let mut conn = conn.clone();
+    match call.command("EVALSHA").query_async(&mut conn).await {
         Err(error)
             if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
         {
-            script_call("EVAL", GCRA_SOURCE)
-                .query_async(&mut conn)
-                .await
+            call.command("EVAL").query_async(&mut conn).await
         }
         result => result,
     }
+}
+
+/// The positions of `keys`, grouped by slot, each group in the order its
+/// first key was given.
+fn by_slot(
+    keys: impl Iterator<Item = String>,
+) -> SmallVec<[SmallVec<[usize; 4]>; 2]> {
+    let mut groups: SmallVec<[(Slot, SmallVec<[usize; 4]>); 2]> =
+        SmallVec::new();
+    for (i, key) in keys.enumerate() {
+        let slot = Slot::for_key(key.as_bytes());
+        match groups.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, group)) => group.push(i),
+            None => groups.push((slot, SmallVec::from_elem(i, 1))),
+        }
+    }
+    groups.into_iter().map(|(_, group)| group).collect()
+}
+
+/// Decides `checks` into `out`. One slot: one call, all or nothing. Several:
+/// slot by slot; a refusal refunds the slots already charged and only reads
+/// the ones after it.
+pub(super) async fn decide(
+    conn: &ClusterConnection,
+    checks: &[BucketCheck<'_>],
+    out: &mut [Decision],
+) -> Result<(), StorageError> {
+    let groups = by_slot(checks.iter().map(|c| c.key(KeyLayout::Cluster)));
+    if let [_] = groups.as_slice() {
+        let call = Call::check(checks, KeyLayout::Cluster);
+        let reply = run(conn, &call).await.map_err(backend)?;
+        return read_decisions(call.lua, reply, out);
+    }
+    let mut charged: SmallVec<[usize; 2]> = SmallVec::new();
+    for (g, group) in groups.iter().enumerate() {
+        let part: SmallVec<[BucketCheck<'_>; 4]> =
+            group.iter().map(|&i| checks[i]).collect();
+        let mut decided: SmallVec<[Decision; 4]> =
+            SmallVec::from_elem(Decision::default(), part.len());
+        let call = Call::check(&part, KeyLayout::Cluster);
+        let result = match run(conn, &call).await {
+            Ok(reply) => read_decisions(call.lua, reply, &mut decided),
+            Err(error) => Err(backend(error)),
+        };
+        if let Err(error) = result {
+            // Give back what was taken; the error is the answer.
+            let _ = refund(conn, checks, out, &groups, &charged).await;
+            return Err(error);
+        }
+        for (&i, decision) in group.iter().zip(&decided) {
+            out[i] = *decision;
+        }
+        let verdict = Verdict::of(part.iter().map(|c| c.is_shadow()), &decided);
+        if !verdict.allowed {
+            refund(conn, checks, out, &groups, &charged).await?;
+            return read_only(conn, checks, out, &groups[g + 1..]).await;
+        }
+        charged.push(g);
+    }
+    Ok(())
+}
+
+/// Gives back the charges of the `charged` groups, and says so in `out`:
+/// those buckets passed, but are not charged.
+async fn refund(
+    conn: &ClusterConnection,
+    checks: &[BucketCheck<'_>],
+    out: &mut [Decision],
+    groups: &[SmallVec<[usize; 4]>],
+    charged: &[usize],
+) -> Result<(), StorageError> {
+    for &g in charged {
+        let taken: SmallVec<[usize; 4]> = groups[g]
+            .iter()
+            .copied()
+            .filter(|&i| checks[i].cost() > 0 && out[i].allowed)
+            .collect();
+        if taken.is_empty() {
+            continue;
+        }
+        let settles: SmallVec<[BucketSettle<'_>; 4]> = taken
+            .iter()
+            .map(|&i| checks[i].settle(Adjust::Refund(checks[i].cost())))
+            .collect();
+        let call = Call::settle(&settles, KeyLayout::Cluster);
+        let reply = run(conn, &call).await.map_err(backend)?;
+        let settled = read_settled(call.lua, reply, settles.len())?;
+        for (&i, (remaining, reset_after_us)) in taken.iter().zip(settled) {
+            out[i] = Decision {
+                allowed: true,
+                remaining,
+                retry_after_us: 0,
+                reset_after_us,
+                store: None,
+            };
+        }
+    }
+    Ok(())
+}
+
+/// Reads the buckets of `groups` without charging them, and says of each
+/// what its charge would have met: GCRA is the same at any origin of time,
+/// so the bucket read `reset_after` ahead is checked at 0. A bucket that
+/// would refuse too is reported refusing, with its wait, so that the
+/// decision's wait is the longest, as one call would have told it.
+async fn read_only(
+    conn: &ClusterConnection,
+    checks: &[BucketCheck<'_>],
+    out: &mut [Decision],
+    groups: &[SmallVec<[usize; 4]>],
+) -> Result<(), StorageError> {
+    for group in groups {
+        let peeks: SmallVec<[BucketCheck<'_>; 4]> =
+            group.iter().map(|&i| checks[i].as_peek()).collect();
+        let mut decided: SmallVec<[Decision; 4]> =
+            SmallVec::from_elem(Decision::default(), peeks.len());
+        let call = Call::check(&peeks, KeyLayout::Cluster);
+        let reply = run(conn, &call).await.map_err(backend)?;
+        read_decisions(call.lua, reply, &mut decided)?;
+        for (&i, peek) in group.iter().zip(&decided) {
+            let check = &checks[i];
+            out[i] = match check.cost() {
+                0 => *peek,
+                cost => match check.quota().check(
+                    Some(peek.reset_after_us),
+                    0,
+                    cost,
+                ) {
+                    Ok(would) if !would.allowed => Decision {
+                        store: None,
+                        ..would
+                    },
+                    _ => *peek,
+                },
+            };
+        }
+    }
+    Ok(())
+}
+
+/// Settles `settles`, one call per slot.
+pub(super) async fn settle(
+    conn: &ClusterConnection,
+    settles: &[BucketSettle<'_>],
+) -> Result<(), StorageError> {
+    let groups =
+        by_slot(settles.iter().map(|s| s.bucket.key(KeyLayout::Cluster)));
+    for group in &groups {
+        let part: SmallVec<[BucketSettle<'_>; 4]> =
+            group.iter().map(|&i| settles[i]).collect();
+        let call = Call::settle(&part, KeyLayout::Cluster);
+        let reply = run(conn, &call).await.map_err(backend)?;
+        read_settled(call.lua, reply, part.len())?;
+    }
+    Ok(())
 }

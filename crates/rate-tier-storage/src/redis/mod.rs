@@ -4,30 +4,26 @@
 //! the one public item; what is particular to a cluster is in `cluster.rs`.
 
 mod cluster;
+mod script;
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::{Client, Script, Value};
-use gcra_core::{CheckError, Decision};
+use ::redis::{Client, RedisError, Value};
+use gcra_core::{Decision, Verdict};
 
-use crate::{BucketCheck, Storage, StorageError};
-
-/// The source of `gcra.lua`.
-const GCRA_SOURCE: &str = include_str!("gcra.lua");
-
-/// `gcra.lua`, built (and hashed for `EVALSHA`) once per process.
-static GCRA_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(GCRA_SOURCE));
+use self::script::{Call, read_decisions, read_settled};
+use crate::bucket::{BucketCheck, BucketSettle};
+use crate::key::KeyLayout;
+use crate::storage::{Decided, Storage, StorageError, validate};
 
 /// The connection a store runs its checks on.
 #[derive(Clone)]
 enum Conn {
     /// One Redis server (or a proxy that looks like one).
     Single(ConnectionManager),
-    /// A Redis Cluster: redis-rs routes each check to the node of its key.
+    /// A Redis Cluster: redis-rs routes each call to the node of its keys.
     Cluster(ClusterConnection),
 }
 
@@ -43,15 +39,16 @@ enum Conn {
 /// [Redis Cluster](#redis-cluster) says what differs.
 ///
 /// The [`Decision`]s it returns have `store: None`: the script has already
-/// written the new TAT in Redis, there is nothing left for the caller to store.
+/// written the new TATs in Redis, there is nothing left for the caller to
+/// store.
 ///
 /// # Example
 ///
 /// ```no_run
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use rate_tier_storage::{BucketCheck, RedisStorage, Storage};
-/// use gcra_core::Quota;
+/// use rate_tier_storage::{BucketCheck, LimitName, RedisStorage, Storage};
+/// use gcra_core::{Decision, Quota};
 ///
 /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let conn = redis::Client::open("redis://127.0.0.1:6379/")?
@@ -60,17 +57,25 @@ enum Conn {
 /// let store: Arc<dyn Storage> =
 ///     Arc::new(RedisStorage::new(conn).timeout(Duration::from_millis(50)));
 ///
-/// let check = BucketCheck::new("free", "key_ana", Quota::per_minute(10), 1);
-/// let decision = store.check(&check).await?;
-/// assert!(decision.allowed);
-/// assert_eq!(decision.store, None); // already stored by Redis
+/// let free = LimitName::new("free")?;
+/// let check = [BucketCheck::new(&free, "key_ana", Quota::per_minute(10), 1)?];
+/// let mut out = [Decision::default()];
+/// assert!(store.check(&check, &mut out).await?.verdict.allowed);
+/// assert_eq!(out[0].store, None); // already stored by Redis
 /// # Ok(()) }
 /// ```
 ///
-/// Every check is one `EVALSHA` of `gcra.lua`, the same rules as
+/// # The scripts
+///
+/// A check of one bucket is one `EVALSHA` of `gcra.lua`, the same rules as
 /// [`gcra_core::Quota::check`] run by Redis as one atomic step: no other
 /// command touches the bucket between the read of its TAT and the write of
 /// the new one, so two instances can never both accept the last request.
+/// A decision over several buckets (a plan and an endpoint limit), a peek or
+/// a shadow limit is one `EVALSHA` of `gcra_all.lua`, the same as
+/// [`gcra_core::check_all`]: every bucket is charged or none is, in one
+/// step. A settlement is one `EVALSHA` of `gcra_settle.lua`
+/// ([`gcra_core::Quota::settle`]).
 ///
 /// # Keys and values
 ///
@@ -96,9 +101,9 @@ enum Conn {
 /// is full again, rounded *up* to the millisecond (a key that vanished a
 /// millisecond early would give requests away). Nothing needs cleaning up.
 ///
-/// # The script
+/// # Loading the scripts
 ///
-/// The [`Script`] is built once per process. redis-rs's
+/// Each `Script` is built once per process. redis-rs's
 /// `ScriptInvocation::invoke_async` sends `EVALSHA`, and on a `NOSCRIPT`
 /// error (the script cache was flushed, or Redis restarted or failed over)
 /// sends `SCRIPT LOAD` and the `EVALSHA` again, so no retry is needed here.
@@ -163,6 +168,15 @@ enum Conn {
 ///   ([`key::cluster_bucket_key`](crate::key::cluster_bucket_key), which
 ///   says why). A store on a single Redis and one on a cluster never share
 ///   buckets.
+/// - **Several buckets**: the buckets of one user share the user's hash tag,
+///   so their decision is one script call on one node, all or nothing, as
+///   on a single Redis. Buckets that cannot share a slot (a limit per
+///   address, a global limit) are decided slot by slot, in the order they
+///   are given: when a later slot refuses, each bucket already charged gets
+///   back exactly what it was charged (`gcra_settle.lua`, never below a full
+///   bucket), and the slots after it are only read. Between the charge and
+///   the refund another request may see the charge: such a decision is
+///   all or nothing in what it leaves, not in what others see meanwhile.
 /// - **Routing**: redis-rs's cluster connection sends each `EVALSHA` to the
 ///   master that owns the key's slot (it reads the key after the key count),
 ///   whichever node the connection was seeded with; it follows `MOVED` and
@@ -356,69 +370,94 @@ impl RedisStorage {
         matches!(self.conn, Conn::Cluster(_))
     }
 
-    async fn eval(
+    async fn decide(
         &self,
-        check: &BucketCheck<'_>,
-    ) -> Result<Value, ::redis::RedisError> {
+        checks: &[BucketCheck<'_>],
+        out: &mut [Decision],
+    ) -> Result<(), StorageError> {
         match &self.conn {
             Conn::Single(conn) => {
-                let mut conn = conn.clone();
-                GCRA_SCRIPT
-                    .key(check.shared_key())
-                    .arg(check.quota.emission_interval_us())
-                    .arg(check.quota.burst_offset_us())
-                    .arg(check.cost)
-                    .invoke_async(&mut conn)
-                    .await
+                let call = Call::check(checks, KeyLayout::Single);
+                let reply = run_single(conn, &call).await.map_err(backend)?;
+                read_decisions(call.lua, reply, out)
             }
-            Conn::Cluster(conn) => cluster::eval(conn.clone(), check).await,
+            Conn::Cluster(conn) => cluster::decide(conn, checks, out).await,
         }
+    }
+
+    async fn settle_all(
+        &self,
+        settles: &[BucketSettle<'_>],
+    ) -> Result<(), StorageError> {
+        match &self.conn {
+            Conn::Single(conn) => {
+                let call = Call::settle(settles, KeyLayout::Single);
+                let reply = run_single(conn, &call).await.map_err(backend)?;
+                read_settled(call.lua, reply, settles.len()).map(drop)
+            }
+            Conn::Cluster(conn) => {
+                cluster::settle(conn, settles).await.map(drop)
+            }
+        }
+    }
+
+    /// Runs `call` within the store's timeout.
+    async fn bounded<T>(
+        &self,
+        call: impl Future<Output = Result<T, StorageError>>,
+    ) -> Result<T, StorageError> {
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .unwrap_or(Err(StorageError::Timeout(self.timeout)))
+    }
+}
+
+/// Runs `call` on a single Redis: `EVALSHA`, and on `NOSCRIPT` redis-rs's
+/// `SCRIPT LOAD` and `EVALSHA` again.
+async fn run_single(
+    conn: &ConnectionManager,
+    call: &Call,
+) -> Result<Value, RedisError> {
+    let mut conn = conn.clone();
+    match call.invocation().invoke_async(&mut conn).await {
+        // The connection manager hands back the result of the reconnection
+        // it started after the last failure; after an outage that is a
+        // stale "refused" while Redis may be up again. Nothing was sent, so
+        // one retry is safe (a retry after a dropped connection could charge
+        // twice, so only refusals are retried), all within the same timeout.
+        Err(error) if error.is_connection_refusal() => {
+            call.invocation().invoke_async(&mut conn).await
+        }
+        result => result,
     }
 }
 
 #[async_trait::async_trait]
 impl Storage for RedisStorage {
-    /// Runs `gcra.lua` on the bucket. What gcra-core would refuse without
-    /// reading the store (a cost of 0, a cost above the burst) is refused
-    /// here without a call to Redis, with [`StorageError::Check`].
+    /// Runs `gcra.lua` (one bucket) or `gcra_all.lua` (several, a peek, a
+    /// shadow limit) on the buckets.
     ///
     /// Errors: [`StorageError::Timeout`] past the timeout,
     /// [`StorageError::Backend`] for any error of Redis or of the connection
     /// (the script's error replies included), [`StorageError::Protocol`] for
-    /// a reply that is not four non-negative integers.
+    /// a reply that is not four non-negative integers per bucket.
     async fn check(
         &self,
-        check: &BucketCheck<'_>,
-    ) -> Result<Decision, StorageError> {
-        let (quota, cost) = (check.quota, check.cost);
-        if cost == 0 {
-            return Err(StorageError::Check(CheckError::ZeroCost));
-        }
-        if !quota.can_ever_pass(cost) {
-            return Err(StorageError::Check(CheckError::CostExceedsBurst {
-                cost,
-                burst: quota.burst(),
-            }));
-        }
-        let attempt = async {
-            match self.eval(check).await {
-                // The connection manager hands back the result of the
-                // reconnection it started after the last failure; after an
-                // outage that is a stale "refused" while Redis may be up
-                // again. Nothing was sent, so one retry is safe (a retry
-                // after a dropped connection could charge twice, so only
-                // refusals are retried), all within the same timeout.
-                Err(error) if error.is_connection_refusal() => {
-                    self.eval(check).await
-                }
-                result => result,
-            }
-        };
-        match tokio::time::timeout(self.timeout, attempt).await {
-            Err(_elapsed) => Err(StorageError::Timeout(self.timeout)),
-            Ok(Err(error)) => Err(backend(error)),
-            Ok(Ok(reply)) => decode(reply),
-        }
+        checks: &[BucketCheck<'_>],
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        validate(checks, out)?;
+        self.bounded(self.decide(checks, out)).await?;
+        let verdict = Verdict::of(checks.iter().map(|c| c.is_shadow()), out);
+        Ok(Decided::new(verdict, None, "redis"))
+    }
+
+    /// Runs `gcra_settle.lua` on the buckets, within the timeout.
+    async fn settle(
+        &self,
+        settles: &[BucketSettle<'_>],
+    ) -> Result<(), StorageError> {
+        self.bounded(self.settle_all(settles)).await
     }
 
     fn kind(&self) -> &'static str {
@@ -428,114 +467,4 @@ impl Storage for RedisStorage {
 
 fn backend(error: ::redis::RedisError) -> StorageError {
     StorageError::Backend(Box::new(error))
-}
-
-/// `{allowed (1|0), remaining, retry_after_us, reset_after_us}` into a
-/// [`Decision`], or a [`StorageError::Protocol`] saying what was wrong.
-fn decode(reply: Value) -> Result<Decision, StorageError> {
-    let items = match reply {
-        Value::Array(items) if items.len() == 4 => items,
-        Value::Array(items) => {
-            return Err(StorageError::Protocol(format!(
-                "gcra.lua returned {} values, expected 4",
-                items.len()
-            )));
-        }
-        other => {
-            return Err(StorageError::Protocol(format!(
-                "gcra.lua returned {other:?}, expected an array of 4 integers"
-            )));
-        }
-    };
-    let mut numbers = [0_u64; 4];
-    for (slot, item) in numbers.iter_mut().zip(&items) {
-        *slot = match item {
-            Value::Int(n) => u64::try_from(*n).map_err(|_| {
-                StorageError::Protocol(format!(
-                    "gcra.lua returned a negative value: {n}"
-                ))
-            })?,
-            other => {
-                return Err(StorageError::Protocol(format!(
-                    "gcra.lua returned {other:?} where an integer was expected"
-                )));
-            }
-        };
-    }
-    let [allowed, remaining, retry_after_us, reset_after_us] = numbers;
-    let allowed = match allowed {
-        1 => true,
-        0 => false,
-        other => {
-            return Err(StorageError::Protocol(format!(
-                "gcra.lua returned allowed = {other}, expected 0 or 1"
-            )));
-        }
-    };
-    Ok(Decision {
-        allowed,
-        remaining,
-        retry_after_us,
-        reset_after_us,
-        store: None,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ints(values: &[i64]) -> Value {
-        Value::Array(values.iter().copied().map(Value::Int).collect())
-    }
-
-    #[test]
-    fn decodes_an_allowed_and_a_refused_reply() {
-        let allowed = decode(ints(&[1, 9, 0, 6_000_000])).unwrap();
-        assert_eq!(
-            allowed,
-            Decision {
-                allowed: true,
-                remaining: 9,
-                retry_after_us: 0,
-                reset_after_us: 6_000_000,
-                store: None,
-            }
-        );
-        let refused = decode(ints(&[0, 0, 6_000_000, 60_000_000])).unwrap();
-        assert!(!refused.allowed);
-        assert_eq!(refused.retry_after_us, 6_000_000);
-    }
-
-    #[test]
-    fn anything_else_is_a_protocol_error() {
-        let bad = [
-            ints(&[1, 9, 0]),
-            ints(&[1, 9, 0, 1, 1]),
-            ints(&[2, 0, 0, 0]),
-            ints(&[1, -1, 0, 0]),
-            ints(&[0, 0, -6, 0]),
-            Value::Nil,
-            Value::Int(1),
-            Value::Okay,
-            Value::Array(vec![
-                Value::Int(1),
-                Value::BulkString(b"9".to_vec()),
-                Value::Int(0),
-                Value::Int(0),
-            ]),
-        ];
-        for reply in bad {
-            let shown = format!("{reply:?}");
-            assert!(
-                matches!(decode(reply), Err(StorageError::Protocol(_))),
-                "{shown} was accepted"
-            );
-        }
-    }
-
-    #[test]
-    fn the_script_is_the_file() {
-        assert!(GCRA_SCRIPT.get_hash().len() == 40);
-    }
 }

@@ -1,45 +1,37 @@
 //! The layer for gRPC (tonic) servers: [`GrpcTierLimitLayer`].
 
-use std::fmt;
-use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::header::CONTENT_TYPE;
-use http::{Request, Response, StatusCode};
+use http::{Response, StatusCode};
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
-use tower_layer::Layer;
-use tower_service::Service;
 
-use super::layer::Config;
+use super::refusal::{Refusal, Refused};
 use super::response;
-use super::service::{BoxFuture, limit_then_call};
-use super::{HeaderStyle, TierLimitLayer};
-use crate::tier::Verdict;
-use crate::{LimitReason, Limited, RateTier};
+use super::{HeaderStyle, TierLimit, TierLimitLayer};
+use crate::{LimitReason, Limited};
 
 /// [`TierLimitLayer`] for gRPC servers: refusals are `tonic::Status`es
 /// (`RESOURCE_EXHAUSTED` with `google.rpc.RetryInfo`, ...) instead of HTTP
-/// error responses.
-///
-/// Made with [`TierLimitLayer::grpc`]. Cheap to clone; clones share the
-/// limiter's state.
+/// error responses. Made with [`TierLimitLayer::grpc`].
 ///
 /// It decides exactly as the [`TierLimitLayer`] it was made from (identity,
-/// cost, tiers, events, observer, header style). Only the answer differs: a
-/// refused call gets a trailers-only gRPC response (HTTP 200, `grpc-status`, `grpc-message`,
-/// `grpc-status-details-bin`), which every gRPC client reads as a `Status`.
+/// costs, limits, events, observer, header style): it is the same layer,
+/// with [`GrpcRefusal`] as its refusal. Only the answer differs: a refused
+/// call gets a trailers-only gRPC response (HTTP 200, `grpc-status`,
+/// `grpc-message`, `grpc-status-details-bin`), which every gRPC client reads
+/// as a `Status`.
 ///
 /// | case | gRPC code | details (`google.rpc.*`) | metadata |
 /// |---|---|---|---|
 /// | allowed | the inner service's | the inner service's | the rate-limit headers added to the response headers |
-/// | bucket empty | `RESOURCE_EXHAUSTED` | `RetryInfo` (the exact wait, rounded up to the ms), `QuotaFailure` | `retry-after` (seconds, rounded up), the rate-limit headers |
+/// | a bucket empty | `RESOURCE_EXHAUSTED` | `RetryInfo` (the exact wait, rounded up to the ms), `QuotaFailure` | `retry-after` (seconds, rounded up), the rate-limit headers |
 /// | cost above the burst | `FAILED_PRECONDITION` | `PreconditionFailure` (type `QUOTA`), no `RetryInfo` | the limit (`x-ratelimit-limit`), no `retry-after` |
 /// | unknown tier, `OnUnknownTier::Deny` | `PERMISSION_DENIED` | none | none |
 /// | no identity, `OnMissing::Deny(s)` | `UNAUTHENTICATED` (`s` = 401 and any other), `PERMISSION_DENIED` (403), `INVALID_ARGUMENT` (400), `NOT_FOUND` (404) | none | none |
-/// | store failed, `OnStorageError::Deny(_)` | `UNAVAILABLE`, whatever the HTTP status | `RetryInfo` of 1 s | `retry-after: 1` |
+/// | store or identity lookup failed (`Deny`), or a cost above a fallback's local share | `UNAVAILABLE`, whatever the HTTP status | `RetryInfo` of 1 s | `retry-after: 1` |
 /// | cost function returned 0, clock out of range | `INTERNAL` | none | none |
 ///
 /// Why `FAILED_PRECONDITION` for a cost above the burst: no wait makes such a
@@ -48,25 +40,26 @@ use crate::{LimitReason, Limited, RateTier};
 /// `PERMISSION_DENIED` "must not be used for rejections caused by exhausting
 /// some resource". `FAILED_PRECONDITION` is its code for "do not retry until
 /// the system state has been explicitly fixed" (here: a bigger plan, or a
-/// cheaper call).
-///
-/// The rate-limit headers are those of the HTTP path, in the style chosen
-/// with [`TierLimitLayer::headers`] (default: `x-ratelimit-limit`,
-/// `x-ratelimit-remaining`, `x-ratelimit-reset`).
-///
-/// The inner service's error type passes through untouched: a refusal is a
-/// response, never an error. An allowed call's
-/// [`RateLimitInfo`](crate::RateLimitInfo) is in the request's extensions
-/// (`tonic::Request::extensions`), as with HTTP.
+/// cheaper call). A cost above a fallback's local share during an outage is
+/// transient, so it is `UNAVAILABLE`, never `FAILED_PRECONDITION`.
 ///
 /// Identity comes from the metadata, which are the HTTP/2 headers, so
 /// [`TierLimitLayer::identifier_fn`] works as is; a cost per method is a
-/// [`TierLimitLayer::cost_fn`] on the path (`/package.Service/Method`).
+/// [`TierLimitLayer::cost_fn`] on the path (`/package.Service/Method`), and
+/// per-method [`Limit`](crate::Limit)s are `.when()` on the path.
 ///
 /// ```
 /// use http::StatusCode;
 /// use tonic::transport::Server;
 /// use tower_rate_tier::{OnMissing, Quota, RateTier, TierIdentity, TierLimitLayer};
+///
+/// fn plan_of(key: &str) -> Option<&'static str> {
+///     match key {
+///         "key_ana" => Some("free"),
+///         "key_bea" => Some("pro"),
+///         _ => None,
+///     }
+/// }
 ///
 /// let tiers = RateTier::builder()
 ///     .tier("free", Quota::per_minute(10))
@@ -78,8 +71,7 @@ use crate::{LimitReason, Limited, RateTier};
 ///     // gRPC metadata are HTTP/2 headers.
 ///     .identifier_fn(|metadata| {
 ///         let key = metadata.get("x-api-key")?.to_str().ok()?;
-///         let plan = if key.starts_with("pro_") { "pro" } else { "free" };
-///         Some(TierIdentity::new(key, plan))
+///         Some(TierIdentity::new(key, plan_of(key)?))
 ///     })
 ///     .cost_fn(|call| match call.uri.path() {
 ///         "/grpc.health.v1.Health/Watch" => 5,
@@ -92,112 +84,20 @@ use crate::{LimitReason, Limited, RateTier};
 /// // router.serve(addr).await
 /// # drop(router);
 /// ```
-#[derive(Clone)]
-#[must_use]
-pub struct GrpcTierLimitLayer {
-    config: Arc<Config>,
-}
-
-impl TierLimitLayer {
-    /// The same limiter, identity and cost for a gRPC (tonic) server:
-    /// refusals become gRPC statuses. See [`GrpcTierLimitLayer`].
-    pub fn grpc(self) -> GrpcTierLimitLayer {
-        GrpcTierLimitLayer {
-            config: self.config,
-        }
-    }
-}
-
-impl From<TierLimitLayer> for GrpcTierLimitLayer {
-    fn from(layer: TierLimitLayer) -> Self {
-        layer.grpc()
-    }
-}
-
-impl GrpcTierLimitLayer {
-    /// The limiter this layer applies.
-    pub fn tiers(&self) -> &RateTier {
-        &self.config.tiers
-    }
-}
-
-impl fmt::Debug for GrpcTierLimitLayer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GrpcTierLimitLayer")
-            .field("tiers", &self.config.tiers)
-            .field("cost_fn", &self.config.cost.is_some())
-            .field("on_event", &self.config.on_event.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-impl<S> Layer<S> for GrpcTierLimitLayer {
-    type Service = GrpcTierLimit<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        GrpcTierLimit {
-            inner,
-            config: self.config.clone(),
-        }
-    }
-}
+pub type GrpcTierLimitLayer = TierLimitLayer<GrpcRefusal>;
 
 /// The service made by [`GrpcTierLimitLayer`].
-///
-/// Clones share the limiter: the limit holds across every clone.
-pub struct GrpcTierLimit<S> {
-    inner: S,
-    config: Arc<Config>,
-}
+pub type GrpcTierLimit<S> = TierLimit<S, GrpcRefusal>;
 
-impl<S: Clone> Clone for GrpcTierLimit<S> {
-    fn clone(&self) -> Self {
-        GrpcTierLimit {
-            inner: self.inner.clone(),
-            config: self.config.clone(),
-        }
-    }
-}
+/// gRPC refusals: a trailers-only response carrying the `tonic::Status`
+/// of [`GrpcTierLimitLayer`]'s table.
+#[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
+pub struct GrpcRefusal;
 
-impl<S: fmt::Debug> fmt::Debug for GrpcTierLimit<S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GrpcTierLimit")
-            .field("inner", &self.inner)
-            .field("tiers", &self.config.tiers)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for GrpcTierLimit<S>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    ReqBody: Send + 'static,
-    // An empty body: a refusal is a trailers-only response.
-    ResBody: Default + Send + 'static,
-{
-    type Response = Response<ResBody>;
-    type Error = S::Error;
-    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        // The clone is not ready; the one that was polled ready is taken.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
-        let config = self.config.clone();
-        Box::pin(limit_then_call(config, inner, request, |refused, style| {
-            refusal_status(&refused, style).into_http()
-        }))
+impl<B: Default> Refusal<B> for GrpcRefusal {
+    fn refuse(refused: Refused<'_>, style: HeaderStyle) -> Response<B> {
+        refusal_status(refused, style).into_http()
     }
 }
 
@@ -240,7 +140,11 @@ pub fn limited_status_with(limited: &Limited, style: HeaderStyle) -> Status {
     let mut headers = http.into_parts().0.headers;
     headers.remove(CONTENT_TYPE);
     let metadata = MetadataMap::from_headers(headers);
-    let subject = format!("tier:{}", limited.tier());
+    let subject = if limited.is_plan_limit() {
+        format!("tier:{}", limited.tier())
+    } else {
+        format!("limit:{}", limited.limit_name())
+    };
     match limited.reason() {
         LimitReason::RateLimited => {
             let mut details = ErrorDetails::with_retry_info(Some(ceil_millis(
@@ -259,7 +163,12 @@ pub fn limited_status_with(limited: &Limited, style: HeaderStyle) -> Status {
                 "QUOTA",
                 subject,
                 format!(
-                    "request cost {cost} exceeds the tier's burst of {}",
+                    "request cost {cost} exceeds the {}'s burst of {}",
+                    if limited.is_plan_limit() {
+                        "tier"
+                    } else {
+                        "limit"
+                    },
                     limited.limit()
                 ),
             );
@@ -278,14 +187,14 @@ pub fn limited_status_with(limited: &Limited, style: HeaderStyle) -> Status {
     }
 }
 
-/// The status of a verdict that does not pass.
-fn refusal_status(verdict: &Verdict, style: HeaderStyle) -> Status {
-    match verdict {
-        Verdict::Limited(limited) => limited_status_with(limited, style),
-        Verdict::Denied(status) => {
-            Status::new(identity_code(*status), "identity required")
+/// The status of a refused request.
+fn refusal_status(refused: Refused<'_>, style: HeaderStyle) -> Status {
+    match refused {
+        Refused::Limited(limited) => limited_status_with(limited, style),
+        Refused::NoIdentity(status) => {
+            Status::new(identity_code(status), "identity required")
         }
-        Verdict::Unavailable(_) => {
+        Refused::Unavailable(_) => {
             let mut metadata = MetadataMap::new();
             metadata.insert("retry-after", MetadataValue::from_static("1"));
             Status::with_error_details_and_metadata(
@@ -295,16 +204,7 @@ fn refusal_status(verdict: &Verdict, style: HeaderStyle) -> Status {
                 metadata,
             )
         }
-        Verdict::InvalidCost => {
-            Status::new(Code::Internal, "invalid request cost")
-        }
-        Verdict::Invalid => {
-            Status::new(Code::Internal, "rate limiter clock out of range")
-        }
-        // Passes: never refused (the service does not ask).
-        Verdict::Allowed(_) | Verdict::Unlimited => {
-            Status::new(Code::Internal, "rate limiter passed the request")
-        }
+        Refused::Invalid(message) => Status::new(Code::Internal, message),
     }
 }
 
@@ -330,7 +230,7 @@ fn ceil_millis(wait: Duration) -> Duration {
 mod tests {
     use super::*;
     use crate::clock::FakeClock;
-    use crate::{OnUnknownTier, Quota};
+    use crate::{OnUnknownTier, Quota, RateTier};
 
     /// A refusal from a real limiter: `cost` after `spent` in 3/s.
     async fn refused(spent: u32, cost: u32) -> Limited {
@@ -361,7 +261,7 @@ mod tests {
         // 3/s: one request every 333_334 µs (rounded up).
         let limited = refused(3, 1).await;
         assert_eq!(limited.retry_after(), Duration::from_micros(333_334));
-        let status = refusal_status(&Verdict::Limited(limited), style());
+        let status = refusal_status(Refused::Limited(&limited), style());
         assert_eq!(status.code(), Code::ResourceExhausted);
         assert_eq!(status.message(), "rate limit exceeded");
         let retry = status.get_details_retry_info().unwrap();
@@ -381,7 +281,7 @@ mod tests {
     async fn the_metadata_follow_the_header_style() {
         let limited = refused(3, 1).await;
         let status =
-            refusal_status(&Verdict::Limited(limited), HeaderStyle::Ietf);
+            refusal_status(Refused::Limited(&limited), HeaderStyle::Ietf);
         assert_eq!(status.code(), Code::ResourceExhausted);
         assert!(meta(&status, "ratelimit-policy").is_some());
         assert!(meta(&status, "ratelimit").is_some());
@@ -392,7 +292,7 @@ mod tests {
     #[tokio::test]
     async fn cost_above_burst_is_failed_precondition_without_retry() {
         let limited = refused(0, 4).await;
-        let status = refusal_status(&Verdict::Limited(limited), style());
+        let status = refusal_status(Refused::Limited(&limited), style());
         assert_eq!(status.code(), Code::FailedPrecondition);
         assert!(status.get_details_retry_info().is_none());
         let failure = status.get_details_precondition_failure().unwrap();
@@ -414,7 +314,7 @@ mod tests {
             .build();
         let limited =
             limiter.check("ana", "gold", 1).await.unwrap().unwrap_err();
-        let status = refusal_status(&Verdict::Limited(limited), style());
+        let status = refusal_status(Refused::Limited(&limited), style());
         assert_eq!(status.code(), Code::PermissionDenied);
         assert_eq!(status.message(), "unknown tier");
         assert!(status.details().is_empty());
@@ -430,7 +330,7 @@ mod tests {
             (StatusCode::NOT_FOUND, Code::NotFound),
             (StatusCode::PAYMENT_REQUIRED, Code::Unauthenticated),
         ] {
-            let status = refusal_status(&Verdict::Denied(http), style());
+            let status = refusal_status(Refused::NoIdentity(http), style());
             assert_eq!(status.code(), grpc, "{http}");
             assert_eq!(status.message(), "identity required");
             assert!(status.details().is_empty());
@@ -443,7 +343,7 @@ mod tests {
             StatusCode::SERVICE_UNAVAILABLE,
             StatusCode::TOO_MANY_REQUESTS,
         ] {
-            let status = refusal_status(&Verdict::Unavailable(http), style());
+            let status = refusal_status(Refused::Unavailable(http), style());
             assert_eq!(status.code(), Code::Unavailable);
             let retry = status.get_details_retry_info().unwrap();
             assert_eq!(retry.retry_delay, Some(Duration::from_secs(1)));
@@ -453,16 +353,19 @@ mod tests {
 
     #[test]
     fn invalid_cost_and_clock_are_internal() {
-        for verdict in [Verdict::InvalidCost, Verdict::Invalid] {
-            let status = refusal_status(&verdict, style());
+        for message in
+            ["invalid request cost", "rate limiter clock out of range"]
+        {
+            let status = refusal_status(Refused::Invalid(message), style());
             assert_eq!(status.code(), Code::Internal);
+            assert_eq!(status.message(), message);
         }
     }
 
     #[tokio::test]
     async fn a_refusal_is_a_trailers_only_response() {
         let limited = refused(3, 1).await;
-        let status = refusal_status(&Verdict::Limited(limited), style());
+        let status = refusal_status(Refused::Limited(&limited), style());
         let response: Response<String> = status.into_http();
         assert_eq!(response.status(), StatusCode::OK);
         assert!(response.body().is_empty());

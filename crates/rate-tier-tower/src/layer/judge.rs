@@ -1,27 +1,58 @@
-//! From a request's parts to a verdict: identity, cost, the limiter, and
-//! the reporting around them. Shared by every protocol's service.
+//! From a request's parts to a [`Judgement`]: identity, costs, the limits
+//! that apply, the limiter, and the reporting around them. Shared by every
+//! protocol's service.
 //!
-//! With the `tracing` feature, each decision runs in a `DEBUG` span
-//! `rate_limit` (target `tower_rate_tier`) and ends with a `DEBUG` event
-//! carrying tier, outcome, cost, storage and elapsed µs; store failures and
-//! bad costs are `WARN` events. When no subscriber wants `DEBUG` (none
-//! installed, or all at a higher level), the span is not created and the
-//! clock is not read for it: one atomic load per request. (So the `DEBUG`
-//! span and event do not reach tracing's `log` fallback; the `WARN` events
-//! do.)
+//! With the `tracing` feature, each decision ends with a `DEBUG` event
+//! (target `tower_rate_tier`) carrying tier, outcome, cost, storage and
+//! elapsed µs; store failures, failed identity lookups and bad costs are
+//! `WARN` events. When no subscriber wants `DEBUG`, the clock is not read for
+//! it: one atomic load per request. No event carries a user id.
 
+use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Instant;
 
+use http::Response;
 use http::request::Parts;
+use smallvec::SmallVec;
 
 use super::cost::RouteCost;
+use super::future::{After, BoxFuture};
 use super::layer::{Config, Identifier};
-use crate::observe::{Checked, Outcome};
-use crate::tier::{Emit, Verdict};
-use crate::{LimitEvent, LimitReason, TierIdentity};
+use super::refusal::{Refusal, Refused};
+use super::settle::{SettleItem, SettlePlan};
+use crate::error::Error;
+use crate::event::LimitEvent;
+use crate::identity::TierIdentity;
+use crate::limit::{LimitCost, Scope};
+use crate::limiter::decide::{Ask, Emit, Extra, Prepared, Ruling, report};
+use crate::observe::Checked;
+use crate::policy::OnIdentityError;
+
+/// A request's decision, and what it leaves for after the response.
+pub(crate) struct Judgement {
+    ruling: Ruling,
+    settle: Option<SettlePlan>,
+}
+
+/// What `call` could do at once.
+pub(super) enum Now {
+    /// Decided.
+    Judged(Judgement),
+    /// The store needs I/O: the rest runs in a future that owns this.
+    Remote(Prepared<'static>, Pending),
+    /// The identifier is async: everything runs in a future.
+    Identify,
+}
+
+/// What a decision carries into its future.
+pub(super) struct Pending {
+    started: Option<Instant>,
+    settle: Option<SettlePlan>,
+}
 
 impl Config {
-    pub(crate) fn emit(&self, event: LimitEvent) {
+    pub(super) fn emit(&self, event: LimitEvent) {
         #[cfg(feature = "tracing")]
         trace_event(&event);
         if let Some(on_event) = &self.on_event {
@@ -30,83 +61,306 @@ impl Config {
         if let Some(observer) = &self.observer {
             observer.event(&event);
         }
+        self.tiers.emit(|| event);
     }
 
-    /// Whether anyone takes events: the callbacks, or a tracing subscriber
-    /// (events are traced at WARN at most).
+    /// Whether anyone takes events: this layer's callbacks, the limiter's
+    /// listeners, or a tracing subscriber (events are traced at WARN at
+    /// most).
     fn listening(&self) -> bool {
-        // One atomic load, as in `debug_wanted`.
         #[cfg(feature = "tracing")]
         if tracing::Level::WARN
             <= tracing::level_filters::LevelFilter::current()
         {
             return true;
         }
-        self.on_event.is_some() || self.observer.is_some()
+        self.on_event.is_some()
+            || self.observer.is_some()
+            || self.tiers.listening()
     }
 
-    /// Decides one request. Never calls the inner service.
-    pub(crate) async fn judge(&self, parts: &Parts) -> Verdict {
+    /// Whether a check is worth timing.
+    fn timed(&self) -> bool {
         #[cfg(feature = "tracing")]
         if debug_wanted() {
-            let span = tracing::debug_span!(target: TARGET, "rate_limit");
-            if !span.is_disabled() {
-                use tracing::Instrument;
-                return self.judge_in_span(parts).instrument(span).await;
-            }
+            return true;
         }
-        self.judge_in_span(parts).await
+        self.observer.is_some() || self.tiers.observed()
     }
 
-    async fn judge_in_span(&self, parts: &Parts) -> Verdict {
-        #[cfg(feature = "tracing")]
-        let traced = debug_wanted()
-            && tracing::enabled!(target: TARGET, tracing::Level::DEBUG);
-        #[cfg(not(feature = "tracing"))]
-        let traced = false;
-        let started = (self.observer.is_some() || traced).then(Instant::now);
-        let identity: Option<TierIdentity> = match &self.identifier {
+    /// Decides at once if the identity and the store allow it.
+    pub(super) fn judge_now(&self, parts: &Parts) -> Now {
+        let identity = match &self.identifier {
+            Identifier::Async(_) => return Now::Identify,
             Identifier::None => None,
             Identifier::Headers(identify) => identify(&parts.headers),
-            Identifier::Async(identifier) => identifier.identify(parts).await,
         };
-        let cost = match parts.extensions.get::<RouteCost>() {
-            Some(RouteCost(cost)) => *cost,
-            None => self.cost.as_ref().map_or(1, |cost_fn| cost_fn(parts)),
+        let started = self.timed().then(Instant::now);
+        let emit = |event: LimitEvent| self.emit(event);
+        let emit: Emit<'_> = self.listening().then_some(&emit);
+        let (ask, settle) = match self.ask(identity.as_ref(), parts, emit) {
+            Ok(asked) => asked,
+            Err(ruling) => {
+                return Now::Judged(self.judged(ruling, "none", None, started));
+            }
         };
-        let verdict = if cost == 0 {
-            self.emit(LimitEvent::InvalidCost);
-            Verdict::InvalidCost
-        } else {
+        if let (Some((user, tier)), [], false) =
+            (ask.identity, ask.extra.as_slice(), ask.shadow)
+            && ask.cost > 0
+            && let Some((ruling, by)) =
+                self.tiers.decide_plan_now(user, tier, ask.cost, emit)
+        {
+            return Now::Judged(self.judged(ruling, by, settle, started));
+        }
+        let prepared = match self.tiers.prepare(&ask, emit) {
+            Ok(prepared) => prepared,
+            Err(ruling) => {
+                return Now::Judged(self.judged(ruling, "none", None, started));
+            }
+        };
+        match self.tiers.decide_local(&prepared, emit) {
+            Some((ruling, by)) => {
+                Now::Judged(self.judged(ruling, by, settle, started))
+            }
+            None => {
+                Now::Remote(prepared.into_owned(), Pending { started, settle })
+            }
+        }
+    }
+
+    /// The decision of [`Now::Remote`], through the store's I/O.
+    pub(super) fn remote(
+        self: Arc<Self>,
+        prepared: Prepared<'static>,
+        pending: Pending,
+    ) -> BoxFuture<(Judgement, Option<Parts>)> {
+        Box::pin(async move {
             let emit = |event: LimitEvent| self.emit(event);
-            let emit: Emit<'_> =
-                if self.listening() { Some(&emit) } else { None };
-            self.tiers.decide(identity.as_ref(), cost, emit).await
+            let emit: Emit<'_> = self.listening().then_some(&emit);
+            let (ruling, by) = self.tiers.decide_remote(&prepared, emit).await;
+            let judged =
+                self.judged(ruling, by, pending.settle, pending.started);
+            (judged, None)
+        })
+    }
+
+    /// The whole decision with an async identifier; the parts come back
+    /// with the judgement.
+    pub(super) fn identify(
+        self: Arc<Self>,
+        parts: Parts,
+    ) -> BoxFuture<(Judgement, Option<Parts>)> {
+        Box::pin(async move {
+            let judged = self.judge_async(&parts).await;
+            (judged, Some(parts))
+        })
+    }
+
+    async fn judge_async(&self, parts: &Parts) -> Judgement {
+        let started = self.timed().then(Instant::now);
+        let emit = |event: LimitEvent| self.emit(event);
+        let emit: Emit<'_> = self.listening().then_some(&emit);
+        let identity = match &self.identifier {
+            Identifier::Async(identifier) => match identifier
+                .identify(parts)
+                .await
+            {
+                Ok(identity) => identity,
+                Err(error) => {
+                    let policy = self.tiers.plans().on_identity_error();
+                    report(emit, || LimitEvent::IdentityFailed {
+                        error: error.to_string(),
+                        policy,
+                    });
+                    let ruling = match policy {
+                        OnIdentityError::Allow => Ruling::Unlimited,
+                        OnIdentityError::Deny(status) => Ruling::Unavailable {
+                            status,
+                            error: None,
+                        },
+                    };
+                    return self.judged(ruling, "none", None, started);
+                }
+            },
+            Identifier::None => None,
+            Identifier::Headers(identify) => identify(&parts.headers),
         };
+        let (ask, settle) = match self.ask(identity.as_ref(), parts, emit) {
+            Ok(asked) => asked,
+            Err(ruling) => return self.judged(ruling, "none", None, started),
+        };
+        let prepared = match self.tiers.prepare(&ask, emit) {
+            Ok(prepared) => prepared,
+            Err(ruling) => return self.judged(ruling, "none", None, started),
+        };
+        let (ruling, by) = match self.tiers.decide_local(&prepared, emit) {
+            Some(decided) => decided,
+            None => self.tiers.decide_remote(&prepared, emit).await,
+        };
+        self.judged(ruling, by, settle, started)
+    }
+
+    /// The costs and limits of a request, and the settlement it may need.
+    fn ask<'p>(
+        &'p self,
+        identity: Option<&'p TierIdentity<'p>>,
+        parts: &'p Parts,
+        emit: Emit<'_>,
+    ) -> Result<(Ask<'p>, Option<SettlePlan>), Ruling> {
+        let peek = self.peek.as_ref().is_some_and(|peek| peek(parts));
+        let invalid = || {
+            report(emit, || LimitEvent::InvalidCost);
+            Ruling::Invalid(Error::ZeroCost)
+        };
+        let cost = if peek {
+            0
+        } else {
+            match parts.extensions.get::<RouteCost>() {
+                Some(RouteCost(cost)) => *cost,
+                None => self.cost.as_ref().map_or(1, |cost_fn| cost_fn(parts)),
+            }
+        };
+        if cost == 0 && !peek {
+            return Err(invalid());
+        }
+        let identity = identity.filter(|i| !i.user().is_empty());
+        let mut extra: SmallVec<[Extra<'p>; 2]> = SmallVec::new();
+        let mut settle: SmallVec<[SettleItem; 1]> = SmallVec::new();
+        for (index, limit) in self.limits.iter().enumerate() {
+            if !peek && limit.when.as_ref().is_some_and(|when| !when(parts)) {
+                continue;
+            }
+            let partition = match &limit.scope {
+                Scope::User => None,
+                Scope::Global => Some(Cow::Borrowed("")),
+                Scope::Keyed(key) => match key(parts) {
+                    Some(key) => Some(Cow::Owned(key)),
+                    None => continue,
+                },
+            };
+            let limit_cost = match &limit.cost {
+                _ if peek => 0,
+                LimitCost::Fixed(cost) => *cost,
+                LimitCost::Plan => cost,
+                LimitCost::Fn(cost_fn) => match cost_fn(parts) {
+                    0 => return Err(invalid()),
+                    cost => cost,
+                },
+            };
+            if !peek && limit.settle.is_some() {
+                settle.push(SettleItem {
+                    index,
+                    name: limit.name,
+                    partition: partition.as_ref().map(|p| p.to_string()),
+                    estimate: limit_cost,
+                });
+            }
+            extra.push(Extra {
+                limit,
+                partition,
+                cost: limit_cost,
+            });
+        }
+        let ask = Ask {
+            identity: identity.map(|i| (i.user(), i.tier())),
+            cost,
+            extra,
+            shadow: self.shadow,
+        };
+        let settle = (!settle.is_empty()).then(|| {
+            SettlePlan::new(settle, identity.map_or("", |i| i.user()))
+        });
+        Ok((ask, settle))
+    }
+
+    /// The judgement of a ruling, reported to the observers.
+    fn judged(
+        &self,
+        ruling: Ruling,
+        storage: &'static str,
+        settle: Option<SettlePlan>,
+        started: Option<Instant>,
+    ) -> Judgement {
         if let Some(started) = started {
             let checked = Checked {
-                tier: verdict.tier(),
-                outcome: verdict.outcome(),
-                storage: self.tiers.storage().kind(),
+                tier: ruling.tier(),
+                outcome: ruling.outcome(),
+                storage,
                 elapsed: started.elapsed(),
             };
             #[cfg(feature = "tracing")]
-            trace_checked(&checked, cost);
+            trace_checked(&checked);
             if let Some(observer) = &self.observer {
                 observer.checked(&checked);
             }
+            self.tiers.checked(&checked);
         }
-        verdict
+        // Only a request that was charged has something to settle.
+        let settle = match &ruling {
+            Ruling::Allowed(info) => settle.map(|plan| plan.bind(info)),
+            _ => None,
+        };
+        Judgement { ruling, settle }
     }
 }
 
-/// The `tracing` target of the limiter's spans and events.
+impl Judgement {
+    /// The request to pass on (with its [`RateLimitInfo`] in the
+    /// extensions) and what to do after, or the refusal.
+    ///
+    /// [`RateLimitInfo`]: crate::RateLimitInfo
+    pub(super) fn respond<R: Refusal<B>, B>(
+        self,
+        config: &Arc<Config>,
+        mut parts: Parts,
+    ) -> Result<(Parts, After), Response<B>> {
+        let style = config.headers;
+        let refused = match &self.ruling {
+            Ruling::Allowed(info) => {
+                parts.extensions.insert(info.clone());
+                let settle =
+                    self.settle.map(|plan| plan.with_config(config.clone()));
+                let Ruling::Allowed(info) = self.ruling else {
+                    unreachable!("matched just above")
+                };
+                return Ok((
+                    parts,
+                    After {
+                        info: Some(info),
+                        settle,
+                    },
+                ));
+            }
+            Ruling::Unlimited => {
+                return Ok((
+                    parts,
+                    After {
+                        info: None,
+                        settle: None,
+                    },
+                ));
+            }
+            Ruling::Limited(limited) => Refused::Limited(limited),
+            Ruling::Denied(status) => Refused::NoIdentity(*status),
+            Ruling::Unavailable { status, .. } => Refused::Unavailable(*status),
+            Ruling::Invalid(error) => Refused::Invalid(match error {
+                Error::ZeroCost => "invalid request cost",
+                Error::Check(_) => "rate limiter clock out of range",
+                Error::Storage(_) => "rate limiter failed",
+                Error::NoIdentity => "identity required",
+            }),
+        };
+        Err(R::refuse(refused, style))
+    }
+}
+
+/// The `tracing` target of the limiter's events.
 #[cfg(feature = "tracing")]
 const TARGET: &str = "tower_rate_tier";
 
 /// Whether any subscriber may want `DEBUG`: one atomic load, and `false`
 /// when none is installed. The macros check it too, but with tracing's
-/// `log` feature on (other crates often turn it on) a disabled span still
+/// `log` feature on (other crates often turn it on) a disabled event still
 /// costs a trip through the `log` fallback (~15 ns); this gate skips it.
 #[cfg(feature = "tracing")]
 #[inline]
@@ -117,21 +371,22 @@ fn debug_wanted() -> bool {
 }
 
 #[cfg(feature = "tracing")]
-fn trace_checked(checked: &Checked, cost: u32) {
-    tracing::debug!(
-        target: TARGET,
-        tier = checked.tier.unwrap_or("none"),
-        outcome = checked.outcome.as_str(),
-        cost,
-        storage = checked.storage,
-        elapsed_us = u64::try_from(checked.elapsed.as_micros()).unwrap_or(u64::MAX),
-        "rate limit check",
-    );
+fn trace_checked(checked: &Checked) {
+    if debug_wanted() {
+        tracing::debug!(
+            target: TARGET,
+            tier = checked.tier.unwrap_or("none"),
+            outcome = checked.outcome.as_str(),
+            storage = checked.storage,
+            elapsed_us = u64::try_from(checked.elapsed.as_micros()).unwrap_or(u64::MAX),
+            "rate limit check",
+        );
+    }
 }
 
 /// The events worth a log line of their own. Refusals are in the check's
 /// event; the claimed tier of an unknown tier is client input: `Debug`
-/// formatting escapes it.
+/// formatting escapes it. No user id is ever written.
 #[cfg(feature = "tracing")]
 fn trace_event(event: &LimitEvent) {
     match event {
@@ -145,6 +400,12 @@ fn trace_event(event: &LimitEvent) {
             error = %error,
             policy = ?policy,
             "rate limiter store failed",
+        ),
+        LimitEvent::IdentityFailed { error, policy } => tracing::warn!(
+            target: TARGET,
+            error = %error,
+            policy = ?policy,
+            "identity lookup failed",
         ),
         LimitEvent::InvalidCost => tracing::warn!(
             target: TARGET,
@@ -160,43 +421,5 @@ fn trace_event(event: &LimitEvent) {
             tracing::debug!(target: TARGET, "request without identity");
         }
         _ => {}
-    }
-}
-
-impl Verdict {
-    fn tier(&self) -> Option<&'static str> {
-        match self {
-            Verdict::Allowed(info) => static_name(&info.tier),
-            Verdict::Limited(limited) => static_name(&limited.tier),
-            _ => None,
-        }
-    }
-
-    fn outcome(&self) -> Outcome {
-        match self {
-            Verdict::Allowed(_) => Outcome::Allowed,
-            Verdict::Unlimited => Outcome::Unlimited,
-            Verdict::Limited(limited) => match limited.reason() {
-                LimitReason::RateLimited => Outcome::Limited,
-                LimitReason::CostExceedsBurst { .. } => {
-                    Outcome::CostExceedsBurst
-                }
-                LimitReason::UnknownTier => Outcome::UnknownTierDenied,
-            },
-            Verdict::Denied(_) => Outcome::MissingIdentity,
-            Verdict::Unavailable(_) => Outcome::StorageError,
-            Verdict::Invalid | Verdict::InvalidCost => Outcome::Invalid,
-        }
-    }
-}
-
-/// Configured tier names are `Cow::Borrowed` interned names; a claimed
-/// (client-sent) name is owned and must not become a label.
-// The variant is the point: a `&str` would not tell them apart.
-#[allow(clippy::ptr_arg)]
-fn static_name(name: &std::borrow::Cow<'static, str>) -> Option<&'static str> {
-    match name {
-        std::borrow::Cow::Borrowed(name) => Some(name),
-        std::borrow::Cow::Owned(_) => None,
     }
 }

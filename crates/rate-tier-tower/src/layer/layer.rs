@@ -1,15 +1,24 @@
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use http::HeaderMap;
 use http::request::Parts;
 use tower_layer::Layer;
 
+use super::refusal::HttpRefusal;
 use super::{HeaderStyle, TierLimit};
-use crate::{LimitEvent, Observer, RateTier, TierIdentifier, TierIdentity};
+use crate::error::ConfigError;
+use crate::event::LimitEvent;
+use crate::identity::{TierIdentifier, TierIdentity};
+use crate::limit::Limit;
+use crate::limiter::RateTier;
+use crate::observe::Observer;
 
-type IdentifyFn = dyn Fn(&HeaderMap) -> Option<TierIdentity> + Send + Sync;
+pub(crate) type IdentifyFn =
+    dyn for<'h> Fn(&'h HeaderMap) -> Option<TierIdentity<'h>> + Send + Sync;
 type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
+type WhenFn = dyn Fn(&Parts) -> bool + Send + Sync;
 type EventFn = dyn Fn(&LimitEvent) + Send + Sync;
 
 #[derive(Clone)]
@@ -20,14 +29,26 @@ pub(crate) enum Identifier {
     Async(Arc<dyn TierIdentifier>),
 }
 
-/// Applies a [`RateTier`] to every request of the wrapped service.
+/// Applies a [`RateTier`] to every request of the wrapped service: its plan,
+/// and any [`Limit`]s of its own, as one decision per request.
 ///
 /// Cheap to clone; every service it makes shares the limiter's state, so a
-/// limit holds across clones, connections and threads.
+/// limit holds across clones, connections and threads. `R` is how a refusal
+/// is answered: an HTTP response (the default), or a gRPC status
+/// ([`TierLimitLayer::grpc`]).
 ///
 /// ```
 /// use axum::{Router, routing::get};
-/// use tower_rate_tier::{Quota, RateTier, TierIdentity, TierLimitLayer};
+/// use tower_rate_tier::{Limit, Quota, RateTier, TierIdentity, TierLimitLayer};
+///
+/// // In a real service this is a database lookup (see TierIdentifier).
+/// fn plan_of(key: &str) -> Option<&'static str> {
+///     match key {
+///         "key_ana" => Some("free"),
+///         "key_bea" => Some("pro"),
+///         _ => None,
+///     }
+/// }
 ///
 /// let tiers = RateTier::builder()
 ///     .tier("free", Quota::per_minute(10))
@@ -37,52 +58,56 @@ pub(crate) enum Identifier {
 /// let layer = TierLimitLayer::new(tiers)
 ///     .identifier_fn(|headers| {
 ///         let key = headers.get("x-api-key")?.to_str().ok()?;
-///         let plan = if key.starts_with("pro_") { "pro" } else { "free" };
-///         Some(TierIdentity::new(key, plan))
+///         Some(TierIdentity::new(key, plan_of(key)?))
 ///     })
-///     .cost_fn(|req| if req.uri.path() == "/report" { 5 } else { 1 });
+///     .cost_fn(|req| if req.uri.path() == "/report" { 5 } else { 1 })
+///     .limit(Limit::new("search", Quota::per_minute(3)).when(|req| req.uri.path() == "/search"));
 /// let app: Router = Router::new().route("/data", get(|| async { "data" })).layer(layer);
 /// ```
-#[derive(Clone)]
 #[must_use]
-pub struct TierLimitLayer {
+pub struct TierLimitLayer<R = HttpRefusal> {
     pub(crate) config: Arc<Config>,
+    refusal: PhantomData<fn() -> R>,
 }
 
+impl<R> Clone for TierLimitLayer<R> {
+    fn clone(&self) -> Self {
+        TierLimitLayer {
+            config: self.config.clone(),
+            refusal: PhantomData,
+        }
+    }
+}
+
+#[derive(Clone)]
 pub(crate) struct Config {
     pub(crate) tiers: RateTier,
     pub(crate) identifier: Identifier,
     pub(crate) cost: Option<Arc<CostFn>>,
+    pub(crate) limits: Vec<Limit>,
+    pub(crate) peek: Option<Arc<WhenFn>>,
+    pub(crate) shadow: bool,
     pub(crate) on_event: Option<Arc<EventFn>>,
     pub(crate) observer: Option<Arc<dyn Observer>>,
     pub(crate) headers: HeaderStyle,
 }
 
-impl Clone for Config {
-    fn clone(&self) -> Self {
-        Config {
-            tiers: self.tiers.clone(),
-            identifier: self.identifier.clone(),
-            cost: self.cost.clone(),
-            on_event: self.on_event.clone(),
-            observer: self.observer.clone(),
-            headers: self.headers,
-        }
-    }
-}
-
-impl fmt::Debug for TierLimitLayer {
+impl<R> fmt::Debug for TierLimitLayer<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let identifier = match self.config.identifier {
+        let config = &*self.config;
+        let identifier = match config.identifier {
             Identifier::None => "none",
             Identifier::Headers(_) => "headers fn",
             Identifier::Async(_) => "TierIdentifier",
         };
         f.debug_struct("TierLimitLayer")
-            .field("tiers", &self.config.tiers)
+            .field("tiers", &config.tiers)
             .field("identifier", &identifier)
-            .field("cost_fn", &self.config.cost.is_some())
-            .field("on_event", &self.config.on_event.is_some())
+            .field("cost_fn", &config.cost.is_some())
+            .field("limits", &config.limits)
+            .field("shadow", &config.shadow)
+            .field("on_event", &config.on_event.is_some())
+            .field("headers", &config.headers)
             .finish()
     }
 }
@@ -96,35 +121,61 @@ impl TierLimitLayer {
                 tiers,
                 identifier: Identifier::None,
                 cost: None,
+                limits: Vec::new(),
+                peek: None,
+                shadow: false,
                 on_event: None,
                 observer: None,
                 headers: HeaderStyle::default(),
             }),
+            refusal: PhantomData,
         }
     }
 
+    /// The same limiter, identity, cost and limits for a gRPC (tonic)
+    /// server: refusals become gRPC statuses. See
+    /// [`GrpcTierLimitLayer`](super::GrpcTierLimitLayer).
+    #[cfg(feature = "grpc")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+    pub fn grpc(self) -> TierLimitLayer<super::GrpcRefusal> {
+        TierLimitLayer {
+            config: self.config,
+            refusal: PhantomData,
+        }
+    }
+}
+
+impl<R> TierLimitLayer<R> {
     fn map(mut self, change: impl FnOnce(&mut Config)) -> Self {
         change(Arc::make_mut(&mut self.config));
         self
     }
 
     /// Identifies requests from their headers: `None` means no identity.
+    /// The identity may borrow the headers: a rule that reads a key and
+    /// maps it to a `&'static` plan name allocates nothing.
     pub fn identifier_fn<F>(self, identify: F) -> Self
     where
-        F: Fn(&HeaderMap) -> Option<TierIdentity> + Send + Sync + 'static,
+        F: for<'h> Fn(&'h HeaderMap) -> Option<TierIdentity<'h>>
+            + Send
+            + Sync
+            + 'static,
     {
         self.map(|c| c.identifier = Identifier::Headers(Arc::new(identify)))
     }
 
     /// Identifies requests with an async [`TierIdentifier`] (a database
-    /// lookup); see [`CachedIdentifier`](crate::CachedIdentifier) to cache it.
+    /// lookup); see [`CachedIdentifier`](crate::CachedIdentifier) to cache
+    /// it. A failed lookup follows the
+    /// [`OnIdentityError`](crate::OnIdentityError) policy.
     pub fn identifier(self, identifier: impl TierIdentifier) -> Self {
         self.map(|c| c.identifier = Identifier::Async(Arc::new(identifier)))
     }
 
-    /// The cost of each request (default 1). It runs inside this middleware,
-    /// before the check. A cost of 0 is a bug in the function: the request is
-    /// answered 500 and [`LimitEvent::InvalidCost`] is reported.
+    /// The plan's cost of each request (default 1). It runs inside this
+    /// middleware, before the check. A cost of 0 is a bug in the function:
+    /// the request is answered 500 and [`LimitEvent::InvalidCost`] is
+    /// reported.
     pub fn cost_fn<F>(self, cost: F) -> Self
     where
         F: Fn(&Parts) -> u32 + Send + Sync + 'static,
@@ -132,35 +183,81 @@ impl TierLimitLayer {
         self.map(|c| c.cost = Some(Arc::new(cost)))
     }
 
-    /// Called with every [`LimitEvent`], synchronously on the request path:
-    /// keep it short (log, count, send to a channel). Events of the store
-    /// (a circuit breaker, fallback decisions) arrive as
-    /// [`LimitEvent::Storage`], and reloads as
-    /// [`LimitEvent::PlansReloaded`]. Those come from the store and the
-    /// limiter, not from a request: each layer that calls `on_event`
-    /// registers with them, so build the layer once and clone it (clones
-    /// share one registration) rather than building several over one
-    /// [`RateTier`], or each will receive them.
+    /// Adds a limit of its own (per endpoint, per address, global...): a
+    /// request is decided against its plan and every limit that applies to
+    /// it, all or nothing. See [`Limit`].
+    ///
+    /// # Panics
+    ///
+    /// If the limit has the name of another limit of this layer, or of a
+    /// tier: they would share buckets. Use [`TierLimitLayer::try_limit`]
+    /// for a `Result`.
+    #[track_caller]
+    pub fn limit(self, limit: Limit) -> Self {
+        match self.try_limit(limit) {
+            Ok(layer) => layer,
+            Err(error) => panic!("invalid limit: {error}"),
+        }
+    }
+
+    /// Like [`TierLimitLayer::limit`], with a typed error.
+    ///
+    /// ```
+    /// use tower_rate_tier::{ConfigError, Limit, Quota, RateTier, TierLimitLayer};
+    /// let tiers = RateTier::builder().tier("free", Quota::per_minute(10)).build();
+    /// let err = TierLimitLayer::new(tiers)
+    ///     .try_limit(Limit::new("free", Quota::per_minute(3)))
+    ///     .unwrap_err();
+    /// assert_eq!(err, ConfigError::DuplicateLimit("free".into()));
+    /// ```
+    pub fn try_limit(self, limit: Limit) -> Result<Self, ConfigError> {
+        let config = &self.config;
+        let taken = config.limits.iter().any(|l| l.name == limit.name)
+            || config.tiers.plans().quota(limit.name).is_some();
+        if taken {
+            return Err(ConfigError::DuplicateLimit(limit.name.to_owned()));
+        }
+        Ok(self.map(|c| c.limits.push(limit)))
+    }
+
+    /// Requests for which `peek` holds read every limit (the plan's and
+    /// each [`Limit`]'s, whatever their [`Limit::when`]) without charging
+    /// any: their [`RateLimitInfo`](crate::RateLimitInfo), in the
+    /// request's extensions, lists them all (e.g. for a `/quota` route).
+    pub fn peek_when<F>(self, peek: F) -> Self
+    where
+        F: Fn(&Parts) -> bool + Send + Sync + 'static,
+    {
+        self.map(|c| c.peek = Some(Arc::new(peek)))
+    }
+
+    /// Shadow mode for everything: every decision is made, counted
+    /// (`outcome="shadow_limited"`) and reported
+    /// ([`LimitEvent::ShadowLimited`]), and nothing is refused for its rate
+    /// (a cost that can never pass, a missing identity, a failed store are
+    /// still answered by their policies).
+    pub fn shadow(self, shadow: bool) -> Self {
+        self.map(|c| c.shadow = shadow)
+    }
+
+    /// Called with the [`LimitEvent`]s of this layer's requests,
+    /// synchronously on the request path: keep it short (log, count, send
+    /// to a channel). Events that come from no request (the store's, a
+    /// reload) are heard on the limiter:
+    /// [`RateTierBuilder::on_event`](crate::RateTierBuilder::on_event).
     pub fn on_event<F>(self, on_event: F) -> Self
     where
         F: Fn(&LimitEvent) + Send + Sync + 'static,
     {
-        let on_event: Arc<EventFn> = Arc::new(on_event);
-        self.config.tiers.subscribe(None, on_event.clone());
-        self.map(|c| c.on_event = Some(on_event))
+        self.map(|c| c.on_event = Some(Arc::new(on_event)))
     }
 
-    /// Reports every check's outcome and latency, and every event, to
-    /// `observer` (metrics). The store's and the limiter's own events reach
-    /// an observer once, however many layers it observes, if its
-    /// [`Observer::key`] says who it is (as `RateLimitMetrics` does).
+    /// Reports every check of this layer, its outcome and latency, and its
+    /// requests' events, to `observer`. To see every layer's checks and
+    /// the store's events once, observe the limiter instead
+    /// ([`RateTierBuilder::observe`](crate::RateTierBuilder::observe)).
     pub fn observe(self, observer: impl Observer) -> Self {
-        let key = observer.key();
         let observer: Arc<dyn Observer> = Arc::new(observer);
-        let forward = observer.clone();
-        self.config
-            .tiers
-            .subscribe(key, Arc::new(move |event| forward.event(event)));
         self.map(|c| c.observer = Some(observer))
     }
 
@@ -176,13 +273,10 @@ impl TierLimitLayer {
     }
 }
 
-impl<S> Layer<S> for TierLimitLayer {
-    type Service = TierLimit<S>;
+impl<S, R> Layer<S> for TierLimitLayer<R> {
+    type Service = TierLimit<S, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        TierLimit {
-            inner,
-            config: self.config.clone(),
-        }
+        TierLimit::new(inner, self.config.clone())
     }
 }

@@ -5,9 +5,11 @@ use std::sync::LazyLock;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
-use crate::{LimitReason, Limited, RateLimitInfo};
+use crate::outcome::{
+    LimitReason, LimitState, Limited, RateLimitInfo, ceil_secs,
+};
 
-/// `x-ratelimit-limit`: the tier's burst.
+/// `x-ratelimit-limit`: the burst of the most constraining limit.
 pub const X_RATELIMIT_LIMIT: HeaderName =
     HeaderName::from_static("x-ratelimit-limit");
 /// `x-ratelimit-remaining`: requests of cost 1 still allowed now.
@@ -28,12 +30,17 @@ pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 /// - `XRateLimit` (the default, the post's): `x-ratelimit-limit`,
 ///   `x-ratelimit-remaining`, `x-ratelimit-reset` (Unix seconds).
 /// - `Ietf`: the fields of draft-ietf-httpapi-ratelimit-headers-10, one
-///   policy named after the tier: `RateLimit-Policy: "free";q=10;w=60`
+///   policy per limit of the decision, named after the tier (and each limit
+///   of its own): `RateLimit-Policy: "free";q=10;w=60, "search";q=3;w=60`
 ///   (q: the burst; w: seconds for a full burst to come back) and
-///   `RateLimit: "free";r=9;t=54` (r: remaining; t: seconds until the
-///   bucket is full again, or on a 429 until the request may be retried,
-///   so `Retry-After` is never earlier than `t`). No partition key is sent:
-///   it would reveal who the user is to anything that sees the response.
+///   `RateLimit: "free";r=9;t=6, "search";r=2;t=20` (r: remaining; t:
+///   seconds until the bucket is full again, or for the limit that refused
+///   a 429 until the request may be retried, so `Retry-After` is never
+///   earlier than `t`). No partition key is sent: it would reveal who the
+///   user is to anything that sees the response.
+///
+/// The `x-ratelimit-*` headers describe the most constraining limit: the
+/// one with the least remaining, or the one that refused.
 /// - `Both`: all of them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -48,21 +55,12 @@ pub enum HeaderStyle {
 }
 
 impl HeaderStyle {
-    fn x(self) -> bool {
+    pub(crate) fn x(self) -> bool {
         matches!(self, HeaderStyle::XRateLimit | HeaderStyle::Both)
     }
 
-    fn ietf(self) -> bool {
+    pub(crate) fn ietf(self) -> bool {
         matches!(self, HeaderStyle::Ietf | HeaderStyle::Both)
-    }
-}
-
-fn ceil_secs(duration: std::time::Duration) -> u64 {
-    let secs = duration.as_secs();
-    if duration.subsec_nanos() > 0 {
-        secs.saturating_add(1)
-    } else {
-        secs
     }
 }
 
@@ -93,17 +91,39 @@ fn number(n: u64) -> HeaderValue {
         .unwrap_or_else(|| HeaderValue::from(n))
 }
 
-/// Tier names are `[A-Za-z0-9_.-]`: a valid sf-string and header value.
+/// The IETF fields for `limits`: one policy per limit, in order. Names are
+/// `[A-Za-z0-9_.-]`: valid sf-strings and header values. `t` is each
+/// bucket's time until full; for the refusing limit of a 429 it is the wait
+/// (`wait`), so `Retry-After` is never earlier than `t`.
 fn insert_ietf(
     headers: &mut HeaderMap,
-    tier: &str,
-    limit: u32,
-    window: std::time::Duration,
-    remaining: u64,
-    reset_secs: u64,
+    limits: impl Iterator<Item = LimitState>,
+    wait: Option<(&str, u64)>,
 ) {
-    let policy = format!("\"{tier}\";q={limit};w={}", ceil_secs(window));
-    let state = format!("\"{tier}\";r={remaining};t={reset_secs}");
+    let mut policy = String::new();
+    let mut state = String::new();
+    for limit in limits {
+        let separator = if policy.is_empty() { "" } else { ", " };
+        let t = match wait {
+            Some((name, wait)) if name == limit.name => wait,
+            _ => ceil_secs(limit.reset_after),
+        };
+        let remaining = if wait.is_some_and(|(name, _)| name == limit.name) {
+            0
+        } else {
+            limit.remaining
+        };
+        policy.push_str(&format!(
+            "{separator}\"{}\";q={};w={}",
+            limit.name,
+            limit.limit,
+            ceil_secs(limit.window)
+        ));
+        state.push_str(&format!(
+            "{separator}\"{}\";r={remaining};t={t}",
+            limit.name
+        ));
+    }
     if let Ok(policy) = HeaderValue::try_from(policy) {
         headers.insert(RATELIMIT_POLICY, policy);
     }
@@ -112,7 +132,9 @@ fn insert_ietf(
     }
 }
 
-pub(crate) fn insert_info_headers_with(
+/// The rate-limit headers of a request that passed: `x-ratelimit-*` of the
+/// most constraining limit, the IETF fields of every limit.
+pub(crate) fn insert_info_headers(
     headers: &mut HeaderMap,
     info: &RateLimitInfo,
     style: HeaderStyle,
@@ -126,14 +148,7 @@ pub(crate) fn insert_info_headers_with(
         );
     }
     if style.ietf() {
-        insert_ietf(
-            headers,
-            &info.tier,
-            info.limit,
-            info.window,
-            info.remaining,
-            ceil_secs(info.reset_after),
-        );
+        insert_ietf(headers, info.limits(), None);
     }
 }
 
@@ -206,13 +221,19 @@ pub fn limited_response_with<B: From<String>>(
     limited: &Limited,
     style: HeaderStyle,
 ) -> Response<B> {
+    // The plan's refusal keeps the 0.3 body; a limit of its own is named.
+    let named = if limited.is_plan_limit() {
+        String::new()
+    } else {
+        format!(",\"limit\":\"{}\"", limited.limit_name())
+    };
     match limited.reason() {
         LimitReason::RateLimited => {
             let wait = limited.retry_after_secs();
             let mut response = json(
                 StatusCode::TOO_MANY_REQUESTS,
                 format!(
-                    "{{\"error\":\"rate limit exceeded\",\"tier\":\"{}\",\"retry_after\":{wait}}}",
+                    "{{\"error\":\"rate limit exceeded\",\"tier\":\"{}\"{named},\"retry_after\":{wait}}}",
                     limited.tier()
                 ),
             );
@@ -221,33 +242,33 @@ pub fn limited_response_with<B: From<String>>(
             if style.x() {
                 headers.insert(
                     X_RATELIMIT_LIMIT,
-                    HeaderValue::from(limited.limit()),
+                    number(u64::from(limited.limit())),
                 );
-                headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(0u32));
+                headers.insert(X_RATELIMIT_REMAINING, number(0));
                 headers.insert(
                     X_RATELIMIT_RESET,
                     HeaderValue::from(limited.reset_unix_secs()),
                 );
             }
             if style.ietf() {
-                // t is the wait, so Retry-After (the same value) is never
-                // earlier than t.
                 insert_ietf(
                     headers,
-                    limited.tier(),
-                    limited.limit(),
-                    limited.window(),
-                    0,
-                    wait,
+                    limited.limits(),
+                    Some((limited.limit_name(), wait)),
                 );
             }
             response
         }
         LimitReason::CostExceedsBurst { cost } => {
+            let what = if limited.is_plan_limit() {
+                "tier"
+            } else {
+                "limit"
+            };
             let mut response = json(
                 StatusCode::FORBIDDEN,
                 format!(
-                    "{{\"error\":\"request cost exceeds the tier's burst\",\"tier\":\"{}\",\"cost\":{cost},\"burst\":{}}}",
+                    "{{\"error\":\"request cost exceeds the {what}'s burst\",\"tier\":\"{}\"{named},\"cost\":{cost},\"burst\":{}}}",
                     limited.tier(),
                     limited.limit()
                 ),
@@ -256,7 +277,7 @@ pub fn limited_response_with<B: From<String>>(
             if style.x() {
                 response.headers_mut().insert(
                     X_RATELIMIT_LIMIT,
-                    HeaderValue::from(limited.limit()),
+                    number(u64::from(limited.limit())),
                 );
             }
             response

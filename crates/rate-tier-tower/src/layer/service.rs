@@ -1,35 +1,67 @@
-use std::future::Future;
-use std::pin::Pin;
+use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use tower_service::Service;
 
-use super::HeaderStyle;
+use super::future::ResponseFuture;
+use super::judge::Now;
 use super::layer::Config;
-use super::response;
-use crate::tier::Verdict;
+use super::refusal::{HttpRefusal, Refusal};
 
-/// The service made by [`TierLimitLayer`](super::TierLimitLayer).
+/// The service made by [`TierLimitLayer`](super::TierLimitLayer): one
+/// service for every protocol, `R` saying how a refusal is answered.
 ///
-/// Clones share the limiter: the limit holds across every clone.
-pub struct TierLimit<S> {
-    pub(super) inner: S,
-    pub(super) config: Arc<Config>,
+/// Clones share the limiter: the limit holds across every clone. A refused
+/// request never reaches the inner service, and the inner service's error
+/// passes through untouched: a refusal is a response, never an error.
+///
+/// When the identity comes from the headers and the store decides in
+/// process (the memory store, or a fallback whose breaker is open), the
+/// request is decided in `call`, with no allocation; an async identifier or
+/// a remote store decide in a boxed future, which is also the only case
+/// where the inner service is cloned.
+pub struct TierLimit<S, R = HttpRefusal> {
+    inner: S,
+    config: Arc<Config>,
+    refusal: PhantomData<fn() -> R>,
 }
 
-impl<S: Clone> Clone for TierLimit<S> {
-    fn clone(&self) -> Self {
+impl<S, R> TierLimit<S, R> {
+    pub(super) fn new(inner: S, config: Arc<Config>) -> Self {
         TierLimit {
-            inner: self.inner.clone(),
-            config: self.config.clone(),
+            inner,
+            config,
+            refusal: PhantomData,
         }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, unwrapped.
+    pub fn into_inner(self) -> S {
+        self.inner
     }
 }
 
-impl<S: std::fmt::Debug> std::fmt::Debug for TierLimit<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl<S: Clone, R> Clone for TierLimit<S, R> {
+    fn clone(&self) -> Self {
+        TierLimit::new(self.inner.clone(), self.config.clone())
+    }
+}
+
+impl<S: fmt::Debug, R> fmt::Debug for TierLimit<S, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TierLimit")
             .field("inner", &self.inner)
             .field("tiers", &self.config.tiers)
@@ -37,22 +69,14 @@ impl<S: std::fmt::Debug> std::fmt::Debug for TierLimit<S> {
     }
 }
 
-pub(super) type BoxFuture<T> =
-    Pin<Box<dyn Future<Output = T> + Send + 'static>>;
-
-impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for TierLimit<S>
+impl<S, R, ReqBody, ResBody> Service<Request<ReqBody>> for TierLimit<S, R>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    ReqBody: Send + 'static,
-    ResBody: From<String> + Send + 'static,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    R: Refusal<ResBody>,
 {
     type Response = Response<ResBody>;
     type Error = S::Error;
-    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
+    type Future = ResponseFuture<S, ReqBody, ResBody, R>;
 
     fn poll_ready(
         &mut self,
@@ -62,69 +86,27 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let (parts, body) = request.into_parts();
+        let config = self.config.clone();
+        let (decision, parts) = match config.judge_now(&parts) {
+            Now::Judged(judgement) => {
+                return match judgement.respond::<R, ResBody>(&config, parts) {
+                    Ok((parts, after)) => {
+                        let future =
+                            self.inner.call(Request::from_parts(parts, body));
+                        ResponseFuture::calling(config, future, after)
+                    }
+                    Err(refusal) => ResponseFuture::answered(config, refusal),
+                };
+            }
+            Now::Remote(prepared, pending) => {
+                (config.clone().remote(prepared, pending), Some(parts))
+            }
+            Now::Identify => (config.clone().identify(parts), None),
+        };
         // The clone is not ready; the one that was polled ready is taken.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        let config = self.config.clone();
-        Box::pin(limit_then_call(config, inner, request, http_refusal))
-    }
-}
-
-/// The body of every protocol's service: judge the request; if it passes,
-/// call `inner` and add the rate-limit headers to its response; if not,
-/// answer with `refuse` and never call `inner`.
-pub(super) async fn limit_then_call<S, ReqBody, ResBody>(
-    config: Arc<Config>,
-    mut inner: S,
-    request: Request<ReqBody>,
-    refuse: fn(Verdict, HeaderStyle) -> Response<ResBody>,
-) -> Result<Response<ResBody>, S::Error>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
-{
-    let (mut parts, body) = request.into_parts();
-    match config.judge(&parts).await {
-        Verdict::Allowed(info) => {
-            parts.extensions.insert(info.clone());
-            let mut response =
-                inner.call(Request::from_parts(parts, body)).await?;
-            // Also on an error response of the inner service (a gRPC
-            // trailers-only status), which is left as it is.
-            response::insert_info_headers_with(
-                response.headers_mut(),
-                &info,
-                config.headers,
-            );
-            Ok(response)
-        }
-        Verdict::Unlimited => {
-            inner.call(Request::from_parts(parts, body)).await
-        }
-        refused => Ok(refuse(refused, config.headers)),
-    }
-}
-
-/// The HTTP answer to a refused request.
-fn http_refusal<B: From<String>>(
-    verdict: Verdict,
-    headers: HeaderStyle,
-) -> Response<B> {
-    match verdict {
-        Verdict::Limited(limited) => {
-            response::limited_response_with(&limited, headers)
-        }
-        Verdict::Denied(status) => response::error(status, "identity required"),
-        Verdict::Unavailable(status) => response::unavailable(status),
-        Verdict::InvalidCost => response::error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "invalid request cost",
-        ),
-        // Allowed and Unlimited never reach here.
-        Verdict::Invalid | Verdict::Allowed(_) | Verdict::Unlimited => {
-            response::error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "rate limiter clock out of range",
-            )
-        }
+        ResponseFuture::deciding(config, decision, inner, parts, body)
     }
 }

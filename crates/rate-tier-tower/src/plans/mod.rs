@@ -1,18 +1,24 @@
 //! The set of tiers and policies a limiter applies, replaceable at runtime.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
 
 use gcra_core::Quota;
 use http::StatusCode;
-use rate_tier_storage::key::validate_tier_name;
+use rate_tier_storage::LimitName;
 
-use crate::{ConfigError, OnMissing, OnStorageError, OnUnknownTier};
+use crate::error::ConfigError;
+use crate::policy::{
+    OnIdentityError, OnMissing, OnStorageError, OnUnknownTier,
+};
 
-#[derive(Debug, Clone, Copy)]
+/// A configured tier. Its name is interned: copying it into every decision
+/// costs no allocation and no atomic operation.
+#[derive(Debug, Clone)]
 pub(crate) struct Tier {
-    /// Interned: copying it into every decision costs no atomic operation.
     pub(crate) name: &'static str,
+    /// The same name, as the stores know buckets.
+    pub(crate) key: &'static LimitName,
     pub(crate) quota: Quota,
 }
 
@@ -43,6 +49,7 @@ pub struct Plans {
     pub(crate) on_missing: OnMissing,
     pub(crate) on_unknown_tier: OnUnknownTier,
     pub(crate) on_storage_error: OnStorageError,
+    pub(crate) on_identity_error: OnIdentityError,
     /// Which policies were set, not defaulted: a reload keeps the running
     /// ones for the others.
     explicit: Explicit,
@@ -53,6 +60,7 @@ struct Explicit {
     on_missing: bool,
     on_unknown_tier: bool,
     on_storage_error: bool,
+    on_identity_error: bool,
 }
 
 impl Plans {
@@ -76,9 +84,24 @@ impl Plans {
         self.tiers.iter().map(|t| t.name)
     }
 
+    /// The policy for requests without an identity.
+    pub fn on_missing(&self) -> OnMissing {
+        self.on_missing
+    }
+
+    /// The policy for tiers that are not configured.
+    pub fn on_unknown_tier(&self) -> OnUnknownTier {
+        self.on_unknown_tier
+    }
+
     /// The storage error policy.
     pub fn on_storage_error(&self) -> OnStorageError {
         self.on_storage_error
+    }
+
+    /// The identity lookup error policy.
+    pub fn on_identity_error(&self) -> OnIdentityError {
+        self.on_identity_error
     }
 
     /// For a reload: each policy these plans did not set is taken from
@@ -107,14 +130,20 @@ impl Plans {
             self.on_storage_error = running.on_storage_error;
             self.explicit.on_storage_error = true;
         }
+        if !self.explicit.on_identity_error
+            && running.explicit.on_identity_error
+        {
+            self.on_identity_error = running.on_identity_error;
+            self.explicit.on_identity_error = true;
+        }
     }
 
-    pub(crate) fn find(&self, tier: &str) -> Option<Tier> {
-        self.tiers.iter().find(|t| t.name == tier).copied()
+    pub(crate) fn find(&self, tier: &str) -> Option<&Tier> {
+        self.tiers.iter().find(|t| t.name == tier)
     }
 
-    pub(crate) fn default_entry(&self) -> Option<Tier> {
-        self.default_tier.map(|i| self.tiers[i])
+    pub(crate) fn default_entry(&self) -> Option<&Tier> {
+        self.default_tier.and_then(|i| self.tiers.get(i))
     }
 }
 
@@ -127,6 +156,7 @@ pub struct PlansBuilder {
     on_missing: Option<OnMissing>,
     on_unknown_tier: Option<OnUnknownTier>,
     on_storage_error: Option<OnStorageError>,
+    on_identity_error: Option<OnIdentityError>,
 }
 
 impl PlansBuilder {
@@ -164,6 +194,13 @@ impl PlansBuilder {
         self
     }
 
+    /// What a request gets when its identity lookup fails. Default: 503,
+    /// fail closed.
+    pub fn on_identity_error(mut self, policy: OnIdentityError) -> Self {
+        self.on_identity_error = Some(policy);
+        self
+    }
+
     /// Validates the plans.
     ///
     /// ```
@@ -190,12 +227,13 @@ impl PlansBuilder {
         }
         let mut tiers: Vec<Tier> = Vec::with_capacity(self.tiers.len());
         for (name, quota) in self.tiers {
-            validate_tier_name(&name)?;
+            let key = intern(&name)?;
             if tiers.iter().any(|t| t.name == name) {
                 return Err(ConfigError::DuplicateTier(name));
             }
             tiers.push(Tier {
-                name: intern(&name),
+                name: key.as_str_static(),
+                key,
                 quota,
             });
         }
@@ -218,6 +256,9 @@ impl PlansBuilder {
         }
         if let Some(OnStorageError::Deny(status)) = self.on_storage_error {
             refusal("OnStorageError::Deny", status)?;
+        }
+        if let Some(OnIdentityError::Deny(status)) = self.on_identity_error {
+            refusal("OnIdentityError::Deny", status)?;
         }
         let has_default = default_tier.is_some();
         let on_missing = match self.on_missing {
@@ -246,219 +287,55 @@ impl PlansBuilder {
             on_missing,
             on_unknown_tier,
             on_storage_error: self.on_storage_error.unwrap_or_default(),
+            on_identity_error: self.on_identity_error.unwrap_or_default(),
             explicit: Explicit {
                 on_missing: self.on_missing.is_some(),
                 on_unknown_tier: self.on_unknown_tier.is_some(),
                 on_storage_error: self.on_storage_error.is_some(),
+                on_identity_error: self.on_identity_error.is_some(),
             },
         })
     }
 }
 
-/// The `&'static` copy of a tier name, made once per distinct name for the
-/// life of the process (names come from configuration, never from requests,
-/// so the set is small and bounded, reloads included).
-fn intern(name: &str) -> &'static str {
-    static NAMES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+/// The `&'static` validated copy of a tier or limit name, made once per
+/// distinct name for the life of the process (names come from
+/// configuration, never from requests, so the set is small and bounded,
+/// reloads included). Copying it into a decision costs no allocation and
+/// no atomic operation.
+pub(crate) fn intern(
+    name: &str,
+) -> Result<&'static Interned, rate_tier_storage::key::InvalidTierName> {
+    static NAMES: Mutex<BTreeMap<&'static str, &'static Interned>> =
+        Mutex::new(BTreeMap::new());
     let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(interned) = names.get(name) {
-        return interned;
+        return Ok(interned);
     }
-    let interned: &'static str = Box::leak(name.into());
-    names.insert(interned);
-    interned
+    // Validated before interning: only valid names are kept.
+    rate_tier_storage::key::validate_tier_name(name)?;
+    let text: &'static str = Box::leak(name.into());
+    let interned: &'static Interned =
+        Box::leak(Box::new(LimitName::new(text)?));
+    names.insert(text, interned);
+    Ok(interned)
 }
 
-#[cfg(feature = "plans-toml")]
-mod toml_file {
-    use std::collections::BTreeMap;
-    use std::fmt;
-    use std::ops::Range;
-    use std::time::Duration;
+/// An interned name.
+pub(crate) type Interned = LimitName;
 
-    use gcra_core::Quota;
-    use rate_tier_storage::key::validate_tier_name;
-    use serde::Deserialize;
-    use toml::Spanned;
+/// The `&'static str` of an interned name.
+pub(crate) trait StaticName {
+    fn as_str_static(&'static self) -> &'static str;
+}
 
-    use super::PlansBuilder;
-
-    /// Why a plans file was refused, and where.
-    ///
-    /// ```
-    /// # use tower_rate_tier::Plans;
-    /// let err = Plans::builder()
-    ///     .from_toml("[tiers.free]\nlimit = 0\nper = \"minute\"\n")
-    ///     .unwrap_err();
-    /// assert_eq!(err.line(), 2);
-    /// assert_eq!(err.to_string(), "line 2: limit must be at least 1");
-    /// ```
-    #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-    #[error("line {line}: {message}")]
-    pub struct PlansError {
-        line: usize,
-        message: String,
-    }
-
-    impl PlansError {
-        fn at(
-            text: &str,
-            span: Option<Range<usize>>,
-            message: impl fmt::Display,
-        ) -> Self {
-            let start = span.map_or(0, |span| span.start.min(text.len()));
-            let line = text.as_bytes().get(..start).map_or(1, |before| {
-                before.iter().filter(|b| **b == b'\n').count() + 1
-            });
-            PlansError {
-                line,
-                message: message.to_string(),
-            }
-        }
-
-        /// The 1-based line of the problem.
-        pub fn line(&self) -> usize {
-            self.line
-        }
-
-        /// What is wrong, without the line.
-        pub fn message(&self) -> &str {
-            &self.message
-        }
-    }
-
-    #[derive(Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct File {
-        default_tier: Option<Spanned<String>>,
-        #[serde(default)]
-        tiers: BTreeMap<Spanned<String>, Spanned<TierDef>>,
-    }
-
-    #[derive(Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct TierDef {
-        limit: Spanned<u32>,
-        per: Spanned<Per>,
-        burst: Option<Spanned<u32>>,
-    }
-
-    #[derive(Deserialize, Clone, Copy)]
-    #[serde(rename_all = "lowercase")]
-    enum Per {
-        Second,
-        Minute,
-        Hour,
-        Day,
-    }
-
-    impl Per {
-        fn period(self) -> Duration {
-            Duration::from_secs(match self {
-                Per::Second => 1,
-                Per::Minute => 60,
-                Per::Hour => 3600,
-                Per::Day => 86_400,
-            })
-        }
-    }
-
-    impl PlansBuilder {
-        /// Adds the tiers (and default tier) of a TOML plans file to these
-        /// plans; policies stay as set in code. Feature `plans-toml`.
-        ///
-        /// ```toml
-        /// default_tier = "free"        # optional
-        /// [tiers.free]
-        /// limit = 10
-        /// per = "minute"               # second | minute | hour | day
-        /// # burst = 10                 # optional, defaults to limit
-        /// [tiers.pro]
-        /// limit = 100
-        /// per = "minute"
-        /// ```
-        ///
-        /// Unknown fields, a zero limit or burst, a bad tier name or a
-        /// default tier that is not defined are errors that name the line.
-        ///
-        /// ```
-        /// use tower_rate_tier::{OnMissing, Plans, Quota};
-        /// use http::StatusCode;
-        ///
-        /// let plans = Plans::builder()
-        ///     .on_missing(OnMissing::Deny(StatusCode::UNAUTHORIZED))
-        ///     .from_toml(r#"
-        ///         default_tier = "free"
-        ///         [tiers.free]
-        ///         limit = 10
-        ///         per = "minute"
-        ///         [tiers.pro]
-        ///         limit = 100
-        ///         per = "minute"
-        ///         burst = 20
-        ///     "#)?
-        ///     .build()?;
-        /// assert_eq!(plans.quota("pro"), Some(Quota::per_minute(100).allow_burst(20)));
-        ///
-        /// let typo = Plans::builder().from_toml("[tiers.free]\nlimit = 10\nper = \"minute\"\nbrust = 5\n");
-        /// assert_eq!(typo.unwrap_err().line(), 4);
-        /// # Ok::<(), Box<dyn std::error::Error>>(())
-        /// ```
-        pub fn from_toml(
-            mut self,
-            text: &str,
-        ) -> Result<PlansBuilder, PlansError> {
-            let file: File = toml::from_str(text)
-                .map_err(|e| PlansError::at(text, e.span(), e.message()))?;
-            for (name, tier) in &file.tiers {
-                validate_tier_name(name.get_ref())
-                    .map_err(|e| PlansError::at(text, Some(name.span()), e))?;
-                let tier = tier.get_ref();
-                if *tier.limit.get_ref() == 0 {
-                    return Err(PlansError::at(
-                        text,
-                        Some(tier.limit.span()),
-                        "limit must be at least 1",
-                    ));
-                }
-                let quota = Quota::new(
-                    *tier.limit.get_ref(),
-                    tier.per.get_ref().period(),
-                )
-                .map_err(|e| {
-                    PlansError::at(text, Some(tier.limit.span()), e)
-                })?;
-                let quota = match &tier.burst {
-                    None => quota,
-                    Some(burst) => {
-                        quota.try_allow_burst(*burst.get_ref()).map_err(
-                            |e| PlansError::at(text, Some(burst.span()), e),
-                        )?
-                    }
-                };
-                self = self.tier(name.get_ref().clone(), quota);
-            }
-            if let Some(default) = &file.default_tier {
-                if !file
-                    .tiers
-                    .keys()
-                    .any(|name| name.get_ref() == default.get_ref())
-                {
-                    return Err(PlansError::at(
-                        text,
-                        Some(default.span()),
-                        format!(
-                            "default tier {:?} is not defined",
-                            default.get_ref()
-                        ),
-                    ));
-                }
-                self = self.default_tier(default.get_ref().clone());
-            }
-            Ok(self)
-        }
+impl StaticName for LimitName {
+    fn as_str_static(&'static self) -> &'static str {
+        self.as_str()
     }
 }
 
 #[cfg(feature = "plans-toml")]
-pub use toml_file::PlansError;
+mod toml;
+#[cfg(feature = "plans-toml")]
+pub use self::toml::PlansError;

@@ -1,0 +1,280 @@
+//! One request against one bucket: [`BucketCheck`], and the names buckets
+//! are known by.
+//!
+//! A bucket is a limit name and a partition: the plan `free` and the user
+//! `key_ana`, the limit `search` and the same user, the limit `ip` and an
+//! address, a global limit and the empty partition. Every store keys its
+//! state by the pair; shared stores see only the partition's hash (see
+//! [`key`](crate::key)).
+
+use std::borrow::Cow;
+use std::fmt;
+
+use gcra_core::{Adjust, Charge, CheckError, Quota};
+use siphasher::sip::SipHasher13;
+
+use crate::key::{self, InvalidTierName, KeyLayout, KeySecret};
+
+/// A validated limit (or tier) name: 1 to 64 bytes of `[A-Za-z0-9_.-]`,
+/// so that the `:` that ends it in a key is unambiguous and two buckets can
+/// never share a key.
+///
+/// Validated once, when a configuration is built; a [`BucketCheck`]
+/// borrows it, at no cost per request.
+///
+/// ```
+/// use rate_tier_storage::LimitName;
+/// let free = LimitName::new("free")?;
+/// assert_eq!(free.as_str(), "free");
+/// assert!(LimitName::new("a:b").is_err());
+/// # Ok::<(), rate_tier_storage::key::InvalidTierName>(())
+/// ```
+#[derive(Clone)]
+pub struct LimitName {
+    name: Cow<'static, str>,
+    /// A fixed 64-bit hash of the name, made once: an in-process store
+    /// mixes it into a bucket's name instead of hashing the name per check.
+    id: u64,
+}
+
+impl LimitName {
+    /// Validates `name` (see [`key::validate_tier_name`]).
+    pub fn new(
+        name: impl Into<Cow<'static, str>>,
+    ) -> Result<LimitName, InvalidTierName> {
+        let name = name.into();
+        key::validate_tier_name(&name)?;
+        let id = SipHasher13::new_with_keys(0x7472_745f, 0x6c69_6d69)
+            .hash(name.as_bytes());
+        Ok(LimitName { name, id })
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.name
+    }
+
+    /// The name's fixed hash (not keyed: names come from configuration).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl PartialEq for LimitName {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for LimitName {}
+
+impl std::hash::Hash for LimitName {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+    }
+}
+
+impl fmt::Debug for LimitName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.name, f)
+    }
+}
+
+impl fmt::Display for LimitName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+/// One request against one bucket: which bucket, under which quota, at what
+/// cost, enforced or in shadow.
+///
+/// Built once per request at the edge, where the cost is validated: a
+/// `BucketCheck` that exists has a cost of 0 (a peek) up to the quota's
+/// burst, so no store checks it again.
+///
+/// ```
+/// use rate_tier_storage::{BucketCheck, KeyLayout, LimitName};
+/// use rate_tier_storage::key::KeySecret;
+/// use gcra_core::{CheckError, Quota};
+///
+/// let pro = LimitName::new("pro")?;
+/// let secret = KeySecret::new("k")?;
+/// let check = BucketCheck::new(&pro, "bea", Quota::per_minute(100), 5)?
+///     .key_secret(Some(&secret));
+/// assert!(check.key(KeyLayout::Single).starts_with("trt:pro:"));
+///
+/// // A cost that can never pass is refused here, before any store.
+/// assert_eq!(
+///     BucketCheck::new(&pro, "bea", Quota::per_minute(100), 101).unwrap_err(),
+///     CheckError::CostExceedsBurst { cost: 101, burst: 100 }
+/// );
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct BucketCheck<'a> {
+    name: &'a LimitName,
+    partition: &'a str,
+    quota: Quota,
+    cost: u32,
+    shadow: bool,
+    key_secret: Option<&'a KeySecret>,
+}
+
+impl<'a> BucketCheck<'a> {
+    /// `cost` against the bucket (`name`, `partition`) under `quota`.
+    ///
+    /// # Errors
+    ///
+    /// [`CheckError::CostExceedsBurst`] if `cost` is above the quota's
+    /// burst: no wait would let it pass. A cost of 0 is a peek.
+    pub fn new(
+        name: &'a LimitName,
+        partition: &'a str,
+        quota: Quota,
+        cost: u32,
+    ) -> Result<Self, CheckError> {
+        if cost > quota.burst() {
+            return Err(CheckError::CostExceedsBurst {
+                cost,
+                burst: quota.burst(),
+            });
+        }
+        Ok(BucketCheck {
+            name,
+            partition,
+            quota,
+            cost,
+            shadow: false,
+            key_secret: None,
+        })
+    }
+
+    /// A read of the bucket that charges nothing (a cost of 0).
+    pub fn peek(name: &'a LimitName, partition: &'a str, quota: Quota) -> Self {
+        BucketCheck {
+            name,
+            partition,
+            quota,
+            cost: 0,
+            shadow: false,
+            key_secret: None,
+        }
+    }
+
+    /// In shadow mode: decided and reported, never refusing (see
+    /// [`gcra_core::Charge::shadow`]).
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
+    }
+
+    /// The secret that turns the partition into an HMAC in shared keys.
+    pub fn key_secret(mut self, secret: Option<&'a KeySecret>) -> Self {
+        self.key_secret = secret;
+        self
+    }
+
+    /// The limit's name.
+    pub fn name(&self) -> &'a str {
+        self.name.as_str()
+    }
+
+    /// The limit's name, validated.
+    pub fn limit_name(&self) -> &'a LimitName {
+        self.name
+    }
+
+    /// The partition (a user id, an address, `""` for a global limit).
+    pub fn partition(&self) -> &'a str {
+        self.partition
+    }
+
+    /// The quota.
+    pub fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    /// The cost, `0..=quota.burst()`; 0 is a peek.
+    pub fn cost(&self) -> u32 {
+        self.cost
+    }
+
+    /// Whether it is in shadow mode.
+    pub fn is_shadow(&self) -> bool {
+        self.shadow
+    }
+
+    /// The same bucket, read only (a cost of 0).
+    #[cfg(feature = "redis")]
+    pub(crate) fn as_peek(mut self) -> Self {
+        self.cost = 0;
+        self
+    }
+
+    /// The same bucket under another quota (a fallback's local share), the
+    /// cost unchanged and not validated again.
+    pub(crate) fn with_quota(mut self, quota: Quota) -> Self {
+        self.quota = quota;
+        self
+    }
+
+    /// What gcra-core decides for this bucket.
+    pub fn charge(&self) -> Charge {
+        Charge {
+            quota: self.quota,
+            cost: self.cost,
+            shadow: self.shadow,
+        }
+    }
+
+    /// The bucket's key in a shared store laid out as `layout`: see
+    /// [`key::bucket_key`] and [`key::cluster_bucket_key`].
+    pub fn key(&self, layout: KeyLayout) -> String {
+        key::shared_key(layout, self.name(), self.partition, self.key_secret)
+    }
+
+    /// The script arguments of this bucket: `T`, `tau`, cost, and 1 for a
+    /// shadow limit (0 otherwise), as every Redis script of this crate
+    /// takes them.
+    pub fn script_args(&self) -> [u64; 4] {
+        [
+            self.quota.emission_interval_us(),
+            self.quota.burst_offset_us(),
+            u64::from(self.cost),
+            u64::from(self.shadow),
+        ]
+    }
+
+    /// An adjustment of this bucket after the request (see
+    /// [`gcra_core::Quota::settle`]).
+    pub fn settle(self, adjust: Adjust) -> BucketSettle<'a> {
+        BucketSettle {
+            bucket: self,
+            adjust,
+        }
+    }
+}
+
+/// A charge adjusted after the request was served: the estimate charged by a
+/// [`BucketCheck`] becomes the actual cost.
+#[derive(Debug, Clone, Copy)]
+pub struct BucketSettle<'a> {
+    /// The bucket (its cost is not used).
+    pub bucket: BucketCheck<'a>,
+    /// The debt to charge, or the units to give back.
+    pub adjust: Adjust,
+}
+
+/// Several checks are one decision only if no bucket appears twice: a store
+/// would decide it twice from the same stored state.
+pub(crate) fn distinct(checks: &[BucketCheck<'_>]) -> bool {
+    if checks.len() < 2 {
+        return true;
+    }
+    checks.iter().enumerate().all(|(i, a)| {
+        checks[..i]
+            .iter()
+            .all(|b| a.name != b.name || a.partition != b.partition)
+    })
+}

@@ -1,0 +1,592 @@
+//! Keep limiting when the shared store is down: a local fallback behind a
+//! circuit breaker.
+//!
+//! [`FallbackStorage`] wraps a primary store (usually Redis). While the
+//! primary answers, it decides. When it fails (an error or a timeout), that
+//! request is decided by a local [`MemoryStorage`] instead, and after
+//! `failure_threshold` consecutive failures the breaker **opens**: every
+//! check goes straight to the local store, at memory speed, with no call to
+//! the primary and no timeout to wait. After a cool-down a single request
+//! **probes** the primary (half-open); success closes the breaker, failure
+//! reopens it for twice the cool-down (up to a cap).
+//!
+//! ```text
+//!            N failures                cool-down passed
+//!  Closed ──────────────▶ Open ──────────────────────────▶ HalfOpen (one probe)
+//!    ▲                     ▲                                  │    │
+//!    │                     └──────── probe failed (backoff) ──┘    │
+//!    └──────────────────────────────── probe succeeded ────────────┘
+//! ```
+//!
+//! A probe that never reaches the primary (its inputs were refused first)
+//! proves nothing: the breaker goes back to open, due at once, and the next
+//! check probes.
+//!
+//! # Several failure domains
+//!
+//! A primary made of independent parts (the nodes of a Redis Cluster) names
+//! each bucket's part with [`Storage::failure_domain`]. Each part gets a
+//! breaker of its own: when one node is down, only the buckets it holds are
+//! decided locally, the others stay shared, and a probe of that node
+//! closes only its breaker. A decision over buckets of several parts is
+//! local if any of their breakers is open, and a failure counts against
+//! each of them.
+//!
+//! # During an outage
+//!
+//! Each instance limits on its own, so K instances allow up to K times the
+//! quota. [`FallbackStorageBuilder::local_share`] divides each quota by K
+//! locally ([`shared_quota`]): the rate exactly (the period is K times
+//! longer) and the burst down to at least 1. A request whose cost is above
+//! the divided burst is [`StorageError::AboveLocalShare`], a transient
+//! refusal (it could pass once the primary is back), never a permanent one.
+//! When a quota's burst is below K, each instance still allows 1 at once:
+//! K instances may pass up to K at once, at the divided rate.
+//!
+//! Every change of state and every local decision is a [`StorageEvent`] for
+//! the listeners.
+
+mod breaker;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use gcra_core::{Decision, Quota};
+use smallvec::SmallVec;
+
+use self::breaker::{Breaker, Route, Timing, Transition};
+use crate::bucket::{BucketCheck, BucketSettle};
+use crate::clock::{Clock, MonotonicClock, SharedClock};
+pub use crate::event::BreakerState;
+use crate::event::{Listeners, StorageEvent, StorageListener, Subscription};
+use crate::memory::MemoryStorage;
+use crate::storage::{Decided, Storage, StorageError, validate};
+
+/// What [`Decided::by`] says of a decision made by the local store.
+pub const LOCAL: &str = "fallback";
+
+/// A primary store with a local fallback behind a circuit breaker.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use rate_tier_storage::{BreakerState, BucketCheck, FallbackStorage, LimitName, MemoryStorage, Storage};
+/// use gcra_core::{Decision, Quota};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let primary = Arc::new(MemoryStorage::new()); // in production: RedisStorage
+/// let store = FallbackStorage::builder(primary)
+///     .failure_threshold(3)
+///     .cool_down(Duration::from_secs(1), Duration::from_secs(30))
+///     .build();
+/// let free = LimitName::new("free")?;
+/// let check = [BucketCheck::new(&free, "ana", Quota::per_minute(10), 1)?];
+/// let mut out = [Decision::default()];
+/// let decided = store.check(&check, &mut out).await?;
+/// assert!(decided.verdict.allowed);
+/// assert_eq!(decided.by, "memory"); // the primary decided
+/// assert_eq!(store.state(), BreakerState::Closed);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct FallbackStorage {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    primary: Arc<dyn Storage>,
+    local: MemoryStorage,
+    clock: SharedClock,
+    timing: Timing,
+    local_share: u32,
+    /// The breaker of a primary that is one failure domain.
+    whole: Arc<Breaker>,
+    /// The breakers of the parts of a primary that has several.
+    domains: RwLock<HashMap<Arc<str>, Arc<Breaker>>>,
+    listeners: Listeners<StorageEvent>,
+    /// The primary's and the local store's own events (an eviction during
+    /// an outage), passed on to our listeners.
+    _forwarding: [Subscription; 2],
+}
+
+impl fmt::Debug for FallbackStorage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FallbackStorage")
+            .field("primary", &self.inner.primary)
+            .field("state", &self.state())
+            .field("failure_threshold", &self.inner.timing.failure_threshold)
+            .field("local_share", &self.inner.local_share)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures a [`FallbackStorage`].
+#[must_use]
+pub struct FallbackStorageBuilder {
+    primary: Arc<dyn Storage>,
+    clock: SharedClock,
+    failure_threshold: u32,
+    cool_down: Duration,
+    max_cool_down: Duration,
+    local_share: u32,
+    local_capacity: Option<usize>,
+}
+
+impl fmt::Debug for FallbackStorageBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FallbackStorageBuilder")
+            .field("primary", &self.primary)
+            .field("failure_threshold", &self.failure_threshold)
+            .field("cool_down", &self.cool_down)
+            .field("max_cool_down", &self.max_cool_down)
+            .field("local_share", &self.local_share)
+            .finish_non_exhaustive()
+    }
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+impl FallbackStorageBuilder {
+    /// Consecutive failures that open the breaker (default 3, minimum 1).
+    pub fn failure_threshold(mut self, failures: u32) -> Self {
+        self.failure_threshold = failures.max(1);
+        self
+    }
+
+    /// How long the breaker stays open before a probe (default 1 s), and the
+    /// most it grows to after failed probes, doubling each time (default 30 s).
+    pub fn cool_down(mut self, first: Duration, max: Duration) -> Self {
+        self.cool_down = first;
+        self.max_cool_down = max.max(first);
+        self
+    }
+
+    /// Divides each quota among `instances` for local decisions (default 1:
+    /// the full quota per instance). See the [module docs](self#during-an-outage).
+    pub fn local_share(mut self, instances: u32) -> Self {
+        self.local_share = instances.max(1);
+        self
+    }
+
+    /// The clock of the breaker and of the local store (default: the
+    /// monotonic clock).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Bounds the local store (see [`MemoryStorage`]).
+    pub fn local_capacity(mut self, capacity: usize) -> Self {
+        self.local_capacity = Some(capacity);
+        self
+    }
+
+    /// Builds the store, every breaker closed.
+    pub fn build(self) -> FallbackStorage {
+        let mut local =
+            MemoryStorage::builder().shared_clock(self.clock.clone());
+        if let Some(capacity) = self.local_capacity {
+            local = local.capacity(capacity);
+        }
+        let local = local.build();
+        let inner = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| {
+            let forward = |weak: std::sync::Weak<Inner>| -> StorageListener {
+                Arc::new(move |event| {
+                    if let Some(inner) = weak.upgrade() {
+                        inner.listeners.emit_with(|| event.clone());
+                    }
+                })
+            };
+            let forwarding = [
+                self.primary.subscribe(forward(weak.clone())),
+                local.subscribe(forward(weak.clone())),
+            ];
+            Inner {
+                primary: self.primary,
+                local,
+                clock: self.clock,
+                timing: Timing {
+                    failure_threshold: self.failure_threshold,
+                    cool_down_us: micros(self.cool_down),
+                    max_cool_down_us: micros(self.max_cool_down),
+                },
+                local_share: self.local_share,
+                whole: Arc::default(),
+                domains: RwLock::default(),
+                listeners: Listeners::default(),
+                _forwarding: forwarding,
+            }
+        });
+        FallbackStorage { inner }
+    }
+}
+
+impl FallbackStorage {
+    /// Configures a fallback around `primary`.
+    pub fn builder(primary: Arc<dyn Storage>) -> FallbackStorageBuilder {
+        FallbackStorageBuilder {
+            primary,
+            clock: Arc::new(MonotonicClock),
+            failure_threshold: 3,
+            cool_down: Duration::from_secs(1),
+            max_cool_down: Duration::from_secs(30),
+            local_share: 1,
+            local_capacity: None,
+        }
+    }
+
+    /// The breakers' state now: open if any is open, half-open if any is
+    /// probing, closed when all are.
+    pub fn state(&self) -> BreakerState {
+        let mut state = self.inner.whole.state();
+        for (_, breaker_state) in self.domain_states() {
+            state = match (state, breaker_state) {
+                (BreakerState::Open, _) | (_, BreakerState::Open) => {
+                    BreakerState::Open
+                }
+                (BreakerState::HalfOpen, _) | (_, BreakerState::HalfOpen) => {
+                    BreakerState::HalfOpen
+                }
+                _ => BreakerState::Closed,
+            };
+        }
+        state
+    }
+
+    /// The state of each failure domain's breaker (the nodes of a Redis
+    /// Cluster), in no particular order.
+    pub fn domain_states(&self) -> Vec<(Arc<str>, BreakerState)> {
+        self.inner
+            .domains
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(domain, breaker)| (domain.clone(), breaker.state()))
+            .collect()
+    }
+
+    /// The local store (for inspection in tests and metrics).
+    pub fn local(&self) -> &MemoryStorage {
+        &self.inner.local
+    }
+}
+
+/// `quota` as one of `share` instances applies it alone: the rate divided
+/// exactly (a period `share` times longer), the burst divided down to at
+/// least 1. `share` 0 or 1: `quota` itself.
+///
+/// ```
+/// use rate_tier_storage::fallback::shared_quota;
+/// use gcra_core::Quota;
+/// use std::time::Duration;
+///
+/// let local = shared_quota(Quota::per_minute(10), 2);
+/// assert_eq!((local.limit(), local.burst()), (10, 5));
+/// assert_eq!(local.period(), Duration::from_secs(120));
+///
+/// // A burst below the share: one request at once, at a third of the rate.
+/// let local = shared_quota(Quota::per_minute(2), 3);
+/// assert_eq!(local.burst(), 1);
+/// assert_eq!(local.emission_interval_us(), 90_000_000);
+/// ```
+pub fn shared_quota(quota: Quota, share: u32) -> Quota {
+    if share <= 1 {
+        return quota;
+    }
+    let burst = (quota.burst() / share).max(1);
+    quota
+        .period()
+        .checked_mul(share)
+        .and_then(|period| Quota::new(quota.limit(), period).ok())
+        .and_then(|divided| divided.try_allow_burst(burst).ok())
+        // A window too long to divide: at least no burst beyond 1.
+        .or_else(|| quota.try_allow_burst(1).ok())
+        .unwrap_or(quota)
+}
+
+/// The breakers a decision passes through, each with its domain.
+type Breakers = SmallVec<[(Option<Arc<str>>, Arc<Breaker>); 2]>;
+
+impl Inner {
+    fn breakers_for(&self, checks: &[BucketCheck<'_>]) -> Breakers {
+        let mut breakers = Breakers::new();
+        for check in checks {
+            let domain = self.primary.failure_domain(check);
+            if breakers.iter().any(|(d, _)| *d == domain) {
+                continue;
+            }
+            let breaker = match &domain {
+                None => self.whole.clone(),
+                Some(name) => self.domain_breaker(name),
+            };
+            breakers.push((domain, breaker));
+        }
+        breakers
+    }
+
+    fn domain_breaker(&self, domain: &Arc<str>) -> Arc<Breaker> {
+        let found = self
+            .domains
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(domain)
+            .cloned();
+        found.unwrap_or_else(|| {
+            self.domains
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(domain.clone())
+                .or_default()
+                .clone()
+        })
+    }
+
+    fn report(
+        &self,
+        domain: &Option<Arc<str>>,
+        transition: Transition,
+        cause: Option<&StorageError>,
+    ) {
+        self.listeners.emit_with(|| StorageEvent::Breaker {
+            domain: domain.clone(),
+            from: transition.from,
+            to: transition.to,
+            cause: cause.map(ToString::to_string),
+        });
+    }
+
+    fn decide_locally(
+        &self,
+        checks: &[BucketCheck<'_>],
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        let share = self.local_share;
+        let local: SmallVec<[BucketCheck<'_>; 4]> = checks
+            .iter()
+            .map(|check| {
+                let quota = shared_quota(check.quota(), share);
+                if check.cost() > quota.burst() {
+                    return Err(StorageError::AboveLocalShare {
+                        cost: check.cost(),
+                        burst: quota.burst(),
+                    });
+                }
+                Ok(check.with_quota(quota))
+            })
+            .collect::<Result<_, _>>()?;
+        let decided = self.local.check_sync(&local, out)?;
+        self.listeners.emit_with(|| StorageEvent::Fallback {
+            limit: checks.first().map_or("", |c| c.name()).to_owned(),
+            allowed: decided.verdict.allowed,
+        });
+        Ok(Decided {
+            by: LOCAL,
+            share,
+            ..decided
+        })
+    }
+
+    async fn decide(
+        &self,
+        checks: &[BucketCheck<'_>],
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        let now = self.clock.now_us();
+        let breakers = self.breakers_for(checks);
+        if breakers.iter().any(|(_, b)| b.is_local(now)) {
+            return self.decide_locally(checks, out);
+        }
+        // Closed, or due for a probe: this call may be the probe of some.
+        let mut probes: SmallVec<[(usize, u8); 2]> = SmallVec::new();
+        let mut local = false;
+        for (i, (domain, breaker)) in breakers.iter().enumerate() {
+            let (route, transition) = breaker.route(now);
+            if let Some(transition) = transition {
+                self.report(domain, transition, None);
+            }
+            match route {
+                Route::Primary => {}
+                Route::Probe(doublings) => probes.push((i, doublings)),
+                Route::Local => local = true,
+            }
+        }
+        if local {
+            // Another call probes one of them: give ours back, unprobed.
+            for &(i, doublings) in &probes {
+                let (domain, breaker) = &breakers[i];
+                self.report(domain, breaker.unprobed(now, doublings), None);
+            }
+            return self.decide_locally(checks, out);
+        }
+
+        // Dropped mid-call (the caller gave up): a probe in flight counts
+        // as a failed one, rather than stay half-open with no probe.
+        let guard = ProbeGuard {
+            inner: self,
+            breakers: &breakers,
+            probes: &probes,
+        };
+        let result = self.primary.check(checks, out).await;
+        std::mem::forget(guard);
+
+        let now = self.clock.now_us();
+        let probing =
+            |i: usize| probes.iter().find(|(p, _)| *p == i).map(|(_, d)| *d);
+        match result {
+            Ok(decided) => {
+                for (i, (domain, breaker)) in breakers.iter().enumerate() {
+                    match probing(i) {
+                        Some(_) => self.report(domain, breaker.close(), None),
+                        None => breaker.succeeded(),
+                    }
+                }
+                Ok(decided)
+            }
+            Err(error) if error.is_failure() => {
+                for (i, (domain, breaker)) in breakers.iter().enumerate() {
+                    let transition = match probing(i) {
+                        Some(d) => Some(breaker.reopen(&self.timing, now, d)),
+                        None => breaker.failed(&self.timing, now),
+                    };
+                    if let Some(transition) = transition {
+                        self.report(domain, transition, Some(&error));
+                    }
+                }
+                self.decide_locally(checks, out)
+            }
+            Err(error) => {
+                // Refused before reaching the primary: nothing learned.
+                for &(i, doublings) in &probes {
+                    let (domain, breaker) = &breakers[i];
+                    self.report(domain, breaker.unprobed(now, doublings), None);
+                }
+                Err(error)
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Settles locally while the buckets' breakers are open; `None` when
+    /// the primary settles.
+    fn settle_locally(
+        &self,
+        settles: &[BucketSettle<'_>],
+    ) -> Option<Result<(), StorageError>> {
+        let now = self.clock.now_us();
+        let buckets: SmallVec<[BucketCheck<'_>; 4]> =
+            settles.iter().map(|s| s.bucket).collect();
+        let local = self
+            .breakers_for(&buckets)
+            .iter()
+            .any(|(_, breaker)| breaker.is_local(now));
+        if !local {
+            return None;
+        }
+        let share = self.local_share;
+        let settles: SmallVec<[BucketSettle<'_>; 4]> = settles
+            .iter()
+            .map(|s| BucketSettle {
+                bucket: s
+                    .bucket
+                    .with_quota(shared_quota(s.bucket.quota(), share)),
+                adjust: s.adjust,
+            })
+            .collect();
+        Some(self.local.settle_sync(&settles))
+    }
+}
+
+struct ProbeGuard<'a> {
+    inner: &'a Inner,
+    breakers: &'a Breakers,
+    probes: &'a [(usize, u8)],
+}
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        let now = self.inner.clock.now_us();
+        let cancelled = StorageError::Protocol("probe cancelled".to_owned());
+        for &(i, doublings) in self.probes {
+            let (domain, breaker) = &self.breakers[i];
+            let transition = breaker.reopen(&self.inner.timing, now, doublings);
+            self.inner.report(domain, transition, Some(&cancelled));
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Storage for FallbackStorage {
+    async fn check(
+        &self,
+        checks: &[BucketCheck<'_>],
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        validate(checks, out)?;
+        self.inner.decide(checks, out).await
+    }
+
+    fn check_local(
+        &self,
+        checks: &[BucketCheck<'_>],
+        out: &mut [Decision],
+    ) -> Option<Result<Decided, StorageError>> {
+        // Open and not yet due for a probe: a memory-speed decision.
+        let inner = &*self.inner;
+        let now = inner.clock.now_us();
+        let local = inner
+            .breakers_for(checks)
+            .iter()
+            .any(|(_, breaker)| breaker.is_local(now));
+        local.then(|| {
+            validate(checks, out)?;
+            inner.decide_locally(checks, out)
+        })
+    }
+
+    /// Settles where the buckets are decided now: locally while their
+    /// breakers are open, else on the primary, whose failure counts as one
+    /// for its breakers (the settlement itself is lost: the caller is told).
+    async fn settle(
+        &self,
+        settles: &[BucketSettle<'_>],
+    ) -> Result<(), StorageError> {
+        let inner = &*self.inner;
+        if let Some(settled) = inner.settle_locally(settles) {
+            return settled;
+        }
+        let result = inner.primary.settle(settles).await;
+        if let Err(error) = &result
+            && error.is_failure()
+        {
+            let buckets: SmallVec<[BucketCheck<'_>; 4]> =
+                settles.iter().map(|s| s.bucket).collect();
+            let now = inner.clock.now_us();
+            for (domain, breaker) in inner.breakers_for(&buckets) {
+                if let Some(transition) = breaker.failed(&inner.timing, now) {
+                    inner.report(&domain, transition, Some(error));
+                }
+            }
+        }
+        result
+    }
+
+    fn settle_local(
+        &self,
+        settles: &[BucketSettle<'_>],
+    ) -> Option<Result<(), StorageError>> {
+        self.inner.settle_locally(settles)
+    }
+
+    fn kind(&self) -> &'static str {
+        self.inner.primary.kind()
+    }
+
+    fn subscribe(&self, listener: StorageListener) -> Subscription {
+        self.inner.listeners.subscribe(listener)
+    }
+}

@@ -1,0 +1,762 @@
+//! The in-process store: a sharded hash table of atomic TATs.
+//!
+//! A check of one known bucket takes a shard's read lock and runs one
+//! compare-and-swap loop on the bucket's `AtomicU64` (governor's design): no
+//! allocation, one hash, one clock read. Only a new bucket takes the write
+//! lock.
+//!
+//! A decision over several buckets locks each of them (a bit of its TAT
+//! word, taken in one global order, so two decisions never wait on each
+//! other in a cycle), decides them all with [`gcra_core::check_all`], and
+//! writes them all before unlocking: atomic across the buckets, with no
+//! lock wider than the buckets themselves.
+//!
+//! A bucket is named by a 128-bit SipHash-1-3 of (limit, partition) under a
+//! key drawn at random per store: the id is not kept in clear even in
+//! memory, an entry is 32 bytes whatever the id's length (huge ids cannot
+//! inflate memory, and there is no allocation per bucket to leave behind),
+//! and a client cannot aim two ids at one bucket without the key. Two ids
+//! share a name with probability 2^-128.
+//!
+//! Entries whose TAT has passed are dead (GCRA treats them as absent) and are
+//! swept, at most once per sweep interval per shard: from the insert path,
+//! and by a background task (when built inside a Tokio runtime). Memory
+//! therefore follows the live buckets, not every user ever seen.
+//!
+//! # A full store
+//!
+//! The capacity is an exact bound. When a new bucket finds the store full,
+//! room is made by evicting, from a sample of a shard, the bucket nearest to
+//! full (a dead one first): it carries the least debt, so forgetting it
+//! gives the least away. The new user is answered like any other (never an
+//! error, never unlimited), existing buckets with a debt are kept, and each
+//! eviction is a [`StorageEvent::Evicted`]. A flood of one-shot ids costs an
+//! eviction per new id, never a sweep of the store.
+
+mod table;
+
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{
+    Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak,
+};
+use std::time::Duration;
+
+use gcra_core::{Charge, Decision, JointError, Verdict, Write, check_all};
+use siphasher::sip128::SipHasher13;
+use smallvec::SmallVec;
+
+use self::table::{LOCKED, NO_TAT, Table};
+use crate::bucket::{BucketCheck, BucketSettle};
+use crate::clock::{Clock, MonotonicClock, SharedClock};
+use crate::event::{Listeners, StorageEvent, StorageListener, Subscription};
+use crate::storage::{Decided, Storage, StorageError, validate};
+
+const SHARDS: usize = 64;
+const DEFAULT_CAPACITY: usize = 1 << 22;
+const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
+/// Room is sought this many times before a new bucket gives up (only
+/// reachable when other threads keep taking every freed place).
+const ROOM_ATTEMPTS: usize = 8;
+
+/// In-memory GCRA buckets for a single process.
+///
+/// Cheap to clone (an `Arc`); clones share the buckets.
+///
+/// ```
+/// use std::time::Duration;
+/// use rate_tier_storage::{BucketCheck, LimitName, MemoryStorage};
+/// use rate_tier_storage::clock::FakeClock;
+/// use gcra_core::{Decision, Quota};
+///
+/// let clock = FakeClock::new();
+/// let store = MemoryStorage::builder().clock(clock.clone()).capacity(10_000).build();
+/// let free = LimitName::new("free")?;
+/// let check = [BucketCheck::new(&free, "ana", Quota::per_minute(10), 10)?];
+/// let mut out = [Decision::default()];
+/// assert!(store.check_sync(&check, &mut out)?.verdict.allowed);
+/// assert!(!store.check_sync(&check, &mut out)?.verdict.allowed);
+/// assert_eq!(store.len(), 1);
+///
+/// // A minute later the bucket is full again: the entry is dead and swept.
+/// clock.advance(Duration::from_secs(60));
+/// store.sweep();
+/// assert_eq!(store.len(), 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct MemoryStorage {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for MemoryStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The hash key stays out: with it, ids could be aimed at one bucket.
+        f.debug_struct("MemoryStorage")
+            .field("capacity", &self.inner.capacity)
+            .field("held", &self.inner.held)
+            .field("evictions", &self.inner.evictions)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures a [`MemoryStorage`].
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct MemoryStorageBuilder {
+    clock: SharedClock,
+    capacity: usize,
+    sweep_interval: Duration,
+}
+
+struct Inner {
+    shards: Box<[Shard]>,
+    /// Keyed with two random words per store.
+    hasher: SipHasher13,
+    clock: SharedClock,
+    capacity: usize,
+    /// Buckets held, across shards: reserved before an insert, so the
+    /// capacity is an exact bound.
+    held: AtomicUsize,
+    sweep_interval_us: u64,
+    evictions: AtomicU64,
+    /// Table storage given back by sweeps since the sweeper last returned
+    /// memory to the system.
+    freed_bytes: AtomicUsize,
+    listeners: Listeners<StorageEvent>,
+}
+
+// Aligned so that two shards' locks never share a cache line.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Shard {
+    table: RwLock<Table>,
+}
+
+/// The keys of the SipHash that names buckets, random per store. Drawn from
+/// std's `RandomState`, which is seeded from the OS's randomness.
+fn random_keys() -> (u64, u64) {
+    let state = std::collections::hash_map::RandomState::new();
+    (
+        state.hash_one(0x7472_745f_6b30_u64),
+        state.hash_one(0x7472_745f_6b31_u64),
+    )
+}
+
+impl Default for MemoryStorage {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStorage {
+    /// A store on the [`MonotonicClock`] with the default bounds (about 4
+    /// million live buckets, a sweep every 10 s).
+    pub fn new() -> Self {
+        Self::builder().build()
+    }
+
+    /// A store on `clock`, e.g. a [`FakeClock`](crate::clock::FakeClock).
+    pub fn with_clock(clock: impl Clock) -> Self {
+        Self::builder().clock(clock).build()
+    }
+
+    /// Configures a store.
+    pub fn builder() -> MemoryStorageBuilder {
+        MemoryStorageBuilder {
+            clock: Arc::new(MonotonicClock),
+            capacity: DEFAULT_CAPACITY,
+            sweep_interval: DEFAULT_SWEEP_INTERVAL,
+        }
+    }
+
+    /// The same decision as [`Storage::check`], synchronously.
+    pub fn check_sync(
+        &self,
+        checks: &[BucketCheck<'_>],
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        self.inner.check(checks, out)
+    }
+
+    /// The same as [`Storage::settle`], synchronously.
+    pub fn settle_sync(
+        &self,
+        settles: &[BucketSettle<'_>],
+    ) -> Result<(), StorageError> {
+        let now = self.inner.clock.now_us();
+        settles
+            .iter()
+            .try_for_each(|settle| self.inner.settle(settle, now))
+    }
+
+    /// Drops every bucket whose TAT has passed, and gives the memory of
+    /// emptied tables back. Runs by itself; public for tests and for stores
+    /// built outside a Tokio runtime.
+    pub fn sweep(&self) {
+        self.inner.sweep_all();
+    }
+
+    /// Buckets held, live or not yet swept.
+    pub fn len(&self) -> usize {
+        self.inner
+            .shards
+            .iter()
+            .map(|shard| read(&shard.table).entries.len())
+            .sum()
+    }
+
+    /// Whether no bucket is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The most buckets this store holds.
+    pub fn capacity(&self) -> usize {
+        self.inner.capacity
+    }
+
+    /// How many buckets were evicted to make room since the store was built.
+    pub fn evictions(&self) -> u64 {
+        self.inner.evictions.load(Ordering::Relaxed)
+    }
+}
+
+impl MemoryStorageBuilder {
+    /// The clock the store decides with (default: [`MonotonicClock`]).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// The clock, as a shared handle.
+    pub fn shared_clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The most buckets held (default 4 194 304, minimum 1), an exact
+    /// bound. A new bucket in a full store evicts the one nearest to full
+    /// among a sample (see the [module docs](self#a-full-store)).
+    pub fn capacity(mut self, capacity: usize) -> Self {
+        self.capacity = capacity.max(1);
+        self
+    }
+
+    /// How often dead buckets are swept (default 10 s).
+    pub fn sweep_interval(mut self, every: Duration) -> Self {
+        self.sweep_interval = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Builds the store. Inside a Tokio runtime this also starts the idle
+    /// sweeper, a task that ends when the last clone of the store is dropped.
+    pub fn build(self) -> MemoryStorage {
+        let inner = Arc::new(Inner {
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            hasher: {
+                let (k0, k1) = random_keys();
+                SipHasher13::new_with_keys(k0, k1)
+            },
+            clock: self.clock,
+            capacity: self.capacity,
+            held: AtomicUsize::new(0),
+            sweep_interval_us: u64::try_from(self.sweep_interval.as_micros())
+                .unwrap_or(u64::MAX),
+            evictions: AtomicU64::new(0),
+            freed_bytes: AtomicUsize::new(0),
+            listeners: Listeners::default(),
+        });
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(sweep_while_alive(
+                Arc::downgrade(&inner),
+                self.sweep_interval,
+            ));
+        }
+        MemoryStorage { inner }
+    }
+}
+
+async fn sweep_while_alive(store: Weak<Inner>, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        match store.upgrade() {
+            Some(inner) => inner.sweep_all(),
+            None => return,
+        }
+    }
+}
+
+impl Inner {
+    /// The bucket's name: a keyed SipHash-1-3-128 of the partition,
+    /// tweaked by the limit's fixed id (spread by an odd constant). Without
+    /// the key no partition can be aimed at another's name; two limits of
+    /// one partition differ by their tweak.
+    fn name(&self, check: &BucketCheck<'_>) -> u128 {
+        let hash = self.hasher.hash(check.partition().as_bytes()).as_u128();
+        let id = u128::from(check.limit_name().id());
+        hash ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)
+    }
+
+    fn shard_index(name: u128) -> usize {
+        // From the high half: the table uses the low one.
+        usize::try_from(name >> 64).unwrap_or(0) % SHARDS
+    }
+
+    fn check(
+        &self,
+        checks: &[BucketCheck<'_>],
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        validate(checks, out)?;
+        let now = self.clock.now_us();
+        let verdict = match (checks, &mut *out) {
+            ([check], [slot]) => self.decide_one(check, now, slot)?,
+            _ => self.decide_many(checks, now, out)?,
+        };
+        Ok(Decided::new(verdict, Some(now), "memory"))
+    }
+
+    /// The hot path: one bucket, one compare-and-swap loop.
+    fn decide_one(
+        &self,
+        check: &BucketCheck<'_>,
+        now: u64,
+        out: &mut Decision,
+    ) -> Result<Verdict, StorageError> {
+        let name = self.name(check);
+        let shard = &self.shards[Self::shard_index(name)];
+        {
+            let table = read(&shard.table);
+            if let Some(entry) = table.find(name) {
+                return decide_in_place(&entry.tat, check, now, out);
+            }
+        }
+        // A new bucket is a full one: decide before taking the write lock,
+        // so that a refusal or a peek stores nothing.
+        let verdict = decide_alone(check, None, now, out)?;
+        let Some(store) = out.store else {
+            return Ok(verdict);
+        };
+        let mut table = self.room_for(shard, name, now, &[])?;
+        // Another thread may have created it in between.
+        if let Some(entry) = table.find(name) {
+            return decide_in_place(&entry.tat, check, now, out);
+        }
+        table.insert(name, store.tat_us);
+        Ok(verdict)
+    }
+
+    /// Several buckets, locked in name order, decided together.
+    fn decide_many(
+        &self,
+        checks: &[BucketCheck<'_>],
+        now: u64,
+        out: &mut [Decision],
+    ) -> Result<Verdict, StorageError> {
+        let names: SmallVec<[u128; 4]> =
+            checks.iter().map(|c| self.name(c)).collect();
+        let charges: SmallVec<[Charge; 4]> =
+            checks.iter().map(BucketCheck::charge).collect();
+        let mut order: SmallVec<[usize; 4]> = (0..checks.len()).collect();
+        order.sort_unstable_by_key(|&i| names[i]);
+        let mut shards: SmallVec<[usize; 4]> =
+            names.iter().map(|&n| Self::shard_index(n)).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        for _ in 0..ROOM_ATTEMPTS {
+            // Every bucket that may be charged gets an entry to lock (a
+            // placeholder for a new one: a full bucket). Making room for one
+            // never evicts another of the same decision.
+            for (check, &name) in checks.iter().zip(&names) {
+                if check.cost() > 0 {
+                    self.ensure_entry(name, now, &names)?;
+                }
+            }
+            // One read lock per shard, in shard order: readers only, and
+            // never the same lock twice.
+            let guards: SmallVec<[RwLockReadGuard<'_, Table>; 4]> = shards
+                .iter()
+                .map(|&s| read(&self.shards[s].table))
+                .collect();
+            let cells: SmallVec<[Option<&AtomicU64>; 4]> = names
+                .iter()
+                .map(|&name| {
+                    let shard = Self::shard_index(name);
+                    let guard = shards
+                        .binary_search(&shard)
+                        .ok()
+                        .and_then(|i| guards.get(i))?;
+                    guard.find(name).map(|entry| &entry.tat)
+                })
+                .collect();
+            // A placeholder swept between its insert and now: again.
+            let swept = checks
+                .iter()
+                .zip(&cells)
+                .any(|(check, cell)| check.cost() > 0 && cell.is_none());
+            if swept {
+                continue;
+            }
+            let mut locked = LockedBuckets::new(&cells, &order);
+            let verdict = decide(&charges, locked.stored(), now, out)?;
+            locked.commit(out);
+            return Ok(verdict);
+        }
+        Err(StorageError::Backend(
+            "memory storage: no room for the buckets of one decision".into(),
+        ))
+    }
+
+    /// Makes sure the bucket `name` has an entry, inserting a placeholder,
+    /// without evicting any of `keep`.
+    fn ensure_entry(
+        &self,
+        name: u128,
+        now: u64,
+        keep: &[u128],
+    ) -> Result<(), StorageError> {
+        let shard = &self.shards[Self::shard_index(name)];
+        if read(&shard.table).find(name).is_some() {
+            return Ok(());
+        }
+        let mut table = self.room_for(shard, name, now, keep)?;
+        // Found: inserted by another thread, and no place was reserved.
+        if table.find(name).is_none() {
+            table.insert(name, NO_TAT);
+        }
+        Ok(())
+    }
+
+    /// The write lock of `shard` with a place reserved for `name`'s new
+    /// entry: after a sweep if one is due, and an eviction if the store is
+    /// full (never one of `keep`). If `name` turns out to exist, no place is
+    /// reserved.
+    fn room_for<'a>(
+        &'a self,
+        shard: &'a Shard,
+        name: u128,
+        now: u64,
+        keep: &[u128],
+    ) -> Result<RwLockWriteGuard<'a, Table>, StorageError> {
+        for _ in 0..ROOM_ATTEMPTS {
+            let mut table = write(&shard.table);
+            if table.find(name).is_some() {
+                return Ok(table);
+            }
+            if now >= table.next_sweep_us {
+                self.sweep_table(&mut table, now);
+            }
+            if self.reserve() {
+                return Ok(table);
+            }
+            // Full: evict here, or (this shard holding nothing) elsewhere,
+            // one lock at a time.
+            match table.evict_one(now, keep) {
+                Some(debt_us) => {
+                    drop(table);
+                    self.evicted(debt_us);
+                }
+                None => {
+                    drop(table);
+                    self.evict_anywhere(now, keep);
+                }
+            }
+        }
+        Err(StorageError::Backend(
+            "memory storage: no room found for a new bucket".into(),
+        ))
+    }
+
+    fn evict_anywhere(&self, now: u64, keep: &[u128]) {
+        for shard in &*self.shards {
+            let evicted = write(&shard.table).evict_one(now, keep);
+            if let Some(debt_us) = evicted {
+                self.evicted(debt_us);
+                return;
+            }
+        }
+    }
+
+    fn evicted(&self, debt_us: u64) {
+        self.held.fetch_sub(1, Ordering::AcqRel);
+        self.evictions.fetch_add(1, Ordering::Relaxed);
+        self.listeners
+            .emit_with(|| StorageEvent::Evicted { debt_us });
+    }
+
+    /// Reserves a place before an insert: two inserts in two shards cannot
+    /// both take the last one.
+    fn reserve(&self) -> bool {
+        self.held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                (held < self.capacity).then(|| held.saturating_add(1))
+            })
+            .is_ok()
+    }
+
+    fn sweep_table(&self, table: &mut Table, now: u64) {
+        let swept = table.sweep(now, self.sweep_interval_us);
+        self.held.fetch_sub(swept.removed, Ordering::AcqRel);
+        self.freed_bytes
+            .fetch_add(swept.freed_bytes, Ordering::Relaxed);
+    }
+
+    fn sweep_all(&self) {
+        let now = self.clock.now_us();
+        for shard in &*self.shards {
+            self.sweep_table(&mut write(&shard.table), now);
+        }
+    }
+
+    fn settle(
+        &self,
+        settle: &BucketSettle<'_>,
+        now: u64,
+    ) -> Result<(), StorageError> {
+        let bucket = &settle.bucket;
+        let name = self.name(bucket);
+        let shard = &self.shards[Self::shard_index(name)];
+        loop {
+            {
+                let table = read(&shard.table);
+                if let Some(entry) = table.find(name) {
+                    return settle_in_place(&entry.tat, settle, now);
+                }
+            }
+            // A missing bucket is full: a refund has nothing to give back.
+            let settled = bucket.quota().settle(None, now, settle.adjust)?;
+            if matches!(settled.write, Write::Keep | Write::Clear) {
+                return Ok(());
+            }
+            self.ensure_entry(name, now, &[])?;
+        }
+    }
+}
+
+/// [`check_all`], with its errors as the store's.
+fn decide(
+    charges: &[Charge],
+    stored: &[Option<u64>],
+    now: u64,
+    out: &mut [Decision],
+) -> Result<Verdict, StorageError> {
+    check_all(charges, stored, now, out).map_err(|error| match error {
+        JointError::Charge { error, .. } => StorageError::Check(error),
+        _ => StorageError::LengthMismatch {
+            checks: charges.len(),
+            out: out.len(),
+        },
+    })
+}
+
+/// The stored TAT a word holds, if any.
+fn stored(word: u64) -> Option<u64> {
+    (word != NO_TAT).then_some(word)
+}
+
+/// One bucket's decision: [`gcra_core::check_all`] of one charge, without
+/// its loops.
+fn decide_alone(
+    check: &BucketCheck<'_>,
+    stored: Option<u64>,
+    now: u64,
+    out: &mut Decision,
+) -> Result<Verdict, StorageError> {
+    let quota = check.quota();
+    *out = match check.cost() {
+        0 => quota.peek(stored, now),
+        cost => quota.check(stored, now, cost),
+    }?;
+    Ok(Verdict::of([check.is_shadow()], std::slice::from_ref(out)))
+}
+
+/// One compare-and-swap loop: the decision is applied only if the TAT it
+/// was made from is still the stored one.
+fn decide_in_place(
+    tat: &AtomicU64,
+    check: &BucketCheck<'_>,
+    now: u64,
+    out: &mut Decision,
+) -> Result<Verdict, StorageError> {
+    let mut current = tat.load(Ordering::Acquire);
+    loop {
+        if current & LOCKED != 0 {
+            // A joint decision holds the bucket for a few instructions.
+            std::hint::spin_loop();
+            current = tat.load(Ordering::Acquire);
+            continue;
+        }
+        let verdict = decide_alone(check, stored(current), now, out)?;
+        let Some(store) = out.store else {
+            return Ok(verdict);
+        };
+        match tat.compare_exchange_weak(
+            current,
+            store.tat_us,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => return Ok(verdict),
+            Err(actual) => current = actual,
+        }
+    }
+}
+
+fn settle_in_place(
+    tat: &AtomicU64,
+    settle: &BucketSettle<'_>,
+    now: u64,
+) -> Result<(), StorageError> {
+    let quota = settle.bucket.quota();
+    let mut current = tat.load(Ordering::Acquire);
+    loop {
+        if current & LOCKED != 0 {
+            std::hint::spin_loop();
+            current = tat.load(Ordering::Acquire);
+            continue;
+        }
+        let settled = quota.settle(stored(current), now, settle.adjust)?;
+        let next = match settled.write {
+            Write::Keep => return Ok(()),
+            Write::Set(store) => store.tat_us,
+            Write::Clear => NO_TAT,
+        };
+        match tat.compare_exchange_weak(
+            current,
+            next,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => return Ok(()),
+            Err(actual) => current = actual,
+        }
+    }
+}
+
+/// The buckets of one joint decision, locked; unlocked when dropped, with
+/// the decision's writes if it was committed, unchanged otherwise.
+struct LockedBuckets<'a> {
+    cells: SmallVec<[Option<&'a AtomicU64>; 4]>,
+    stored: SmallVec<[Option<u64>; 4]>,
+    writes: SmallVec<[Option<u64>; 4]>,
+}
+
+impl<'a> LockedBuckets<'a> {
+    /// Locks `cells` in `order` (one global order: the buckets' names).
+    fn new(cells: &[Option<&'a AtomicU64>], order: &[usize]) -> Self {
+        let mut stored: SmallVec<[Option<u64>; 4]> =
+            SmallVec::from_elem(None, cells.len());
+        for &i in order {
+            if let Some(cell) = cells[i] {
+                stored[i] = self::stored(lock(cell));
+            }
+        }
+        LockedBuckets {
+            cells: cells.iter().copied().collect(),
+            writes: SmallVec::from_elem(None, cells.len()),
+            stored,
+        }
+    }
+
+    fn stored(&self) -> &[Option<u64>] {
+        &self.stored
+    }
+
+    /// Keeps the decision's writes for the unlock.
+    fn commit(&mut self, out: &[Decision]) {
+        for (write, decision) in self.writes.iter_mut().zip(out) {
+            *write = decision.store.map(|s| s.tat_us);
+        }
+    }
+}
+
+impl Drop for LockedBuckets<'_> {
+    fn drop(&mut self) {
+        for ((cell, stored), write) in
+            self.cells.iter().zip(&self.stored).zip(&self.writes)
+        {
+            if let Some(cell) = cell {
+                let value = write.or(*stored).unwrap_or(NO_TAT);
+                cell.store(value, Ordering::Release);
+            }
+        }
+    }
+}
+
+/// Takes a bucket's lock bit; returns the TAT it held.
+fn lock(cell: &AtomicU64) -> u64 {
+    let mut spins = 0u32;
+    loop {
+        let current = cell.load(Ordering::Relaxed);
+        if current & LOCKED == 0
+            && cell
+                .compare_exchange_weak(
+                    current,
+                    current | LOCKED,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        {
+            return current;
+        }
+        spins = spins.saturating_add(1);
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+// A panic while holding a shard lock cannot leave a table half-updated in a
+// way that matters (entries are inserted whole), so poisoning is ignored.
+fn read(lock: &RwLock<Table>) -> RwLockReadGuard<'_, Table> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write(lock: &RwLock<Table>) -> RwLockWriteGuard<'_, Table> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[async_trait::async_trait]
+impl Storage for MemoryStorage {
+    async fn check(
+        &self,
+        checks: &[BucketCheck<'_>],
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        self.inner.check(checks, out)
+    }
+
+    fn check_local(
+        &self,
+        checks: &[BucketCheck<'_>],
+        out: &mut [Decision],
+    ) -> Option<Result<Decided, StorageError>> {
+        Some(self.inner.check(checks, out))
+    }
+
+    async fn settle(
+        &self,
+        settles: &[BucketSettle<'_>],
+    ) -> Result<(), StorageError> {
+        self.settle_sync(settles)
+    }
+
+    fn settle_local(
+        &self,
+        settles: &[BucketSettle<'_>],
+    ) -> Option<Result<(), StorageError>> {
+        Some(self.settle_sync(settles))
+    }
+
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+
+    fn subscribe(&self, listener: StorageListener) -> Subscription {
+        self.inner.listeners.subscribe(listener)
+    }
+}

@@ -1,0 +1,380 @@
+//! The Lua scripts, their arguments and their replies: one place for what
+//! a single Redis and a Redis Cluster send and read alike.
+//!
+//! | script | for | `KEYS` | `ARGV` per key | reply per key |
+//! |---|---|---|---|---|
+//! | `gcra.lua` | one enforced bucket, cost >= 1 | 1 | `T`, `tau`, cost | allowed, remaining, retry_after_us, reset_after_us |
+//! | `gcra_all.lua` | any other decision (several buckets, a peek, a shadow limit) | n | `T`, `tau`, cost, shadow | the same |
+//! | `gcra_settle.lua` | settlements | n | `T`, `tau`, units (+ debt, - refund) | remaining, reset_after_us |
+
+use std::sync::LazyLock;
+
+use ::redis::{Cmd, Script, Value};
+use gcra_core::{Adjust, Decision};
+
+use crate::bucket::{BucketCheck, BucketSettle};
+use crate::key::KeyLayout;
+use crate::storage::StorageError;
+
+/// The source of `gcra.lua`.
+pub(super) const GCRA_SOURCE: &str = include_str!("gcra.lua");
+/// The source of `gcra_all.lua`.
+pub(super) const GCRA_ALL_SOURCE: &str = include_str!("gcra_all.lua");
+/// The source of `gcra_settle.lua`.
+pub(super) const GCRA_SETTLE_SOURCE: &str = include_str!("gcra_settle.lua");
+
+/// A script and its hash, built once per process.
+pub(super) struct Lua {
+    pub(super) script: LazyLock<Script>,
+    pub(super) source: &'static str,
+    pub(super) name: &'static str,
+}
+
+pub(super) static GCRA: Lua = Lua {
+    script: LazyLock::new(|| Script::new(GCRA_SOURCE)),
+    source: GCRA_SOURCE,
+    name: "gcra.lua",
+};
+pub(super) static GCRA_ALL: Lua = Lua {
+    script: LazyLock::new(|| Script::new(GCRA_ALL_SOURCE)),
+    source: GCRA_ALL_SOURCE,
+    name: "gcra_all.lua",
+};
+pub(super) static GCRA_SETTLE: Lua = Lua {
+    script: LazyLock::new(|| Script::new(GCRA_SETTLE_SOURCE)),
+    source: GCRA_SETTLE_SOURCE,
+    name: "gcra_settle.lua",
+};
+
+/// One script call: which script, its keys and its arguments.
+pub(super) struct Call {
+    pub(super) lua: &'static Lua,
+    pub(super) keys: Vec<String>,
+    pub(super) args: Vec<i64>,
+}
+
+impl Call {
+    /// The decision over `checks`: `gcra.lua` for the common case of one
+    /// enforced charge, `gcra_all.lua` otherwise.
+    pub(super) fn check(checks: &[BucketCheck<'_>], layout: KeyLayout) -> Call {
+        let keys = checks.iter().map(|c| c.key(layout)).collect();
+        match checks {
+            [one] if one.cost() > 0 && !one.is_shadow() => {
+                let [t, tau, cost, _] = one.script_args();
+                Call {
+                    lua: &GCRA,
+                    keys,
+                    args: vec![signed(t), signed(tau), signed(cost)],
+                }
+            }
+            _ => Call {
+                lua: &GCRA_ALL,
+                keys,
+                args: checks
+                    .iter()
+                    .flat_map(|c| c.script_args().map(signed))
+                    .collect(),
+            },
+        }
+    }
+
+    /// The settlement of `settles`.
+    pub(super) fn settle(
+        settles: &[BucketSettle<'_>],
+        layout: KeyLayout,
+    ) -> Call {
+        Call {
+            lua: &GCRA_SETTLE,
+            keys: settles.iter().map(|s| s.bucket.key(layout)).collect(),
+            args: settles
+                .iter()
+                .flat_map(|s| {
+                    let [t, tau, _, _] = s.bucket.script_args();
+                    let units = match s.adjust {
+                        Adjust::Charge(units) => i64::from(units),
+                        Adjust::Refund(units) => -i64::from(units),
+                    };
+                    [signed(t), signed(tau), units]
+                })
+                .collect(),
+        }
+    }
+
+    /// `EVALSHA` (or `EVAL` with `source`) of this call, as a command.
+    pub(super) fn command(&self, verb: &str) -> Cmd {
+        let mut cmd = ::redis::cmd(verb);
+        match verb {
+            "EVAL" => cmd.arg(self.lua.source),
+            _ => cmd.arg(self.lua.script.get_hash()),
+        };
+        cmd.arg(self.keys.len()).arg(&self.keys).arg(&self.args);
+        cmd
+    }
+
+    /// The invocation redis-rs runs (`EVALSHA`, and on `NOSCRIPT` a
+    /// `SCRIPT LOAD` and the `EVALSHA` again).
+    pub(super) fn invocation(&self) -> ::redis::ScriptInvocation<'static> {
+        let mut invocation = self.lua.script.prepare_invoke();
+        for key in &self.keys {
+            invocation.key(key);
+        }
+        for arg in &self.args {
+            invocation.arg(arg);
+        }
+        invocation
+    }
+}
+
+/// Times and costs are at most 2^53: they fit an `i64` exactly.
+fn signed(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// The reply of a check call into `out`: 4 non-negative integers per key.
+pub(super) fn read_decisions(
+    lua: &Lua,
+    reply: Value,
+    out: &mut [Decision],
+) -> Result<(), StorageError> {
+    let numbers = integers(lua, reply, out.len().saturating_mul(4))?;
+    for (slot, n) in out.iter_mut().zip(numbers.chunks_exact(4)) {
+        let allowed = match n[0] {
+            1 => true,
+            0 => false,
+            other => {
+                return Err(StorageError::Protocol(format!(
+                    "{} returned allowed = {other}, expected 0 or 1",
+                    lua.name
+                )));
+            }
+        };
+        *slot = Decision {
+            allowed,
+            remaining: n[1],
+            retry_after_us: n[2],
+            reset_after_us: n[3],
+            store: None,
+        };
+    }
+    Ok(())
+}
+
+/// The reply of a settle call: 2 non-negative integers per key.
+pub(super) fn read_settled(
+    lua: &Lua,
+    reply: Value,
+    keys: usize,
+) -> Result<Vec<(u64, u64)>, StorageError> {
+    let numbers = integers(lua, reply, keys.saturating_mul(2))?;
+    Ok(numbers.chunks_exact(2).map(|n| (n[0], n[1])).collect())
+}
+
+/// `expected` non-negative integers, or a [`StorageError::Protocol`]
+/// saying what was wrong.
+fn integers(
+    lua: &Lua,
+    reply: Value,
+    expected: usize,
+) -> Result<Vec<u64>, StorageError> {
+    let items = match reply {
+        Value::Array(items) if items.len() == expected => items,
+        Value::Array(items) => {
+            return Err(StorageError::Protocol(format!(
+                "{} returned {} values, expected {expected}",
+                lua.name,
+                items.len()
+            )));
+        }
+        other => {
+            return Err(StorageError::Protocol(format!(
+                "{} returned {other:?}, expected an array of {expected} integers",
+                lua.name
+            )));
+        }
+    };
+    items
+        .into_iter()
+        .map(|item| match item {
+            Value::Int(n) => u64::try_from(n).map_err(|_| {
+                StorageError::Protocol(format!(
+                    "{} returned a negative value: {n}",
+                    lua.name
+                ))
+            }),
+            other => Err(StorageError::Protocol(format!(
+                "{} returned {other:?} where an integer was expected",
+                lua.name
+            ))),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sha1::{Digest, Sha1};
+
+    fn ints(values: &[i64]) -> Value {
+        Value::Array(values.iter().copied().map(Value::Int).collect())
+    }
+
+    #[test]
+    fn decodes_an_allowed_and_a_refused_reply() {
+        let mut out = [Decision::default(); 2];
+        read_decisions(
+            &GCRA_ALL,
+            ints(&[1, 9, 0, 6_000_000, 0, 0, 6_000_000, 60_000_000]),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(
+            out[0],
+            Decision {
+                allowed: true,
+                remaining: 9,
+                retry_after_us: 0,
+                reset_after_us: 6_000_000,
+                store: None,
+            }
+        );
+        assert!(!out[1].allowed);
+        assert_eq!(out[1].retry_after_us, 6_000_000);
+    }
+
+    #[test]
+    fn anything_else_is_a_protocol_error() {
+        let bad = [
+            ints(&[1, 9, 0]),
+            ints(&[1, 9, 0, 1, 1]),
+            ints(&[2, 0, 0, 0]),
+            ints(&[1, -1, 0, 0]),
+            ints(&[0, 0, -6, 0]),
+            Value::Nil,
+            Value::Int(1),
+            Value::Okay,
+            Value::Array(vec![
+                Value::Int(1),
+                Value::BulkString(b"9".to_vec()),
+                Value::Int(0),
+                Value::Int(0),
+            ]),
+        ];
+        for reply in bad {
+            let shown = format!("{reply:?}");
+            let mut out = [Decision::default()];
+            assert!(
+                matches!(
+                    read_decisions(&GCRA, reply, &mut out),
+                    Err(StorageError::Protocol(_))
+                ),
+                "{shown} was accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn a_call_sends_each_bucket_as_the_scripts_read_it() {
+        use crate::bucket::LimitName;
+        use gcra_core::Quota;
+
+        let plan = LimitName::new("free").unwrap();
+        let search = LimitName::new("search").unwrap();
+        let ten = Quota::per_minute(10);
+        let three = Quota::per_minute(3);
+        let one = BucketCheck::new(&plan, "ana", ten, 2).unwrap();
+        let other = BucketCheck::new(&search, "ana", three, 1).unwrap();
+
+        // One enforced charge: gcra.lua, T, tau and the cost.
+        let call = Call::check(&[one], KeyLayout::Single);
+        assert_eq!(call.lua.name, "gcra.lua");
+        assert_eq!(call.keys, [one.key(KeyLayout::Single)]);
+        assert_eq!(call.args, [6_000_000, 60_000_000, 2]);
+
+        // Anything else: gcra_all.lua, 4 per bucket (T, tau, cost, shadow),
+        // in the order of the checks.
+        let peek = BucketCheck::peek(&plan, "ana", ten);
+        for (checks, args) in [
+            (vec![peek], vec![6_000_000, 60_000_000, 0, 0]),
+            (vec![one.shadow(true)], vec![6_000_000, 60_000_000, 2, 1]),
+            (
+                vec![other, one],
+                vec![20_000_000, 60_000_000, 1, 0, 6_000_000, 60_000_000, 2, 0],
+            ),
+        ] {
+            let call = Call::check(&checks, KeyLayout::Cluster);
+            assert_eq!(call.lua.name, "gcra_all.lua");
+            let keys: Vec<String> =
+                checks.iter().map(|c| c.key(KeyLayout::Cluster)).collect();
+            assert_eq!(call.keys, keys);
+            assert_eq!(call.args, args);
+            let from_checks: Vec<i64> = checks
+                .iter()
+                .flat_map(|c| c.script_args().map(signed))
+                .collect();
+            assert_eq!(call.args, from_checks);
+        }
+
+        // Settlements: T, tau, then the units, negative for a refund.
+        let call = Call::settle(
+            &[
+                one.settle(Adjust::Refund(3)),
+                other.settle(Adjust::Charge(u32::MAX)),
+            ],
+            KeyLayout::Cluster,
+        );
+        assert_eq!(call.lua.name, "gcra_settle.lua");
+        assert_eq!(
+            call.keys,
+            [one.key(KeyLayout::Cluster), other.key(KeyLayout::Cluster)]
+        );
+        assert_eq!(
+            call.args,
+            [
+                6_000_000,
+                60_000_000,
+                -3,
+                20_000_000,
+                60_000_000,
+                4_294_967_295
+            ]
+        );
+    }
+
+    #[test]
+    fn decodes_a_settle_reply_and_refuses_anything_else() {
+        assert_eq!(
+            read_settled(
+                &GCRA_SETTLE,
+                ints(&[8, 12_000_000, 0, 72_000_000]),
+                2
+            )
+            .unwrap(),
+            [(8, 12_000_000), (0, 72_000_000)]
+        );
+        for bad in [ints(&[8]), ints(&[8, -1]), ints(&[1, 2, 3]), Value::Nil] {
+            let shown = format!("{bad:?}");
+            assert!(
+                matches!(
+                    read_settled(&GCRA_SETTLE, bad, 1),
+                    Err(StorageError::Protocol(_))
+                ),
+                "{shown} was accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn each_script_is_its_file_and_its_hash_is_the_sha1_of_it() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/redis/");
+        for lua in [&GCRA, &GCRA_ALL, &GCRA_SETTLE] {
+            let on_disk =
+                std::fs::read_to_string(format!("{dir}{}", lua.name)).unwrap();
+            assert_eq!(lua.source, on_disk, "{} is not the file", lua.name);
+            let sha1 = hex::encode(Sha1::digest(on_disk.as_bytes()));
+            assert_eq!(lua.script.get_hash(), sha1, "{}", lua.name);
+        }
+        let hashes = [&GCRA, &GCRA_ALL, &GCRA_SETTLE]
+            .map(|lua| lua.script.get_hash().to_owned());
+        assert!(hashes[0] != hashes[1] && hashes[1] != hashes[2]);
+    }
+}

@@ -1,0 +1,257 @@
+//! The contract every store implements: [`Storage`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gcra_core::{CheckError, Decision, Quota, Verdict};
+
+use crate::bucket::{BucketCheck, BucketSettle};
+use crate::event::{StorageListener, Subscription};
+
+/// A store of GCRA buckets.
+///
+/// # Contract
+///
+/// [`Storage::check`] decides a set of buckets as **one decision** with
+/// [`gcra_core::check_all`], atomically: the TATs it reads are the ones the
+/// last decisions on those buckets stored, and it writes what the decision
+/// asks (every charge, or none; see [`Decision::store`]) before any other
+/// check of those buckets reads them. Under any concurrency exactly the
+/// quota passes, and a refused decision charges nothing. An entry may be
+/// forgotten once its TAT is in the past: GCRA treats a missing TAT and a
+/// past one alike. The time is the store's own (its
+/// [`Clock`](crate::clock::Clock), or the server's time for Redis).
+///
+/// The buckets of one decision must be distinct (the same name and
+/// partition twice is [`StorageError::DuplicateBucket`]): merge their costs
+/// first.
+///
+/// The trait is object-safe: a limiter holds an `Arc<dyn Storage>`.
+///
+/// ```
+/// use rate_tier_storage::{BucketCheck, LimitName, MemoryStorage, Storage};
+/// use rate_tier_storage::clock::FakeClock;
+/// use gcra_core::{Decision, Quota};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = MemoryStorage::with_clock(FakeClock::new());
+/// let (free, search) = (LimitName::new("free")?, LimitName::new("search")?);
+/// let checks = [
+///     BucketCheck::new(&free, "ana", Quota::per_minute(10), 1)?,
+///     BucketCheck::new(&search, "ana", Quota::per_minute(1), 1)?,
+/// ];
+/// let mut out = [Decision::default(); 2];
+/// assert!(store.check(&checks, &mut out).await?.verdict.allowed);
+/// assert_eq!(out[0].remaining, 9);
+///
+/// // The second search is refused by `search`, and the plan is not charged.
+/// let refused = store.check(&checks, &mut out).await?;
+/// assert_eq!(refused.verdict.refused_by, Some(1));
+/// assert_eq!(out[0].remaining, 9);
+/// # Ok(()) }
+/// ```
+#[async_trait::async_trait]
+pub trait Storage: Send + Sync + fmt::Debug + 'static {
+    /// Decides `checks` as one decision, writes each bucket's part to the
+    /// same position of `out` (which must have the same length), and
+    /// stores the outcome.
+    async fn check(
+        &self,
+        checks: &[BucketCheck<'_>],
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError>;
+
+    /// For stores that decide without I/O: the same as [`Storage::check`],
+    /// synchronously. It spares the caller an allocated future on the hot
+    /// path. Returns `None` when the store needs I/O (the default).
+    fn check_local(
+        &self,
+        checks: &[BucketCheck<'_>],
+        out: &mut [Decision],
+    ) -> Option<Result<Decided, StorageError>> {
+        let _ = (checks, out);
+        None
+    }
+
+    /// Adjusts buckets after their requests were served (a cost known only
+    /// then): each by [`gcra_core::Quota::settle`], atomically per bucket.
+    /// The default refuses: a store that cannot settle says so.
+    async fn settle(
+        &self,
+        settles: &[BucketSettle<'_>],
+    ) -> Result<(), StorageError> {
+        let _ = settles;
+        Err(StorageError::Unsupported("settle"))
+    }
+
+    /// The part of the store that holds `check`'s bucket, for a store made
+    /// of parts that fail independently (the nodes of a Redis Cluster):
+    /// a [`FallbackStorage`](crate::FallbackStorage) keeps a circuit
+    /// breaker per part, so that one part's failure sends only its own
+    /// buckets to the local fallback. `None` (the default): the store is
+    /// one part.
+    fn failure_domain(&self, check: &BucketCheck<'_>) -> Option<Arc<str>> {
+        let _ = check;
+        None
+    }
+
+    /// For stores that settle without I/O: the same as [`Storage::settle`],
+    /// synchronously; `None` when the store needs I/O (the default).
+    fn settle_local(
+        &self,
+        settles: &[BucketSettle<'_>],
+    ) -> Option<Result<(), StorageError>> {
+        let _ = settles;
+        None
+    }
+
+    /// A short label for metrics and logs, e.g. `"memory"` or `"redis"`.
+    fn kind(&self) -> &'static str {
+        "custom"
+    }
+
+    /// Adds a listener for what the store does by itself (a circuit
+    /// breaker opening, a fallback decision, an eviction), until the
+    /// returned [`Subscription`] is dropped. Stores that do nothing of the
+    /// kind return [`Subscription::none`] (the default).
+    fn subscribe(&self, listener: StorageListener) -> Subscription {
+        let _ = listener;
+        Subscription::none()
+    }
+}
+
+/// A store's answer to [`Storage::check`], beside each bucket's
+/// [`Decision`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Decided {
+    /// Allowed or not, the longest wait, and which limit refused.
+    pub verdict: Verdict,
+    /// The store's clock, in µs, when it decided; `None` when the time was
+    /// another machine's (Redis's `TIME`).
+    pub now_us: Option<u64>,
+    /// Which store decided: its [`Storage::kind`], or `"fallback"` when a
+    /// [`FallbackStorage`](crate::FallbackStorage) decided locally.
+    pub by: &'static str,
+    /// Each quota was divided by this many instances (a fallback's
+    /// [`local_share`](crate::fallback::FallbackStorageBuilder::local_share)
+    /// during an outage); 1: the quotas as given. The limit actually applied
+    /// is [`shared_quota`](crate::fallback::shared_quota)`(quota, share)`.
+    pub share: u32,
+}
+
+impl Decided {
+    /// A decision made with the quotas as given.
+    pub fn new(
+        verdict: Verdict,
+        now_us: Option<u64>,
+        by: &'static str,
+    ) -> Self {
+        Decided {
+            verdict,
+            now_us,
+            by,
+            share: 1,
+        }
+    }
+
+    /// The quota applied to a bucket checked under `quota`.
+    ///
+    /// ```
+    /// use rate_tier_storage::Decided;
+    /// use gcra_core::{Quota, Verdict};
+    /// let decided = Decided::new(
+    ///     Verdict { allowed: true, retry_after_us: 0, refused_by: None },
+    ///     None,
+    ///     "redis",
+    /// );
+    /// assert_eq!(decided.applied(Quota::per_minute(10)), Quota::per_minute(10));
+    /// ```
+    pub fn applied(&self, quota: Quota) -> Quota {
+        crate::fallback::shared_quota(quota, self.share)
+    }
+}
+
+/// Why a store gave no decision.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StorageError {
+    /// The store did not answer in time.
+    #[error("storage did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The backend failed (connection refused, I/O error, script error).
+    #[error("storage backend failed: {0}")]
+    Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The backend answered something this crate cannot read.
+    #[error("unexpected reply from storage: {0}")]
+    Protocol(String),
+    /// The GCRA math refused the inputs.
+    #[error(transparent)]
+    Check(#[from] CheckError),
+    /// The same bucket appeared twice in one decision.
+    #[error("the same bucket appears twice in one decision: merge its costs")]
+    DuplicateBucket,
+    /// `out` is not as long as the checks.
+    #[error("{checks} checks but room for {out} decisions")]
+    LengthMismatch {
+        /// How many checks.
+        checks: usize,
+        /// How many decisions fit in `out`.
+        out: usize,
+    },
+    /// During an outage a fallback decides with each quota divided among
+    /// the instances, and this cost is above the divided burst: it could
+    /// pass once the primary is back (a transient refusal, never a
+    /// permanent one).
+    #[error(
+        "cost {cost} is above the burst of {burst} this instance applies while the primary store is down"
+    )]
+    AboveLocalShare {
+        /// The cost asked for.
+        cost: u32,
+        /// The burst applied locally.
+        burst: u32,
+    },
+    /// The store does not do this.
+    #[error("this store does not support {0}")]
+    Unsupported(&'static str),
+}
+
+impl StorageError {
+    /// Whether the error says the store is unhealthy (down, slow, or
+    /// answering nonsense), as opposed to a refusal of the inputs: what a
+    /// circuit breaker counts.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rate_tier_storage::StorageError;
+    /// assert!(StorageError::Timeout(Duration::from_millis(100)).is_failure());
+    /// assert!(!StorageError::DuplicateBucket.is_failure());
+    /// ```
+    pub fn is_failure(&self) -> bool {
+        matches!(
+            self,
+            StorageError::Timeout(_)
+                | StorageError::Backend(_)
+                | StorageError::Protocol(_)
+        )
+    }
+}
+
+/// The checks every store makes of its arguments before deciding.
+pub(crate) fn validate(
+    checks: &[BucketCheck<'_>],
+    out: &[Decision],
+) -> Result<(), StorageError> {
+    if checks.len() != out.len() {
+        return Err(StorageError::LengthMismatch {
+            checks: checks.len(),
+            out: out.len(),
+        });
+    }
+    if !crate::bucket::distinct(checks) {
+        return Err(StorageError::DuplicateBucket);
+    }
+    Ok(())
+}

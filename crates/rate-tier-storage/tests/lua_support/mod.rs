@@ -1,0 +1,620 @@
+//! The Lua scripts of `src/redis/` in an embedded Lua 5.1 (the version Redis
+//! runs), with a stub of the `redis` library: no server needed. Shared by
+//! `lua_script.rs` (gcra.lua) and `lua_all.rs` (gcra_all.lua, gcra_settle.lua).
+//!
+//! The stub is as strict as Redis or stricter: the commands the scripts use
+//! (`TIME`, `GET`, `MGET`, `SET .. PX`, `DEL`) with Redis's replies and
+//! conversions, lazy expiry on Redis's millisecond clock, Redis's globals
+//! protection, and every write recorded so that a test can require exactly
+//! the writes gcra-core asks for.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use gcra_core::{MAX_TIME_US, Quota};
+use mlua::{Function, Lua, LuaOptions, StdLib, Table, Value, Variadic};
+use proptest::prelude::*;
+
+pub(crate) const GCRA: &str = include_str!("../../src/redis/gcra.lua");
+pub(crate) const GCRA_ALL: &str = include_str!("../../src/redis/gcra_all.lua");
+pub(crate) const GCRA_SETTLE: &str =
+    include_str!("../../src/redis/gcra_settle.lua");
+
+/// A realistic Redis `TIME`, in µs: 2026-10-02.
+pub(crate) const START_US: u64 = 1_790_947_155_000_000;
+
+// ---------------------------------------------------------------------------
+// A fake Redis: the commands the scripts use, with Redis's Lua conversions.
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Stored {
+    Str(String),
+    /// A key of another type (a list, say): `GET` fails with WRONGTYPE,
+    /// `MGET` answers nil.
+    WrongType,
+}
+
+#[derive(Debug)]
+struct Entry {
+    value: Stored,
+    /// Absolute expiry in ms, as Redis keeps it.
+    expire_at_ms: Option<u64>,
+}
+
+/// One write a script made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Write {
+    /// `SET key value PX px`.
+    Set { key: String, value: String, px: u64 },
+    /// `DEL key`.
+    Del { key: String },
+}
+
+impl Write {
+    pub(crate) fn set(key: &str, value: u64, px: u64) -> Write {
+        Write::Set {
+            key: key.to_owned(),
+            value: value.to_string(),
+            px,
+        }
+    }
+
+    pub(crate) fn del(key: &str) -> Write {
+        Write::Del {
+            key: key.to_owned(),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct FakeRedis {
+    now_us: u64,
+    keys: HashMap<String, Entry>,
+    writes: Vec<Write>,
+}
+
+impl FakeRedis {
+    /// Redis's `keyIsExpired`: expired once the ms clock is *past* the expiry.
+    fn expire(&mut self) {
+        let now_ms = self.now_us / 1000;
+        self.keys
+            .retain(|_, e| e.expire_at_ms.is_none_or(|at| now_ms <= at));
+    }
+}
+
+fn is_canonical_uint(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes().all(|b| b.is_ascii_digit())
+        && (s == "0" || !s.starts_with('0'))
+}
+
+/// A Redis status reply as Lua sees it: `{ok = "OK"}`.
+fn ok(lua: &Lua) -> mlua::Result<Value> {
+    let ok = lua.create_table()?;
+    ok.raw_set("ok", "OK")?;
+    Ok(Value::Table(ok))
+}
+
+/// Runs one command. `Err` is a Redis error reply (`call` raises it, `pcall`
+/// returns it as `{err = ...}`).
+fn command(
+    lua: &Lua,
+    redis: &RefCell<FakeRedis>,
+    args: &[Value],
+) -> Result<Value, String> {
+    let mut words = Vec::with_capacity(args.len());
+    for arg in args {
+        match arg {
+            Value::String(s) => {
+                words.push(s.to_str().map_err(|e| e.to_string())?.to_owned())
+            }
+            // Redis accepts numbers, but formats them its own way (%.17g, or
+            // fpconv since 7.2, which writes 1e+08): the scripts send strings.
+            Value::Integer(_) | Value::Number(_) => {
+                return Err(format!(
+                    "harness: pass numbers to redis.call as strings, got {arg:?}"
+                ));
+            }
+            _ => {
+                return Err(
+                    "ERR Lua redis lib command arguments must be strings or integers".into(),
+                );
+            }
+        }
+    }
+    let Some(name) = words.first() else {
+        return Err(
+            "ERR Please specify at least one argument for this redis lib call"
+                .into(),
+        );
+    };
+    let mut redis = redis.borrow_mut();
+    redis.expire();
+    let lua_err = |e: mlua::Error| e.to_string();
+    match (name.to_ascii_uppercase().as_str(), &words[1..]) {
+        ("TIME", []) => {
+            let t = lua.create_table().map_err(lua_err)?;
+            t.raw_set(1, (redis.now_us / 1_000_000).to_string())
+                .map_err(lua_err)?;
+            t.raw_set(2, (redis.now_us % 1_000_000).to_string())
+                .map_err(lua_err)?;
+            Ok(Value::Table(t))
+        }
+        ("GET", [key]) => match redis.keys.get(key) {
+            // A nil bulk reply becomes `false` in Redis's Lua.
+            None => Ok(Value::Boolean(false)),
+            Some(Entry {
+                value: Stored::Str(s),
+                ..
+            }) => Ok(Value::String(lua.create_string(s).map_err(lua_err)?)),
+            Some(Entry {
+                value: Stored::WrongType,
+                ..
+            }) => Err("WRONGTYPE Operation against a key holding the wrong kind of value".into()),
+        },
+        ("MGET", keys) if !keys.is_empty() => {
+            let t = lua.create_table().map_err(lua_err)?;
+            for (i, key) in keys.iter().enumerate() {
+                let value = match redis.keys.get(key) {
+                    Some(Entry {
+                        value: Stored::Str(s),
+                        ..
+                    }) => Value::String(lua.create_string(s).map_err(lua_err)?),
+                    // Missing, or not a string: nil, false in Lua.
+                    _ => Value::Boolean(false),
+                };
+                t.raw_set(i + 1, value).map_err(lua_err)?;
+            }
+            Ok(Value::Table(t))
+        }
+        ("MGET", []) => Err("ERR wrong number of arguments for 'mget' command".into()),
+        ("SET", [key, value, px_word, px]) if px_word.eq_ignore_ascii_case("PX") => {
+            // Stricter than Redis, which would accept " 5" or a Lua number:
+            // both the value and the expiry must be canonical integers.
+            if !is_canonical_uint(px) || !is_canonical_uint(value) {
+                return Err(format!(
+                    "harness: SET {value:?} PX {px:?}: not integer strings"
+                ));
+            }
+            let px: u64 = px
+                .parse()
+                .map_err(|_| "ERR value is not an integer or out of range")?;
+            if px == 0 {
+                return Err("ERR invalid expire time in 'set' command".into());
+            }
+            let expire_at_ms = redis.now_us / 1000 + px;
+            redis.keys.insert(
+                key.clone(),
+                Entry {
+                    value: Stored::Str(value.clone()),
+                    expire_at_ms: Some(expire_at_ms),
+                },
+            );
+            redis.writes.push(Write::Set {
+                key: key.clone(),
+                value: value.clone(),
+                px,
+            });
+            ok(lua).map_err(lua_err)
+        }
+        ("DEL", [key]) => {
+            let existed = redis.keys.remove(key).is_some();
+            redis.writes.push(Write::Del { key: key.clone() });
+            Ok(Value::Integer(i64::from(existed)))
+        }
+        _ => Err(format!("harness: unsupported command {words:?}")),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The harness: a script compiled and run the way Redis does.
+
+/// What a script run produced, besides a decision.
+#[derive(Debug, PartialEq)]
+pub(crate) enum ScriptError {
+    /// An error reply (`redis.error_reply`): what bad input must give.
+    Reply(String),
+    /// The script crashed (a Lua runtime error), or returned something that
+    /// is neither a decision nor an error reply.
+    Crash(String),
+}
+
+pub(crate) struct Harness {
+    lua: Lua,
+    script: Function,
+    redis: Rc<RefCell<FakeRedis>>,
+}
+
+impl Harness {
+    pub(crate) fn new(body: &str, now_us: u64) -> Harness {
+        // Redis loads base, table, string and math (plus cjson, struct,
+        // cmsgpack, bit, and os.clock alone since 7): no io, no os.time.
+        let lua = Lua::new_with(
+            StdLib::TABLE | StdLib::STRING | StdLib::MATH,
+            LuaOptions::default(),
+        )
+        .unwrap();
+        let redis = Rc::new(RefCell::new(FakeRedis {
+            now_us,
+            ..FakeRedis::default()
+        }));
+
+        let lib = lua.create_table().unwrap();
+        for (name, protected) in [("call", false), ("pcall", true)] {
+            let state = Rc::clone(&redis);
+            let f =
+                lua.create_function(move |lua, args: Variadic<Value>| {
+                    match command(lua, &state, &args) {
+                        Ok(v) => Ok(v),
+                        Err(msg) if protected => {
+                            let t = lua.create_table()?;
+                            t.raw_set("err", msg)?;
+                            Ok(Value::Table(t))
+                        }
+                        Err(msg) => Err(mlua::Error::RuntimeError(msg)),
+                    }
+                })
+                .unwrap();
+            lib.raw_set(name, f).unwrap();
+        }
+        let error_reply = lua
+            .create_function(|lua, msg: mlua::String| {
+                let t = lua.create_table()?;
+                t.raw_set("err", msg)?;
+                Ok(t)
+            })
+            .unwrap();
+        lib.raw_set("error_reply", error_reply).unwrap();
+        // Deprecated and a no-op since Redis 7, but still there.
+        let replicate = lua.create_function(|_, ()| Ok(true)).unwrap();
+        lib.raw_set("replicate_commands", replicate).unwrap();
+        let globals = lua.globals();
+        globals.raw_set("redis", lib).unwrap();
+        globals
+            .raw_set("KEYS", lua.create_table().unwrap())
+            .unwrap();
+        globals
+            .raw_set("ARGV", lua.create_table().unwrap())
+            .unwrap();
+        for unsafe_fn in ["dofile", "loadfile"] {
+            globals.raw_set(unsafe_fn, Value::Nil).unwrap();
+        }
+
+        // Redis compiles the body as `function f_<sha>() <body> end`: a
+        // top-level `return` returns the reply, and a `local` is the
+        // function's.
+        let script: Function = lua
+            .load(format!("return function() {body}\nend"))
+            .set_name("@script.lua")
+            .call(())
+            .unwrap();
+
+        // Redis's globals protection: a script may neither create a global
+        // nor read an undefined one.
+        lua.load(
+            r#"
+            setmetatable(_G, {
+              __newindex = function(_, name)
+                error("Script attempted to create global variable '" .. tostring(name) .. "'", 2)
+              end,
+              __index = function(_, name)
+                error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
+              end,
+            })
+            "#,
+        )
+        .exec()
+        .unwrap();
+
+        Harness { lua, script, redis }
+    }
+
+    /// Another script on the same Redis, compiled the same way.
+    pub(crate) fn load(&self, body: &str) -> Function {
+        self.lua
+            .load(format!("return function() {body}\nend"))
+            .set_name("@other.lua")
+            .call(())
+            .unwrap()
+    }
+
+    pub(crate) fn set_now(&self, now_us: u64) {
+        self.redis.borrow_mut().now_us = now_us;
+    }
+
+    /// Stores a value with no expiry, as another client would.
+    pub(crate) fn set_raw(&self, key: &str, value: Stored) {
+        self.redis.borrow_mut().keys.insert(
+            key.to_owned(),
+            Entry {
+                value,
+                expire_at_ms: None,
+            },
+        );
+    }
+
+    /// The key's value now (after expiry), as `GET` would see it.
+    pub(crate) fn stored(&self, key: &str) -> Option<Stored> {
+        let mut redis = self.redis.borrow_mut();
+        redis.expire();
+        redis.keys.get(key).map(|e| e.value.clone())
+    }
+
+    pub(crate) fn take_writes(&self) -> Vec<Write> {
+        std::mem::take(&mut self.redis.borrow_mut().writes)
+    }
+
+    /// Runs the script with these `KEYS` and `ARGV`: its reply as Redis
+    /// would send it (a flat array of integers), or why there is none.
+    pub(crate) fn eval(
+        &self,
+        keys: &[&str],
+        argv: &[&str],
+    ) -> Result<Vec<i64>, ScriptError> {
+        self.eval_on(&self.script, keys, argv)
+    }
+
+    /// [`Harness::eval`] of a script from [`Harness::load`].
+    pub(crate) fn eval_on(
+        &self,
+        script: &Function,
+        keys: &[&str],
+        argv: &[&str],
+    ) -> Result<Vec<i64>, ScriptError> {
+        let strings = |items: &[&str]| -> Table {
+            let t = self.lua.create_table().unwrap();
+            for (i, item) in items.iter().enumerate() {
+                t.raw_set(i + 1, *item).unwrap();
+            }
+            t
+        };
+        let globals = self.lua.globals();
+        globals.raw_set("KEYS", strings(keys)).unwrap();
+        globals.raw_set("ARGV", strings(argv)).unwrap();
+
+        let value: Value = script
+            .call(())
+            .map_err(|e| ScriptError::Crash(e.to_string()))?;
+        let Value::Table(t) = value else {
+            return Err(ScriptError::Crash(format!("not a table: {value:?}")));
+        };
+        if let Value::String(err) = t.raw_get::<Value>("err").unwrap() {
+            return Err(ScriptError::Reply(err.to_str().unwrap().to_owned()));
+        }
+        // Redis reads the array part up to the first nil; anything else in
+        // the table is a mistake.
+        let len = t.raw_len();
+        if t.clone().pairs::<Value, Value>().count() != len {
+            return Err(ScriptError::Crash(
+                "the reply table has entries beyond its array part".into(),
+            ));
+        }
+        (1..=len)
+            .map(|i| match t.raw_get::<Value>(i).unwrap() {
+                Value::Integer(n) => Ok(n),
+                // Redis truncates a Lua number to an integer reply; the
+                // scripts must not depend on that.
+                Value::Number(n) if n.fract() == 0.0 && n.abs() < 9.3e18 => {
+                    Ok(n as i64)
+                }
+                other => Err(ScriptError::Crash(format!(
+                    "reply[{i}] is not an integer: {other:?}"
+                ))),
+            })
+            .collect()
+    }
+
+    /// Like [`Harness::eval`] with numbers for arguments.
+    pub(crate) fn eval_args(
+        &self,
+        keys: &[String],
+        args: &[i64],
+    ) -> Result<Vec<i64>, ScriptError> {
+        let args: Vec<String> = args.iter().map(i64::to_string).collect();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.eval(&keys, &args)
+    }
+}
+
+/// Asserts an error reply that starts with `prefix`.
+#[track_caller]
+pub(crate) fn assert_error_reply<T: std::fmt::Debug>(
+    result: Result<T, ScriptError>,
+    prefix: &str,
+    what: &str,
+) {
+    match result {
+        Err(ScriptError::Reply(msg)) => {
+            assert!(msg.starts_with(prefix), "{what}: error reply {msg:?}")
+        }
+        other => panic!("{what}: expected an error reply, got {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// What the property tests draw.
+
+/// A stored value that is not what gcra-core last wrote.
+#[derive(Debug, Clone)]
+pub(crate) enum Corrupt {
+    /// Not a TAT at all: gcra-core sees no value.
+    Garbage(&'static str),
+    /// A key of another type: gcra-core sees no value.
+    WrongType,
+    /// An integer string `now + offset` (offsets that cross the horizon
+    /// model clocks that went backwards, or debts).
+    Relative(i64),
+    /// An integer string, near or above 2^53.
+    Absolute(u64),
+}
+
+impl Corrupt {
+    /// Writes it into `key`: what gcra-core is now handed for the key.
+    pub(crate) fn apply(
+        &self,
+        h: &Harness,
+        key: &str,
+        now: u64,
+    ) -> Option<u64> {
+        match self {
+            Corrupt::Garbage(s) => {
+                h.set_raw(key, Stored::Str((*s).to_owned()));
+                None
+            }
+            Corrupt::WrongType => {
+                h.set_raw(key, Stored::WrongType);
+                None
+            }
+            Corrupt::Relative(offset) => {
+                let v = now.saturating_add_signed(*offset);
+                h.set_raw(key, Stored::Str(v.to_string()));
+                Some(v)
+            }
+            Corrupt::Absolute(v) => {
+                h.set_raw(key, Stored::Str(v.to_string()));
+                Some(*v)
+            }
+        }
+    }
+}
+
+/// Strings that are not what the scripts write: no TAT. Among them
+/// numbers in other forms, and 2^53 + 1, which a double reads as 2^53.
+pub(crate) const GARBAGE: &[&str] = &[
+    "abc",
+    "",
+    "1.5",
+    "nan",
+    "-nan",
+    "inf",
+    "-inf",
+    "1e400",
+    "-1",
+    "2e15",
+    " 1790947155000000",
+    "1790947155000000 ",
+    "0x10",
+    "+1790947155000000",
+    "1790947155000000.5",
+    "01790947155000000",
+    "17909471550000e2",
+    "9007199254740993",
+    "18446744073709551615",
+];
+
+/// Quotas small, medium and large: intervals from 1 µs, bursts from 1 to
+/// 100 000, windows up to gcra-core's largest (2^50 µs).
+pub(crate) fn quota_strategy() -> impl Strategy<Value = Quota> {
+    let period_us = prop_oneof![
+        1_000u64..=10_000,
+        10_000u64..=1_000_000,
+        1_000_000u64..=3_600_000_000,
+        3_600_000_000u64..=86_400_000_000,
+        prop::sample::select(vec![
+            1_000u64,
+            1_000_000,
+            60_000_000,
+            3_600_000_000,
+            86_400_000_000
+        ]),
+    ];
+    let burst = prop_oneof![
+        4 => Just(None),
+        2 => (1u32..=100).prop_map(Some),
+        1 => (100u32..=100_000).prop_map(Some),
+    ];
+    let small_or_medium = (1u32..=50, period_us, burst).prop_filter_map(
+        "invalid quota",
+        |(limit, period, burst)| {
+            let quota =
+                Quota::new(limit, Duration::from_micros(period)).ok()?;
+            match burst {
+                Some(b) => quota.try_allow_burst(b).ok(),
+                None => Some(quota),
+            }
+        },
+    );
+    // Windows near gcra-core's bound, where TATs get close to 2^53.
+    let large = (1u32..=4, 0u32..=3).prop_filter_map(
+        "invalid quota",
+        |(burst, shift)| {
+            let period = (gcra_core::MAX_WINDOW_US >> shift) / u64::from(burst);
+            Quota::new(1, Duration::from_micros(period))
+                .ok()?
+                .try_allow_burst(burst)
+                .ok()
+        },
+    );
+    prop_oneof![8 => small_or_medium, 1 => large]
+}
+
+/// A clock step for `quota`: forwards, not at all, or backwards.
+pub(crate) fn advance_strategy(quota: Quota) -> impl Strategy<Value = i64> {
+    let t = quota.emission_interval_us() as i64;
+    let tau = quota.burst_offset_us() as i64;
+    let period = quota.period().as_micros() as i64;
+    prop_oneof![
+        4 => Just(0i64),
+        4 => 0..=2 * t,
+        3 => 0..=2 * tau,
+        1 => 0..=3 * period,
+        1 => -2 * tau..=0,
+        1 => -20 * tau..=0,
+        1 => 0..=999i64,
+    ]
+}
+
+/// A corruption of a bucket of `quota`, or none.
+pub(crate) fn corrupt_strategy(
+    quota: Quota,
+) -> impl Strategy<Value = Option<Corrupt>> {
+    let tau = quota.burst_offset_us() as i64;
+    let corrupt = prop_oneof![
+        5 => prop::sample::select(GARBAGE.to_vec()).prop_map(Corrupt::Garbage),
+        2 => Just(Corrupt::WrongType),
+        5 => (-3 * tau..=3 * tau).prop_map(Corrupt::Relative),
+        1 => prop::sample::select(vec![2 * tau, 2 * tau + 1, tau, tau + 1])
+            .prop_map(Corrupt::Relative),
+        2 => prop::sample::select(vec![
+            0u64,
+            MAX_TIME_US - 1,
+            MAX_TIME_US,
+            MAX_TIME_US + 1,
+            MAX_TIME_US + 2,
+            u64::MAX,
+        ])
+        .prop_map(Corrupt::Absolute),
+    ];
+    prop_oneof![12 => Just(None), 1 => corrupt.prop_map(Some)]
+}
+
+/// Moves the clock, and tells the model which keys Redis expired: a key
+/// must not expire while its TAT is still ahead (its PX was long enough);
+/// once expired it is gone, even if the clock goes back.
+pub(crate) fn tick(
+    h: &Harness,
+    keys: &[String],
+    model: &mut [Option<u64>],
+    now: u64,
+) -> Result<(), TestCaseError> {
+    h.set_now(now);
+    for (key, tat) in keys.iter().zip(model.iter_mut()) {
+        if h.stored(key).is_none()
+            && let Some(v) = *tat
+        {
+            prop_assert!(
+                v < now,
+                "{}: expired at {} before its TAT {}",
+                key,
+                now,
+                v
+            );
+            *tat = None;
+        }
+    }
+    Ok(())
+}

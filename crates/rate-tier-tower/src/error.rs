@@ -1,0 +1,62 @@
+//! What can go wrong: a configuration that cannot be built, and a check that
+//! cannot be decided.
+
+use http::StatusCode;
+use rate_tier_storage::key::{EmptySecret, InvalidTierName};
+use rate_tier_storage::{CheckError, StorageError};
+
+/// A configuration that cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// No tier was configured.
+    #[error("no tier configured: add at least one with .tier(name, quota)")]
+    NoTiers,
+    /// A tier or limit name is not valid.
+    #[error("invalid name: {0}")]
+    InvalidTierName(#[from] InvalidTierName),
+    /// The same tier was configured twice.
+    #[error("tier {0:?} is configured twice")]
+    DuplicateTier(String),
+    /// Two limits of one layer have the same name (or a limit has a tier's
+    /// name): they would share buckets.
+    #[error("limit {0:?} is configured twice, or has a tier's name")]
+    DuplicateLimit(String),
+    /// The default tier is not one of the configured tiers.
+    #[error("default tier {0:?} is not a configured tier")]
+    UnknownDefaultTier(String),
+    /// A policy needs a default tier and none is set.
+    #[error("{0} needs a default tier: set one with .default_tier(name)")]
+    NoDefaultTier(&'static str),
+    /// A refusal policy was given a status that is not an error (4xx or
+    /// 5xx): a refused request would look served.
+    #[error("{policy} needs a 4xx or 5xx status, not {status}")]
+    NotAnErrorStatus {
+        /// The policy, e.g. `"OnMissing::Deny"`.
+        policy: &'static str,
+        /// The status given.
+        status: StatusCode,
+    },
+    /// The key secret is empty.
+    #[error(transparent)]
+    EmptyKeySecret(#[from] EmptySecret),
+}
+
+/// Why [`RateTier::check`](crate::RateTier::check) could not decide.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The store failed, timed out, or cannot decide for now.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// A cost of 0 was asked for: every request costs at least 1 (read a
+    /// bucket with [`RateTier::peek`](crate::RateTier::peek) instead).
+    #[error("request cost must be at least 1")]
+    ZeroCost,
+    /// The GCRA math refused the inputs: the clock is beyond 2^53 µs.
+    #[error(transparent)]
+    Check(CheckError),
+    /// The request had no identity and the policy refuses such requests.
+    #[error("the request has no identity")]
+    NoIdentity,
+}

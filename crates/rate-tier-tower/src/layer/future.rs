@@ -1,0 +1,220 @@
+//! [`ResponseFuture`]: what a [`TierLimit`](super::TierLimit) returns, a
+//! pin-projected state machine. A decision made in `call` (a header
+//! identity and an in-process store) allocates nothing; only an async
+//! identifier or a remote store puts the decision in a boxed future, and
+//! only a settlement on a remote store puts the settlement in one.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use http::request::Parts;
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use tower_service::Service;
+
+use super::judge::Judgement;
+use super::layer::Config;
+use super::refusal::Refusal;
+use super::response;
+use super::settle::SettlePlan;
+use crate::outcome::RateLimitInfo;
+
+pub(super) type BoxFuture<T> =
+    Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// What the request's decision leaves for after the response: the headers
+/// to add, and a settlement to make.
+pub(super) struct After {
+    pub(super) info: Option<RateLimitInfo>,
+    pub(super) settle: Option<SettlePlan>,
+}
+
+pin_project! {
+    /// The response future of [`TierLimit`](super::TierLimit).
+    #[must_use = "futures do nothing unless polled"]
+    pub struct ResponseFuture<S, ReqBody, B, R>
+    where
+        S: Service<Request<ReqBody>, Response = Response<B>>,
+    {
+        #[pin]
+        state: State<S, S::Future, ReqBody, B>,
+        config: Arc<Config>,
+        refusal: PhantomData<fn() -> R>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, F, ReqBody, B> {
+        /// The decision needs I/O (an async identifier, a remote store).
+        Deciding {
+            decision: BoxFuture<(Judgement, Option<Parts>)>,
+            inner: Option<S>,
+            parts: Option<Parts>,
+            body: Option<ReqBody>,
+        },
+        /// Passed: the inner service answers.
+        Calling {
+            #[pin]
+            future: F,
+            after: Option<After>,
+        },
+        /// Served; a settlement on a remote store runs before the response
+        /// goes out.
+        Settling {
+            settle: BoxFuture<()>,
+            response: Option<Response<B>>,
+        },
+        /// Answered already (a refusal).
+        Answered {
+            response: Option<Response<B>>,
+        },
+        Done,
+    }
+}
+
+impl<S, ReqBody, B, R> ResponseFuture<S, ReqBody, B, R>
+where
+    S: Service<Request<ReqBody>, Response = Response<B>>,
+    R: Refusal<B>,
+{
+    pub(super) fn deciding(
+        config: Arc<Config>,
+        decision: BoxFuture<(Judgement, Option<Parts>)>,
+        inner: S,
+        parts: Option<Parts>,
+        body: ReqBody,
+    ) -> Self {
+        ResponseFuture {
+            state: State::Deciding {
+                decision,
+                inner: Some(inner),
+                parts,
+                body: Some(body),
+            },
+            config,
+            refusal: PhantomData,
+        }
+    }
+
+    pub(super) fn calling(
+        config: Arc<Config>,
+        future: S::Future,
+        after: After,
+    ) -> Self {
+        ResponseFuture {
+            state: State::Calling {
+                future,
+                after: Some(after),
+            },
+            config,
+            refusal: PhantomData,
+        }
+    }
+
+    pub(super) fn answered(config: Arc<Config>, response: Response<B>) -> Self {
+        ResponseFuture {
+            state: State::Answered {
+                response: Some(response),
+            },
+            config,
+            refusal: PhantomData,
+        }
+    }
+}
+
+impl<S, ReqBody, B, R> Future for ResponseFuture<S, ReqBody, B, R>
+where
+    S: Service<Request<ReqBody>, Response = Response<B>>,
+    R: Refusal<B>,
+{
+    type Output = Result<Response<B>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Deciding {
+                    decision,
+                    inner,
+                    parts,
+                    body,
+                } => {
+                    let (judgement, moved) = ready!(decision.as_mut().poll(cx));
+                    let (Some(parts), Some(body), Some(mut inner)) = (
+                        moved.or_else(|| parts.take()),
+                        body.take(),
+                        inner.take(),
+                    ) else {
+                        panic!("`ResponseFuture` polled after completion");
+                    };
+                    let next =
+                        match judgement.respond::<R, _>(this.config, parts) {
+                            Ok((parts, after)) => State::Calling {
+                                future: inner
+                                    .call(Request::from_parts(parts, body)),
+                                after: Some(after),
+                            },
+                            Err(response) => State::Answered {
+                                response: Some(response),
+                            },
+                        };
+                    this.state.set(next);
+                }
+                StateProj::Calling { future, after } => {
+                    let mut response = ready!(future.poll(cx))?;
+                    let Some(after) = after.take() else {
+                        panic!("`ResponseFuture` polled after completion");
+                    };
+                    if let Some(info) = &after.info {
+                        // Also on an error response of the inner service
+                        // (a gRPC trailers-only status), left as it is.
+                        response::insert_info_headers(
+                            response.headers_mut(),
+                            info,
+                            this.config.headers,
+                        );
+                    }
+                    let Some(settle) = after.settle else {
+                        this.state.set(State::Done);
+                        return Poll::Ready(Ok(response));
+                    };
+                    let (head, body) = response.into_parts();
+                    let pending = settle.run(&head);
+                    let response = Response::from_parts(head, body);
+                    match pending {
+                        None => {
+                            this.state.set(State::Done);
+                            return Poll::Ready(Ok(response));
+                        }
+                        Some(settling) => this.state.set(State::Settling {
+                            settle: settling,
+                            response: Some(response),
+                        }),
+                    }
+                }
+                StateProj::Settling { settle, response } => {
+                    ready!(settle.as_mut().poll(cx));
+                    let response = response.take();
+                    this.state.set(State::Done);
+                    return Poll::Ready(Ok(response.unwrap_or_else(|| {
+                        panic!("`ResponseFuture` polled after completion")
+                    })));
+                }
+                StateProj::Answered { response } => {
+                    let response = response.take();
+                    this.state.set(State::Done);
+                    return Poll::Ready(Ok(response.unwrap_or_else(|| {
+                        panic!("`ResponseFuture` polled after completion")
+                    })));
+                }
+                StateProj::Done => {
+                    panic!("`ResponseFuture` polled after completion")
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,357 @@
+//! Limits beside the plan's: per endpoint, per address, per tenant, global.
+//!
+//! A request's limits are its plan's quota plus any [`Limit`]s that apply
+//! to it, and they are decided as **one** decision: every bucket is
+//! charged, or none is. A refusal names the limit that refused.
+
+use std::fmt;
+use std::sync::Arc;
+
+use gcra_core::Quota;
+use http::StatusCode;
+use http::request::Parts;
+use rate_tier_storage::LimitName;
+
+use crate::error::ConfigError;
+use crate::plans::{StaticName, intern};
+
+type KeyFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
+type WhenFn = dyn Fn(&Parts) -> bool + Send + Sync;
+type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
+type ActualFn = dyn Fn(&http::response::Parts) -> Option<u32> + Send + Sync;
+type RefundFn = dyn Fn(StatusCode) -> bool + Send + Sync;
+
+/// A limit of its own beside the plan's, with its own buckets.
+///
+/// By default it is per user (the request's identity), costs 1, applies to
+/// every request, and is enforced. Each part can be changed:
+///
+/// | method | what |
+/// |---|---|
+/// | [`Limit::tier`] | a quota for one tier (the first quota is for the others) |
+/// | [`Limit::global`], [`Limit::keyed_by`] | one bucket for everyone, or one per key of the request (an address, a tenant) |
+/// | [`Limit::when`] | only some requests (a route) |
+/// | [`Limit::cost`], [`Limit::cost_fn`], [`Limit::plan_cost`] | what a request costs it |
+/// | [`Limit::shadow`] | decided and reported, never refusing |
+/// | [`Limit::settle`] | the cost charged up front is an estimate, settled from the response |
+///
+/// Seed 002's three layers (per address at the edge, per API key by plan,
+/// per endpoint for expensive operations) as one decision:
+///
+/// ```
+/// use tower_rate_tier::{Limit, Quota, RateTier, TierIdentity, TierLimitLayer};
+///
+/// let tiers = RateTier::builder()
+///     .tier("free", Quota::per_minute(60))
+///     .tier("pro", Quota::per_minute(600))
+///     .build();
+/// let layer = TierLimitLayer::new(tiers)
+///     .identifier_fn(|headers| {
+///         let key = headers.get("x-api-key")?.to_str().ok()?;
+///         Some(TierIdentity::new(key, if key == "key_bea" { "pro" } else { "free" }))
+///     })
+///     .limit(Limit::new("ip", Quota::per_minute(1000)).keyed_by(|req| {
+///         Some(req.headers.get("x-forwarded-for")?.to_str().ok()?.to_owned())
+///     }))
+///     .limit(Limit::new("search", Quota::per_minute(10)).when(|req| req.uri.path() == "/search"))
+///     .limit(Limit::new("export", Quota::per_minute(5)).when(|req| req.uri.path() == "/export"));
+/// # let _ = layer;
+/// ```
+#[derive(Clone)]
+pub struct Limit {
+    pub(crate) name: &'static str,
+    pub(crate) key: &'static LimitName,
+    quota: Quota,
+    per_tier: Vec<(Box<str>, Quota)>,
+    pub(crate) scope: Scope,
+    pub(crate) when: Option<Arc<WhenFn>>,
+    pub(crate) cost: LimitCost,
+    pub(crate) shadow: bool,
+    pub(crate) settle: Option<Settle>,
+}
+
+/// Whose bucket a request charges.
+#[derive(Clone)]
+pub(crate) enum Scope {
+    /// The request's user: one bucket per identity (and one slot with its
+    /// plan's bucket on a Redis Cluster).
+    User,
+    /// One bucket for every request.
+    Global,
+    /// One bucket per key the function finds; `None`: the limit does not
+    /// apply to that request.
+    Keyed(Arc<KeyFn>),
+}
+
+/// What a request costs a limit.
+#[derive(Clone)]
+pub(crate) enum LimitCost {
+    Fixed(u32),
+    /// The plan's cost for the request.
+    Plan,
+    Fn(Arc<CostFn>),
+}
+
+impl fmt::Debug for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let scope = match self.scope {
+            Scope::User => "per user",
+            Scope::Global => "global",
+            Scope::Keyed(_) => "per key",
+        };
+        f.debug_struct("Limit")
+            .field("name", &self.name)
+            .field("quota", &self.quota)
+            .field("per_tier", &self.per_tier)
+            .field("scope", &scope)
+            .field("when", &self.when.is_some())
+            .field("shadow", &self.shadow)
+            .field("settle", &self.settle.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Limit {
+    /// A limit named `name` (1 to 64 `[A-Za-z0-9_.-]`, not a tier's name),
+    /// per user, of `quota` in every tier.
+    ///
+    /// # Panics
+    ///
+    /// On an invalid name, at start-up. Use [`Limit::try_new`] for a
+    /// `Result`.
+    #[track_caller]
+    pub fn new(name: impl Into<String>, quota: Quota) -> Limit {
+        match Limit::try_new(name, quota) {
+            Ok(limit) => limit,
+            Err(error) => panic!("invalid Limit: {error}"),
+        }
+    }
+
+    /// Like [`Limit::new`], with a typed error.
+    ///
+    /// ```
+    /// use tower_rate_tier::{ConfigError, Limit, Quota};
+    /// assert!(matches!(
+    ///     Limit::try_new("a:b", Quota::per_minute(3)),
+    ///     Err(ConfigError::InvalidTierName(_))
+    /// ));
+    /// ```
+    pub fn try_new(
+        name: impl Into<String>,
+        quota: Quota,
+    ) -> Result<Limit, ConfigError> {
+        let key = intern(&name.into())?;
+        Ok(Limit {
+            name: key.as_str_static(),
+            key,
+            quota,
+            per_tier: Vec::new(),
+            scope: Scope::User,
+            when: None,
+            cost: LimitCost::Fixed(1),
+            shadow: false,
+            settle: None,
+        })
+    }
+
+    /// `quota` for requests of `tier` (the quota given to [`Limit::new`]
+    /// stays for the other tiers).
+    ///
+    /// ```
+    /// use tower_rate_tier::{Limit, Quota};
+    /// let tokens = Limit::new("tokens", Quota::per_minute(1000))
+    ///     .tier("pro", Quota::per_minute(10_000));
+    /// assert_eq!(tokens.quota_for("pro"), Quota::per_minute(10_000));
+    /// assert_eq!(tokens.quota_for("free"), Quota::per_minute(1000));
+    /// ```
+    pub fn tier(mut self, tier: &str, quota: Quota) -> Limit {
+        self.per_tier.retain(|(t, _)| **t != *tier);
+        self.per_tier.push((tier.into(), quota));
+        self
+    }
+
+    /// One bucket for every request (an endpoint's capacity, whoever asks).
+    pub fn global(mut self) -> Limit {
+        self.scope = Scope::Global;
+        self
+    }
+
+    /// One bucket per key `key` finds in the request: a client address, a
+    /// tenant, a route and a user. A request for which it finds none is not
+    /// limited by this limit. Keys are hashed before any store sees them.
+    pub fn keyed_by<F>(mut self, key: F) -> Limit
+    where
+        F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        self.scope = Scope::Keyed(Arc::new(key));
+        self
+    }
+
+    /// Only requests for which `applies` holds (a route, a method). A peek
+    /// ([`TierLimitLayer::peek_when`](crate::TierLimitLayer::peek_when))
+    /// reads the limit whatever this says.
+    pub fn when<F>(mut self, applies: F) -> Limit
+    where
+        F: Fn(&Parts) -> bool + Send + Sync + 'static,
+    {
+        self.when = Some(Arc::new(applies));
+        self
+    }
+
+    /// What each request costs this limit (default 1).
+    ///
+    /// # Panics
+    ///
+    /// On a cost of 0 (use [`Limit::when`] for requests it should not
+    /// charge).
+    #[track_caller]
+    pub fn cost(mut self, cost: u32) -> Limit {
+        assert!(
+            cost > 0,
+            "a Limit's cost must be at least 1: use .when() to skip requests"
+        );
+        self.cost = LimitCost::Fixed(cost);
+        self
+    }
+
+    /// What each request costs this limit, from the request. A cost of 0 is
+    /// a bug in the function: the request is answered 500.
+    pub fn cost_fn<F>(mut self, cost: F) -> Limit
+    where
+        F: Fn(&Parts) -> u32 + Send + Sync + 'static,
+    {
+        self.cost = LimitCost::Fn(Arc::new(cost));
+        self
+    }
+
+    /// The same cost as the plan's for the request.
+    pub fn plan_cost(mut self) -> Limit {
+        self.cost = LimitCost::Plan;
+        self
+    }
+
+    /// Shadow mode: decided, counted and reported
+    /// ([`LimitEvent::ShadowLimited`](crate::LimitEvent::ShadowLimited),
+    /// outcome `shadow_limited`), but never refusing. It is charged as it
+    /// would be if enforced, so what it reports is what enforcing it would do.
+    pub fn shadow(mut self) -> Limit {
+        self.shadow = true;
+        self
+    }
+
+    /// The cost charged up front is an estimate: after the response, the
+    /// actual cost is read from it and the difference is charged (a debt
+    /// the next requests wait for) or refunded. See [`Settle`].
+    pub fn settle(mut self, settle: Settle) -> Limit {
+        self.settle = Some(settle);
+        self
+    }
+
+    /// The limit's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The quota that applies to a request of `tier`.
+    pub fn quota_for(&self, tier: &str) -> Quota {
+        self.per_tier
+            .iter()
+            .find(|(t, _)| **t == *tier)
+            .map_or(self.quota, |(_, quota)| *quota)
+    }
+}
+
+/// How a limit's estimated cost is settled after the response: where the
+/// actual cost is read, and when everything is refunded.
+///
+/// ```
+/// use tower_rate_tier::{Limit, Quota, Settle};
+/// let tokens = Limit::new("tokens", Quota::per_minute(1000))
+///     .settle(Settle::from_header("x-tokens-used").refund_on_server_error());
+/// # let _ = tokens;
+/// ```
+#[derive(Clone)]
+pub struct Settle {
+    pub(crate) actual: Arc<ActualFn>,
+    pub(crate) refund_on: Option<Arc<RefundFn>>,
+}
+
+impl fmt::Debug for Settle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settle")
+            .field("refund_on", &self.refund_on.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Settle {
+    /// The actual cost is the integer in the response header `name` (the
+    /// handler writes it). A response without it keeps the estimate.
+    pub fn from_header(name: &'static str) -> Settle {
+        Settle::from_fn(move |response| {
+            response
+                .headers
+                .get(name)?
+                .to_str()
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        })
+    }
+
+    /// The actual cost is an extension of the response (the handler
+    /// inserts an [`ActualCost`]).
+    pub fn from_extension() -> Settle {
+        Settle::from_fn(|response| {
+            response.extensions.get::<ActualCost>().map(|cost| cost.0)
+        })
+    }
+
+    /// The actual cost as `actual` reads it from the response; `None`
+    /// keeps the estimate.
+    pub fn from_fn<F>(actual: F) -> Settle
+    where
+        F: Fn(&http::response::Parts) -> Option<u32> + Send + Sync + 'static,
+    {
+        Settle {
+            actual: Arc::new(actual),
+            refund_on: None,
+        }
+    }
+
+    /// Refunds the whole estimate when the response is a server error
+    /// (5xx): a request that failed costs nothing.
+    pub fn refund_on_server_error(self) -> Settle {
+        self.refund_when(|status| status.is_server_error())
+    }
+
+    /// Refunds the whole estimate when `refund` holds for the status.
+    pub fn refund_when<F>(mut self, refund: F) -> Settle
+    where
+        F: Fn(StatusCode) -> bool + Send + Sync + 'static,
+    {
+        self.refund_on = Some(Arc::new(refund));
+        self
+    }
+
+    /// The cost to settle to, from the response: `None` keeps the estimate.
+    pub(crate) fn actual(
+        &self,
+        response: &http::response::Parts,
+    ) -> Option<u32> {
+        if self
+            .refund_on
+            .as_ref()
+            .is_some_and(|refund| refund(response.status))
+        {
+            return Some(0);
+        }
+        (self.actual)(response)
+    }
+}
+
+/// The actual cost of a request, as a response extension, for
+/// [`Settle::from_extension`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActualCost(pub u32);

@@ -1,0 +1,229 @@
+//! [`RateTierBuilder`]: every setting of a limiter, with a safe default.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use arc_swap::ArcSwap;
+use gcra_core::Quota;
+use rate_tier_storage::clock::{Clock, MonotonicClock, SharedClock};
+use rate_tier_storage::event::Listeners;
+use rate_tier_storage::key::KeySecret;
+use rate_tier_storage::{MemoryStorage, Storage};
+
+use super::{Inner, RateTier};
+use crate::error::ConfigError;
+use crate::event::LimitEvent;
+use crate::observe::Observer;
+use crate::plans::PlansBuilder;
+use crate::policy::{
+    OnIdentityError, OnMissing, OnStorageError, OnUnknownTier,
+};
+
+type Listener = Arc<dyn Fn(&LimitEvent) + Send + Sync>;
+
+/// Builds a [`RateTier`]. Every setting has a safe default; see each method.
+#[derive(Default)]
+#[must_use]
+pub struct RateTierBuilder {
+    plans: PlansBuilder,
+    storage: Option<Arc<dyn Storage>>,
+    clock: Option<SharedClock>,
+    key_secret: Option<Vec<u8>>,
+    listeners: Vec<Listener>,
+    observers: Vec<Arc<dyn Observer>>,
+}
+
+impl std::fmt::Debug for RateTierBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateTierBuilder")
+            .field("plans", &self.plans)
+            .field("storage", &self.storage)
+            .field("key_secret", &self.key_secret.as_ref().map(|_| ".."))
+            .field("listeners", &self.listeners.len())
+            .field("observers", &self.observers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RateTierBuilder {
+    /// Adds a tier (plan): a name of 1 to 64 `[A-Za-z0-9_.-]` and its quota.
+    pub fn tier(mut self, name: impl Into<String>, quota: Quota) -> Self {
+        self.plans = self.plans.tier(name, quota);
+        self
+    }
+
+    /// The tier for requests without an identity ([`OnMissing::UseDefault`])
+    /// and for unknown tiers ([`OnUnknownTier::UseDefault`]).
+    pub fn default_tier(mut self, name: impl Into<String>) -> Self {
+        self.plans = self.plans.default_tier(name);
+        self
+    }
+
+    /// What a request without identity gets. Default: the default tier if
+    /// one is set, else 401 Unauthorized.
+    pub fn on_missing(mut self, policy: OnMissing) -> Self {
+        self.plans = self.plans.on_missing(policy);
+        self
+    }
+
+    /// What a request with an unconfigured tier gets. Default: the default
+    /// tier's quota in the user's own bucket if a default tier is set, else
+    /// 403 Forbidden. Never unlimited unless [`OnUnknownTier::Allow`].
+    pub fn on_unknown_tier(mut self, policy: OnUnknownTier) -> Self {
+        self.plans = self.plans.on_unknown_tier(policy);
+        self
+    }
+
+    /// What a request gets when the store fails. Default: 503, fail closed.
+    pub fn on_storage_error(mut self, policy: OnStorageError) -> Self {
+        self.plans = self.plans.on_storage_error(policy);
+        self
+    }
+
+    /// What a request gets when its identity lookup fails. Default: 503,
+    /// fail closed.
+    pub fn on_identity_error(mut self, policy: OnIdentityError) -> Self {
+        self.plans = self.plans.on_identity_error(policy);
+        self
+    }
+
+    /// Where buckets live. Default: a [`MemoryStorage`] on this builder's
+    /// clock. A store passed here keeps its own clock.
+    pub fn storage(mut self, storage: Arc<dyn Storage>) -> Self {
+        self.storage = Some(storage);
+        self
+    }
+
+    /// The clock (default: [`MonotonicClock`]). It drives the default memory
+    /// store and the `x-ratelimit-reset` times.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Replaces the tiers and policies set so far with `plans` (for
+    /// example read from a file with `PlansBuilder::from_toml`).
+    ///
+    /// ```
+    /// use tower_rate_tier::{Plans, Quota, RateTier};
+    /// let plans = Plans::builder().tier("free", Quota::per_minute(10));
+    /// let tiers = RateTier::builder().plans(plans).build();
+    /// assert_eq!(tiers.quota("free"), Some(Quota::per_minute(10)));
+    /// ```
+    pub fn plans(mut self, plans: PlansBuilder) -> Self {
+        self.plans = plans;
+        self
+    }
+
+    /// Keys in shared stores become `trt:<tier>:<hmac_sha1_hex(secret, user)>`,
+    /// so low-entropy ids (IPs, emails) cannot be recovered from them. An
+    /// empty secret is a [`ConfigError::EmptyKeySecret`].
+    pub fn key_secret(mut self, secret: impl AsRef<[u8]>) -> Self {
+        self.key_secret = Some(secret.as_ref().to_vec());
+        self
+    }
+
+    /// Called with every [`LimitEvent`] of the limiter, once each: the
+    /// requests' of every layer over it and of direct checks, the store's
+    /// own (a circuit breaker, fallback decisions, evictions), and reloads.
+    /// It runs on the request path: keep it short (log, count, send to a
+    /// channel). It lives as long as the limiter.
+    ///
+    /// ```
+    /// use tower_rate_tier::{LimitEvent, Quota, RateTier, StorageEvent};
+    /// let tiers = RateTier::builder()
+    ///     .tier("free", Quota::per_minute(10))
+    ///     .on_event(|event| {
+    ///         if let LimitEvent::Storage(StorageEvent::Breaker { to, .. }) = event {
+    ///             eprintln!("breaker {to:?}");
+    ///         }
+    ///     })
+    ///     .build();
+    /// # let _ = tiers;
+    /// ```
+    pub fn on_event<F>(mut self, on_event: F) -> Self
+    where
+        F: Fn(&LimitEvent) + Send + Sync + 'static,
+    {
+        self.listeners.push(Arc::new(on_event));
+        self
+    }
+
+    /// Reports every check of the limiter (through any layer, or
+    /// [`RateTier::check`]) and every event to `observer`, once each: where
+    /// metrics belong. It lives as long as the limiter.
+    pub fn observe(mut self, observer: impl Observer) -> Self {
+        self.observers.push(Arc::new(observer));
+        self
+    }
+
+    /// Builds the limiter.
+    ///
+    /// # Panics
+    ///
+    /// On an invalid configuration, with the [`ConfigError`] as message: at
+    /// start-up, never at request time. Use [`RateTierBuilder::try_build`]
+    /// to handle the error instead.
+    #[track_caller]
+    pub fn build(self) -> RateTier {
+        match self.try_build() {
+            Ok(tiers) => tiers,
+            Err(error) => panic!("invalid RateTier configuration: {error}"),
+        }
+    }
+
+    /// Builds the limiter, or says what is wrong with the configuration.
+    ///
+    /// ```
+    /// use tower_rate_tier::{ConfigError, Quota, RateTier};
+    /// let err = RateTier::builder()
+    ///     .tier("free", Quota::per_minute(10))
+    ///     .default_tier("gold")
+    ///     .try_build()
+    ///     .unwrap_err();
+    /// assert_eq!(err, ConfigError::UnknownDefaultTier("gold".into()));
+    ///
+    /// let err = RateTier::builder().tier("free:x", Quota::per_minute(1)).try_build();
+    /// assert!(matches!(err, Err(ConfigError::InvalidTierName(_))));
+    ///
+    /// let err = RateTier::builder().tier("free", Quota::per_minute(1)).key_secret("").try_build();
+    /// assert!(matches!(err, Err(ConfigError::EmptyKeySecret(_))));
+    /// ```
+    pub fn try_build(self) -> Result<RateTier, ConfigError> {
+        let plans = self.plans.build()?;
+        let key_secret = self.key_secret.map(KeySecret::new).transpose()?;
+        let clock = self.clock.unwrap_or_else(|| Arc::new(MonotonicClock));
+        let storage = match self.storage {
+            Some(storage) => storage,
+            None => Arc::new(
+                MemoryStorage::builder().shared_clock(clock.clone()).build(),
+            ),
+        };
+        let listeners = Listeners::default();
+        for listener in self.listeners {
+            listeners.subscribe(listener).forever();
+        }
+        for observer in &self.observers {
+            let observer = observer.clone();
+            listeners
+                .subscribe(Arc::new(move |event| observer.event(event)))
+                .forever();
+        }
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        let inner = Arc::new(Inner {
+            plans: ArcSwap::from_pointee(plans),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            generation: AtomicU64::new(0),
+            storage,
+            clock,
+            key_secret,
+            listeners,
+            observers: self.observers,
+            store_events: OnceLock::new(),
+        });
+        if !inner.listeners.is_empty() {
+            inner.forward_store_events();
+        }
+        Ok(RateTier { inner })
+    }
+}

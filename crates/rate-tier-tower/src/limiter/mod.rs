@@ -1,0 +1,479 @@
+//! The limiter: [`RateTier`], the plans it applies, the store it asks, and
+//! who hears what it does.
+//!
+//! - `builder.rs`: [`RateTierBuilder`];
+//! - `decide.rs`: the decision, the one path every request takes;
+//! - `future.rs`: [`CheckFuture`], the decision as a small lazy future.
+
+mod builder;
+pub(crate) mod decide;
+mod future;
+
+use std::cell::RefCell;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use arc_swap::ArcSwap;
+use gcra_core::{Adjust, Quota};
+use rate_tier_storage::clock::SharedClock;
+use rate_tier_storage::event::Listeners;
+use rate_tier_storage::key::KeySecret;
+use rate_tier_storage::{BucketCheck, Storage, Subscription};
+use smallvec::SmallVec;
+
+pub use builder::RateTierBuilder;
+pub use future::CheckFuture;
+
+use self::decide::{Ask, Extra};
+use crate::error::Error;
+use crate::event::LimitEvent;
+use crate::limit::Limit;
+use crate::observe::{Checked, Observer};
+use crate::plans::Plans;
+
+/// Plans, their quotas and the policies for what does not fit: the limiter.
+///
+/// Build one with [`RateTier::builder`]; clones share the configuration and
+/// the store. Use it through [`TierLimitLayer`](crate::TierLimitLayer), or
+/// directly with [`RateTier::check`] and [`RateTier::decide`].
+///
+/// ```
+/// use tower_rate_tier::{OnMissing, Quota, RateTier};
+/// use http::StatusCode;
+///
+/// let tiers = RateTier::builder()
+///     .tier("free", Quota::per_minute(10))
+///     .tier("pro", Quota::per_minute(100))
+///     .default_tier("free")
+///     .on_missing(OnMissing::Deny(StatusCode::UNAUTHORIZED))
+///     .build();
+/// assert_eq!(tiers.quota("pro"), Some(Quota::per_minute(100)));
+/// ```
+#[derive(Clone)]
+pub struct RateTier {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) plans: ArcSwap<Plans>,
+    /// Unique per limiter (never reused, unlike an address): the key of the
+    /// thread-local copy of the plans.
+    pub(crate) id: u64,
+    /// Bumped after every reload: a thread's copy of older plans is stale.
+    pub(crate) generation: AtomicU64,
+    pub(crate) storage: Arc<dyn Storage>,
+    pub(crate) clock: SharedClock,
+    pub(crate) key_secret: Option<KeySecret>,
+    /// Who hears every event, the store's included, each once.
+    listeners: Listeners<LimitEvent>,
+    /// Who sees every check, each once.
+    observers: Vec<Arc<dyn Observer>>,
+    /// The store's events, passed on once someone listens.
+    store_events: OnceLock<Subscription>,
+}
+
+impl fmt::Debug for RateTier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = &*self.inner;
+        f.debug_struct("RateTier")
+            .field("plans", &*inner.plans.load())
+            .field("storage", &inner.storage)
+            .field("key_secret", &inner.key_secret)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RateTier {
+    /// Configures a limiter.
+    pub fn builder() -> RateTierBuilder {
+        RateTierBuilder::default()
+    }
+
+    /// The quota of a configured tier, in the plans in force now.
+    pub fn quota(&self, tier: &str) -> Option<Quota> {
+        self.inner.plans.load().quota(tier)
+    }
+
+    /// The default tier of the plans in force now, if one is set.
+    pub fn default_tier(&self) -> Option<&'static str> {
+        self.inner.plans.load().default_tier()
+    }
+
+    /// The plans in force now.
+    pub fn plans(&self) -> Arc<Plans> {
+        self.inner.plans.load_full()
+    }
+
+    /// The store the limiter uses.
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.inner.storage
+    }
+
+    /// Replaces the plans, for every clone of this limiter, without a
+    /// restart and without losing any bucket: requests already deciding
+    /// finish on the old plans, later ones use the new. A bucket is its tier
+    /// name and user, and its TAT stays: a user who spent half of their
+    /// bucket has spent half of the new one, and a smaller burst caps the
+    /// bucket (at two of its windows, GCRA's ceiling) rather than lock the
+    /// user out. Reported as [`LimitEvent::PlansReloaded`].
+    ///
+    /// A policy the new plans do not set (`on_missing`, `on_unknown_tier`,
+    /// `on_storage_error`, `on_identity_error`) is kept from the running
+    /// plans where it was set and still applies, so plans read from a file
+    /// do not quietly turn a 401 into the default tier. Plans are validated
+    /// when built ([`PlansBuilder::build`](crate::PlansBuilder::build)), so a
+    /// bad configuration never reaches this call: the old plans stay.
+    ///
+    /// ```
+    /// use tower_rate_tier::{Plans, Quota, RateTier, clock::FakeClock};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter = RateTier::builder()
+    ///     .clock(FakeClock::new())
+    ///     .tier("free", Quota::per_minute(10))
+    ///     .build();
+    /// for _ in 0..5 {
+    ///     limiter.check("ana", "free", 1).await.unwrap().unwrap();
+    /// }
+    /// // Ana spent half her bucket (its TAT is 30 s ahead, of 60 s). Free
+    /// // becomes 20 per minute: she still has half of it, 10, left.
+    /// limiter.reload(Plans::builder().tier("free", Quota::per_minute(20)).build().unwrap());
+    /// let info = limiter.check("ana", "free", 1).await.unwrap().unwrap();
+    /// assert_eq!((info.limit, info.remaining), (20, 9));
+    /// # }
+    /// ```
+    pub fn reload(&self, plans: Plans) {
+        let tiers = plans.tier_names().map(str::to_owned).collect();
+        // rcu: policies are kept from the plans actually replaced, even
+        // if two reloads race.
+        self.inner.plans.rcu(|running| {
+            let mut next = plans.clone();
+            next.keep_policies_of(running);
+            next
+        });
+        // After the store: a thread that sees the new generation loads the
+        // new plans.
+        self.inner.generation.fetch_add(1, Ordering::Release);
+        self.emit(|| LimitEvent::PlansReloaded { tiers });
+    }
+
+    /// Adds a listener for every event of this limiter (its checks', its
+    /// layers' requests', its store's, its reloads'), until the returned
+    /// [`Subscription`] is dropped. For a listener that lives as long as the
+    /// limiter, [`RateTierBuilder::on_event`] is simpler.
+    pub fn subscribe(
+        &self,
+        listener: impl Fn(&LimitEvent) + Send + Sync + 'static,
+    ) -> Subscription {
+        let subscription = self.inner.listeners.subscribe(Arc::new(listener));
+        self.inner.forward_store_events();
+        subscription
+    }
+
+    /// Charges `cost` to `user`'s bucket in `tier`: the plan's limit alone.
+    ///
+    /// The outer `Result` is an error of the store or of the input (cost 0);
+    /// the inner one is the decision. An unknown tier follows the
+    /// [`OnUnknownTier`](crate::OnUnknownTier) policy (an explicit `Allow`
+    /// yields an `info` with `u64::MAX` remaining); a cost above the burst is
+    /// [`LimitReason::CostExceedsBurst`](crate::LimitReason::CostExceedsBurst),
+    /// decided without touching the store; a store that fails follows the
+    /// [`OnStorageError`](crate::OnStorageError) policy (`Allow`: passed;
+    /// `Deny`: the error). Every such case is reported to the limiter's
+    /// listeners.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_rate_tier::{Quota, RateTier, clock::FakeClock};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let clock = FakeClock::new();
+    /// let limiter = RateTier::builder()
+    ///     .clock(clock.clone())
+    ///     .tier("free", Quota::per_minute(10))
+    ///     .build();
+    /// for _ in 0..10 {
+    ///     assert!(limiter.check("ana", "free", 1).await.unwrap().is_ok());
+    /// }
+    /// let limited = limiter.check("ana", "free", 1).await.unwrap().unwrap_err();
+    /// assert_eq!(limited.retry_after_secs(), 6);
+    ///
+    /// clock.advance(Duration::from_secs(6));
+    /// let info = limiter.check("ana", "free", 1).await.unwrap().unwrap();
+    /// assert_eq!(info.remaining, 0);
+    /// # }
+    /// ```
+    pub fn check<'a>(
+        &'a self,
+        user: &'a str,
+        tier: &'a str,
+        cost: u32,
+    ) -> CheckFuture<'a> {
+        if cost == 0 {
+            return CheckFuture::failed(self, Error::ZeroCost);
+        }
+        CheckFuture::new(
+            self,
+            Ask {
+                identity: Some((user, tier)),
+                cost,
+                extra: SmallVec::new(),
+                shadow: false,
+            },
+        )
+    }
+
+    /// Decides a request against its plan and other limits, as one
+    /// decision: every bucket is charged, or none is. A refusal names the
+    /// limit that refused ([`Limited::limit_name`](crate::Limited::limit_name))
+    /// and waits for the longest of the refusing limits.
+    ///
+    /// ```
+    /// use tower_rate_tier::{Limit, LimitRequest, Quota, RateTier, clock::FakeClock};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter = RateTier::builder()
+    ///     .clock(FakeClock::new())
+    ///     .tier("free", Quota::per_minute(10))
+    ///     .build();
+    /// let search = Limit::new("search", Quota::per_minute(3));
+    /// let request = LimitRequest::new("ana", "free", 1).limit(&search, 1);
+    /// for _ in 0..3 {
+    ///     limiter.decide(&request).await.unwrap().unwrap();
+    /// }
+    /// let refused = limiter.decide(&request).await.unwrap().unwrap_err();
+    /// assert_eq!(refused.limit_name(), "search");
+    /// assert_eq!(refused.retry_after_secs(), 20);
+    /// // All or nothing: the plan was not charged for the refusal.
+    /// let plan = limiter.peek("ana", "free").await.unwrap();
+    /// assert_eq!(plan.remaining, 7);
+    /// # }
+    /// ```
+    pub fn decide<'a, 'r: 'a>(
+        &'a self,
+        request: &'a LimitRequest<'r>,
+    ) -> CheckFuture<'a> {
+        let mut extra = SmallVec::new();
+        for &(limit, key, cost) in &request.limits {
+            extra.push(Extra {
+                limit,
+                partition: key.map(std::borrow::Cow::Borrowed),
+                cost,
+            });
+        }
+        CheckFuture::new(
+            self,
+            Ask {
+                identity: Some((request.user, request.tier)),
+                cost: request.cost,
+                extra,
+                shadow: request.shadow,
+            },
+        )
+    }
+
+    /// Reads the plan's bucket of `user` in `tier` without charging it.
+    ///
+    /// ```
+    /// use tower_rate_tier::{Quota, RateTier};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter = RateTier::builder().tier("free", Quota::per_minute(10)).build();
+    /// limiter.check("ana", "free", 4).await.unwrap().unwrap();
+    /// let info = limiter.peek("ana", "free").await.unwrap();
+    /// assert_eq!(info.remaining, 6);
+    /// assert_eq!(limiter.peek("ana", "free").await.unwrap().remaining, 6);
+    /// # }
+    /// ```
+    pub async fn peek(
+        &self,
+        user: &str,
+        tier: &str,
+    ) -> Result<crate::RateLimitInfo, Error> {
+        let request = LimitRequest::new(user, tier, 0);
+        match self.decide(&request).await? {
+            Ok(info) => Ok(info),
+            // A peek never refuses, but a denied unknown tier has nothing
+            // to allow.
+            Err(limited) => Ok(crate::RateLimitInfo::nothing(
+                limited.tier(),
+                limited.now_us,
+            )),
+        }
+    }
+
+    /// Adjusts `limit`'s bucket of `user` (a per-user limit) after the
+    /// request, by `adjust`: the debt of an estimate below the actual cost,
+    /// or a refund (see [`gcra_core::Quota::settle`]). Unknown tiers use
+    /// the quota of the default tier.
+    ///
+    /// ```
+    /// use tower_rate_tier::{Adjust, Limit, LimitRequest, Quota, RateTier, clock::FakeClock};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter = RateTier::builder()
+    ///     .clock(FakeClock::new())
+    ///     .tier("free", Quota::per_minute(10))
+    ///     .build();
+    /// let tokens = Limit::new("tokens", Quota::per_minute(1000));
+    /// let request = LimitRequest::new("ana", "free", 1).limit(&tokens, 1);
+    /// limiter.decide(&request).await.unwrap().unwrap();
+    /// // The answer used 1200 tokens: 1199 more, a debt of about 12 s.
+    /// limiter.settle("ana", "free", &tokens, Adjust::between(1, 1200)).await.unwrap();
+    /// let refused = limiter.decide(&request).await.unwrap().unwrap_err();
+    /// assert_eq!(refused.limit_name(), "tokens");
+    /// assert_eq!(refused.retry_after_secs(), 13);
+    /// # }
+    /// ```
+    pub async fn settle(
+        &self,
+        user: &str,
+        tier: &str,
+        limit: &Limit,
+        adjust: Adjust,
+    ) -> Result<(), Error> {
+        let plans = self.inner.plans.load_full();
+        let tier = plans
+            .find(tier)
+            .or_else(|| plans.default_entry())
+            .map_or(tier, |t| t.name);
+        let quota = limit.quota_for(tier);
+        let bucket = BucketCheck::peek(&limit.key, user, quota)
+            .key_secret(self.inner.key_secret.as_ref());
+        self.inner.storage.settle(&[bucket.settle(adjust)]).await?;
+        Ok(())
+    }
+
+    /// Reports an event to the limiter's listeners, building it only if
+    /// someone listens.
+    pub(crate) fn emit(&self, event: impl FnOnce() -> LimitEvent) {
+        self.inner.listeners.emit_with(event);
+    }
+
+    /// Whether the limiter's listeners want events.
+    pub(crate) fn listening(&self) -> bool {
+        !self.inner.listeners.is_empty()
+    }
+
+    /// Reports a check to the limiter's observers.
+    pub(crate) fn checked(&self, check: &Checked) {
+        for observer in &self.inner.observers {
+            observer.checked(check);
+        }
+    }
+
+    /// Whether the limiter has observers (worth timing a check for).
+    pub(crate) fn observed(&self) -> bool {
+        !self.inner.observers.is_empty()
+    }
+}
+
+thread_local! {
+    /// The plans this thread used last, and whose they are: reading them is
+    /// a comparison, where a snapshot of the shared plans is a few atomic
+    /// operations. One limiter's at a time (the last one used).
+    static PLANS: RefCell<Option<(u64, u64, Arc<Plans>)>> =
+        const { RefCell::new(None) };
+}
+
+impl Inner {
+    /// Runs `f` on the plans in force, from this thread's copy when it is
+    /// current: no atomic read-modify-write on a shared counter.
+    pub(crate) fn with_plans<R>(&self, f: impl FnOnce(&Plans) -> R) -> R {
+        let generation = self.generation.load(Ordering::Acquire);
+        let mut f = Some(f);
+        let done = PLANS.try_with(|cell| {
+            // A listener that checks again on this thread from inside `f`
+            // finds it borrowed: it takes the shared snapshot instead.
+            let mut slot = cell.try_borrow_mut().ok()?;
+            let current = matches!(
+                &*slot,
+                Some((id, seen, _)) if *id == self.id && *seen == generation
+            );
+            if !current {
+                *slot = Some((self.id, generation, self.plans.load_full()));
+            }
+            let (_, _, plans) = slot.as_ref()?;
+            let f = f.take()?;
+            Some(f(plans))
+        });
+        match (done, f) {
+            (Ok(Some(result)), _) => result,
+            (_, Some(f)) => f(&self.plans.load()),
+            (_, None) => unreachable!("`f` runs once: it returned above"),
+        }
+    }
+
+    /// Forwards the store's events to the listeners, from the first
+    /// listener on: a limiter nobody listens to costs the store nothing.
+    fn forward_store_events(&self) {
+        self.store_events.get_or_init(|| {
+            let listeners = self.listeners.clone();
+            self.storage.subscribe(Arc::new(move |event| {
+                listeners.emit_with(|| LimitEvent::Storage(event.clone()));
+            }))
+        });
+    }
+}
+
+/// A request for [`RateTier::decide`]: a user on a tier, the plan's cost,
+/// and other limits with their costs.
+///
+/// ```
+/// use tower_rate_tier::{Limit, LimitRequest, Quota};
+/// let search = Limit::new("search", Quota::per_minute(3));
+/// let per_ip = Limit::new("ip", Quota::per_minute(1000));
+/// let request = LimitRequest::new("key_ana", "free", 1)
+///     .limit(&search, 1)
+///     .limit_keyed(&per_ip, "203.0.113.7", 1);
+/// # let _ = request;
+/// ```
+#[derive(Debug, Clone)]
+pub struct LimitRequest<'a> {
+    user: &'a str,
+    tier: &'a str,
+    cost: u32,
+    limits: SmallVec<[(&'a Limit, Option<&'a str>, u32); 2]>,
+    shadow: bool,
+}
+
+impl<'a> LimitRequest<'a> {
+    /// `user` on `tier`, costing the plan `cost` (0: a peek, every bucket
+    /// read and none charged).
+    pub fn new(user: &'a str, tier: &'a str, cost: u32) -> Self {
+        LimitRequest {
+            user,
+            tier,
+            cost,
+            limits: SmallVec::new(),
+            shadow: false,
+        }
+    }
+
+    /// Adds `limit`, charged `cost`, in the user's bucket (a
+    /// [global](Limit::global) limit: in its one bucket).
+    pub fn limit(mut self, limit: &'a Limit, cost: u32) -> Self {
+        let key = match limit.scope {
+            crate::limit::Scope::Global => Some(""),
+            _ => None,
+        };
+        self.limits.push((limit, key, cost));
+        self
+    }
+
+    /// Adds `limit`, charged `cost`, in the bucket of `key` (an address, a
+    /// tenant).
+    pub fn limit_keyed(
+        mut self,
+        limit: &'a Limit,
+        key: &'a str,
+        cost: u32,
+    ) -> Self {
+        self.limits.push((limit, Some(key), cost));
+        self
+    }
+
+    /// Every limit in shadow mode: decided and reported, nothing refused.
+    pub fn shadow(mut self) -> Self {
+        self.shadow = true;
+        self
+    }
+}

@@ -1,0 +1,371 @@
+//! What a decision says: [`RateLimitInfo`] for a request that passes,
+//! [`Limited`] for one that does not, and each limit's [`LimitState`].
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Every limit of a decision with more than the plan's enforced limit; the
+/// plan's alone is described by the outcome's own fields (no allocation on
+/// the common path, and an outcome small enough to move in registers).
+pub(crate) type States = Option<Arc<[LimitState]>>;
+
+/// One limit's state after a decision: the plan's, or a limit of its own
+/// (an endpoint's, an address's).
+///
+/// ```
+/// use tower_rate_tier::{Quota, RateTier};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let limiter = RateTier::builder().tier("free", Quota::per_minute(10)).build();
+/// let info = limiter.check("ana", "free", 4).await.unwrap().unwrap();
+/// let plan = info.limits().next().unwrap();
+/// assert_eq!((plan.name, plan.limit, plan.remaining), ("free", 10, 6));
+/// assert_eq!(plan.window, std::time::Duration::from_secs(60));
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LimitState {
+    /// The tier (for the plan's limit) or the limit's name.
+    pub name: &'static str,
+    /// Its burst: requests of cost 1 a full bucket allows at once.
+    pub limit: u32,
+    /// Requests of cost 1 still allowed right now.
+    pub remaining: u64,
+    /// Until the bucket is full again.
+    pub reset_after: Duration,
+    /// How long a full burst takes to come back (`tau = T * burst`): the
+    /// window of the IETF `RateLimit-Policy`.
+    pub window: Duration,
+    /// Whether the limit is in shadow mode: decided and reported, never
+    /// refusing.
+    pub shadow: bool,
+    /// A shadow limit that would have refused this request.
+    pub shadow_limited: bool,
+}
+
+impl LimitState {
+    /// Unix time, in whole seconds rounded up, when this bucket is full
+    /// again, for a decision made at `now_us` (as
+    /// [`RateLimitInfo::now_us`] says).
+    pub fn reset_unix_secs(&self, now_us: u64) -> u64 {
+        unix_secs_after(now_us, self.reset_after)
+    }
+}
+
+/// The state of the limits after an allowed request.
+///
+/// The fields describe the most constraining limit (the least remaining;
+/// the plan's when there is no other): what the `x-ratelimit-*` headers
+/// show. [`RateLimitInfo::limits`] has every limit of the decision.
+///
+/// ```
+/// use tower_rate_tier::{Quota, RateTier};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let limiter = RateTier::builder().tier("free", Quota::per_minute(10)).build();
+/// let info = limiter.check("ana", "free", 3).await.unwrap().unwrap();
+/// assert_eq!((info.limit, info.remaining), (10, 7));
+/// assert_eq!(&*info.tier, "free");
+/// assert_eq!(info.reset_after, std::time::Duration::from_secs(18));
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RateLimitInfo {
+    /// The tier whose quota applied (the default tier for an unknown one,
+    /// or the claimed tier when `OnUnknownTier::Allow` let it pass).
+    pub tier: Cow<'static, str>,
+    /// The burst of the most constraining limit.
+    pub limit: u32,
+    /// Requests of cost 1 still allowed right now by it.
+    pub remaining: u64,
+    /// Until its bucket is full again.
+    pub reset_after: Duration,
+    /// The cost charged to the plan.
+    pub cost: u32,
+    /// How long a full burst takes to come back (`tau = T * burst`).
+    pub window: Duration,
+    /// When this was decided, in µs on the limiter's clock.
+    pub now_us: u64,
+    pub(crate) name: &'static str,
+    pub(crate) limits: States,
+}
+
+impl RateLimitInfo {
+    /// Every limit of the decision, the plan's first.
+    ///
+    /// ```
+    /// use tower_rate_tier::{Limit, LimitRequest, Quota, RateTier};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter = RateTier::builder().tier("free", Quota::per_minute(10)).build();
+    /// let search = Limit::new("search", Quota::per_minute(3));
+    /// let request = LimitRequest::new("ana", "free", 1).limit(&search, 1);
+    /// let info = limiter.decide(&request).await.unwrap().unwrap();
+    /// let names: Vec<&str> = info.limits().map(|l| l.name).collect();
+    /// assert_eq!(names, ["free", "search"]);
+    /// assert_eq!(info.limit_name(), "search"); // 2 left, the plan 9
+    /// # }
+    /// ```
+    pub fn limits(&self) -> LimitStates<'_> {
+        LimitStates::new(&self.limits, || LimitState {
+            name: self.name,
+            limit: self.limit,
+            remaining: self.remaining,
+            reset_after: self.reset_after,
+            window: self.window,
+            shadow: false,
+            shadow_limited: false,
+        })
+    }
+
+    /// Whether a limit in shadow mode would have refused the request.
+    pub fn shadow_limited(&self) -> bool {
+        self.limits().any(|limit| limit.shadow_limited)
+    }
+
+    /// The name of the most constraining limit (the tier for the plan's).
+    pub fn limit_name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Unix time, in whole seconds rounded up, when the most constraining
+    /// bucket is full again (the `x-ratelimit-reset` header).
+    ///
+    /// ```
+    /// # use tower_rate_tier::{Quota, RateTier, clock::FakeClock};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let clock = FakeClock::at_us(1_500_000); // t = 1.5 s
+    /// let limiter = RateTier::builder().clock(clock).tier("t", Quota::per_second(1)).build();
+    /// let info = limiter.check("u", "t", 1).await.unwrap().unwrap();
+    /// assert_eq!(info.reset_unix_secs(), 3); // full again at 2.5 s: rounded up
+    /// # }
+    /// ```
+    pub fn reset_unix_secs(&self) -> u64 {
+        unix_secs_after(self.now_us, self.reset_after)
+    }
+
+    /// What a peek of a tier that is denied reads: nothing allowed.
+    pub(crate) fn nothing(tier: &str, now_us: u64) -> Self {
+        RateLimitInfo {
+            limit: 0,
+            remaining: 0,
+            ..RateLimitInfo::unlimited(tier, 0, now_us)
+        }
+    }
+
+    /// The passing answer of an explicit `Allow` policy: no limit applied.
+    pub(crate) fn unlimited(tier: &str, cost: u32, now_us: u64) -> Self {
+        RateLimitInfo {
+            tier: Cow::Owned(tier.to_owned()),
+            limit: u32::MAX,
+            remaining: u64::MAX,
+            reset_after: Duration::ZERO,
+            cost,
+            window: Duration::ZERO,
+            now_us,
+            name: "",
+            limits: None,
+        }
+    }
+}
+
+/// The limits of a decision, as [`RateLimitInfo::limits`] and
+/// [`Limited::limits`] give them.
+#[derive(Debug, Clone)]
+pub struct LimitStates<'a> {
+    one: Option<LimitState>,
+    many: std::slice::Iter<'a, LimitState>,
+}
+
+impl<'a> LimitStates<'a> {
+    fn new(
+        limits: &'a States,
+        one: impl FnOnce() -> LimitState,
+    ) -> LimitStates<'a> {
+        match limits {
+            Some(many) => LimitStates {
+                one: None,
+                many: many.iter(),
+            },
+            None => LimitStates {
+                one: Some(one()),
+                many: [].iter(),
+            },
+        }
+    }
+
+    fn none() -> LimitStates<'a> {
+        LimitStates {
+            one: None,
+            many: [].iter(),
+        }
+    }
+}
+
+impl Iterator for LimitStates<'_> {
+    type Item = LimitState;
+
+    fn next(&mut self) -> Option<LimitState> {
+        self.one.take().or_else(|| self.many.next().copied())
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let len = usize::from(self.one.is_some()) + self.many.len();
+        (len, Some(len))
+    }
+}
+
+impl ExactSizeIterator for LimitStates<'_> {}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LimitReason {
+    /// The bucket is empty for now: retry after [`Limited::retry_after`]
+    /// (HTTP 429).
+    RateLimited,
+    /// The cost is above the limit's burst: no wait would make it pass
+    /// (HTTP 403). The store was not touched.
+    CostExceedsBurst {
+        /// The cost asked for.
+        cost: u32,
+    },
+    /// The tier is unknown and the policy is
+    /// [`OnUnknownTier::Deny`](crate::OnUnknownTier::Deny) (HTTP 403).
+    UnknownTier,
+}
+
+/// A refused request.
+///
+/// ```
+/// use tower_rate_tier::{LimitReason, Quota, RateTier};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let limiter = RateTier::builder().tier("free", Quota::per_minute(10)).build();
+/// let never = limiter.check("ana", "free", 50).await.unwrap().unwrap_err();
+/// assert_eq!(never.reason(), LimitReason::CostExceedsBurst { cost: 50 });
+/// assert!(!never.can_retry());
+///
+/// limiter.check("ana", "free", 10).await.unwrap().unwrap();
+/// let limited = limiter.check("ana", "free", 1).await.unwrap().unwrap_err();
+/// assert_eq!(limited.reason(), LimitReason::RateLimited);
+/// assert!(limited.retry_after() <= std::time::Duration::from_secs(6));
+/// assert_eq!(limited.retry_after_secs(), 6); // rounded up
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limited {
+    pub(crate) tier: Cow<'static, str>,
+    /// The refusing limit's name (the tier for the plan's).
+    pub(crate) name: Cow<'static, str>,
+    pub(crate) limit: u32,
+    pub(crate) reason: LimitReason,
+    pub(crate) retry_after: Duration,
+    pub(crate) reset_after: Duration,
+    pub(crate) now_us: u64,
+    pub(crate) window: Duration,
+    pub(crate) limits: States,
+}
+
+impl Limited {
+    /// Why the request was refused.
+    pub fn reason(&self) -> LimitReason {
+        self.reason
+    }
+
+    /// Whether waiting helps: only for [`LimitReason::RateLimited`].
+    pub fn can_retry(&self) -> bool {
+        self.reason == LimitReason::RateLimited
+    }
+
+    /// How long until the same request would pass; zero when it never will
+    /// (see [`Limited::can_retry`]). With several limits, the longest wait
+    /// among those that refused.
+    pub fn retry_after(&self) -> Duration {
+        self.retry_after
+    }
+
+    /// [`Limited::retry_after`] in whole seconds, rounded up: a client that
+    /// waits exactly this long is not refused again.
+    pub fn retry_after_secs(&self) -> u64 {
+        ceil_secs(self.retry_after)
+    }
+
+    /// The tier (plan) of the request.
+    pub fn tier(&self) -> &str {
+        &self.tier
+    }
+
+    /// The limit that refused: the tier's name for the plan's own limit,
+    /// or a limit's name (`"search"`).
+    pub fn limit_name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the plan's own limit refused (not a limit of its own).
+    pub fn is_plan_limit(&self) -> bool {
+        self.name == self.tier
+    }
+
+    /// The refusing limit's burst (the `x-ratelimit-limit`).
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// Until the refusing limit's bucket is full again.
+    pub fn reset_after(&self) -> Duration {
+        self.reset_after
+    }
+
+    /// How long a full burst of the refusing limit takes to come back.
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// Every limit of the decision, the plan's first (none when the
+    /// request was refused before any bucket was read).
+    pub fn limits(&self) -> LimitStates<'_> {
+        if self.reason != LimitReason::RateLimited {
+            return LimitStates::none();
+        }
+        LimitStates::new(&self.limits, || LimitState {
+            name: match &self.name {
+                Cow::Borrowed(name) => name,
+                Cow::Owned(_) => "",
+            },
+            limit: self.limit,
+            remaining: 0,
+            reset_after: self.reset_after,
+            window: self.window,
+            shadow: false,
+            shadow_limited: false,
+        })
+    }
+
+    /// Unix time, in whole seconds rounded up, when the refusing bucket is
+    /// full again.
+    pub fn reset_unix_secs(&self) -> u64 {
+        unix_secs_after(self.now_us, self.reset_after)
+    }
+}
+
+/// Whole seconds, rounded up: a client that waits this long is not early.
+///
+/// ```
+/// # use std::time::Duration;
+/// assert_eq!(tower_rate_tier::ceil_secs(Duration::from_millis(5_001)), 6);
+/// assert_eq!(tower_rate_tier::ceil_secs(Duration::from_secs(6)), 6);
+/// ```
+pub fn ceil_secs(duration: Duration) -> u64 {
+    let secs = duration.as_secs();
+    if duration.subsec_nanos() > 0 {
+        secs.saturating_add(1)
+    } else {
+        secs
+    }
+}
+
+/// The Unix second, rounded up, `after` past `now_us`.
+pub(crate) fn unix_secs_after(now_us: u64, after: Duration) -> u64 {
+    let after_us = u64::try_from(after.as_micros()).unwrap_or(u64::MAX);
+    now_us.saturating_add(after_us).div_ceil(1_000_000)
+}

@@ -1,0 +1,157 @@
+//! The tests' environment: where the servers that `cargo xtask` started are,
+//! and names no other test uses.
+//!
+//! Without the variables the tests fail, never pass silently; a URL on port
+//! 6379 (the machine's shared Redis) is refused.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::ports::SHARED_REDIS_PORT;
+
+/// The URL of the throwaway Redis of `cargo xtask test-redis` (and `test`).
+pub const REDIS_URL_VAR: &str = "TRT_REDIS_URL";
+/// The comma-separated node URLs of the throwaway Redis Cluster of
+/// `cargo xtask test-cluster` (and `test`).
+pub const CLUSTER_URLS_VAR: &str = "TRT_REDIS_CLUSTER_URLS";
+
+/// Generous: the shared-server tests are about sharing and atomicity, not
+/// latency, and a loaded 2-core machine with 300 checks in flight can be
+/// slow. Timeouts themselves are tested with small values.
+pub const TEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The throwaway server's URL, from `TRT_REDIS_URL`.
+///
+/// # Panics
+///
+/// If it is unset (run `cargo xtask test-redis`), not a Redis URL, or on port
+/// 6379.
+pub fn redis_url() -> String {
+    let url = match std::env::var(REDIS_URL_VAR) {
+        Ok(url) if !url.trim().is_empty() => url.trim().to_owned(),
+        _ => panic!("{REDIS_URL_VAR} is not set: run `cargo xtask test-redis`"),
+    };
+    refuse_the_shared_redis(REDIS_URL_VAR, &url, "test-redis");
+    url
+}
+
+/// The throwaway cluster's node URLs (at least `nodes` of them), from
+/// `TRT_REDIS_CLUSTER_URLS`.
+///
+/// # Panics
+///
+/// If it is unset (run `cargo xtask test-cluster`), holds fewer than `nodes`
+/// URLs, or one of them is not a Redis URL or is on port 6379.
+pub fn cluster_urls(nodes: usize) -> Vec<String> {
+    let urls = match std::env::var(CLUSTER_URLS_VAR) {
+        Ok(urls) if !urls.trim().is_empty() => urls,
+        _ => panic!(
+            "{CLUSTER_URLS_VAR} is not set: run `cargo xtask test-cluster`"
+        ),
+    };
+    let urls: Vec<String> = urls
+        .split(',')
+        .map(str::trim)
+        .filter(|url| !url.is_empty())
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        urls.len() >= nodes,
+        "{CLUSTER_URLS_VAR}={urls:?}: these tests need {nodes} masters, as `cargo xtask \
+         test-cluster` starts"
+    );
+    for url in &urls {
+        refuse_the_shared_redis(CLUSTER_URLS_VAR, url, "test-cluster");
+    }
+    urls
+}
+
+fn refuse_the_shared_redis(var: &str, url: &str, task: &str) {
+    let client = redis::Client::open(url).unwrap_or_else(|e| {
+        panic!("{var} holds {url:?}, not a Redis URL: {e}")
+    });
+    if let redis::ConnectionAddr::Tcp(_, SHARED_REDIS_PORT)
+    | redis::ConnectionAddr::TcpTls {
+        port: SHARED_REDIS_PORT,
+        ..
+    } = client.get_connection_info().addr()
+    {
+        panic!(
+            "{var} holds {url:?}, port 6379, the shared Redis: these tests write keys and \
+             flush scripts; run `cargo xtask {task}` for a throwaway server"
+        );
+    }
+}
+
+/// A name no other test (or earlier run) uses: `<prefix>-<pid>-<nanos>-<n>`,
+/// in `[A-Za-z0-9_.-]` if `prefix` is.
+pub fn unique(prefix: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!(
+        "{prefix}-{}-{nanos:x}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// `checks` concurrent tasks (`tokio::spawn`, so inside a runtime),
+/// alternately through `a` and `b` (two "instances"), each running `check`
+/// once: how many returned true.
+///
+/// # Panics
+///
+/// If a task panics.
+pub async fn concurrent_passes<T, F, Fut>(
+    a: T,
+    b: T,
+    checks: usize,
+    check: F,
+) -> usize
+where
+    T: Clone,
+    F: Fn(T) -> Fut,
+    Fut: Future<Output = bool> + Send + 'static,
+{
+    let tasks: Vec<_> = (0..checks)
+        .map(|i| {
+            let instance = if i % 2 == 0 { a.clone() } else { b.clone() };
+            tokio::spawn(check(instance))
+        })
+        .collect();
+    let mut passed = 0;
+    for task in tasks {
+        if task.await.expect("a check task panicked") {
+            passed += 1;
+        }
+    }
+    passed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unique_names_differ_and_stay_in_the_key_alphabet() {
+        let (a, b) = (unique("t"), unique("t"));
+        assert_ne!(a, b);
+        assert!(
+            a.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "port 6379, the shared Redis")]
+    fn the_shared_redis_is_refused() {
+        refuse_the_shared_redis(
+            REDIS_URL_VAR,
+            "redis://127.0.0.1:6379/",
+            "test-redis",
+        );
+    }
+}

@@ -1,0 +1,344 @@
+//! [`RedisServer`]: one throwaway Redis, the same API whatever runs it.
+
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::backend::Backend;
+use crate::docker::DockerNode;
+use crate::error::{Error, Result};
+use crate::ports::{SHARED_REDIS_PORT, free_ports};
+use crate::process::ProcessNode;
+use crate::resp;
+
+/// How long a new (or restarted) server has to answer `PING`. Pulling a
+/// missing image happens before, in the container's creation.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How many ports a new server tries when its port was taken between the
+/// check and the start (by another process).
+const PORT_ATTEMPTS: usize = 3;
+/// How much of its log a failure shows.
+const LOG_LINES: usize = 60;
+
+/// A throwaway Redis on a loopback port of its own (never 6379), run by the
+/// chosen [`Backend`]: a `redis-server` child process, or a Docker container
+/// on the host's network. Stopped, and its directory or container removed,
+/// when dropped, whatever happened.
+///
+/// It starts empty and saves nothing (`--save "" --appendonly no`): a
+/// restarted server is empty again, scripts included.
+///
+/// The methods block (a few milliseconds to a few seconds); the helpers that
+/// change its state panic with the server's log when they fail, as a test
+/// would. In a `#[tokio::test]` they block the test's thread, which suits
+/// the usual "break it, then watch the client" steps; clients on other
+/// runtimes (the [`TcpProxy`](crate::TcpProxy) has its own) keep running.
+pub struct RedisServer {
+    port: u16,
+    node: Node,
+    state: State,
+}
+
+enum Node {
+    Process(ProcessNode),
+    // A testcontainers container is large.
+    Docker(Box<DockerNode>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Running,
+    Paused,
+    Killed,
+}
+
+impl RedisServer {
+    /// Starts a server with the backend the environment chooses
+    /// ([`Backend::from_env`]) and waits until it answers `PING`.
+    ///
+    /// # Panics
+    ///
+    /// With the reason and what to install, if there is no Redis to run or
+    /// it does not start.
+    pub fn start() -> Self {
+        Self::try_start().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`RedisServer::start`], as a `Result`.
+    pub fn try_start() -> Result<Self> {
+        Self::start_with(&Backend::from_env()?)
+    }
+
+    /// Starts a server with `backend` and waits until it answers `PING`.
+    pub fn start_with(backend: &Backend) -> Result<Self> {
+        Self::launch(backend, &[], false)
+    }
+
+    /// Starts a server on a new free port (with its cluster bus port free
+    /// too if `cluster_bus`), with `extra_args`; tries other ports if the
+    /// one chosen was taken meanwhile.
+    pub(crate) fn launch(
+        backend: &Backend,
+        extra_args: &[String],
+        cluster_bus: bool,
+    ) -> Result<Self> {
+        let mut last = None;
+        for _ in 0..PORT_ATTEMPTS {
+            let port = free_ports(1, cluster_bus)?[0];
+            match Self::launch_on(backend, port, extra_args) {
+                Err(e) if e.message().contains("Address already in use") => {
+                    last = Some(e)
+                }
+                result => return result,
+            }
+        }
+        Err(last.expect("at least one attempt"))
+    }
+
+    fn launch_on(
+        backend: &Backend,
+        port: u16,
+        extra_args: &[String],
+    ) -> Result<Self> {
+        assert_ne!(
+            port, SHARED_REDIS_PORT,
+            "port 6379 belongs to the shared Redis"
+        );
+        let mut args: Vec<String> = [
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]
+        .map(str::to_owned)
+        .into();
+        args.extend_from_slice(extra_args);
+        let node = match backend {
+            Backend::Process { server, cli } => Node::Process(
+                ProcessNode::launch(server, cli.as_deref(), port, args)?,
+            ),
+            Backend::Docker { image } => {
+                Node::Docker(Box::new(DockerNode::launch(image, port, args)?))
+            }
+        };
+        // From here on, dropping `server` stops it.
+        let mut server = Self {
+            port,
+            node,
+            state: State::Running,
+        };
+        server.wait_until_ready("start")?;
+        Ok(server)
+    }
+
+    fn wait_until_ready(&mut self, what: &str) -> Result<()> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if resp::pings(self.port) {
+                return Ok(());
+            }
+            if let Some(status) = self.exited() {
+                return Err(self
+                    .failure(&format!("exited during its {what} ({status})")));
+            }
+            if Instant::now() >= deadline {
+                return Err(self.failure(&format!(
+                    "did not answer PING within {} s of its {what}",
+                    START_TIMEOUT.as_secs()
+                )));
+            }
+            thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    fn exited(&mut self) -> Option<String> {
+        match &mut self.node {
+            Node::Process(node) => node.exited(),
+            Node::Docker(node) => node.exited(),
+        }
+    }
+
+    /// An error about this server, with the end of its log.
+    pub(crate) fn failure(&self, what: &str) -> Error {
+        let logs = self.logs();
+        let lines: Vec<&str> = logs.lines().collect();
+        let tail = lines[lines.len().saturating_sub(LOG_LINES)..].join("\n");
+        Error::new(format!(
+            "{self} {what}\n--- its log (last {LOG_LINES} lines at most) ---\n{tail}"
+        ))
+    }
+
+    fn expect_ok(&self, result: Result<()>, what: &str) {
+        if let Err(e) = result {
+            panic!("{}", self.failure(&format!("could not {what}: {e}")));
+        }
+    }
+
+    /// Its loopback port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:<port>`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// What runs it: `process` or `docker` (as [`Backend::name`]).
+    pub fn backend(&self) -> &'static str {
+        match self.node {
+            Node::Process(_) => "process",
+            Node::Docker(_) => "docker",
+        }
+    }
+
+    /// Whether it runs (paused or not): false after [`kill`](Self::kill)
+    /// until [`restart`](Self::restart).
+    pub fn is_running(&self) -> bool {
+        self.state != State::Killed
+    }
+
+    /// Whether it is paused.
+    pub fn is_paused(&self) -> bool {
+        self.state == State::Paused
+    }
+
+    /// Kills it with no warning to its clients: SIGKILL for a process; for a
+    /// container `docker stop -t 0` (SIGKILL right after the stop signal).
+    /// Its clients see their connections closed, and new connections are
+    /// refused.
+    ///
+    /// # Panics
+    ///
+    /// If it is not running, or could not be killed.
+    pub fn kill(&mut self) {
+        assert!(self.is_running(), "kill: {self} is not running");
+        if self.state == State::Paused {
+            // A frozen container cannot be stopped; a stopped process can,
+            // but resuming first treats both alike.
+            self.resume();
+        }
+        let result = match &mut self.node {
+            Node::Process(node) => node.kill(),
+            Node::Docker(node) => node.kill(),
+        };
+        self.expect_ok(result, "kill it");
+        self.state = State::Killed;
+    }
+
+    /// Starts it again on the same port after [`kill`](Self::kill) (same
+    /// directory or container, so a cluster node keeps its `nodes.conf` and
+    /// rejoins); returns once it answers `PING`.
+    ///
+    /// # Panics
+    ///
+    /// If it is running, or does not come back.
+    pub fn restart(&mut self) {
+        assert!(
+            !self.is_running(),
+            "restart: {self} is still running: kill it first"
+        );
+        let result = match &mut self.node {
+            Node::Process(node) => node.relaunch(),
+            Node::Docker(node) => node.relaunch(),
+        };
+        self.expect_ok(result, "start it again");
+        self.state = State::Running;
+        if let Err(e) = self.wait_until_ready("restart") {
+            panic!("{e}");
+        }
+    }
+
+    /// Freezes it (SIGSTOP for a process, `docker pause` for a container):
+    /// its port still accepts connections and data (the kernel does that),
+    /// and nothing is answered: a hung server, not a dead one.
+    ///
+    /// # Panics
+    ///
+    /// If it is not running (or already paused), or could not be paused.
+    pub fn pause(&mut self) {
+        assert_eq!(
+            self.state,
+            State::Running,
+            "pause: {self} is not running unpaused"
+        );
+        let result = match &self.node {
+            Node::Process(node) => node.pause(),
+            Node::Docker(node) => node.pause(),
+        };
+        self.expect_ok(result, "pause it");
+        self.state = State::Paused;
+    }
+
+    /// Undoes [`pause`](Self::pause) (SIGCONT, `docker unpause`): it answers
+    /// what it was sent meanwhile, in order.
+    ///
+    /// # Panics
+    ///
+    /// If it is not paused, or could not be resumed.
+    pub fn resume(&mut self) {
+        assert_eq!(self.state, State::Paused, "resume: {self} is not paused");
+        let result = match &self.node {
+            Node::Process(node) => node.resume(),
+            Node::Docker(node) => node.resume(),
+        };
+        self.expect_ok(result, "resume it");
+        self.state = State::Running;
+    }
+
+    /// Everything it printed (every run, for a restarted server).
+    pub fn logs(&self) -> String {
+        match &self.node {
+            Node::Process(node) => node.logs(),
+            Node::Docker(node) => node.logs(),
+        }
+    }
+
+    /// Sends one command over a new connection and returns the reply (a
+    /// status, an integer or a bulk string; nil is empty), within a second:
+    /// for setting up and looking, e.g. `server.command(&["DBSIZE"])`.
+    pub fn command(&self, args: &[&str]) -> Result<String> {
+        resp::command(self.port, args).map_err(|e| {
+            Error::new(format!("{} on {self}: {e}", args.join(" ")))
+        })
+    }
+
+    /// Runs `redis-cli` with `args`: the installed one for a process, the
+    /// image's inside the container (on the host's network) for Docker.
+    pub(crate) fn redis_cli(&self, args: &[String]) -> Result<String> {
+        match &self.node {
+            Node::Process(node) => node.cli(args),
+            Node::Docker(node) => node.cli(args),
+        }
+    }
+}
+
+impl fmt::Display for RedisServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.node {
+            Node::Process(_) => "redis-server",
+            Node::Docker(_) => "redis-server container",
+        };
+        write!(f, "{what} on 127.0.0.1:{}", self.port)
+    }
+}
+
+impl fmt::Debug for RedisServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisServer")
+            .field("port", &self.port)
+            .field("backend", &self.backend())
+            .field("state", &self.state)
+            .finish()
+    }
+}

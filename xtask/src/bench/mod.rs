@@ -1,0 +1,239 @@
+//! `cargo xtask bench`: every benchmark in one run, each figure a ratio
+//! against a peer measured side by side in the same run, a table of them,
+//! and BENCHMARKS.md rewritten with it.
+//!
+//! | part | what | peer |
+//! |---|---|---|
+//! | `check` (criterion) | gcra-core decision; `RateTier::check` in memory | governor's keyed limiter |
+//! | `breaker` (criterion) | a check with Redis down, breaker open | a plain memory check |
+//! | `http` | req/s of an axum route with `TierLimitLayer` | no layer; tower_governor |
+//! | `redis_store` | checks/s of `RedisStorage`, 64 tasks, one connection | redis-benchmark, same script |
+//! | Redis CPU (xtask) | server µs per call of each Lua script | `GET` + `SET PX` + `TIME` |
+//! | `memory` | RSS after 1M keys, then idle | governor's keyed limiter |
+//!
+//! The named parts are bench targets of `tower-rate-tier`
+//! (`crates/rate-tier-tower/benches/`, `--features redis`); the Redis CPU
+//! part runs `redis-benchmark` itself. The modules: `runner` runs each part
+//! and hands back its figures or why it has none, `parse` reads their
+//! outputs, `rows` turns them into the table's rows, each with its `goal`
+//! (one value that both prints the goal and decides it), and `report`
+//! fills `BENCHMARKS.template.md`.
+//!
+//! A part that fails (a bench target that does not build, a missing tool)
+//! fails its own rows, which say why; the other parts still run.
+
+mod goal;
+mod parse;
+mod report;
+mod rows;
+mod runner;
+
+use std::ffi::OsString;
+use std::fs;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use serde_json::Value;
+
+use crate::Result;
+use crate::cmd::{Cmd, find_on_path, is_executable, project_root};
+use crate::redis;
+
+use self::report::Machine;
+use self::rows::Results;
+
+/// How long each part runs.
+pub(crate) struct Plan {
+    full: bool,
+    /// Passes of the criterion benchmarks (ratios: the median over passes).
+    criterion_passes: u32,
+    /// Seconds per configuration per round, and rounds (HTTP).
+    http: (u32, u32),
+    /// Seconds per side per round, and rounds (Redis checks/s).
+    redis: (u32, u32),
+    /// Requests per command per round, and rounds (Redis CPU).
+    redis_cpu: (u32, u32),
+    /// The memory store's sweep interval, seconds.
+    sweep_secs: u32,
+}
+
+impl Plan {
+    fn new(full: bool) -> Self {
+        if full {
+            Plan {
+                full,
+                criterion_passes: 3,
+                http: (3, 20),
+                redis: (5, 6),
+                redis_cpu: (100_000, 11),
+                sweep_secs: 10,
+            }
+        } else {
+            Plan {
+                full,
+                criterion_passes: 3,
+                http: (1, 20),
+                redis: (2, 5),
+                redis_cpu: (20_000, 5),
+                sweep_secs: 1,
+            }
+        }
+    }
+
+    fn command(&self, criterion_args: &[OsString]) -> String {
+        let mut command = String::from("cargo xtask bench");
+        if self.full {
+            command.push_str(" --full");
+        }
+        if !criterion_args.is_empty() {
+            command.push_str(" --");
+            for arg in criterion_args {
+                command.push(' ');
+                command.push_str(&arg.to_string_lossy());
+            }
+        }
+        command
+    }
+}
+
+/// The Redis programs the Redis parts need.
+pub(crate) struct RedisBins {
+    server: PathBuf,
+    cli: PathBuf,
+    benchmark: PathBuf,
+}
+
+/// The external programs, when installed.
+pub(crate) struct Tools {
+    wrk: Option<PathBuf>,
+    /// The Redis programs, or why they are missing.
+    redis: std::result::Result<RedisBins, String>,
+}
+
+impl Tools {
+    fn find() -> Self {
+        let wrk = find_on_path("wrk");
+        if wrk.is_none() {
+            println!(
+                "xtask: `wrk` is not installed: the HTTP benchmark uses its small built-in \
+                 Rust client instead. For a real HTTP load generator install it \
+                 (`apt-get install wrk` on Debian/Ubuntu, `brew install wrk` on macOS)."
+            );
+        }
+        let redis = redis::find_server().and_then(|server| {
+            let cli = redis::find_cli(&server)?;
+            let benchmark = server
+                .parent()
+                .map(|dir| dir.join("redis-benchmark"))
+                .filter(|b| is_executable(b))
+                .or_else(|| find_on_path("redis-benchmark"))
+                .ok_or_else(|| {
+                    "`redis-benchmark` is not on PATH (`apt-get install redis-tools` on \
+                     Debian/Ubuntu)"
+                        .to_owned()
+                })?;
+            Ok(RedisBins {
+                server,
+                cli,
+                benchmark,
+            })
+        });
+        if let Err(why) = &redis {
+            println!("xtask: the Redis benchmarks are skipped: {why}");
+        }
+        Tools { wrk, redis }
+    }
+}
+
+/// One benchmark run, quick by default.
+pub(crate) fn bench(full: bool, criterion_args: &[OsString]) -> Result<()> {
+    let started = Instant::now();
+    let plan = Plan::new(full);
+    let tools = Tools::find();
+    let target_dir = target_directory()?;
+    let results_dir = target_dir.join("xtask-bench");
+    let _ = fs::remove_dir_all(&results_dir);
+    fs::create_dir_all(&results_dir).map_err(|e| {
+        format!("could not create {}: {e}", results_dir.display())
+    })?;
+
+    let build_started = Instant::now();
+    let built = runner::build();
+    let build_time = build_started.elapsed();
+    let runs_started = Instant::now();
+
+    let criterion_home = target_dir.join("criterion");
+    let criterion =
+        runner::criterion(&plan, &built, &criterion_home, criterion_args);
+    let criterion_missing = runner::CRITERION_BENCHES
+        .into_iter()
+        .filter_map(|target| Some((target, built.exe(target).err()?)))
+        .collect();
+    let results = Results {
+        criterion,
+        criterion_missing,
+        http: runner::http(&plan, &tools, &built, &results_dir),
+        redis: runner::redis_store(&plan, &tools, &built, &results_dir),
+        redis_cpu: runner::redis_cpu(&plan, &tools),
+        memory: runner::memory(&plan, &built, &results_dir, "ours"),
+        memory_peer: runner::memory(&plan, &built, &results_dir, "governor"),
+    };
+    let run_time = runs_started.elapsed();
+
+    let rows = rows::rows(&results);
+    println!("\n{}", report::render_table(&rows));
+    let redis_version = tools.redis.as_ref().ok().and_then(|bins| {
+        Cmd::new(&bins.server)
+            .arg("--version")
+            .read()
+            .ok()
+            .map(|v| v.trim().to_owned())
+    });
+    let machine = Machine::read(tools.wrk.as_deref(), redis_version);
+    let cpu_commands = results
+        .redis_cpu
+        .as_ref()
+        .map_or(&[][..], |cpu| cpu.commands.as_slice());
+    let text = report::report(
+        &plan,
+        &plan.command(criterion_args),
+        &machine,
+        &rows,
+        cpu_commands,
+        run_time,
+    )?;
+    let path = project_root().join("BENCHMARKS.md");
+    fs::write(&path, text)
+        .map_err(|e| format!("could not write {}: {e}", path.display()))?;
+    println!(
+        "xtask: wrote {} (build {:.0} s, benchmarks {:.0} s, total {:.0} s)",
+        path.display(),
+        build_time.as_secs_f64(),
+        run_time.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    let unmet = report::unmet(&rows);
+    if !unmet.is_empty() {
+        println!("xtask: goals not met, or with no figure:");
+        for line in unmet {
+            println!("  - {line}");
+        }
+    }
+    Ok(())
+}
+
+/// Cargo's target directory (`cargo metadata`).
+fn target_directory() -> Result<PathBuf> {
+    let metadata = Cmd::cargo()
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .read()?;
+    let metadata: Value = serde_json::from_str(&metadata).map_err(|e| {
+        format!("could not read `cargo metadata`'s output: {e}")
+    })?;
+    metadata["target_directory"]
+        .as_str()
+        .map(PathBuf::from)
+        .ok_or_else(|| {
+            "`cargo metadata` printed no target_directory".to_owned()
+        })
+}

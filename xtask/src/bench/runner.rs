@@ -1,0 +1,528 @@
+//! Running the benchmarks: building the bench targets, running each part,
+//! and handing back what it measured or why it could not. No part stops
+//! another: a bench target that does not build, or a tool that is
+//! missing, leaves its rows saying so.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+use super::parse::{self, CommandStat, Passes};
+use super::{Plan, Tools};
+use crate::Result;
+use crate::cmd::{Cmd, project_root};
+use crate::redis::RedisServer;
+
+/// The package the bench targets belong to, and the features they need.
+const PACKAGE: &str = "tower-rate-tier";
+const FEATURES: &str = "redis";
+/// The criterion bench targets, and the others (harness = false).
+pub(crate) const CRITERION_BENCHES: [&str; 2] = ["check", "breaker"];
+pub(crate) const OTHER_BENCHES: [&str; 3] = ["http", "redis_store", "memory"];
+/// Where the Lua scripts are.
+const SCRIPTS_DIR: &str = "crates/rate-tier-storage/src/redis";
+
+/// What a part measured, or why it has no figure.
+pub(crate) type Outcome<T> = std::result::Result<T, String>;
+
+/// The bench executables by target name, or why each did not build.
+pub(crate) struct Built(BTreeMap<&'static str, Outcome<PathBuf>>);
+
+impl Built {
+    /// The executable of `target`, or why there is none.
+    pub(crate) fn exe(&self, target: &str) -> Outcome<&Path> {
+        match self.0.get(target) {
+            Some(Ok(path)) => Ok(path),
+            Some(Err(why)) => Err(why.clone()),
+            None => Err(format!("bench target `{target}` was not built")),
+        }
+    }
+}
+
+/// Builds each bench target on its own (`cargo bench --no-run`), so that
+/// one that does not compile fails its own rows only. Their executables
+/// then run directly: every part measures the same build.
+pub(crate) fn build() -> Built {
+    let mut built = BTreeMap::new();
+    for target in CRITERION_BENCHES.into_iter().chain(OTHER_BENCHES) {
+        let exe = Cmd::cargo()
+            .args(["bench", "-p", PACKAGE, "--features", FEATURES, "--no-run"])
+            .arg(format!("--bench={target}"))
+            .arg("--message-format=json-render-diagnostics")
+            .read_stdout()
+            .map_err(|_| {
+                format!("bench target `{target}` did not build (its errors are above)")
+            })
+            .and_then(|messages| {
+                executable(&messages, target).ok_or_else(|| {
+                    format!("cargo built no executable for `{target}`")
+                })
+            });
+        if let Err(why) = &exe {
+            println!("xtask: {why}");
+        }
+        built.insert(target, exe);
+    }
+    Built(built)
+}
+
+/// The executable cargo reported for bench target `target`.
+fn executable(messages: &str, target: &str) -> Option<PathBuf> {
+    messages.lines().find_map(|message| {
+        let message: Value = serde_json::from_str(message).ok()?;
+        let is_bench = message["target"]["kind"]
+            .as_array()
+            .is_some_and(|kinds| kinds.iter().any(|k| k == "bench"));
+        (is_bench && message["target"]["name"] == target)
+            .then(|| message["executable"].as_str().map(PathBuf::from))
+            .flatten()
+    })
+}
+
+/// The criterion targets, in passes, each pass's estimates read before the
+/// next overwrites them.
+pub(crate) fn criterion(
+    plan: &Plan,
+    built: &Built,
+    criterion_home: &Path,
+    criterion_args: &[OsString],
+) -> Passes {
+    let mut passes = Passes::default();
+    parse::forget_criterion_results(criterion_home);
+    for pass in 1..=plan.criterion_passes {
+        println!("xtask: criterion pass {pass} of {}", plan.criterion_passes);
+        for target in CRITERION_BENCHES {
+            let Ok(exe) = built.exe(target) else { continue };
+            let mut criterion = Cmd::new(exe)
+                .env("CRITERION_HOME", criterion_home)
+                .arg("--bench");
+            if !plan.full {
+                criterion = criterion.arg("--quick");
+            }
+            if let Err(e) = criterion.args(criterion_args).run() {
+                println!("xtask: {e}");
+            }
+        }
+        passes.read(criterion_home);
+        parse::forget_criterion_results(criterion_home);
+    }
+    passes
+}
+
+/// Runs a bench target that writes its results to `out` (a JSON file).
+fn json_target(cmd: Cmd, out: &Path) -> Outcome<Value> {
+    cmd.arg("--out").arg(out).run()?;
+    match parse::read_json(out) {
+        Value::Null => Err(format!("{} is missing or not JSON", out.display())),
+        results => Ok(results),
+    }
+}
+
+/// HTTP: three servers in one process, with wrk or the built-in client.
+pub(crate) fn http(
+    plan: &Plan,
+    tools: &Tools,
+    built: &Built,
+    results_dir: &Path,
+) -> Outcome<Value> {
+    let (secs, rounds) = plan.http;
+    let mut http = Cmd::new(built.exe("http")?)
+        .args(["--seconds", &secs.to_string()])
+        .args(["--rounds", &rounds.to_string()]);
+    if let Some(wrk) = &tools.wrk {
+        http = http.arg("--wrk").arg(wrk);
+    }
+    json_target(http, &results_dir.join("http.json"))
+}
+
+/// `RedisStorage` checks/s against redis-benchmark, on a throwaway Redis.
+pub(crate) fn redis_store(
+    plan: &Plan,
+    tools: &Tools,
+    built: &Built,
+    results_dir: &Path,
+) -> Outcome<Value> {
+    let exe = built.exe("redis_store")?;
+    let bins = tools
+        .redis
+        .as_ref()
+        .map_err(|why| format!("skipped: {why}"))?;
+    let server = RedisServer::start(&bins.server)?;
+    let port = server.port().to_string();
+    let redis = RedisCli::new(&bins.cli, server.port());
+    let sha = redis
+        .script_load(&project_root().join(SCRIPTS_DIR).join("gcra.lua"))?;
+    let (secs, rounds) = plan.redis;
+    let cmd = Cmd::new(exe)
+        .args(["--url", &server.url(), "--port", &port, "--sha", &sha])
+        .arg("--redis-benchmark")
+        .arg(&bins.benchmark)
+        .args(["--seconds", &secs.to_string()])
+        .args(["--rounds", &rounds.to_string()]);
+    json_target(cmd, &results_dir.join("redis.json"))
+    // `server` is stopped here.
+}
+
+/// RSS of our store and governor's after 1M keys, then idle: one process
+/// per store, so that their sizes do not mix.
+pub(crate) fn memory(
+    plan: &Plan,
+    built: &Built,
+    results_dir: &Path,
+    store: &str,
+) -> Outcome<Value> {
+    let sweep = plan.sweep_secs;
+    let idle = sweep * 2 + 2;
+    let cmd = Cmd::new(built.exe("memory")?)
+        .args(["--store", store, "--sweep-secs", &sweep.to_string()])
+        .args(["--idle-secs", &idle.to_string()]);
+    json_target(cmd, &results_dir.join(format!("memory-{store}.json")))
+}
+
+// ---------------------------------------------------------------------------
+// Redis CPU per script call.
+
+/// How a script is called in the Redis CPU part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Via {
+    /// `EVALSHA`, as `RedisStorage` calls it.
+    Evalsha,
+    /// `FCALL` of the same body loaded as a Redis 7 function.
+    Fcall,
+}
+
+/// One script call measured for Redis CPU: which script, how, and its
+/// `KEYS` and `ARGV` (redis-benchmark replaces each `__rand_int__` with a
+/// key number of its own, so the keys are distinct).
+pub(crate) struct CpuCase {
+    pub(crate) name: &'static str,
+    pub(crate) script: &'static str,
+    pub(crate) via: Via,
+    pub(crate) keys: &'static [&'static str],
+    pub(crate) args: &'static [&'static str],
+}
+
+/// T = 1 µs, tau = 1 s (1,000,000 per second, as the checks/s row): never
+/// refuses, so every call reads TIME, GETs, decides and SETs PX.
+const T: &str = "1";
+const TAU: &str = "1000000";
+
+/// Every script call the Redis CPU part measures, by name.
+pub(crate) const CPU_CASES: &[CpuCase] = &[
+    CpuCase {
+        name: "gcra",
+        script: "gcra.lua",
+        via: Via::Evalsha,
+        keys: &["trt:bench:__rand_int__"],
+        args: &[T, TAU, "1"],
+    },
+    CpuCase {
+        name: "gcra_all_1",
+        script: "gcra_all.lua",
+        via: Via::Evalsha,
+        keys: &["trt:bench:{__rand_int__}"],
+        args: &[T, TAU, "1", "0"],
+    },
+    CpuCase {
+        name: "gcra_all_3",
+        script: "gcra_all.lua",
+        via: Via::Evalsha,
+        keys: &[
+            "trt:plan:{__rand_int__}",
+            "trt:route:{__rand_int__}",
+            "trt:tokens:{__rand_int__}",
+        ],
+        args: &[T, TAU, "1", "0", T, TAU, "1", "0", T, TAU, "1", "0"],
+    },
+    CpuCase {
+        name: "gcra_settle",
+        script: "gcra_settle.lua",
+        via: Via::Evalsha,
+        keys: &["trt:settle:__rand_int__"],
+        args: &[T, TAU, "1"],
+    },
+    CpuCase {
+        name: "gcra_fcall",
+        script: "gcra.lua",
+        via: Via::Fcall,
+        keys: &["trt:fcall:__rand_int__"],
+        args: &[T, TAU, "1"],
+    },
+];
+
+/// The commands a check cannot avoid, per round: server µs per call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Floor {
+    pub(crate) get: f64,
+    pub(crate) set: f64,
+    pub(crate) time: f64,
+}
+
+impl Floor {
+    /// `TIME` and a GET and a SET PX per key.
+    pub(crate) fn for_keys(self, keys: usize) -> f64 {
+        self.time + keys as f64 * (self.get + self.set)
+    }
+}
+
+/// One round of the Redis CPU part.
+pub(crate) struct CpuRound {
+    pub(crate) floor: Floor,
+    /// Server µs per call of each case, by name; a case that failed is
+    /// missing here and named in [`RedisCpu::failed`].
+    pub(crate) calls: BTreeMap<&'static str, f64>,
+}
+
+/// What the Redis CPU part measured.
+pub(crate) struct RedisCpu {
+    pub(crate) rounds: Vec<CpuRound>,
+    /// Why a case has no figure (a script error, FCALL on Redis 6, ...).
+    pub(crate) failed: BTreeMap<&'static str, String>,
+    /// The exact commands, for the report.
+    pub(crate) commands: Vec<String>,
+}
+
+/// Server µs per call of each script (`INFO commandstats` after `CONFIG
+/// RESETSTAT`) and of `GET`, `SET PX` and `TIME`, on one throwaway Redis,
+/// in rounds that alternate all of them.
+pub(crate) fn redis_cpu(plan: &Plan, tools: &Tools) -> Outcome<RedisCpu> {
+    let bins = tools
+        .redis
+        .as_ref()
+        .map_err(|why| format!("skipped: {why}"))?;
+    let server = RedisServer::start(&bins.server)?;
+    let redis = RedisCli::new(&bins.cli, server.port());
+    let (requests, rounds) = plan.redis_cpu;
+    let bench = |words: &[&str]| {
+        let mut cmd = Cmd::new(&bins.benchmark)
+            .args(["-h", "127.0.0.1", "-p", &server.port().to_string()])
+            .args([
+                "-c",
+                "50",
+                "-r",
+                "1000",
+                "-n",
+                &requests.to_string(),
+                "-q",
+            ]);
+        cmd = cmd.args(words);
+        cmd
+    };
+
+    let dir = project_root().join(SCRIPTS_DIR);
+    let mut calls: Vec<(&CpuCase, Vec<String>)> = Vec::new();
+    let mut failed = BTreeMap::new();
+    for case in CPU_CASES {
+        let path = dir.join(case.script);
+        let head = match case.via {
+            Via::Evalsha => redis
+                .script_load(&path)
+                .map(|sha| vec!["EVALSHA".to_owned(), sha]),
+            Via::Fcall => redis
+                .function_load(&path, case.name)
+                .map(|name| vec!["FCALL".to_owned(), name]),
+        };
+        match head {
+            Ok(mut words) => {
+                words.push(case.keys.len().to_string());
+                words.extend(case.keys.iter().map(|k| (*k).to_owned()));
+                words.extend(case.args.iter().map(|a| (*a).to_owned()));
+                calls.push((case, words));
+            }
+            Err(why) => {
+                println!("xtask: Redis CPU of {}: {why}", case.name);
+                failed.insert(case.name, why);
+            }
+        }
+    }
+
+    let floor_commands: [&[&str]; 3] = [
+        &[
+            "SET",
+            "trt:floor:__rand_int__",
+            "1790947155000000",
+            "PX",
+            "60000",
+        ],
+        &["GET", "trt:floor:__rand_int__"],
+        &["TIME"],
+    ];
+    let mut commands: Vec<String> = floor_commands
+        .iter()
+        .map(|words| bench(words).display())
+        .collect();
+    commands.extend(
+        calls
+            .iter()
+            .map(|(_, words)| bench(&words_ref(words)).display()),
+    );
+    for command in &commands {
+        println!("$ {command}");
+    }
+
+    let mut cpu_rounds = Vec::new();
+    for round in 1..=rounds {
+        println!("xtask: Redis CPU round {round} of {rounds}");
+        let mut floor = [0.0; 3];
+        for (slot, words) in floor.iter_mut().zip(floor_commands) {
+            let stat = redis.measure(&bench(words), words[0])?;
+            *slot = stat.usec_per_call().ok_or("no call was counted")?;
+        }
+        let mut measured = BTreeMap::new();
+        for (case, words) in &calls {
+            if failed.contains_key(case.name) {
+                continue;
+            }
+            let verb = if case.via == Via::Fcall {
+                "fcall"
+            } else {
+                "evalsha"
+            };
+            match redis.measure(&bench(&words_ref(words)), verb) {
+                Ok(stat) if stat.failed > 0 => {
+                    failed.insert(
+                        case.name,
+                        format!(
+                            "{} of {} calls were errors",
+                            stat.failed, stat.stat.calls
+                        ),
+                    );
+                }
+                Ok(stat) => {
+                    if let Some(us) = stat.usec_per_call() {
+                        measured.insert(case.name, us);
+                    }
+                }
+                Err(why) => {
+                    failed.insert(case.name, why);
+                }
+            }
+        }
+        cpu_rounds.push(CpuRound {
+            floor: Floor {
+                set: floor[0],
+                get: floor[1],
+                time: floor[2],
+            },
+            calls: measured,
+        });
+    }
+    Ok(RedisCpu {
+        rounds: cpu_rounds,
+        failed,
+        commands,
+    })
+    // `server` is stopped here.
+}
+
+fn words_ref(words: &[String]) -> Vec<&str> {
+    words.iter().map(String::as_str).collect()
+}
+
+/// A command's statistics with the errors among its calls.
+struct Measured {
+    stat: CommandStat,
+    failed: u64,
+}
+
+impl Measured {
+    fn usec_per_call(&self) -> Option<f64> {
+        self.stat.usec_per_call()
+    }
+}
+
+/// `redis-cli` against the throwaway server, run quietly (dozens of calls:
+/// the report lists the benchmark commands instead).
+struct RedisCli<'a> {
+    bin: &'a Path,
+    port: u16,
+}
+
+impl<'a> RedisCli<'a> {
+    fn new(bin: &'a Path, port: u16) -> Self {
+        RedisCli { bin, port }
+    }
+
+    fn run(&self, args: &[&str]) -> Result<String> {
+        let output = Command::new(self.bin)
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| {
+                format!("could not run {}: {e}", self.bin.display())
+            })?;
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        // redis-cli exits with 0 on an error reply when not on a terminal.
+        if output.status.success() && !text.starts_with("ERR") {
+            Ok(text)
+        } else {
+            Err(format!(
+                "redis-cli {} failed: {}{}",
+                args.first().copied().unwrap_or(""),
+                text.trim(),
+                String::from_utf8_lossy(&output.stderr).trim()
+            ))
+        }
+    }
+
+    /// `SCRIPT LOAD` of a file: its SHA.
+    fn script_load(&self, path: &Path) -> Result<String> {
+        let source = fs::read_to_string(path)
+            .map_err(|e| format!("could not read {}: {e}", path.display()))?;
+        let sha = self.run(&["SCRIPT", "LOAD", &source])?.trim().to_owned();
+        if sha.len() == 40 && sha.chars().all(|c| c.is_ascii_hexdigit()) {
+            Ok(sha)
+        } else {
+            Err(format!(
+                "SCRIPT LOAD of {} answered {sha:?}",
+                path.display()
+            ))
+        }
+    }
+
+    /// `FUNCTION LOAD` of a script's body as the function `name` (Redis 7):
+    /// `KEYS` and `ARGV` become its parameters.
+    fn function_load(&self, path: &Path, name: &str) -> Result<String> {
+        let source = fs::read_to_string(path)
+            .map_err(|e| format!("could not read {}: {e}", path.display()))?;
+        let library = format!(
+            "#!lua name=trt_bench_{name}\n\
+             redis.register_function('{name}', function(KEYS, ARGV)\n{source}\nend)\n"
+        );
+        self.run(&["FUNCTION", "LOAD", "REPLACE", &library])
+            .map_err(|e| {
+                format!("not measured: this server has no functions ({e})")
+            })?;
+        Ok(name.to_owned())
+    }
+
+    /// Runs `bench` (a redis-benchmark) after `CONFIG RESETSTAT`: the
+    /// statistics of `command` it left.
+    fn measure(&self, bench: &Cmd, command: &str) -> Result<Measured> {
+        self.run(&["CONFIG", "RESETSTAT"])?;
+        let output =
+            bench.command().stdin(Stdio::null()).output().map_err(|e| {
+                format!("could not run `{}`: {e}", bench.display())
+            })?;
+        if !output.status.success() {
+            return Err(format!(
+                "`{}` failed: {}",
+                bench.display(),
+                String::from_utf8_lossy(&output.stderr).trim()
+            ));
+        }
+        let info = self.run(&["INFO", "commandstats"])?;
+        let stat = parse::command_stat(&info, command)
+            .ok_or_else(|| format!("INFO commandstats has no {command}"))?;
+        Ok(Measured {
+            stat,
+            failed: parse::command_field(&info, command, "failed_calls")
+                .unwrap_or(0),
+        })
+    }
+}
