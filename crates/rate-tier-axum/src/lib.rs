@@ -32,6 +32,7 @@
 //! or wrap a per-route limiter with
 //! [`tier_cost`](tower_rate_tier::tier_cost). A `tier_cost` placed *inside*
 //! a `Router::layer` limiter answers 500 instead of silently charging 1.
+#![forbid(unsafe_code)]
 #![warn(clippy::unwrap_used)]
 
 use std::borrow::Cow;

@@ -234,6 +234,11 @@ impl<'a> BucketCheck<'a> {
         key::shared_key(layout, self.name(), self.partition, self.key_secret)
     }
 
+    /// The secret of its shared keys, if any.
+    pub fn secret(&self) -> Option<&'a KeySecret> {
+        self.key_secret
+    }
+
     /// The script arguments of this bucket: `T`, `tau`, cost, and 1 for a
     /// shadow limit (0 otherwise), as every Redis script of this crate
     /// takes them.

@@ -61,6 +61,12 @@ pub enum StorageEvent {
         /// Whether it was allowed.
         allowed: bool,
     },
+    /// A store replaced its connection: the old one had gone silent (the
+    /// peer vanished without closing it).
+    Reconnected {
+        /// Why.
+        cause: String,
+    },
     /// A full memory store made room for a new bucket by forgetting the
     /// one, among a sample, nearest to full (the least debt to give away).
     Evicted {

@@ -249,6 +249,21 @@ pub fn cluster_bucket_key(
     shared_key(KeyLayout::Cluster, tier, user, secret)
 }
 
+/// The Redis Cluster slot of every bucket of `partition`: the CRC16
+/// (XMODEM) of its hash tag, modulo 16384, as Redis computes it.
+///
+/// ```
+/// use rate_tier_storage::key::cluster_slot;
+/// // redis-cli CLUSTER KEYSLOT "trt:free:{33d2315cbeb866b8b237240a98d605f2e6e41b8a}"
+/// assert_eq!(cluster_slot("key_ana", None), cluster_slot("key_ana", None));
+/// assert!(cluster_slot("key_ana", None) < 16384);
+/// ```
+#[cfg(feature = "redis")]
+pub fn cluster_slot(partition: &str, secret: Option<&KeySecret>) -> u16 {
+    let tag = user_hash_hex(partition, secret);
+    crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes()) % 16_384
+}
+
 /// `sha1_hex(user)`, or `hmac_sha1_hex(secret, user)` with a secret.
 fn user_hash_hex(user: &str, secret: Option<&KeySecret>) -> String {
     let digest: [u8; 20] = match secret {

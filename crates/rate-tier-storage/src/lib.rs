@@ -63,5 +63,18 @@ pub use key::KeyLayout;
 pub use memory::{MemoryStorage, MemoryStorageBuilder};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use redis::RedisStorage;
+pub use redis::{REMEMBERED, RedisStorage};
+
+/// How long unacknowledged data may wait before the kernel drops a socket
+/// of the Redis store (Linux's `TCP_USER_TIMEOUT`), with keepalive probes
+/// after 5 s idle.
+///
+/// ```
+/// assert_eq!(rate_tier_storage::redis_user_timeout(), std::time::Duration::from_secs(5));
+/// ```
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub fn redis_user_timeout() -> std::time::Duration {
+    redis::USER_TIMEOUT
+}
 pub use storage::{Decided, Storage, StorageError};

@@ -53,7 +53,10 @@ async fn cluster_conn(node: usize) -> ClusterConnection {
 /// A store whose connection knows only node `node` as its seed, like an
 /// instance configured with that one address.
 async fn store_seeded_with(node: usize) -> RedisStorage {
-    RedisStorage::cluster(cluster_conn(node).await).timeout(TEST_TIMEOUT)
+    // Every answer from Redis itself: the refusal memory has tests of its own.
+    RedisStorage::cluster(cluster_conn(node).await)
+        .timeout(TEST_TIMEOUT)
+        .remember_refusals(false)
 }
 
 /// A plain (non-cluster) connection to node `node`: commands run on that

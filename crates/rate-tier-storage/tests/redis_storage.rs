@@ -53,7 +53,10 @@ async fn connect() -> ConnectionManager {
 
 /// A store with its own connection, like a separate instance.
 async fn store() -> RedisStorage {
-    RedisStorage::new(connect().await).timeout(TEST_TIMEOUT)
+    // Every answer from Redis itself: the refusal memory has tests of its own.
+    RedisStorage::new(connect().await)
+        .timeout(TEST_TIMEOUT)
+        .remember_refusals(false)
 }
 
 /// A limit name no other test uses.

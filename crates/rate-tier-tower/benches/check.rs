@@ -178,5 +178,71 @@ fn threads(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, decision, one_key, many_keys, threads);
+/// A flood of one-shot ids into a full store: every check of a new id
+/// evicts the bucket nearest to full among a sample, against checks of
+/// existing buckets in a store with room, both at `FLOOD_CAPACITY`. The
+/// goal: the flood costs at most a small factor of the unflooded check.
+const FLOOD_CAPACITY: u64 = 100_000;
+
+/// The id of user `i`, written into `id` (both cases pay the same for it).
+fn flood_id(id: &mut String, i: u64) {
+    id.clear();
+    std::fmt::Write::write_fmt(id, format_args!("user-{i:016}")).unwrap();
+}
+
+fn flood(c: &mut Criterion) {
+    let quota = Quota::per_second(1_000_000);
+    let free = LimitName::new("free").unwrap();
+    let mut group = c.benchmark_group("memory/flood");
+    let mut out = [Decision::default()];
+    let mut id = String::new();
+    let fill =
+        |store: &MemoryStorage, id: &mut String, out: &mut [Decision; 1]| {
+            for i in 0..FLOOD_CAPACITY {
+                flood_id(id, i);
+                let check = [BucketCheck::new(&free, id, quota, 1).unwrap()];
+                store.check_sync(&check, out).unwrap();
+            }
+        };
+
+    // Unflooded: existing buckets, room to spare.
+    let store = MemoryStorage::builder()
+        .capacity(2 * FLOOD_CAPACITY as usize)
+        .build();
+    fill(&store, &mut id, &mut out);
+    group.bench_function("unflooded", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) % FLOOD_CAPACITY;
+            flood_id(&mut id, i);
+            let check = [BucketCheck::new(&free, &id, quota, 1).unwrap()];
+            store.check_sync(&check, &mut out).unwrap()
+        })
+    });
+
+    // Flooded: the store is full of live buckets and has already taken 20
+    // times its capacity of one-shot ids; every check is one more.
+    let store = MemoryStorage::builder()
+        .capacity(FLOOD_CAPACITY as usize)
+        .build();
+    fill(&store, &mut id, &mut out);
+    for i in FLOOD_CAPACITY..21 * FLOOD_CAPACITY {
+        flood_id(&mut id, i);
+        let check = [BucketCheck::new(&free, &id, quota, 1).unwrap()];
+        store.check_sync(&check, &mut out).unwrap();
+    }
+    group.bench_function("flooded", |b| {
+        let mut next = 21 * FLOOD_CAPACITY;
+        b.iter(|| {
+            next += 1;
+            flood_id(&mut id, next);
+            let check = [BucketCheck::new(&free, &id, quota, 1).unwrap()];
+            store.check_sync(&check, &mut out).unwrap()
+        })
+    });
+    assert!(store.evictions() > 0, "the flood evicted nothing");
+    group.finish();
+}
+
+criterion_group!(benches, decision, one_key, many_keys, threads, flood);
 criterion_main!(benches);

@@ -1,18 +1,22 @@
-//! Resident size of the in-memory store: at the start, after `--keys`
-//! (1M) distinct buckets, and after their period has passed with the store
-//! idle (nothing calls it; only its own background sweeper runs). `cargo
-//! xtask bench` runs it once per store, each in a process of its own so that
-//! the sizes do not mix:
+//! Resident size of the in-memory store through waves of keys, and after
+//! each wave once its period has passed with the store idle (nothing calls
+//! it; only its own background sweeper runs). `cargo xtask bench` runs it
+//! once per store, each in a process of its own so that the sizes do not
+//! mix:
 //!
 //! - `--store ours`: `MemoryStorage` built inside a Tokio runtime (so its
 //!   idle sweeper runs) with `--sweep-secs` between sweeps, on a
-//!   `FakeClock`. The clock stands still while the keys go in (so all of
-//!   them are live at the peak), then moves past the period; the sweeper
-//!   runs on real time. Then a second wave of as many new keys, the same
-//!   way: whether the memory freed by the first is reused.
-//! - `--store governor`: governor's keyed limiter, the same keys and quota,
-//!   waiting as long. It forgets nothing unless `retain_recent` is called,
-//!   and this measures what happens without any manual call.
+//!   `FakeClock`. Waves of distinct keys (`--waves`, default 1M, 500k, 1M,
+//!   250k, 1M: sizes that differ, so that a table that shrinks and grows
+//!   again is covered), each going in with the clock standing still (every
+//!   bucket live at the peak), then the clock moves past the period and the
+//!   RSS is read once the sweeper has emptied the store and finished the
+//!   sweep after it (memory given back included). Reported: each wave's
+//!   peak and idle RSS, and the worst idle growth over the baseline, also as
+//!   a share of the peak growth.
+//! - `--store governor`: governor's keyed limiter, the first wave's keys and
+//!   quota, waiting as long. It forgets nothing unless `retain_recent` is
+//!   called, and this measures what happens without any manual call.
 //!
 //! Sizes are VmRSS from /proc/self/status (KiB).
 #![allow(clippy::unwrap_used, missing_docs)]
@@ -32,6 +36,13 @@ fn main() {
     let args = Args::parse();
     let store = args.get("store").unwrap_or("ours").to_owned();
     let keys: usize = args.num("keys", 1_000_000);
+    // Wave sizes, as multiples of --keys in thousandths.
+    let waves: Vec<usize> = args
+        .get("waves")
+        .unwrap_or("1000,500,1000,250,1000")
+        .split(',')
+        .map(|w| w.trim().parse::<usize>().unwrap() * keys / 1000)
+        .collect();
     let sweep = args.secs("sweep-secs", 1.0);
     // How long to wait for the store to empty, at most, once the period is over.
     let idle_max = args.secs("idle-secs", sweep.as_secs_f64() * 2.0 + 2.0);
@@ -45,7 +56,7 @@ fn main() {
     results.text("store", &store).num("keys", keys as f64);
     runtime.block_on(async {
         match store.as_str() {
-            "ours" => ours(keys, sweep, idle_max, &mut results).await,
+            "ours" => ours(&waves, sweep, idle_max, &mut results).await,
             "governor" => governor(keys, idle_max, &mut results).await,
             other => panic!("--store {other:?}: expected ours or governor"),
         }
@@ -60,7 +71,7 @@ fn user_id(user: &mut String, i: usize) {
 }
 
 async fn ours(
-    keys: usize,
+    waves: &[usize],
     sweep: Duration,
     idle_max: Duration,
     results: &mut Results,
@@ -74,23 +85,24 @@ async fn ours(
     let baseline = rss_kib();
     results.num("baseline_kib", baseline as f64);
     let free = LimitName::new("free").unwrap();
-
-    // Two waves of distinct keys: the second shows whether memory freed by
-    // the first is reused (a bounded process) or lost (a growing one).
-    for wave in 0..2 {
+    let (mut peak, mut worst_idle) = (baseline, 0u64);
+    let mut next = 0usize;
+    let mut out = [Decision::default()];
+    for (wave, &keys) in waves.iter().enumerate() {
         let start = Instant::now();
         let mut user = String::new();
-        for i in wave * keys..(wave + 1) * keys {
+        for i in next..next + keys {
             user_id(&mut user, i);
             let check = [BucketCheck::new(&free, &user, quota, 1).unwrap()];
-            let mut out = [Decision::default()];
             assert!(
                 store.check_sync(&check, &mut out).unwrap().verdict.allowed
             );
         }
+        next += keys;
         let insert_secs = start.elapsed().as_secs_f64();
         let held = store.len();
         let after_insert = rss_kib();
+        peak = peak.max(after_insert);
         println!(
             "memory (ours), wave {}: {keys} keys in {insert_secs:.2} s; {held} buckets; \
              RSS {baseline} KiB -> {after_insert} KiB",
@@ -98,19 +110,24 @@ async fn ours(
         );
 
         // The period passes; the store sits idle while its sweeper runs.
+        // Read once a whole sweep has run after the store emptied: the
+        // memory it gives back is given back by then.
         clock.advance(quota.period());
         let idle_start = Instant::now();
         let mut emptied_after = None;
         while idle_start.elapsed() < idle_max {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
             if store.is_empty() {
                 emptied_after = Some(idle_start.elapsed());
                 break;
             }
         }
-        // A moment more, for the allocator to hand memory back if it does.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let sweeps = store.sweeps();
+        while store.sweeps() < sweeps + 1 && idle_start.elapsed() < idle_max {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let after_idle = rss_kib();
+        worst_idle = worst_idle.max(after_idle.saturating_sub(baseline));
         let left = store.len();
         println!(
             "memory (ours), wave {}: idle, period over: {left} buckets left{}; RSS {after_idle} KiB",
@@ -120,8 +137,14 @@ async fn ours(
                 None => format!(" after {:.1} s", idle_max.as_secs_f64()),
             }
         );
-        let prefix = if wave == 0 { "" } else { "wave2_" };
+        // The first two waves keep their old names (BENCHMARKS.md's rows).
+        let prefix = match wave {
+            0 => String::new(),
+            1 => "wave2_".to_owned(),
+            n => format!("wave{}_", n + 1),
+        };
         results
+            .num(&format!("{prefix}keys"), keys as f64)
             .num(&format!("{prefix}after_insert_kib"), after_insert as f64)
             .num(&format!("{prefix}after_idle_kib"), after_idle as f64)
             .num(&format!("{prefix}held_after_insert"), held as f64)
@@ -132,7 +155,22 @@ async fn ours(
                 emptied_after.map_or(f64::NAN, |t| t.as_secs_f64()),
             );
     }
-    results.num("sweep_secs", sweep.as_secs_f64());
+    let peak_growth = peak.saturating_sub(baseline);
+    println!(
+        "memory (ours): {} waves; peak growth {peak_growth} KiB; worst idle growth \
+         {worst_idle} KiB ({:.3} of the peak growth)",
+        waves.len(),
+        worst_idle as f64 / peak_growth.max(1) as f64
+    );
+    results
+        .num("waves", waves.len() as f64)
+        .num("peak_growth_kib", peak_growth as f64)
+        .num("worst_idle_growth_kib", worst_idle as f64)
+        .num(
+            "worst_idle_ratio",
+            worst_idle as f64 / peak_growth.max(1) as f64,
+        )
+        .num("sweep_secs", sweep.as_secs_f64());
     drop(store);
 }
 

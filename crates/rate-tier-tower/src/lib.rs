@@ -116,6 +116,7 @@
 //! | `tracing` | `tracing` events on the decision path; next to free when no subscriber listens |
 //! | `grpc` | `GrpcTierLimitLayer`: the layer for tonic gRPC servers; refusals are `RESOURCE_EXHAUSTED` with `google.rpc.RetryInfo` |
 //! | `plans-toml` | `PlansBuilder::from_toml`: plans from a TOML file, for hot reload |
+#![forbid(unsafe_code)]
 #![warn(clippy::unwrap_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -34,6 +34,7 @@
 //! eviction per new id, never a sweep of the store.
 
 mod table;
+mod trim;
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -123,6 +124,8 @@ struct Inner {
     /// Table storage given back by sweeps since the sweeper last returned
     /// memory to the system.
     freed_bytes: AtomicUsize,
+    /// Sweeps of every shard completed (memory given back included).
+    sweeps: AtomicU64,
     listeners: Listeners<StorageEvent>,
 }
 
@@ -216,6 +219,12 @@ impl MemoryStorage {
         self.inner.capacity
     }
 
+    /// How many sweeps of the whole store completed (by the background
+    /// sweeper or [`MemoryStorage::sweep`]), memory given back included.
+    pub fn sweeps(&self) -> u64 {
+        self.inner.sweeps.load(Ordering::Acquire)
+    }
+
     /// How many buckets were evicted to make room since the store was built.
     pub fn evictions(&self) -> u64 {
         self.inner.evictions.load(Ordering::Relaxed)
@@ -265,6 +274,7 @@ impl MemoryStorageBuilder {
                 .unwrap_or(u64::MAX),
             evictions: AtomicU64::new(0),
             freed_bytes: AtomicUsize::new(0),
+            sweeps: AtomicU64::new(0),
             listeners: Listeners::default(),
         });
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -507,6 +517,12 @@ impl Inner {
         for shard in &*self.shards {
             self.sweep_table(&mut write(&shard.table), now);
         }
+        // Tables freed by this sweep or by inserts' since the last trim.
+        if self.freed_bytes.load(Ordering::Relaxed) >= trim::TRIM_AFTER {
+            self.freed_bytes.store(0, Ordering::Relaxed);
+            trim::trim();
+        }
+        self.sweeps.fetch_add(1, Ordering::Release);
     }
 
     fn settle(

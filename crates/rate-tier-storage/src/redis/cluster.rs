@@ -5,15 +5,19 @@
 //! slots (slot by slot, with refunds). The scripts, their arguments and
 //! replies are shared with the single-node store (`script.rs`).
 
-use ::redis::cluster::{ClusterClientBuilder, ClusterConfig};
+use std::sync::Arc;
+
+use ::redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::cluster_routing::Slot;
 use ::redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 use gcra_core::{Adjust, Decision, Verdict};
 use smallvec::SmallVec;
 
+use super::link::{Conn, Source};
 use super::script::{Call, read_decisions, read_settled};
-use super::{Conn, RedisStorage, backend};
+use super::slots::Slots;
+use super::{RedisStorage, backend};
 use crate::bucket::{BucketCheck, BucketSettle};
 use crate::key::KeyLayout;
 use crate::storage::StorageError;
@@ -65,10 +69,29 @@ impl RedisStorage {
     /// # Ok(()) }
     /// ```
     pub fn cluster(conn: ClusterConnection) -> Self {
-        RedisStorage {
-            conn: Conn::Cluster(conn),
-            timeout: Self::DEFAULT_TIMEOUT,
+        Self::on_cluster(conn, None)
+    }
+
+    /// The store, with its slot map kept fresh in the background: the
+    /// failure domain of each bucket (see [`RedisStorage`]'s section
+    /// *Redis Cluster*).
+    fn on_cluster(
+        conn: ClusterConnection,
+        client: Option<ClusterClient>,
+    ) -> Self {
+        let mut store =
+            Self::on(Conn::Cluster(conn), client.map(Source::Cluster));
+        let slots = Slots::new();
+        if let Some(shared) = Arc::get_mut(&mut store.shared) {
+            shared.slots = Some(slots.clone());
         }
+        let shared = Arc::downgrade(&store.shared);
+        let current = move || match &*shared.upgrade()?.link.current() {
+            Conn::Cluster(conn) => Some(conn.clone()),
+            Conn::Single(_) => None,
+        };
+        Slots::keep_fresh(&slots, current, Self::DEFAULT_TIMEOUT);
+        store
     }
 
     /// A store on the Redis Cluster that the nodes at `urls` belong to (one
@@ -83,8 +106,11 @@ impl RedisStorage {
     ///
     /// The connection is built with few, short retries inside redis-rs (2,
     /// enough to follow a `MOVED` and an `ASK`; 10 to 50 ms before retrying
-    /// a `TRYAGAIN` or `CLUSTERDOWN`) and no response timeout of its own:
-    /// [`RedisStorage::timeout`] is the one limit of a check.
+    /// a `TRYAGAIN` or `CLUSTERDOWN`), TCP keepalive and a user timeout
+    /// (see [`redis_user_timeout`](crate::redis_user_timeout)), and a connection and
+    /// response timeout of its own of 100 ms per node: redis-rs refreshes its
+    /// slot map under a lock that stops every call, and a node that does not
+    /// answer must not hold it longer than a check may take.
     ///
     /// # Errors
     ///
@@ -138,13 +164,14 @@ impl RedisStorage {
             .retries(CLUSTER_RETRIES)
             .min_retry_wait(min_wait)
             .max_retry_wait(max_wait)
+            .tcp_settings(super::link::tcp_settings())
+            .connection_timeout(Self::DEFAULT_TIMEOUT)
+            .response_timeout(Self::DEFAULT_TIMEOUT)
             .build()
             .map_err(backend)?;
-        // The default config: no response timeout, redis-rs's connection
-        // timeout (1 s per connection attempt, under the check's timeout).
         let conn = client
             .get_pending_async_connection_with_config(ClusterConfig::new());
-        Ok(Self::cluster(conn))
+        Ok(Self::on_cluster(conn, Some(client)))
     }
 }
 

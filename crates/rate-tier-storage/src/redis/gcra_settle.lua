@@ -31,7 +31,8 @@ end
 local time = redis.call("TIME")
 local now = time[1] * 1000000 + time[2]
 -- One read for every key (reads change nothing: the arguments are checked
--- below, before any write).
+-- below, before any write). MGET answers a key of another type with nil,
+-- false in Lua: no value, as in gcra.lua.
 local values = redis.call("MGET", unpack(keys))
 
 -- Decide every bucket first: an error writes nothing. values[i] becomes the

@@ -4,28 +4,33 @@
 //! the one public item; what is particular to a cluster is in `cluster.rs`.
 
 mod cluster;
+mod link;
+mod refusals;
 mod script;
+mod slots;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::cluster_async::ClusterConnection;
-use ::redis::{Client, RedisError, Value};
+use ::redis::{Client, IntoConnectionInfo, RedisError, Value};
 use gcra_core::{Decision, Verdict};
 
+use self::link::{Conn, Link, Source};
+use self::refusals::Refusals;
 use self::script::{Call, read_decisions, read_settled};
+use self::slots::Slots;
 use crate::bucket::{BucketCheck, BucketSettle};
-use crate::key::KeyLayout;
+use crate::clock::{Clock, MonotonicClock, SharedClock};
+use crate::event::{Listeners, StorageEvent, StorageListener, Subscription};
+use crate::key::{self, KeyLayout};
 use crate::storage::{Decided, Storage, StorageError, validate};
 
-/// The connection a store runs its checks on.
-#[derive(Clone)]
-enum Conn {
-    /// One Redis server (or a proxy that looks like one).
-    Single(ConnectionManager),
-    /// A Redis Cluster: redis-rs routes each call to the node of its keys.
-    Cluster(ClusterConnection),
-}
+pub(crate) use link::USER_TIMEOUT;
+
+/// What [`Decided::by`] says of a refusal answered from the store's memory
+/// of an earlier one, without a call to Redis.
+pub const REMEMBERED: &str = "remembered";
 
 /// GCRA buckets in Redis, shared by every instance that uses the same Redis
 /// (or the same Redis Cluster).
@@ -209,8 +214,21 @@ enum Conn {
 ///   connection reconnects and reads the slot map by itself).
 #[derive(Clone)]
 pub struct RedisStorage {
-    conn: Conn,
+    shared: Arc<Shared>,
     timeout: Duration,
+    rebuild_after: u32,
+    remember_refusals: bool,
+    clock: SharedClock,
+}
+
+/// What clones share: the connection, the cluster's slot map, the
+/// refusals remembered, the listeners.
+struct Shared {
+    link: Link,
+    cluster: bool,
+    slots: Option<Arc<Slots>>,
+    refusals: Refusals,
+    listeners: Listeners<StorageEvent>,
 }
 
 impl std::fmt::Debug for RedisStorage {
@@ -219,6 +237,8 @@ impl std::fmt::Debug for RedisStorage {
         f.debug_struct("RedisStorage")
             .field("cluster", &self.is_cluster())
             .field("timeout", &self.timeout)
+            .field("rebuild_after", &self.rebuild_after)
+            .field("remember_refusals", &self.remember_refusals)
             .finish_non_exhaustive()
     }
 }
@@ -260,9 +280,23 @@ impl RedisStorage {
     /// # Ok(()) }
     /// ```
     pub fn new(conn: ConnectionManager) -> Self {
+        Self::on(Conn::Single(conn), None)
+    }
+
+    fn on(conn: Conn, source: Option<Source>) -> Self {
+        let cluster = matches!(conn, Conn::Cluster(_));
         RedisStorage {
-            conn: Conn::Single(conn),
+            shared: Arc::new(Shared {
+                link: Link::new(conn, source),
+                cluster,
+                slots: None,
+                refusals: Refusals::default(),
+                listeners: Listeners::default(),
+            }),
             timeout: Self::DEFAULT_TIMEOUT,
+            rebuild_after: 3,
+            remember_refusals: true,
+            clock: Arc::new(MonotonicClock),
         }
     }
 
@@ -304,7 +338,11 @@ impl RedisStorage {
                     .into(),
             ));
         }
-        let client = Client::open(url).map_err(backend)?;
+        let info = url
+            .into_connection_info()
+            .map_err(backend)?
+            .set_tcp_settings(link::tcp_settings());
+        let client = Client::open(info).map_err(backend)?;
         // No retries inside a check: the first one alone (100 ms back-off)
         // would outlast the default timeout, and a Redis that is down should
         // fail fast. redis-rs reconnects on the next check anyway. Its
@@ -314,9 +352,50 @@ impl RedisStorage {
             .set_number_of_retries(0)
             .set_response_timeout(None);
         let conn = client
-            .get_connection_manager_lazy(config)
+            .get_connection_manager_lazy(config.clone())
             .map_err(backend)?;
-        Ok(Self::new(conn))
+        Ok(Self::on(
+            Conn::Single(conn),
+            Some(Source::Single(client, config)),
+        ))
+    }
+
+    /// After this many timeouts in a row, the store replaces its
+    /// connection (default 3; 0 never does): a connection whose peer
+    /// vanished without a word would otherwise time out every call for as
+    /// long as the kernel keeps the socket. Only a store built from a URL
+    /// ([`RedisStorage::from_url`], [`RedisStorage::from_cluster_urls`])
+    /// can open a new one. See also [`redis_user_timeout`](crate::redis_user_timeout).
+    #[must_use]
+    pub fn rebuild_after(mut self, timeouts: u32) -> Self {
+        self.rebuild_after = if timeouts == 0 { u32::MAX } else { timeouts };
+        self
+    }
+
+    /// How many times the connection was replaced after timeouts.
+    pub fn rebuilds(&self) -> u64 {
+        self.shared.link.rebuilds()
+    }
+
+    /// Whether refusals are remembered (default: yes): until GCRA says the
+    /// same request could pass, it, and any costlier one on the same
+    /// bucket, is refused without a call to Redis, and the decision says
+    /// [`REMEMBERED`]. A client hammering past its limit then costs nothing
+    /// to Redis. A cheaper request is sent (it may fit). The memory is
+    /// bounded (65 536 refusals). A refund settled by another instance can
+    /// make a bucket pass before a remembered refusal ends.
+    #[must_use]
+    pub fn remember_refusals(mut self, remember: bool) -> Self {
+        self.remember_refusals = remember;
+        self
+    }
+
+    /// The clock of the refusals' memory (default: the monotonic clock).
+    /// Decisions use Redis's own time whatever this is.
+    #[must_use]
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
     }
 
     /// Sets how long a check may take (default 100 ms). Past it, the check
@@ -367,7 +446,7 @@ impl RedisStorage {
     /// # Ok(()) }
     /// ```
     pub fn is_cluster(&self) -> bool {
-        matches!(self.conn, Conn::Cluster(_))
+        self.shared.cluster
     }
 
     async fn decide(
@@ -375,7 +454,8 @@ impl RedisStorage {
         checks: &[BucketCheck<'_>],
         out: &mut [Decision],
     ) -> Result<(), StorageError> {
-        match &self.conn {
+        let conn = self.shared.link.current();
+        match &*conn {
             Conn::Single(conn) => {
                 let call = Call::check(checks, KeyLayout::Single);
                 let reply = run_single(conn, &call).await.map_err(backend)?;
@@ -389,7 +469,8 @@ impl RedisStorage {
         &self,
         settles: &[BucketSettle<'_>],
     ) -> Result<(), StorageError> {
-        match &self.conn {
+        let conn = self.shared.link.current();
+        match &*conn {
             Conn::Single(conn) => {
                 let call = Call::settle(settles, KeyLayout::Single);
                 let reply = run_single(conn, &call).await.map_err(backend)?;
@@ -401,14 +482,36 @@ impl RedisStorage {
         }
     }
 
-    /// Runs `call` within the store's timeout.
+    /// Runs `call` within the store's timeout, keeping count of the
+    /// timeouts in a row: past `rebuild_after`, a new connection.
     async fn bounded<T>(
         &self,
         call: impl Future<Output = Result<T, StorageError>>,
     ) -> Result<T, StorageError> {
-        tokio::time::timeout(self.timeout, call)
+        let shared = &*self.shared;
+        let result = tokio::time::timeout(self.timeout, call)
             .await
-            .unwrap_or(Err(StorageError::Timeout(self.timeout)))
+            .unwrap_or(Err(StorageError::Timeout(self.timeout)));
+        match &result {
+            Err(StorageError::Timeout(_)) => {
+                if shared.link.timed_out(self.rebuild_after) {
+                    shared.listeners.emit_with(|| StorageEvent::Reconnected {
+                        cause: format!(
+                            "{} timeouts in a row",
+                            self.rebuild_after
+                        ),
+                    });
+                }
+            }
+            Err(StorageError::Backend(_)) => {}
+            _ => shared.link.answered(),
+        }
+        if result.as_ref().is_err_and(StorageError::is_failure)
+            && let Some(slots) = &shared.slots
+        {
+            slots.failed();
+        }
+        result
     }
 }
 
@@ -447,8 +550,25 @@ impl Storage for RedisStorage {
         out: &mut [Decision],
     ) -> Result<Decided, StorageError> {
         validate(checks, out)?;
+        let refusals = &self.shared.refusals;
+        let sent_us = self.clock.now_us();
+        if self.remember_refusals
+            && let Some(index) = refusals.answer(checks, sent_us, out)
+        {
+            let verdict = Verdict {
+                allowed: false,
+                retry_after_us: out[index].retry_after_us,
+                refused_by: Some(index),
+            };
+            return Ok(Decided::new(verdict, None, REMEMBERED));
+        }
         self.bounded(self.decide(checks, out)).await?;
         let verdict = Verdict::of(checks.iter().map(|c| c.is_shadow()), out);
+        if self.remember_refusals
+            && let Some(index) = verdict.refused_by
+        {
+            refusals.remember(&checks[index], &out[index], sent_us);
+        }
         Ok(Decided::new(verdict, None, "redis"))
     }
 
@@ -460,8 +580,21 @@ impl Storage for RedisStorage {
         self.bounded(self.settle_all(settles)).await
     }
 
+    /// On a Redis Cluster, the master that owns the bucket's slot
+    /// (`host:port`), once the slot map is read: a
+    /// [`FallbackStorage`](crate::FallbackStorage) keeps a breaker per
+    /// node. On one Redis, `None`: one domain.
+    fn failure_domain(&self, check: &BucketCheck<'_>) -> Option<Arc<str>> {
+        let slots = self.shared.slots.as_ref()?;
+        slots.owner(key::cluster_slot(check.partition(), check.secret()))
+    }
+
     fn kind(&self) -> &'static str {
         "redis"
+    }
+
+    fn subscribe(&self, listener: StorageListener) -> Subscription {
+        self.shared.listeners.subscribe(listener)
     }
 }
 
