@@ -139,10 +139,15 @@ pub struct Decided {
     /// during an outage); 1: the quotas as given. The limit actually applied
     /// is [`shared_quota`](crate::fallback::shared_quota)`(quota, share)`.
     pub share: u32,
+    /// Whether the store's backend answered. `false` for an answer from
+    /// what the store remembers in process (a
+    /// [`REMEMBERED`](crate::REMEMBERED) refusal): it says nothing of the
+    /// backend's health, so a breaker neither closes nor counts it.
+    pub reached_backend: bool,
 }
 
 impl Decided {
-    /// A decision made with the quotas as given.
+    /// A decision made with the quotas as given, by the store's backend.
     pub fn new(
         verdict: Verdict,
         now_us: Option<u64>,
@@ -153,7 +158,23 @@ impl Decided {
             now_us,
             by,
             share: 1,
+            reached_backend: true,
         }
+    }
+
+    /// The same decision, answered without the backend.
+    ///
+    /// ```
+    /// use rate_tier_storage::Decided;
+    /// use gcra_core::Verdict;
+    /// let verdict = Verdict { allowed: false, retry_after_us: 5, refused_by: Some(0) };
+    /// let decided = Decided::new(verdict, None, "remembered").without_backend();
+    /// assert!(!decided.reached_backend);
+    /// ```
+    #[must_use]
+    pub fn without_backend(mut self) -> Self {
+        self.reached_backend = false;
+        self
     }
 
     /// The quota applied to a bucket checked under `quota`.

@@ -23,16 +23,16 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use sha1::{Digest, Sha1};
 
-#[path = "common/redis_env.rs"]
-mod redis_env;
-use redis_env::{Monitor, TEST_TIMEOUT, concurrent_passes, unique};
+use rate_tier_test_support::{
+    Monitor, TEST_TIMEOUT, concurrent_passes, unique,
+};
 
 const SECOND: u64 = 1_000_000;
 const MINUTE: u64 = 60 * SECOND;
 
 /// The three masters of `cargo xtask test-cluster`.
 fn cluster_urls() -> Vec<String> {
-    redis_env::cluster_urls(3)
+    rate_tier_test_support::cluster_urls(3)
 }
 
 // ---------------------------------------------------------------------------

@@ -29,9 +29,9 @@ use rate_tier_storage::{
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use sha1::{Digest, Sha1};
 
-#[path = "common/redis_env.rs"]
-mod redis_env;
-use redis_env::{Monitor, TEST_TIMEOUT, concurrent_passes, redis_url, unique};
+use rate_tier_test_support::{
+    Monitor, TEST_TIMEOUT, concurrent_passes, redis_url, unique,
+};
 
 const SECOND: u64 = 1_000_000;
 const MINUTE: u64 = 60 * SECOND;

@@ -51,6 +51,7 @@ mod docker;
 pub mod env;
 mod error;
 mod image;
+mod monitor;
 mod ports;
 mod process;
 mod proxy;
@@ -69,6 +70,7 @@ pub use env::{
 };
 pub use error::{Error, Result};
 pub use image::build_local_image;
+pub use monitor::Monitor;
 pub use ports::{SHARED_REDIS_PORT, free_port, try_free_port};
 pub use proxy::TcpProxy;
 pub use server::RedisServer;

@@ -437,6 +437,14 @@ impl Inner {
         let probing =
             |i: usize| probes.iter().find(|(p, _)| *p == i).map(|(_, d)| *d);
         match result {
+            Ok(decided) if !decided.reached_backend => {
+                // Answered from the primary's memory: nothing learned.
+                for &(i, doublings) in &probes {
+                    let (domain, breaker) = &breakers[i];
+                    self.report(domain, breaker.unprobed(now, doublings), None);
+                }
+                Ok(decided)
+            }
             Ok(decided) => {
                 for (i, (domain, breaker)) in breakers.iter().enumerate() {
                     match probing(i) {

@@ -108,9 +108,10 @@ impl RedisStorage {
     /// enough to follow a `MOVED` and an `ASK`; 10 to 50 ms before retrying
     /// a `TRYAGAIN` or `CLUSTERDOWN`), TCP keepalive and a user timeout
     /// (see [`redis_user_timeout`](crate::redis_user_timeout)), and a connection and
-    /// response timeout of its own of 100 ms per node: redis-rs refreshes its
-    /// slot map under a lock that stops every call, and a node that does not
-    /// answer must not hold it longer than a check may take.
+    /// response timeout per node equal to the store's
+    /// [`timeout`](RedisStorage::timeout): redis-rs refreshes its slot map
+    /// under a lock that stops every call, and a node that does not answer
+    /// must not hold it longer than a check may take.
     ///
     /// # Errors
     ///
@@ -165,12 +166,13 @@ impl RedisStorage {
             .min_retry_wait(min_wait)
             .max_retry_wait(max_wait)
             .tcp_settings(super::link::tcp_settings())
-            .connection_timeout(Self::DEFAULT_TIMEOUT)
-            .response_timeout(Self::DEFAULT_TIMEOUT)
             .build()
             .map_err(backend)?;
-        let conn = client
-            .get_pending_async_connection_with_config(ClusterConfig::new());
+        let conn = client.get_pending_async_connection_with_config(
+            ClusterConfig::new()
+                .set_connection_timeout(Self::DEFAULT_TIMEOUT)
+                .set_response_timeout(Self::DEFAULT_TIMEOUT),
+        );
         Ok(Self::on_cluster(conn, Some(client)))
     }
 }

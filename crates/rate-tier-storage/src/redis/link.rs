@@ -65,8 +65,11 @@ pub(super) enum Source {
 }
 
 impl Source {
-    /// A new connection, made lazily (no I/O here).
-    fn open(&self) -> Option<Conn> {
+    /// A new connection, made lazily (no I/O here). A cluster's nodes each
+    /// get `node_timeout` to connect and to answer: redis-rs refreshes its
+    /// slot map under a lock that stops every call, and a silent node must
+    /// not hold it longer than a check may take.
+    fn open(&self, node_timeout: Duration) -> Option<Conn> {
         match self {
             Source::Single(client, config) => client
                 .get_connection_manager_lazy(config.clone())
@@ -74,7 +77,9 @@ impl Source {
                 .map(Conn::Single),
             Source::Cluster(client) => Some(Conn::Cluster(
                 client.get_pending_async_connection_with_config(
-                    ::redis::cluster::ClusterConfig::new(),
+                    ::redis::cluster::ClusterConfig::new()
+                        .set_connection_timeout(node_timeout)
+                        .set_response_timeout(node_timeout),
                 ),
             )),
         }
@@ -88,15 +93,24 @@ pub(super) struct Link {
     source: Option<Source>,
     timeouts: AtomicU32,
     rebuilds: AtomicU64,
+    /// A cluster node's own connection and response timeout, in µs.
+    node_timeout_us: AtomicU64,
 }
 
 impl Link {
-    pub(super) fn new(conn: Conn, source: Option<Source>) -> Self {
+    pub(super) fn new(
+        conn: Conn,
+        source: Option<Source>,
+        node_timeout: Duration,
+    ) -> Self {
         Link {
             conn: ArcSwap::from_pointee(conn),
             source,
             timeouts: AtomicU32::new(0),
             rebuilds: AtomicU64::new(0),
+            node_timeout_us: AtomicU64::new(
+                u64::try_from(node_timeout.as_micros()).unwrap_or(u64::MAX),
+            ),
         }
     }
 
@@ -122,12 +136,32 @@ impl Link {
             return false;
         }
         self.timeouts.store(0, Ordering::Relaxed);
-        let Some(conn) = self.source.as_ref().and_then(Source::open) else {
+        let Some(conn) = self.open() else {
             return false;
         };
         self.conn.store(Arc::new(conn));
         self.rebuilds.fetch_add(1, Ordering::Relaxed);
         true
+    }
+
+    fn open(&self) -> Option<Conn> {
+        let node_timeout =
+            Duration::from_micros(self.node_timeout_us.load(Ordering::Relaxed));
+        self.source.as_ref()?.open(node_timeout)
+    }
+
+    /// Gives a cluster's nodes `timeout` each. The connection it had is
+    /// replaced (a pending one: no I/O here); a single server's is kept, its
+    /// calls being bounded by the store.
+    pub(super) fn set_node_timeout(&self, timeout: Duration) {
+        let timeout_us = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
+        let before = self.node_timeout_us.swap(timeout_us, Ordering::Relaxed);
+        if before != timeout_us
+            && matches!(self.source, Some(Source::Cluster(_)))
+            && let Some(conn) = self.open()
+        {
+            self.conn.store(Arc::new(conn));
+        }
     }
 
     /// How many times the connection was replaced.

@@ -287,7 +287,7 @@ impl RedisStorage {
         let cluster = matches!(conn, Conn::Cluster(_));
         RedisStorage {
             shared: Arc::new(Shared {
-                link: Link::new(conn, source),
+                link: Link::new(conn, source, Self::DEFAULT_TIMEOUT),
                 cluster,
                 slots: None,
                 refusals: Refusals::default(),
@@ -402,6 +402,10 @@ impl RedisStorage {
     /// fails with [`StorageError::Timeout`]. The timeout covers everything a
     /// check waits for: the connection (or reconnection), a `NOSCRIPT`
     /// reload, and the script's answer. A zero timeout fails every check.
+    /// On a cluster built here ([`RedisStorage::from_cluster_urls`]), each
+    /// node gets the same time to connect and to answer (the connection,
+    /// not yet used, is made again with it; a clone shares the connection,
+    /// so the last timeout set is the nodes').
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -416,6 +420,7 @@ impl RedisStorage {
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self.shared.link.set_node_timeout(timeout);
         self
     }
 
@@ -489,9 +494,18 @@ impl RedisStorage {
         call: impl Future<Output = Result<T, StorageError>>,
     ) -> Result<T, StorageError> {
         let shared = &*self.shared;
-        let result = tokio::time::timeout(self.timeout, call)
-            .await
-            .unwrap_or(Err(StorageError::Timeout(self.timeout)));
+        let result = match tokio::time::timeout(self.timeout, call).await {
+            // redis-rs's own timeout (a cluster node's) is ours too.
+            Ok(Err(StorageError::Backend(error)))
+                if error
+                    .downcast_ref::<::redis::RedisError>()
+                    .is_some_and(::redis::RedisError::is_timeout) =>
+            {
+                Err(StorageError::Timeout(self.timeout))
+            }
+            Ok(result) => result,
+            Err(_) => Err(StorageError::Timeout(self.timeout)),
+        };
         match &result {
             Err(StorageError::Timeout(_)) => {
                 if shared.link.timed_out(self.rebuild_after) {
@@ -560,7 +574,9 @@ impl Storage for RedisStorage {
                 retry_after_us: out[index].retry_after_us,
                 refused_by: Some(index),
             };
-            return Ok(Decided::new(verdict, None, REMEMBERED));
+            return Ok(
+                Decided::new(verdict, None, REMEMBERED).without_backend()
+            );
         }
         self.bounded(self.decide(checks, out)).await?;
         let verdict = Verdict::of(checks.iter().map(|c| c.is_shadow()), out);

@@ -205,9 +205,13 @@ mod tests {
         // Ended; another quota is another entry; a shadow limit is never
         // answered from memory.
         assert_eq!(refusals.answer(&[two], 11_000, &mut out), None);
-        let other = BucketCheck::new(&name, "ana", Quota::per_minute(20), 2).unwrap();
+        let other =
+            BucketCheck::new(&name, "ana", Quota::per_minute(20), 2).unwrap();
         assert_eq!(refusals.answer(&[other], 10_400, &mut out), None);
-        assert_eq!(refusals.answer(&[two.shadow(true)], 10_400, &mut out), None);
+        assert_eq!(
+            refusals.answer(&[two.shadow(true)], 10_400, &mut out),
+            None
+        );
     }
 
     #[test]
