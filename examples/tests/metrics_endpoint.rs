@@ -91,14 +91,25 @@ fn metrics_count_the_posts_requests() {
             value(&metrics, "rate_tier_missing_identity_total", &[]),
             Some(1.0)
         );
-        assert_eq!(value(&metrics, "rate_tier_breaker_state", &[]), Some(0.0));
-        assert_eq!(
+        // In memory, no breaker: none moved, none is anything but closed.
+        assert!(
+            metrics.samples.iter().all(|s| {
+                s.metric != "rate_tier_breaker_transitions_total"
+                    && (s.metric != "rate_tier_breaker_state"
+                        || matches!(s.value, Value::Gauge(v) if v == 0.0))
+            }),
+            "a breaker moved"
+        );
+        // Each request once, by the store that decided: the memory store,
+        // or none for the refusals decided before it (401, 403).
+        let durations = |storage| {
             value(
                 &metrics,
                 "rate_tier_check_duration_seconds_count",
-                &[("storage", "memory")]
-            ),
-            Some(15.0)
-        );
+                &[("storage", storage)],
+            )
+        };
+        assert_eq!(durations("memory"), Some(13.0));
+        assert_eq!(durations("none"), Some(2.0));
     }
 }

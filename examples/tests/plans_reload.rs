@@ -20,8 +20,13 @@ impl TempFile {
         TempFile(path)
     }
 
+    /// Replaces the file at once (written beside it, renamed over it, as
+    /// editors do): the server, polling every 20 ms, never reads a file
+    /// half written (an empty file is a plan without tiers, refused).
     fn write(&self, text: &str) {
-        std::fs::write(&self.0, text).unwrap();
+        let next = self.0.with_extension("toml.next");
+        std::fs::write(&next, text).unwrap();
+        std::fs::rename(&next, &self.0).unwrap();
     }
 
     fn arg(&self) -> &str {

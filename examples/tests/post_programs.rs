@@ -171,5 +171,59 @@ fn server_starts_and_limits_locally_while_redis_is_down() {
         .collect();
     assert_eq!(statuses[..10], [200; 10]);
     assert_eq!(statuses[10], 429);
-    server.wait_for_stderr("breaker Closed -> Open");
+    server.wait_for_stderr("breaker redis Closed -> Open");
+}
+
+/// Issue 10: docs and examples picked the plan from client input
+/// (`key.starts_with("pro_")`): anyone sending `pro_<anything>` got pro,
+/// and a fresh bucket each time. No example, README or doc comment may
+/// show that again: a plan comes from a lookup (`plan_of`, `api_key`).
+#[test]
+fn no_example_or_doc_picks_a_plan_from_client_input() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    // Built here, so that this file does not match itself.
+    let prefix_test = format!("starts_with(\"{}", "pro");
+    let mut offenders = Vec::new();
+    let mut dirs = vec![root.clone()];
+    let mut scanned = 0;
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if !matches!(name.as_str(), "target" | ".git" | "tests") {
+                    dirs.push(path);
+                }
+                continue;
+            }
+            let ext = path.extension().and_then(|e| e.to_str());
+            if !matches!(ext, Some("rs" | "md" | "toml")) {
+                continue;
+            }
+            scanned += 1;
+            let text = std::fs::read_to_string(&path).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                if line.contains(&prefix_test) {
+                    offenders.push(format!(
+                        "{}:{}: {line}",
+                        path.display(),
+                        n + 1
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        scanned > 20,
+        "only {scanned} files under {}",
+        root.display()
+    );
+    assert!(offenders.is_empty(), "{offenders:#?}");
+    // And the example server itself: a key shaped like a plan is no key.
+    let server = Server::start(&[], &[]);
+    assert_eq!(server.get("/data", Some("pro_x")).status, 401);
+    assert_eq!(server.get("/data", Some("pro")).status, 401);
 }

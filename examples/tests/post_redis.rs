@@ -4,14 +4,8 @@
 
 mod support;
 
+use rate_tier_test_support::redis_url;
 use support::Server;
-
-fn redis_url() -> String {
-    std::env::var("TRT_REDIS_URL").expect(
-        "TRT_REDIS_URL is not set: run `cargo xtask test-redis` (or \
-         `cargo xtask test`), which starts a throwaway Redis",
-    )
-}
 
 fn redis() -> redis::Connection {
     redis::Client::open(redis_url())

@@ -30,8 +30,9 @@
 //! Per-route cost: give the cost in
 //! [`TierLimitLayer::cost_fn`](tower_rate_tier::TierLimitLayer::cost_fn),
 //! or wrap a per-route limiter with
-//! [`tier_cost`](tower_rate_tier::tier_cost). A `tier_cost` placed *inside*
-//! a `Router::layer` limiter answers 500 instead of silently charging 1.
+//! [`tier_cost`](tower_rate_tier::tier_cost), which only wraps a limiter
+//! (anywhere else it does not compile) and is that limiter's alone: a
+//! limiter nested inside charges its own cost.
 #![forbid(unsafe_code)]
 #![warn(clippy::unwrap_used)]
 

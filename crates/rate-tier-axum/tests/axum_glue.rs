@@ -9,7 +9,9 @@ use http_body_util::BodyExt;
 use rate_tier_axum::{LimitRejection, RateLimit, api_key};
 use tower::{ServiceBuilder, ServiceExt};
 use tower_rate_tier::clock::FakeClock;
-use tower_rate_tier::{Quota, RateTier, TierLimitLayer, tier_cost};
+use tower_rate_tier::{
+    Limit, LimitRequest, Quota, RateTier, TierLimitLayer, tier_cost,
+};
 
 fn plan_of(key: &str) -> Option<&'static str> {
     match key {
@@ -90,15 +92,81 @@ async fn route_cost_outside_a_route_limiter_is_charged() {
     assert_eq!(text(response).await, "free 5 5");
 }
 
+/// Issue 12: `tier_cost` under a plan-wide `Router::layer` limiter used to
+/// answer 500. It wraps a route's own limiter now (anywhere else it does
+/// not compile), and each limiter charges its own buckets; the extractor
+/// sees the innermost, the route's.
 #[tokio::test]
-async fn route_cost_inside_a_router_limiter_is_loud_not_silent() {
-    // The post's trap: the route layer runs after the limiter.
+async fn route_cost_on_a_route_limiter_under_a_router_limiter_works() {
+    let plan = limiter();
+    let reports = limiter();
     let app = Router::new()
-        .route("/report", get(remaining).layer(tier_cost(5)))
-        .layer(limiter());
-    let response = app.oneshot(get_as("/report", "key_ana")).await.unwrap();
-    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
-    assert!(text(response).await.contains("runs after the rate limiter"));
+        .route(
+            "/report",
+            get(remaining).layer(
+                ServiceBuilder::new()
+                    .layer(tier_cost(5))
+                    .layer(reports.clone()),
+            ),
+        )
+        .route("/data", get(remaining))
+        .layer(plan.clone());
+    let response = app
+        .clone()
+        .oneshot(get_as("/report", "key_ana"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    // The outer limiter's headers, the inner limiter's info.
+    assert_eq!(response.headers()["x-ratelimit-remaining"], "9");
+    assert_eq!(text(response).await, "free 5 5");
+    let response = app.oneshot(get_as("/data", "key_ana")).await.unwrap();
+    assert_eq!(text(response).await, "free 8 1");
+    assert_eq!(
+        reports
+            .tiers()
+            .peek("key_ana", "free")
+            .await
+            .unwrap()
+            .remaining,
+        5
+    );
+}
+
+/// A limit of its own is in the extractor's info, and a peek route sees
+/// every limit without charging any.
+#[tokio::test]
+async fn the_extractor_lists_every_limit_of_the_decision() {
+    async fn limits(RateLimit(info): RateLimit) -> String {
+        info.limits()
+            .map(|l| format!("{}:{}", l.name, l.remaining))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+    let layer = limiter()
+        .limit(
+            Limit::new("search", Quota::per_minute(3))
+                .when(|req| req.uri.path() == "/search"),
+        )
+        .peek_when(|req| req.uri.path() == "/quota");
+    let app = Router::new()
+        .route("/search", get(limits))
+        .route("/quota", get(limits))
+        .layer(layer);
+    let search = app
+        .clone()
+        .oneshot(get_as("/search", "key_ana"))
+        .await
+        .unwrap();
+    assert_eq!(text(search).await, "free:9 search:2");
+    for _ in 0..3 {
+        let quota = app
+            .clone()
+            .oneshot(get_as("/quota", "key_ana"))
+            .await
+            .unwrap();
+        assert_eq!(text(quota).await, "free:9 search:2");
+    }
 }
 
 #[tokio::test]
@@ -124,4 +192,46 @@ async fn rejection_matches_the_layer_response() {
     let response = LimitRejection::from(never).into_response();
     assert_eq!(response.status(), StatusCode::FORBIDDEN);
     assert!(response.headers().get("retry-after").is_none());
+}
+
+/// A refusal by a limit of its own names it, as the layer's does.
+#[tokio::test]
+async fn a_rejection_by_a_limit_names_it() {
+    let limiter = RateTier::builder()
+        .clock(FakeClock::new())
+        .tier("free", Quota::per_minute(10))
+        .build();
+    let search = Limit::new("search", Quota::per_minute(3));
+    let request = LimitRequest::new("ana", "free", 1).limit(&search, 1);
+    for _ in 0..3 {
+        limiter.decide(&request).await.unwrap().unwrap();
+    }
+    let limited = limiter.decide(&request).await.unwrap().unwrap_err();
+    let response = LimitRejection::from(limited).into_response();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(response.headers()["retry-after"], "20");
+    assert_eq!(response.headers()["x-ratelimit-limit"], "3");
+    assert_eq!(
+        text(response).await,
+        r#"{"error":"rate limit exceeded","tier":"free","limit":"search","retry_after":20}"#
+    );
+}
+
+/// `api_key` maps a key to its plan by a lookup; a key the lookup does not
+/// know is no identity, whatever it looks like (never a plan picked from
+/// what the client sent).
+#[tokio::test]
+async fn api_key_never_takes_the_plan_from_the_key_itself() {
+    let app = Router::new()
+        .route("/data", get(remaining))
+        .layer(limiter());
+    // No identity, and the default tier: the one anonymous bucket of free.
+    for (i, key) in ["pro_anything", "pro", "key_ana2"].into_iter().enumerate()
+    {
+        let response = app.clone().oneshot(get_as("/data", key)).await.unwrap();
+        assert_eq!(text(response).await, format!("free {} 1", 9 - i));
+    }
+    // The known key has a bucket of its own.
+    let response = app.oneshot(get_as("/data", "key_ana")).await.unwrap();
+    assert_eq!(text(response).await, "free 9 1");
 }

@@ -7,7 +7,7 @@
 //! decided by the local store, with no call to Redis: what it adds over a
 //! `MemoryStorage` of its own is the breaker's bookkeeping. Measured at the
 //! store (`Storage::check`) and through the whole `RateTier::check`.
-#![allow(clippy::unwrap_used, missing_docs)]
+#![allow(clippy::unwrap_used, clippy::result_large_err, missing_docs)]
 
 use std::future::Future;
 use std::hint::black_box;

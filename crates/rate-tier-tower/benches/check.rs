@@ -3,7 +3,7 @@
 //! `cargo xtask bench` runs this (quick mode) and writes BENCHMARKS.md.
 //! Every comparison runs both limiters in the same process, on the same
 //! keys, in the same loop shape: ratios are what to read, not absolute times.
-#![allow(clippy::unwrap_used, missing_docs)]
+#![allow(clippy::unwrap_used, clippy::result_large_err, missing_docs)]
 
 use std::future::Future;
 use std::hint::black_box;

@@ -8,12 +8,14 @@
 #![cfg(feature = "grpc")]
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::StatusCode;
+use support::stores::TimingOut;
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Endpoint, Server};
@@ -25,8 +27,9 @@ use tonic_types::StatusExt;
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::layer::HeaderStyle;
 use tower_rate_tier::{
-    LimitEvent, OnMissing, OnStorageError, OnUnknownTier, Quota, RateTier,
-    RateTierBuilder, Storage, StorageError, TierIdentity, TierLimitLayer,
+    FallbackStorage, GrpcTierLimitLayer, IdentityError, Limit, LimitEvent,
+    OnMissing, OnStorageError, OnUnknownTier, Quota, RateTier, RateTierBuilder,
+    TierIdentifier, TierIdentity, TierLimitLayer,
 };
 
 /// 2026-10-02 13:17:14.25 UTC: a quarter second past a whole second, so that
@@ -67,9 +70,14 @@ async fn serve_with(
     events: &Events,
     headers: HeaderStyle,
 ) -> HealthClient<Channel> {
+    serve_layer(layer(tiers, events).headers(headers).grpc()).await
+}
+
+/// The example's identity, costs and events, as an HTTP layer (made a gRPC
+/// one with `.grpc()`).
+fn layer(tiers: RateTier, events: &Events) -> TierLimitLayer {
     let sink = events.clone();
-    let layer = TierLimitLayer::new(tiers)
-        .headers(headers)
+    TierLimitLayer::new(tiers)
         .identifier_fn(|metadata| {
             let key = metadata.get("x-api-key")?.to_str().ok()?;
             Some(TierIdentity::new(key, plan_of(key)?))
@@ -79,7 +87,10 @@ async fn serve_with(
             _ => 1,
         })
         .on_event(move |event| sink.lock().unwrap().push(event.clone()))
-        .grpc();
+}
+
+/// Serves the health service behind `layer`; a connected client.
+async fn serve_layer(layer: GrpcTierLimitLayer) -> HealthClient<Channel> {
     let (_reporter, health) = tonic_health::server::health_reporter();
 
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -170,8 +181,8 @@ async fn ten_checks_pass_then_resource_exhausted_with_retry_info() {
     );
     assert!(events.lock().unwrap().iter().any(|event| matches!(
         event,
-        LimitEvent::Limited { user_id, tier, cost: 1, .. }
-            if user_id == "key_ana" && tier == "free"
+        LimitEvent::Limited { user_id, tier: "free", limit: "free", cost: 1, .. }
+            if user_id.as_str() == "key_ana"
     )));
 
     // Another plan, another bucket.
@@ -310,34 +321,11 @@ async fn an_unknown_tier_denied_is_permission_denied() {
     assert_eq!(meta(response.metadata(), "x-ratelimit-remaining"), "9");
 }
 
-/// A store that always times out.
-#[derive(Debug)]
-struct FailingStorage {
-    calls: AtomicUsize,
-}
-
-#[async_trait::async_trait]
-impl Storage for FailingStorage {
-    async fn check(
-        &self,
-        _check: &rate_tier_storage::BucketCheck<'_>,
-    ) -> Result<rate_tier_storage::Decision, StorageError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        Err(StorageError::Timeout(Duration::from_millis(100)))
-    }
-
-    fn kind(&self) -> &'static str {
-        "failing"
-    }
-}
-
 #[tokio::test]
 async fn a_failing_store_is_unavailable_with_a_one_second_retry() {
     let clock = FakeClock::at_us(START_US);
     let events = Events::default();
-    let storage = Arc::new(FailingStorage {
-        calls: AtomicUsize::new(0),
-    });
+    let storage = Arc::new(TimingOut::new("failing"));
     let tiers = plans(&clock)
         .storage(storage.clone())
         .on_storage_error(OnStorageError::Deny(StatusCode::SERVICE_UNAVAILABLE))
@@ -350,7 +338,7 @@ async fn a_failing_store_is_unavailable_with_a_one_second_retry() {
     let retry = status.get_details_retry_info().expect("RetryInfo");
     assert_eq!(retry.retry_delay, Some(Duration::from_secs(1)));
     assert_eq!(meta(status.metadata(), "retry-after"), "1");
-    assert_eq!(storage.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(storage.calls(), 1);
 
     // Fail open: the inner service answers, unlimited.
     let tiers = plans(&clock)
@@ -398,4 +386,170 @@ async fn the_layers_header_style_applies_to_the_metadata() {
     assert_eq!(meta(status.metadata(), "ratelimit"), "\"free\";r=0;t=6");
     let retry = status.get_details_retry_info().unwrap();
     assert_eq!(retry.retry_delay, Some(Duration::from_secs(6)));
+}
+
+// ---------------------------------------------------------------------------
+// Several limits in one decision, on gRPC.
+
+const CHECK: &str = "/grpc.health.v1.Health/Check";
+
+/// The plans with a limit of 3 `Check`s a minute per user beside them.
+async fn serve_with_a_check_limit(
+    tiers: RateTier,
+    events: &Events,
+) -> HealthClient<Channel> {
+    let layer = layer(tiers, events)
+        .limit(
+            Limit::new("checks", Quota::per_minute(3))
+                .when(|call| call.uri.path() == CHECK),
+        )
+        .headers(HeaderStyle::Both);
+    serve_layer(layer.grpc()).await
+}
+
+#[tokio::test]
+async fn a_limit_of_its_own_refuses_with_its_name_and_charges_nothing() {
+    let clock = FakeClock::at_us(START_US);
+    let events = Events::default();
+    let tiers = plans(&clock).build();
+    let mut client = serve_with_a_check_limit(tiers.clone(), &events).await;
+
+    for remaining in [2, 1, 0] {
+        let response = client.check(check(Some("key_bea"))).await.unwrap();
+        let metadata = response.metadata();
+        // The most constraining limit: 3 checks, not 100 a minute.
+        assert_eq!(meta(metadata, "x-ratelimit-limit"), "3");
+        assert_eq!(
+            meta(metadata, "x-ratelimit-remaining"),
+            remaining.to_string()
+        );
+        assert_eq!(
+            meta(metadata, "ratelimit-policy"),
+            r#""pro";q=100;w=60, "checks";q=3;w=60"#
+        );
+    }
+    for _ in 0..3 {
+        let status = client.check(check(Some("key_bea"))).await.unwrap_err();
+        assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+        let quota = status.get_details_quota_failure().expect("QuotaFailure");
+        assert_eq!(quota.violations[0].subject, "limit:checks");
+        let retry = status.get_details_retry_info().expect("RetryInfo");
+        assert_eq!(retry.retry_delay, Some(Duration::from_secs(20)));
+        assert_eq!(meta(status.metadata(), "retry-after"), "20");
+        assert_eq!(meta(status.metadata(), "x-ratelimit-limit"), "3");
+        assert_eq!(
+            meta(status.metadata(), "ratelimit"),
+            r#""pro";r=97;t=2, "checks";r=0;t=20"#
+        );
+    }
+    // All or nothing: the plan paid for the three checks that passed.
+    assert_eq!(tiers.peek("key_bea", "pro").await.unwrap().remaining, 97);
+    // A method the limit does not cover: the plan alone.
+    let watch = call(
+        HealthCheckRequest {
+            service: String::new(),
+        },
+        Some("key_bea"),
+    );
+    let response = client.watch(watch).await.unwrap();
+    assert_eq!(meta(response.metadata(), "x-ratelimit-limit"), "100");
+    assert_eq!(meta(response.metadata(), "x-ratelimit-remaining"), "47");
+    drop(response);
+    assert!(events.lock().unwrap().iter().any(|event| matches!(
+        event,
+        LimitEvent::Limited {
+            tier: "pro",
+            limit: "checks",
+            ..
+        }
+    )));
+}
+
+#[tokio::test]
+async fn the_plans_refusal_beside_a_limit_names_the_tier() {
+    let clock = FakeClock::at_us(START_US);
+    let events = Events::default();
+    let tiers = RateTier::builder()
+        .clock(clock.clone())
+        .tier("free", Quota::per_minute(2))
+        .build();
+    let mut client = serve_with_a_check_limit(tiers.clone(), &events).await;
+    let ana = || check(Some("key_ana"));
+    client.check(ana()).await.unwrap();
+    client.check(ana()).await.unwrap();
+    let status = client.check(ana()).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    let quota = status.get_details_quota_failure().expect("QuotaFailure");
+    assert_eq!(quota.violations[0].subject, "tier:free");
+    assert_eq!(meta(status.metadata(), "retry-after"), "30");
+    // The checks limit was not charged for the refusal: 1 left.
+    clock.advance(Duration::from_secs(30));
+    let response = client.check(ana()).await.unwrap();
+    assert_eq!(meta(response.metadata(), "x-ratelimit-remaining"), "0");
+    let status = client.check(ana()).await.unwrap_err();
+    let quota = status.get_details_quota_failure().expect("QuotaFailure");
+    assert_eq!(quota.violations[0].subject, "tier:free");
+}
+
+/// An async identity lookup that always fails.
+struct DatabaseDown;
+
+#[async_trait::async_trait]
+impl TierIdentifier for DatabaseDown {
+    async fn identify(
+        &self,
+        _parts: &http::request::Parts,
+    ) -> Result<Option<TierIdentity<'static>>, IdentityError> {
+        Err(IdentityError::new(std::io::Error::other("database down")))
+    }
+}
+
+#[tokio::test]
+async fn a_failed_identity_lookup_is_unavailable() {
+    let clock = FakeClock::at_us(START_US);
+    let events = Events::default();
+    let layer = layer(plans(&clock).build(), &events).identifier(DatabaseDown);
+    let mut client = serve_layer(layer.grpc()).await;
+    let status = client.check(check(Some("key_ana"))).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    let retry = status.get_details_retry_info().expect("RetryInfo");
+    assert_eq!(retry.retry_delay, Some(Duration::from_secs(1)));
+    assert_eq!(meta(status.metadata(), "retry-after"), "1");
+    assert!(
+        events
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| matches!(e, LimitEvent::IdentityFailed { .. }))
+    );
+}
+
+/// During an outage, a cost above the instance's share of the burst is
+/// transient: UNAVAILABLE, never FAILED_PRECONDITION.
+#[tokio::test]
+async fn a_cost_above_the_local_share_is_unavailable_not_failed_precondition() {
+    let clock = FakeClock::at_us(START_US);
+    let events = Events::default();
+    let storage = FallbackStorage::builder(Arc::new(TimingOut::new("down")))
+        .clock(clock.clone())
+        .local_share(4)
+        .build();
+    // Pro, 100 a minute shared by 4: a local burst of 25, below Watch's 50.
+    let tiers = plans(&clock).storage(Arc::new(storage)).build();
+    let mut client = serve(tiers, &events).await;
+    let watch = call(
+        HealthCheckRequest {
+            service: String::new(),
+        },
+        Some("key_bea"),
+    );
+    let status = client.watch(watch).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(status.get_details_precondition_failure().is_none());
+    let retry = status.get_details_retry_info().expect("RetryInfo");
+    assert_eq!(retry.retry_delay, Some(Duration::from_secs(1)));
+    // A check is decided locally, and says which limit applies: 25.
+    let response = client.check(check(Some("key_bea"))).await.unwrap();
+    assert_eq!(meta(response.metadata(), "x-ratelimit-limit"), "25");
+    assert_eq!(meta(response.metadata(), "x-ratelimit-remaining"), "24");
 }

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -13,23 +13,35 @@ use http::request::Parts;
 use tower::ServiceExt;
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::{
-    CachedIdentifier, Quota, RateTier, TierIdentifier, TierIdentity,
-    TierLimitLayer,
+    CachedIdentifier, IdentityError, Quota, RateTier, TierIdentifier,
+    TierIdentity, TierLimitLayer,
 };
 
-/// A "database" that counts its lookups and takes a while to answer.
+/// A "database" that counts its lookups, takes a while to answer, and is
+/// down while `down` is set.
 #[derive(Clone, Default)]
 struct Db {
     lookups: Arc<AtomicUsize>,
+    down: Arc<AtomicBool>,
 }
 
 #[async_trait::async_trait]
 impl TierIdentifier for Db {
-    async fn identify(&self, parts: &Parts) -> Option<TierIdentity> {
+    async fn identify(
+        &self,
+        parts: &Parts,
+    ) -> Result<Option<TierIdentity<'static>>, IdentityError> {
         self.lookups.fetch_add(1, Ordering::SeqCst);
         tokio::task::yield_now().await;
-        let key = parts.headers.get("x-api-key")?.to_str().ok()?;
-        (key == "key_ana").then(|| TierIdentity::new(key, "free"))
+        if self.down.load(Ordering::SeqCst) {
+            return Err(IdentityError::new(std::io::Error::other("db down")));
+        }
+        let Some(key) = parts.headers.get("x-api-key") else {
+            return Ok(None);
+        };
+        let key = key.to_str().map_err(IdentityError::new)?;
+        Ok((key == "key_ana")
+            .then(|| TierIdentity::new(key.to_owned(), "free")))
     }
 }
 
@@ -109,7 +121,7 @@ async fn concurrent_misses_on_one_key_make_one_lookup() {
         })
         .collect();
     for task in tasks {
-        let who = task.await.unwrap().unwrap();
+        let who = task.await.unwrap().unwrap().unwrap();
         assert_eq!(who.user(), "key_ana");
     }
     assert_eq!(db.lookups.load(Ordering::SeqCst), 1);
@@ -120,9 +132,9 @@ async fn invalidate_all_forgets() {
     let db = Db::default();
     let identifier = cached(db.clone());
     let (parts, ()) = request(Some("key_ana")).map(|_| ()).into_parts();
-    identifier.identify(&parts).await.unwrap();
+    identifier.identify(&parts).await.unwrap().unwrap();
     identifier.invalidate_all();
-    identifier.identify(&parts).await.unwrap();
+    identifier.identify(&parts).await.unwrap().unwrap();
     assert_eq!(db.lookups.load(Ordering::SeqCst), 2);
 }
 
@@ -135,8 +147,8 @@ async fn no_identity_is_forgotten_after_the_negative_ttl() {
     let identifier = cached(db.clone()).negative_ttl(Duration::from_millis(30));
     let (unknown, ()) = request(Some("nope")).map(|_| ()).into_parts();
     let (known, ()) = request(Some("key_ana")).map(|_| ()).into_parts();
-    assert!(identifier.identify(&unknown).await.is_none());
-    assert!(identifier.identify(&known).await.is_some());
+    assert!(identifier.identify(&unknown).await.unwrap().is_none());
+    assert!(identifier.identify(&known).await.unwrap().is_some());
     assert_eq!(db.lookups.load(Ordering::SeqCst), 2);
 
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -146,11 +158,61 @@ async fn no_identity_is_forgotten_after_the_negative_ttl() {
             "never looked up again"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
-        identifier.identify(&unknown).await;
+        identifier.identify(&unknown).await.unwrap();
     }
     // The unknown key was looked up again; the known one still is cached
     // (its TTL is a minute).
     let lookups = db.lookups.load(Ordering::SeqCst);
-    assert!(identifier.identify(&known).await.is_some());
+    assert!(identifier.identify(&known).await.unwrap().is_some());
     assert_eq!(db.lookups.load(Ordering::SeqCst), lookups);
+}
+
+/// Issue 11: a lookup that failed (the database is down) is not an answer:
+/// it is not kept, the next request asks again, and this one gets the
+/// identity error policy (503, retry after 1 s, by default).
+#[tokio::test]
+async fn a_failed_lookup_is_not_cached() {
+    let db = Db::default();
+    let app = app(db.clone());
+    db.down.store(true, Ordering::SeqCst);
+    for k in 1..=3 {
+        let response =
+            app.clone().oneshot(request(Some("key_ana"))).await.unwrap();
+        assert_eq!(response.status(), 503, "request {k}");
+        assert_eq!(response.headers()["retry-after"], "1");
+        assert_eq!(db.lookups.load(Ordering::SeqCst), k);
+    }
+    db.down.store(false, Ordering::SeqCst);
+    for _ in 0..3 {
+        let response =
+            app.clone().oneshot(request(Some("key_ana"))).await.unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    // One more lookup, then the answer is cached.
+    assert_eq!(db.lookups.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_misses_that_fail_all_get_the_error_and_none_is_kept() {
+    let db = Db::default();
+    db.down.store(true, Ordering::SeqCst);
+    let identifier = Arc::new(cached(db.clone()));
+    let (parts, ()) = request(Some("key_ana")).map(|_| ()).into_parts();
+    let parts = Arc::new(parts);
+    let tasks: Vec<_> = (0..20)
+        .map(|_| {
+            let (identifier, parts) = (identifier.clone(), parts.clone());
+            tokio::spawn(async move { identifier.identify(&parts).await })
+        })
+        .collect();
+    for task in tasks {
+        let error = task.await.unwrap().unwrap_err();
+        assert!(error.to_string().contains("db down"), "{error}");
+    }
+    let failed = db.lookups.load(Ordering::SeqCst);
+    assert!((1..=20).contains(&failed), "{failed}");
+    db.down.store(false, Ordering::SeqCst);
+    let who = identifier.identify(&parts).await.unwrap().unwrap();
+    assert_eq!(who.user(), "key_ana");
+    assert_eq!(db.lookups.load(Ordering::SeqCst), failed + 1);
 }

@@ -146,7 +146,7 @@ async fn a_64_kib_api_key_is_handled() {
 
 #[test]
 fn a_shared_store_key_has_a_fixed_length_whatever_the_user_id() {
-    let secret = KeySecret::new(b"secret");
+    let secret = KeySecret::new(b"secret").unwrap();
     let expected = "trt:free:".len() + 40;
     for user in [
         "a".to_owned(),

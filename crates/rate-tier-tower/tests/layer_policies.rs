@@ -3,6 +3,8 @@
 //! the service it wraps, through the real layer on a fake clock.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,22 +15,16 @@ use axum::routing::get;
 use axum::{Extension, Router};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use tower::ServiceExt;
+use support::stores::TimingOut;
+use tower::{ServiceBuilder, ServiceExt};
 use tower_rate_tier::RateTierBuilder;
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::key::InvalidTierName;
 use tower_rate_tier::{
-    ConfigError, LimitEvent, MemoryStorage, OnMissing, OnStorageError,
-    OnUnknownTier, Quota, RateLimitInfo, RateTier, Storage, StorageError,
+    ConfigError, LimitEvent, MemoryStorage, OnIdentityError, OnMissing,
+    OnStorageError, OnUnknownTier, Plans, Quota, RateLimitInfo, RateTier,
     TierIdentity, TierLimitLayer, tier_cost,
 };
-
-// `BucketCheck` and `Decision` (the `Storage` trait's types) are not
-// re-exported by tower-rate-tier; the storage crate is one of its
-// dependencies, so a test may name them from there.
-mod reexport {
-    pub(crate) use rate_tier_storage::{BucketCheck, Decision};
-}
 
 type Events = Arc<Mutex<Vec<LimitEvent>>>;
 
@@ -360,6 +356,96 @@ fn config_errors_are_typed() {
     );
 }
 
+/// Issue 11: an empty secret would be an HMAC that protects nothing.
+#[test]
+fn an_empty_key_secret_is_refused_at_build() {
+    let err = RateTier::builder()
+        .tier("free", q())
+        .key_secret("")
+        .try_build()
+        .unwrap_err();
+    assert!(matches!(err, ConfigError::EmptyKeySecret(_)), "{err:?}");
+    let err = RateTier::builder()
+        .tier("free", q())
+        .key_secret(Vec::<u8>::new())
+        .try_build()
+        .unwrap_err();
+    assert!(matches!(err, ConfigError::EmptyKeySecret(_)), "{err:?}");
+    assert!(err.to_string().contains("empty"), "{err}");
+    assert!(tower_rate_tier::key::KeySecret::new("").is_err());
+    // One byte is a secret.
+    assert!(
+        RateTier::builder()
+            .tier("free", q())
+            .key_secret("k")
+            .try_build()
+            .is_ok()
+    );
+}
+
+#[test]
+#[should_panic(expected = "invalid RateTier configuration")]
+fn build_panics_on_an_empty_key_secret() {
+    let _ = RateTier::builder().tier("free", q()).key_secret("").build();
+}
+
+#[test]
+fn a_refusal_policy_needs_an_error_status() {
+    for (builder, policy) in [
+        (
+            Plans::builder().on_missing(OnMissing::Deny(StatusCode::OK)),
+            "OnMissing::Deny",
+        ),
+        (
+            Plans::builder()
+                .on_storage_error(OnStorageError::Deny(StatusCode::OK)),
+            "OnStorageError::Deny",
+        ),
+        (
+            Plans::builder()
+                .on_identity_error(OnIdentityError::Deny(StatusCode::FOUND)),
+            "OnIdentityError::Deny",
+        ),
+    ] {
+        let err = builder.tier("free", q()).build().unwrap_err();
+        assert!(
+            matches!(err, ConfigError::NotAnErrorStatus { policy: p, .. } if p == policy),
+            "{err:?}"
+        );
+    }
+}
+
+#[test]
+fn a_limit_cannot_share_a_name_with_another_limit_or_a_tier() {
+    use tower_rate_tier::Limit;
+    let tiers = RateTier::builder().tier("free", q()).build();
+    let layer = TierLimitLayer::new(tiers)
+        .limit(Limit::new("search", Quota::per_minute(3)));
+    let again = layer
+        .clone()
+        .try_limit(Limit::new("search", Quota::per_minute(5)))
+        .unwrap_err();
+    assert_eq!(again, ConfigError::DuplicateLimit("search".into()));
+    let tier = layer
+        .try_limit(Limit::new("free", Quota::per_minute(5)))
+        .unwrap_err();
+    assert_eq!(tier, ConfigError::DuplicateLimit("free".into()));
+    assert!(matches!(
+        Limit::try_new("a b", q()),
+        Err(ConfigError::InvalidTierName(_))
+    ));
+}
+
+#[test]
+#[should_panic(expected = "invalid limit")]
+fn a_duplicate_limit_panics_at_start_up() {
+    use tower_rate_tier::Limit;
+    let tiers = RateTier::builder().tier("free", q()).build();
+    let _ = TierLimitLayer::new(tiers)
+        .limit(Limit::new("search", Quota::per_minute(3)))
+        .limit(Limit::new("search", Quota::per_minute(3)));
+}
+
 #[test]
 #[should_panic(expected = "invalid RateTier configuration: no tier configured")]
 fn build_panics_on_no_tiers() {
@@ -403,7 +489,7 @@ fn build_panics_on_use_default_unknown_without_a_default() {
 }
 
 #[test]
-#[should_panic(expected = "invalid tier name: tier name \"a:b\" holds ':'")]
+#[should_panic(expected = "invalid name: tier name \"a:b\" holds ':'")]
 fn build_panics_on_a_colon_in_a_tier_name() {
     let _ = RateTier::builder().tier("a:b", q()).build();
 }
@@ -421,15 +507,13 @@ fn build_panics_on_a_space_in_a_tier_name() {
 }
 
 #[test]
-#[should_panic(expected = "invalid tier name: tier name is empty")]
+#[should_panic(expected = "invalid name: tier name is empty")]
 fn build_panics_on_an_empty_tier_name() {
     let _ = RateTier::builder().tier("", q()).build();
 }
 
 #[test]
-#[should_panic(
-    expected = "invalid tier name: tier name is longer than 64 bytes"
-)]
+#[should_panic(expected = "invalid name: tier name is longer than 64 bytes")]
 fn build_panics_on_a_65_byte_tier_name() {
     let _ = RateTier::builder().tier("x".repeat(65), q()).build();
 }
@@ -437,30 +521,8 @@ fn build_panics_on_a_65_byte_tier_name() {
 // ---------------------------------------------------------------------------
 // Storage errors, with a store that always fails.
 
-#[derive(Debug)]
-struct FailingStorage {
-    calls: AtomicUsize,
-}
-
-#[async_trait::async_trait]
-impl Storage for FailingStorage {
-    async fn check(
-        &self,
-        _check: &reexport::BucketCheck<'_>,
-    ) -> Result<reexport::Decision, StorageError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        Err(StorageError::Timeout(Duration::from_millis(100)))
-    }
-
-    fn kind(&self) -> &'static str {
-        "failing"
-    }
-}
-
-fn failing() -> Arc<FailingStorage> {
-    Arc::new(FailingStorage {
-        calls: AtomicUsize::new(0),
-    })
+fn failing() -> Arc<TimingOut> {
+    Arc::new(TimingOut::new("failing"))
 }
 
 #[tokio::test]
@@ -484,7 +546,7 @@ async fn storage_error_deny_is_503_with_retry_after_1_and_an_event() {
         assert_eq!(r.body, r#"{"error":"rate limiter unavailable"}"#);
         assert!(!r.has_rate_headers());
         assert_eq!(calls.load(Ordering::SeqCst), 0, "inner not called");
-        assert_eq!(store.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(store.calls(), 1);
         let evs = events.lock().unwrap().clone();
         assert_eq!(evs.len(), 1);
         match &evs[0] {
@@ -555,7 +617,7 @@ async fn a_failing_store_is_not_asked_for_requests_refused_before_it() {
         send(&app, Some("a"), None, "/data").await.status,
         StatusCode::FORBIDDEN
     );
-    assert_eq!(store.calls.load(Ordering::SeqCst), 0);
+    assert_eq!(store.calls(), 0);
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
 
@@ -680,11 +742,13 @@ async fn tier_cost_outside_a_per_route_limiter_charges_its_cost() {
     let app = Router::new()
         .route(
             "/report",
-            get(show_info)
-                .layer::<_, Infallible>(limiter.clone())
-                .layer::<_, Infallible>(tier_cost(5)),
+            get(show_info).layer(
+                ServiceBuilder::new()
+                    .layer(tier_cost(5))
+                    .layer(limiter.clone()),
+            ),
         )
-        .route("/data", get(show_info).layer::<_, Infallible>(limiter));
+        .route("/data", get(show_info).layer(limiter));
     let r = send(&app, Some("ana"), None, "/report").await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.remaining(), 5);
@@ -698,44 +762,88 @@ async fn tier_cost_outside_a_per_route_limiter_charges_its_cost() {
     assert_eq!(r.header("retry-after"), Some("6"));
 }
 
+/// Issue 12: `tier_cost` under a plan-wide `Router::layer` limiter used to
+/// answer 500 on every request. Now it wraps a route's own limiter (placed
+/// anywhere else it does not compile: a doctest of `tier_cost` proves it),
+/// and the two limiters each charge their own buckets.
 #[tokio::test]
-async fn tier_cost_inside_a_router_layer_limiter_is_a_loud_500() {
+async fn tier_cost_on_a_route_limiter_under_a_plan_wide_limiter_charges_each_its_own()
+ {
     let clock = FakeClock::new();
-    let store = MemoryStorage::with_clock(clock.clone());
     let events: Events = Arc::default();
+    // The plan: 10 a minute for everything. Reports: 10 units a minute of
+    // their own, a report costing 5 of them. Two limiters, two stores.
+    let plan = free10(&clock, &MemoryStorage::with_clock(clock.clone()));
+    let reports = free10(&clock, &MemoryStorage::with_clock(clock.clone()));
     let calls = Arc::new(AtomicUsize::new(0));
     let c = calls.clone();
-    // The post's trap: the route's layer runs after Router::layer's limiter.
     let app = Router::new()
         .route(
             "/report",
-            get(move || async move {
+            get(move |info: Extension<RateLimitInfo>| {
                 c.fetch_add(1, Ordering::SeqCst);
-                "report"
+                show_info(info)
             })
-            .layer(tier_cost(5)),
+            .layer(
+                ServiceBuilder::new()
+                    .layer(tier_cost(5))
+                    .layer(layer(reports.clone(), &events)),
+            ),
         )
-        .route("/data", get(|| async { "data" }))
-        .layer(layer(free10(&clock, &store), &events));
+        .route("/data", get(show_info))
+        .layer(layer(plan.clone(), &events));
 
-    let r = send(&app, Some("ana"), None, "/report").await;
-    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(r.header("content-type"), Some("application/json"));
-    assert!(r.body.contains("tier_cost()"), "{}", r.body);
-    assert!(r.body.contains("runs after the rate limiter"), "{}", r.body);
-    assert!(r.body.contains("cost_fn"), "{}", r.body);
-    assert_eq!(
-        calls.load(Ordering::SeqCst),
-        0,
-        "the handler was not served"
-    );
-
-    // Never silently served at cost 1, however often it is asked.
-    for _ in 0..3 {
+    for (k, plan_left, reports_left) in [(1, 9, 5), (2, 8, 0)] {
         let r = send(&app, Some("ana"), None, "/report").await;
-        assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(r.status, StatusCode::OK, "report {k}: {}", r.body);
+        // The handler sees the route's limiter, the innermost.
+        assert_eq!(
+            r.body,
+            format!("free limit=10 remaining={reports_left} cost=5")
+        );
+        // The response's headers are the plan's, the outermost.
+        assert_eq!(r.remaining(), plan_left, "report {k}");
     }
-    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(plan.peek("ana", "free").await.unwrap().remaining, 8);
+    assert_eq!(reports.peek("ana", "free").await.unwrap().remaining, 0);
+
+    // A third report: the route's limiter refuses (reports are spent)...
+    let r = send(&app, Some("ana"), None, "/report").await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.header("retry-after"), Some("30"));
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    // ...after the plan charged its 1: two limiters are two decisions (a
+    // Limit of the plan-wide layer is the one-decision way).
+    assert_eq!(plan.peek("ana", "free").await.unwrap().remaining, 7);
+    // Other routes pay the plan only.
+    let r = send(&app, Some("ana"), None, "/data").await;
+    assert_eq!(r.body, "free limit=10 remaining=6 cost=1");
+    assert_eq!(reports.peek("ana", "free").await.unwrap().remaining, 0);
+}
+
+/// The cost a `tier_cost` layer gives is for the limiter it wraps, and for
+/// no other: a per-route limiter nested inside charges its own cost.
+#[tokio::test]
+async fn a_tier_cost_is_charged_only_by_the_limiter_it_wraps() {
+    let clock = FakeClock::new();
+    let events: Events = Arc::default();
+    let plan = free10(&clock, &MemoryStorage::with_clock(clock.clone()));
+    let route = free10(&clock, &MemoryStorage::with_clock(clock.clone()));
+    // Every request costs 5 on the plan; /data has a limiter of its own,
+    // whose cost is its default, 1.
+    let app = Router::new()
+        .route("/data", get(show_info).layer(layer(route.clone(), &events)))
+        .layer(
+            ServiceBuilder::new()
+                .layer(tier_cost(5))
+                .layer(layer(plan.clone(), &events)),
+        );
+    let r = send(&app, Some("ana"), None, "/data").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(plan.peek("ana", "free").await.unwrap().remaining, 5);
+    assert_eq!(r.body, "free limit=10 remaining=9 cost=1");
+    assert_eq!(route.peek("ana", "free").await.unwrap().remaining, 9);
 }
 
 #[tokio::test]
@@ -778,7 +886,8 @@ async fn a_cost_fn_above_the_burst_is_403_and_no_store_write() {
         *events.lock().unwrap(),
         vec![LimitEvent::CostExceedsBurst {
             user_id: "ana".into(),
-            tier: "free".into(),
+            tier: "free",
+            limit: "free",
             cost: 11,
             burst: 10
         }]
@@ -814,4 +923,88 @@ async fn the_rate_limit_info_reaches_the_handler() {
     assert_eq!(info.now_us, 1_790_947_094_250_000);
     assert_eq!(info.reset_unix_secs(), 1_790_947_113);
     assert_eq!(r.header("x-ratelimit-reset"), Some("1790947113"));
+}
+
+// ---------------------------------------------------------------------------
+// The service and its future.
+
+#[derive(Clone, Debug, PartialEq)]
+struct Named(&'static str);
+
+impl tower::Service<Request<String>> for Named {
+    type Response = Response<String>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Response<String>, Infallible>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _request: Request<String>) -> Self::Future {
+        std::future::ready(Ok(Response::new(self.0.to_owned())))
+    }
+}
+
+#[test]
+fn the_service_gives_its_inner_service_back() {
+    let events: Events = Arc::default();
+    let mut service = tower::Layer::layer(
+        &layer(free3(&FakeClock::new()).build(), &events),
+        Named("inner"),
+    );
+    assert_eq!(service.get_ref(), &Named("inner"));
+    service.get_mut().0 = "changed";
+    assert_eq!(service.clone().into_inner(), Named("changed"));
+    assert!(format!("{service:?}").contains("changed"));
+}
+
+fn poll_once<F: std::future::Future + Unpin>(
+    future: &mut F,
+) -> std::task::Poll<F::Output> {
+    let waker = std::task::Waker::noop();
+    std::pin::Pin::new(future).poll(&mut std::task::Context::from_waker(waker))
+}
+
+/// Like every future, it must not be polled after it completed; it says so
+/// instead of hanging.
+#[test]
+#[should_panic(expected = "polled after completion")]
+fn a_response_future_polled_after_completion_panics() {
+    use tower::Service;
+    let events: Events = Arc::default();
+    let mut service = tower::Layer::layer(
+        &layer(free3(&FakeClock::new()).build(), &events),
+        Named("inner"),
+    );
+    let request = Request::builder()
+        .header("x-api-key", "ana")
+        .body(String::new())
+        .unwrap();
+    let mut future = Box::pin(service.call(request));
+    let std::task::Poll::Ready(response) = poll_once(&mut future) else {
+        panic!("an in-memory decision waited");
+    };
+    assert_eq!(response.unwrap().body(), "inner");
+    let _ = poll_once(&mut future);
+}
+
+#[test]
+#[should_panic(expected = "polled after completion")]
+fn a_refusals_response_future_polled_after_completion_panics() {
+    use tower::Service;
+    let events: Events = Arc::default();
+    let mut service = tower::Layer::layer(
+        &layer(free3(&FakeClock::new()).build(), &events),
+        Named("inner"),
+    );
+    let anonymous = Request::new(String::new());
+    let mut future = Box::pin(service.call(anonymous));
+    let std::task::Poll::Ready(response) = poll_once(&mut future) else {
+        panic!("a refusal waited");
+    };
+    assert_eq!(response.unwrap().status(), StatusCode::UNAUTHORIZED);
+    let _ = poll_once(&mut future);
 }

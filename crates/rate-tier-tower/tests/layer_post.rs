@@ -204,7 +204,8 @@ async fn ana_gets_ten_then_the_exact_429_of_the_post() {
         events(&p),
         vec![LimitEvent::Limited {
             user_id: "key_ana".into(),
-            tier: "free".into(),
+            tier: "free",
+            limit: "free",
             cost: 1,
             retry_after: Duration::from_secs(6),
         }]
@@ -397,7 +398,8 @@ async fn eva_gets_the_default_quota_in_her_own_bucket() {
         evs[11],
         LimitEvent::Limited {
             user_id: "key_eva".into(),
-            tier: "free".into(),
+            tier: "free",
+            limit: "free",
             cost: 1,
             retry_after: Duration::from_secs(6),
         }
@@ -462,7 +464,8 @@ async fn the_posts_safe_defaults_transcript() {
             eva_unknown(),
             LimitEvent::CostExceedsBurst {
                 user_id: "key_eva".into(),
-                tier: "free".into(),
+                tier: "free",
+                limit: "free",
                 cost: 50,
                 burst: 10,
             },
@@ -471,6 +474,36 @@ async fn the_posts_safe_defaults_transcript() {
     );
     // Only Eva's /data reached a handler.
     assert_eq!(p.calls.load(Ordering::SeqCst), 1);
+    // A typical `on_event(|e| info!(?e))` logs no API key: the events'
+    // Debug output carries a tag, never the id (Display, above, is the
+    // explicit way to print it).
+    for event in events(&p) {
+        let logged = format!("{event:?}");
+        assert!(!logged.contains("key_eva"), "{logged}");
+    }
+}
+
+#[tokio::test]
+async fn logged_events_never_show_the_api_key() {
+    let p = post();
+    for _ in 0..11 {
+        get_path(&p.app, Some("key_ana"), "/data").await;
+    }
+    get_path(&p.app, Some("key_ana"), "/backup").await;
+    let all = events(&p);
+    assert_eq!(all.len(), 2, "{all:?}"); // the 429 and the 403
+    let logged = format!("{all:?}");
+    assert!(!logged.contains("key_ana"), "{logged}");
+    // The same user gets the same tag: log lines can be followed.
+    let tag = tower_rate_tier::UserId::from("key_ana").redacted();
+    assert_eq!(logged.matches(&*tag).count(), 2, "{logged}");
+    match &all[0] {
+        LimitEvent::Limited { user_id, .. } => {
+            assert_eq!(user_id.as_str(), "key_ana");
+            assert_eq!(user_id.to_string(), "key_ana");
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[tokio::test]

@@ -5,23 +5,24 @@
 #![cfg(feature = "metrics")]
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use prometheus_parse::{LineInfo, Scrape, Value};
-use rate_tier_storage::{BucketCheck, Decision};
+use support::stores::{Flaky, TimingOut};
 use tower::{Layer, ServiceExt, service_fn};
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::metrics::RateLimitMetrics;
 use tower_rate_tier::metrics::prometheus_client::encoding::text::encode;
 use tower_rate_tier::metrics::prometheus_client::registry::Registry;
 use tower_rate_tier::{
-    FallbackStorage, MemoryStorage, OnMissing, OnStorageError, OnUnknownTier,
-    Quota, RateTier, Storage, StorageError, TierIdentity, TierLimitLayer,
+    FallbackStorage, Limit, MemoryStorage, OnMissing, OnStorageError,
+    OnUnknownTier, Quota, RateTier, TierIdentity, TierLimitLayer,
 };
 
 // ---------------------------------------------------------------------------
@@ -131,6 +132,16 @@ impl Exposition {
     }
 }
 
+impl Exposition {
+    /// No breaker changed state: no transition, every state closed.
+    fn assert_no_breaker_moved(&self) {
+        assert_eq!(self.family("rate_tier_breaker_transitions_total"), vec![]);
+        for (labels, state) in self.family("rate_tier_breaker_state") {
+            assert_eq!(state, 0.0, "breaker {labels}");
+        }
+    }
+}
+
 fn family(expected: &[(&str, f64)]) -> Vec<(String, f64)> {
     let mut all: Vec<_> = expected
         .iter()
@@ -152,7 +163,13 @@ fn plan_of(api_key: &str) -> Option<&'static str> {
     }
 }
 
+/// The post's layer, its checks observed by `metrics`.
 fn post_layer(tiers: RateTier, metrics: &RateLimitMetrics) -> TierLimitLayer {
+    plain_layer(tiers).observe(metrics.clone())
+}
+
+/// The post's layer, for a limiter that is observed itself.
+fn plain_layer(tiers: RateTier) -> TierLimitLayer {
     TierLimitLayer::new(tiers)
         .identifier_fn(|headers| {
             let key = headers.get("x-api-key")?.to_str().ok()?;
@@ -163,7 +180,6 @@ fn post_layer(tiers: RateTier, metrics: &RateLimitMetrics) -> TierLimitLayer {
             "/backup" => 50,
             _ => 1,
         })
-        .observe(metrics.clone())
 }
 
 async fn get(layer: &TierLimitLayer, path: &str, key: Option<&str>) -> u16 {
@@ -242,17 +258,27 @@ async fn the_posts_cases_are_counted_by_tier_and_outcome() {
         metrics.value("rate_tier_missing_identity_total", &[]),
         Some(2.0)
     );
+    // Every request above, one observation each: by the store that
+    // decided, or "none" when no store was asked (401s, a cost above the
+    // burst).
     assert_eq!(
         metrics.histogram_count(
             "rate_tier_check_duration_seconds",
             &[("storage", "memory")]
         ),
-        17.0 // every request above, one observation each
+        14.0
+    );
+    assert_eq!(
+        metrics.histogram_count(
+            "rate_tier_check_duration_seconds",
+            &[("storage", "none")]
+        ),
+        3.0
     );
     // Nothing failed, no breaker moved.
     assert_eq!(metrics.family("rate_tier_storage_errors_total"), vec![]);
     assert_eq!(metrics.family("rate_tier_fallback_decisions_total"), vec![]);
-    assert_eq!(metrics.value("rate_tier_breaker_state", &[]), Some(0.0));
+    metrics.assert_no_breaker_moved();
     // Never a client-sent tier name, never a user id.
     assert!(!metrics.text.contains("gold"), "{}", metrics.text);
     assert!(!metrics.text.contains("key_"), "{}", metrics.text);
@@ -297,24 +323,6 @@ async fn unknown_tiers_are_counted_by_policy_not_by_name() {
     assert!(!metrics.text.contains("gold"), "{}", metrics.text);
 }
 
-/// Every check times out.
-#[derive(Debug)]
-struct TimingOut;
-
-#[async_trait::async_trait]
-impl Storage for TimingOut {
-    async fn check(
-        &self,
-        _check: &BucketCheck<'_>,
-    ) -> Result<Decision, StorageError> {
-        Err(StorageError::Timeout(Duration::from_millis(100)))
-    }
-
-    fn kind(&self) -> &'static str {
-        "timing_out"
-    }
-}
-
 #[tokio::test]
 async fn storage_errors_are_counted_by_storage() {
     let (registry, metrics) = registry_with_metrics();
@@ -322,7 +330,7 @@ async fn storage_errors_are_counted_by_storage() {
         RateTier::builder()
             .clock(FakeClock::new())
             .tier("free", Quota::per_minute(10))
-            .storage(Arc::new(TimingOut))
+            .storage(Arc::new(TimingOut::new("timing_out")))
             .on_storage_error(policy)
             .build()
     };
@@ -357,65 +365,31 @@ async fn storage_errors_are_counted_by_storage() {
     );
 }
 
-/// A primary that is down until `up` is set; while it answers, a memory
-/// store decides. Each call records the breaker gauge as scraped then.
-#[derive(Debug)]
-struct Flaky {
-    up: AtomicBool,
-    store: MemoryStorage,
-    registry: Arc<Registry>,
-    gauge_at_calls: Mutex<Vec<f64>>,
-}
-
-#[async_trait::async_trait]
-impl Storage for Flaky {
-    async fn check(
-        &self,
-        check: &BucketCheck<'_>,
-    ) -> Result<Decision, StorageError> {
-        let gauge = scrape(&self.registry)
-            .value("rate_tier_breaker_state", &[])
-            .unwrap();
-        self.gauge_at_calls.lock().unwrap().push(gauge);
-        if self.up.load(Ordering::SeqCst) {
-            self.store.check(check).await
-        } else {
-            Err(StorageError::Timeout(Duration::from_millis(100)))
-        }
-    }
-
-    fn kind(&self) -> &'static str {
-        "flaky"
-    }
-}
-
 #[tokio::test]
 async fn the_fallback_and_its_breaker_are_counted() {
     let (registry, metrics) = registry_with_metrics();
     let registry = Arc::new(registry);
     let clock = FakeClock::new();
-    let primary = Arc::new(Flaky {
-        up: AtomicBool::new(false),
-        store: MemoryStorage::builder().clock(clock.clone()).build(),
-        registry: registry.clone(),
-        gauge_at_calls: Mutex::new(Vec::new()),
-    });
+    // Each call to the primary records the breaker gauge as scraped then.
+    let gauge_at_calls = Arc::new(Mutex::new(Vec::new()));
+    let (seen, scraped) = (gauge_at_calls.clone(), registry.clone());
+    let primary = Arc::new(Flaky::watched(
+        MemoryStorage::builder().clock(clock.clone()).build(),
+        move || seen.lock().unwrap().push(breaker(&scraped)),
+    ));
     let fallback = FallbackStorage::builder(primary.clone())
         .clock(clock.clone())
         .failure_threshold(2)
         .cool_down(Duration::from_secs(1), Duration::from_secs(30))
         .build();
+    // The store's events (the breaker) are the limiter's: observed there.
     let tiers = RateTier::builder()
         .clock(clock.clone())
         .tier("free", Quota::per_minute(3))
         .storage(Arc::new(fallback.clone()))
+        .observe(metrics)
         .build();
-    let layer = post_layer(tiers, &metrics);
-    let breaker = |registry: &Registry| {
-        scrape(registry)
-            .value("rate_tier_breaker_state", &[])
-            .unwrap()
-    };
+    let layer = plain_layer(tiers);
 
     // Primary down: the first failure is decided locally, the second opens
     // the breaker; then the local store decides without asking the primary.
@@ -430,18 +404,21 @@ async fn the_fallback_and_its_breaker_are_counted() {
     assert_eq!(get(&layer, "/data", Some("key_ana")).await, 429);
     assert_eq!(breaker(&registry), 1.0);
     // The primary is back: the next probe closes the breaker.
-    primary.up.store(true, Ordering::SeqCst);
+    primary.set_up(true);
     clock.advance(Duration::from_secs(2));
     assert_eq!(get(&layer, "/data", Some("key_ana")).await, 200);
     assert_eq!(get(&layer, "/data", Some("key_ana")).await, 200);
 
     // Two probes saw the gauge at half-open (2); closed calls at 0.
     assert_eq!(
-        *primary.gauge_at_calls.lock().unwrap(),
+        *gauge_at_calls.lock().unwrap(),
         vec![0.0, 0.0, 2.0, 2.0, 0.0]
     );
     let metrics = scrape(&registry);
-    assert_eq!(metrics.value("rate_tier_breaker_state", &[]), Some(0.0));
+    assert_eq!(
+        metrics.value("rate_tier_breaker_state", &[("domain", "all")]),
+        Some(0.0)
+    );
     assert_eq!(
         metrics.family("rate_tier_breaker_transitions_total"),
         family(&[
@@ -463,11 +440,158 @@ async fn the_fallback_and_its_breaker_are_counted() {
     );
     // The fallback absorbed every failure: none reached the policy.
     assert_eq!(metrics.family("rate_tier_storage_errors_total"), vec![]);
+    // Issue 10: local decisions are filed under "fallback", at memory speed,
+    // not under the primary's name; the primary decided the last two.
+    assert_eq!(
+        metrics.histogram_count(
+            "rate_tier_check_duration_seconds",
+            &[("storage", "fallback")]
+        ),
+        5.0
+    );
     assert_eq!(
         metrics.histogram_count(
             "rate_tier_check_duration_seconds",
             &[("storage", "flaky")]
         ),
-        7.0
+        2.0
+    );
+}
+
+/// The breaker gauge of a single-node primary (domain `all`), 0 before any
+/// transition.
+fn breaker(registry: &Registry) -> f64 {
+    scrape(registry)
+        .value("rate_tier_breaker_state", &[("domain", "all")])
+        .unwrap_or(0.0)
+}
+
+/// A limiter observed with `.observe(metrics)` and the post's plans.
+fn observed_tiers(metrics: &RateLimitMetrics) -> RateTier {
+    RateTier::builder()
+        .clock(FakeClock::new())
+        .tier("free", Quota::per_minute(10))
+        .tier("pro", Quota::per_minute(100))
+        .default_tier("free")
+        .on_missing(OnMissing::Deny(StatusCode::UNAUTHORIZED))
+        .observe(metrics.clone())
+        .build()
+}
+
+#[tokio::test]
+async fn a_shadow_limit_is_counted_exactly() {
+    let (registry, metrics) = registry_with_metrics();
+    let layer = plain_layer(observed_tiers(&metrics)).limit(
+        Limit::new("trial", Quota::per_minute(2))
+            .shadow()
+            .when(|req| req.uri.path() == "/data"),
+    );
+    for _ in 0..10 {
+        assert_eq!(get(&layer, "/data", Some("key_ana")).await, 200);
+    }
+    assert_eq!(get(&layer, "/data", Some("key_ana")).await, 429);
+    let metrics = scrape(&registry);
+    assert_eq!(
+        metrics.family("rate_tier_checks_total"),
+        family(&[
+            (r#"outcome="allowed",tier="free""#, 2.0),
+            (r#"outcome="shadow_limited",tier="free""#, 8.0),
+            (r#"outcome="limited",tier="free""#, 1.0),
+        ]),
+        "{}",
+        metrics.text
+    );
+    // The 11th request: refused by the plan, and the trial would have
+    // refused it too.
+    assert_eq!(
+        metrics.family("rate_tier_shadow_limited_total"),
+        family(&[(r#"limit="trial""#, 9.0)])
+    );
+}
+
+#[tokio::test]
+async fn shadow_mode_for_everything_is_counted_exactly() {
+    let (registry, metrics) = registry_with_metrics();
+    let layer = plain_layer(observed_tiers(&metrics)).shadow(true);
+    for _ in 0..15 {
+        assert_eq!(get(&layer, "/data", Some("key_ana")).await, 200);
+    }
+    for _ in 0..3 {
+        assert_eq!(get(&layer, "/report", Some("key_bea")).await, 200);
+    }
+    let metrics = scrape(&registry);
+    assert_eq!(
+        metrics.family("rate_tier_checks_total"),
+        family(&[
+            (r#"outcome="allowed",tier="free""#, 10.0),
+            (r#"outcome="shadow_limited",tier="free""#, 5.0),
+            (r#"outcome="allowed",tier="pro""#, 3.0),
+        ]),
+        "{}",
+        metrics.text
+    );
+    assert_eq!(
+        metrics.family("rate_tier_shadow_limited_total"),
+        family(&[(r#"limit="free""#, 5.0)])
+    );
+}
+
+/// Observed on the limiter, every layer's checks and every direct check
+/// are counted once.
+#[tokio::test]
+async fn a_limiter_observer_counts_every_layer_once() {
+    let (registry, metrics) = registry_with_metrics();
+    let tiers = observed_tiers(&metrics);
+    let (a, b) = (plain_layer(tiers.clone()), plain_layer(tiers.clone()));
+    assert_eq!(get(&a, "/data", Some("key_ana")).await, 200);
+    assert_eq!(get(&b, "/data", Some("key_ana")).await, 200);
+    assert_eq!(get(&b.clone(), "/data", None).await, 401);
+    tiers.check("key_bea", "pro", 1).await.unwrap().unwrap();
+    let metrics = scrape(&registry);
+    assert_eq!(
+        metrics.family("rate_tier_checks_total"),
+        family(&[
+            (r#"outcome="allowed",tier="free""#, 2.0),
+            (r#"outcome="missing_identity",tier="none""#, 1.0),
+            (r#"outcome="allowed",tier="pro""#, 1.0),
+        ])
+    );
+    assert_eq!(
+        metrics.value("rate_tier_missing_identity_total", &[]),
+        Some(1.0)
+    );
+}
+
+/// An identity lookup that always fails.
+struct DatabaseDown;
+
+#[async_trait::async_trait]
+impl tower_rate_tier::TierIdentifier for DatabaseDown {
+    async fn identify(
+        &self,
+        _parts: &http::request::Parts,
+    ) -> Result<Option<TierIdentity<'static>>, tower_rate_tier::IdentityError>
+    {
+        Err(tower_rate_tier::IdentityError::new(std::io::Error::other(
+            "database down",
+        )))
+    }
+}
+
+#[tokio::test]
+async fn failed_identity_lookups_are_counted_apart_from_missing_identities() {
+    let (registry, metrics) = registry_with_metrics();
+    let layer = plain_layer(observed_tiers(&metrics)).identifier(DatabaseDown);
+    for _ in 0..2 {
+        assert_eq!(get(&layer, "/data", Some("key_ana")).await, 503);
+    }
+    let metrics = scrape(&registry);
+    assert_eq!(
+        metrics.family("rate_tier_checks_total"),
+        family(&[(r#"outcome="identity_error",tier="none""#, 2.0)])
+    );
+    assert_eq!(
+        metrics.value("rate_tier_missing_identity_total", &[]),
+        Some(0.0)
     );
 }

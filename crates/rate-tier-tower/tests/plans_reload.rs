@@ -83,12 +83,21 @@ async fn removed_tiers_follow_the_unknown_tier_policy_and_clones_see_reloads() {
     assert!(clone.check("ana", "free", 1).await.unwrap().is_err());
 }
 
+/// A reload comes from no request: the limiter's listeners hear it (once),
+/// a layer's listeners, which hear their own requests, do not.
 #[tokio::test]
-async fn every_reload_is_an_event_for_the_layer() {
+async fn every_reload_is_an_event_for_the_limiters_listeners() {
     let clock = FakeClock::new();
-    let tiers = limiter(&clock);
-    let events = Arc::new(Mutex::new(Vec::new()));
-    let sink = events.clone();
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    let sink = heard.clone();
+    let tiers = RateTier::builder()
+        .clock(clock.clone())
+        .tier("free", Quota::per_minute(10))
+        .default_tier("free")
+        .on_event(move |e| sink.lock().unwrap().push(e.clone()))
+        .build();
+    let layer_heard = Arc::new(Mutex::new(Vec::new()));
+    let sink = layer_heard.clone();
     let app = Router::new().route("/", get(|| async { "ok" })).layer(
         TierLimitLayer::new(tiers.clone())
             .identifier_fn(|_| Some(TierIdentity::new("ana", "free")))
@@ -96,11 +105,12 @@ async fn every_reload_is_an_event_for_the_layer() {
     );
     tiers.reload(plans("[tiers.free]\nlimit = 20\nper = \"minute\"\n"));
     assert_eq!(
-        *events.lock().unwrap(),
+        *heard.lock().unwrap(),
         [LimitEvent::PlansReloaded {
             tiers: vec!["free".to_owned()]
         }]
     );
+    assert!(layer_heard.lock().unwrap().is_empty());
     let response = app
         .oneshot(Request::get("/").body(Body::empty()).unwrap())
         .await
@@ -205,7 +215,7 @@ per = "minute"
 #[tokio::test]
 async fn a_reload_keeps_the_policies_it_does_not_set() {
     use http::StatusCode;
-    use tower_rate_tier::{OnMissing, OnStorageError};
+    use tower_rate_tier::{OnIdentityError, OnMissing, OnStorageError};
 
     let tiers = RateTier::builder()
         .clock(FakeClock::new())
@@ -213,6 +223,7 @@ async fn a_reload_keeps_the_policies_it_does_not_set() {
         .default_tier("free")
         .on_missing(OnMissing::Deny(StatusCode::UNAUTHORIZED))
         .on_storage_error(OnStorageError::Allow)
+        .on_identity_error(OnIdentityError::Allow)
         .build();
     // A file says nothing of policies: the running ones stay.
     tiers.reload(plans(
@@ -221,6 +232,7 @@ async fn a_reload_keeps_the_policies_it_does_not_set() {
     let running = tiers.plans();
     assert_eq!(running.quota("free"), Some(Quota::per_minute(20)));
     assert_eq!(running.on_storage_error(), OnStorageError::Allow);
+    assert_eq!(running.on_identity_error(), OnIdentityError::Allow);
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
         .layer(TierLimitLayer::new(tiers.clone()).identifier_fn(|_| None));

@@ -7,7 +7,7 @@ mod support;
 
 use std::sync::Arc;
 
-use support::RedisProcess;
+use rate_tier_test_support::RedisServer;
 use tower_rate_tier::{Error, Quota, RateTier, RedisStorage, StorageError};
 
 fn limiter(url: &str) -> RateTier {
@@ -20,7 +20,7 @@ fn limiter(url: &str) -> RateTier {
 
 #[tokio::test]
 async fn passwords_and_acl_users_in_the_url() {
-    let server = RedisProcess::start();
+    let server = RedisServer::start();
     let mut admin = redis::Client::open(server.url())
         .unwrap()
         .get_multiplexed_async_connection()

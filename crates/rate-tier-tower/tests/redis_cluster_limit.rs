@@ -7,20 +7,31 @@
 //! it these tests fail: they never pass silently, and they never use the
 //! shared Redis on port 6379. Every test name holds `cluster`, which is how
 //! `cargo xtask test-cluster` selects them; each uses its own tier names.
+//!
+//! With several limits in one decision (issue 12): a user's limits share
+//! the user's hash tag (one slot: one atomic script), and limits that
+//! cannot (per address, global) are checked slot by slot with an exact
+//! refund when a later one refuses.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::{Router, routing::get};
+use http::StatusCode;
+use support::http::get_as;
 use tower_rate_tier::key::cluster_bucket_key;
-use tower_rate_tier::{LimitReason, Quota, RateTier, RedisStorage};
+use tower_rate_tier::{
+    Adjust, Limit, LimitReason, LimitRequest, Quota, RateTier, RedisStorage,
+    TierIdentity, TierLimitLayer,
+};
 
-#[path = "../../rate-tier-storage/tests/common/redis_env.rs"]
-mod redis_env;
-use redis_env::{TEST_TIMEOUT, concurrent_passes, unique};
+mod support;
+
+use rate_tier_test_support::{TEST_TIMEOUT, concurrent_passes, unique};
 
 /// Two nodes of `cargo xtask test-cluster`'s cluster.
 fn cluster_urls() -> Vec<String> {
-    redis_env::cluster_urls(2)
+    rate_tier_test_support::cluster_urls(2)
 }
 
 /// One instance of the post's service, configured with cluster node `node`
@@ -111,4 +122,168 @@ async fn cluster_concurrent_checks_on_two_instances_pass_exactly_the_quota() {
     assert_eq!(passes(&base, &base, 300).await, 10);
     let pro = format!("{base}-pro");
     assert_eq!(passes(&pro, &base, 300).await, 100);
+}
+
+/// The nodes that hold `key` (each node either has it or redirects).
+async fn nodes_holding(key: &str) -> Vec<String> {
+    let mut holding = Vec::new();
+    for url in cluster_urls() {
+        let mut conn = redis::Client::open(url.as_str())
+            .expect("URL")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("node answers");
+        let reply: redis::RedisResult<i64> =
+            redis::cmd("EXISTS").arg(key).query_async(&mut conn).await;
+        match reply {
+            Ok(1) => holding.push(url),
+            Ok(_) => {}
+            Err(e) => assert!(e.redirect_node().is_some(), "{url}: {e}"),
+        }
+    }
+    holding
+}
+
+/// `checks` concurrent `/search`es of one user, half through an instance
+/// on node 0 and half through one on node 2, with the plan (10/min) and a
+/// search limit of `search` a minute: how many pass, and one instance.
+async fn race_two_limits(
+    tier: &str,
+    search: &Limit,
+    checks: usize,
+) -> (usize, RateTier) {
+    let make = |tiers: RateTier| {
+        let tier = tier.to_owned();
+        Router::new()
+            .route("/search", get(|| async { "search" }))
+            .layer(
+                TierLimitLayer::new(tiers)
+                    .identifier_fn(move |_| {
+                        Some(TierIdentity::new("key_bea", tier.clone()))
+                    })
+                    .limit(search.clone()),
+            )
+    };
+    let first = instance(tier, 0);
+    let (a, b) = (make(first.clone()), make(instance(tier, 2)));
+    let passed = concurrent_passes(a, b, checks, |app| async move {
+        let r = get_as(&app, Some("key_bea"), "/search").await;
+        match r.status {
+            StatusCode::OK => true,
+            StatusCode::TOO_MANY_REQUESTS => false,
+            other => panic!("unexpected {other}: {r:?}"),
+        }
+    })
+    .await;
+    (passed, first)
+}
+
+async fn read(tiers: &RateTier, tier: &str, limits: &[&Limit]) -> Vec<u64> {
+    let mut request = LimitRequest::new("key_bea", tier, 0);
+    for limit in limits {
+        request = request.limit(limit, 0);
+    }
+    let info = tiers.decide(&request).await.expect("storage").unwrap();
+    info.limits().map(|l| l.remaining).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_plan_and_route_limit_pass_exactly_the_tighter_quota() {
+    let tier = unique("free");
+    let search = Limit::new(unique("search"), Quota::per_minute(3));
+    let (passed, tiers) = race_two_limits(&tier, &search, 300).await;
+    assert_eq!(passed, 3);
+    assert_eq!(read(&tiers, &tier, &[&search]).await, [7, 0]);
+
+    let tier = unique("free");
+    let search = Limit::new(unique("search"), Quota::per_minute(50));
+    let (passed, tiers) = race_two_limits(&tier, &search, 300).await;
+    assert_eq!(passed, 10);
+    assert_eq!(read(&tiers, &tier, &[&search]).await, [0, 40]);
+}
+
+#[tokio::test]
+async fn cluster_a_users_limits_share_one_slot() {
+    let tier = unique("free");
+    let tiers = instance(&tier, 1);
+    let search = Limit::new(unique("search"), Quota::per_minute(3));
+    let request = LimitRequest::new("key_bea", &tier, 1).limit(&search, 1);
+    tiers.decide(&request).await.expect("storage").unwrap();
+    let plan_key = cluster_bucket_key(&tier, "key_bea", None);
+    let search_key = cluster_bucket_key(search.name(), "key_bea", None);
+    let tag = |key: &str| key.split_once('{').unwrap().1.to_owned();
+    assert_eq!(tag(&plan_key), tag(&search_key));
+    let (plan, limit) = (
+        nodes_holding(&plan_key).await,
+        nodes_holding(&search_key).await,
+    );
+    assert_eq!(plan.len(), 1, "{plan_key}: {plan:?}");
+    assert_eq!(plan, limit, "one user's buckets on one node");
+}
+
+/// Per-address and global limits live in slots of their own: checked in
+/// order, the ones already charged refunded exactly when a later refuses,
+/// whichever refuses.
+#[tokio::test]
+async fn cluster_limits_in_other_slots_are_refunded_exactly_on_a_refusal() {
+    for tight in 0..3 {
+        let tier = unique("free");
+        let tiers = instance(&tier, 0);
+        let quota =
+            |i: usize| Quota::per_minute(if i == tight { 1 } else { 5 });
+        let user = Limit::new(unique("user"), quota(0));
+        let ip = Limit::new(unique("ip"), quota(1)).keyed_by(|_| None);
+        let global = Limit::new(unique("global"), quota(2)).global();
+        let request = |cost| {
+            LimitRequest::new("key_bea", &tier, cost)
+                .limit(&user, cost)
+                .limit_keyed(&ip, "203.0.113.7", cost)
+                .limit(&global, cost)
+        };
+        let names = [user.name(), ip.name(), global.name()];
+        tiers.decide(&request(1)).await.expect("storage").unwrap();
+        for _ in 0..3 {
+            let refused = tiers
+                .decide(&request(1))
+                .await
+                .expect("storage")
+                .unwrap_err();
+            assert_eq!(refused.limit_name(), names[tight], "tight {tight}");
+            assert_eq!(refused.reason(), LimitReason::RateLimited);
+            assert_eq!(refused.retry_after_secs(), 60);
+        }
+        let read = tiers.decide(&request(0)).await.expect("storage").unwrap();
+        let left: Vec<u64> = read.limits().map(|l| l.remaining).collect();
+        let mut expected = vec![9];
+        expected.extend((0..3).map(|i| if i == tight { 0 } else { 4 }));
+        assert_eq!(left, expected, "tight {tight}");
+    }
+}
+
+#[tokio::test]
+async fn cluster_settle_charges_a_debt_and_a_peek_charges_nothing() {
+    let tier = unique("free");
+    let tiers = instance(&tier, 1);
+    let tokens = Limit::new(unique("tokens"), Quota::per_minute(1000));
+    let request = LimitRequest::new("key_bea", &tier, 1).limit(&tokens, 1);
+    tiers.decide(&request).await.expect("storage").unwrap();
+    tiers
+        .settle("key_bea", &tier, &tokens, Adjust::between(1, 1200))
+        .await
+        .expect("settled");
+    for _ in 0..5 {
+        assert_eq!(read(&tiers, &tier, &[&tokens]).await, [9, 0]);
+    }
+    let refused = tiers.decide(&request).await.expect("storage").unwrap_err();
+    assert_eq!(refused.limit_name(), tokens.name());
+    assert!(
+        (12..=13).contains(&refused.retry_after_secs()),
+        "{refused:?}"
+    );
+    // A refund gives the debt back, to a full bucket and no further.
+    tiers
+        .settle("key_bea", &tier, &tokens, Adjust::Refund(100_000))
+        .await
+        .expect("settled");
+    assert_eq!(read(&tiers, &tier, &[&tokens]).await, [9, 1000]);
 }

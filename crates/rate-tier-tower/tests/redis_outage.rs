@@ -19,16 +19,16 @@ use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
 use http::{Request, StatusCode};
-use rate_tier_storage::BucketCheck;
 use tokio::task::JoinHandle;
 use tower::ServiceExt;
 use tower_rate_tier::key::bucket_key;
 use tower_rate_tier::{
-    BreakerState, FallbackStorage, LimitEvent, LimitReason, Quota, RateTier,
-    RedisStorage, Storage, StorageEvent, TierIdentity, TierLimitLayer,
+    BreakerState, BucketCheck, Decision, FallbackStorage, LimitEvent,
+    LimitName, LimitReason, Quota, RateTier, RedisStorage, Storage,
+    StorageError, StorageEvent, Subscription, TierIdentity, TierLimitLayer,
 };
 
-use support::RedisProcess;
+use rate_tier_test_support::RedisServer;
 use tower_rate_tier::clock::FakeClock;
 
 /// Each Redis call gives up after this.
@@ -36,6 +36,11 @@ const REDIS_TIMEOUT: Duration = Duration::from_millis(100);
 /// The breaker's first cool-down, and the most it grows to.
 const COOL_DOWN: Duration = Duration::from_millis(200);
 const MAX_COOL_DOWN: Duration = Duration::from_millis(800);
+/// The Redis timeout under load: the kill is seen as broken pipes and
+/// refused connections at once, and a loaded 2-core machine (other builds
+/// running) can take more than 100 ms to answer 300 checks in flight, which
+/// would open the breaker while Redis is up.
+const LOAD_REDIS_TIMEOUT: Duration = Duration::from_secs(1);
 /// Concurrent request loops during the kill.
 const LOAD_TASKS: usize = 300;
 /// Distinct users of the load.
@@ -46,9 +51,18 @@ const LOAD_USERS: usize = 60;
 /// the cool-down instead of waiting for it. (The Redis calls and their
 /// timeout are real.)
 fn fallback_on(url: &str, clock: &FakeClock) -> FallbackStorage {
+    fallback_with(url, clock, REDIS_TIMEOUT)
+}
+
+/// The same with another Redis timeout.
+fn fallback_with(
+    url: &str,
+    clock: &FakeClock,
+    timeout: Duration,
+) -> FallbackStorage {
     let redis = RedisStorage::from_url(url)
         .expect("a valid Redis URL")
-        .timeout(REDIS_TIMEOUT);
+        .timeout(timeout);
     FallbackStorage::builder(Arc::new(redis))
         .clock(clock.clone())
         .cool_down(COOL_DOWN, MAX_COOL_DOWN)
@@ -56,14 +70,30 @@ fn fallback_on(url: &str, clock: &FakeClock) -> FallbackStorage {
         .build()
 }
 
-/// Tiers free (10/min) and pro (100/min) on `store`.
-fn limiter(store: &FallbackStorage) -> RateTier {
+/// Tiers free (10/min) and pro (100/min) on `store`, reporting into
+/// `events` (the store's events included).
+fn limiter(store: &FallbackStorage, events: &Events) -> RateTier {
+    let events = events.clone();
     RateTier::builder()
         .tier("free", Quota::per_minute(10))
         .tier("pro", Quota::per_minute(100))
         .default_tier("free")
         .storage(Arc::new(store.clone()))
+        .on_event(move |e| events.limit(e))
         .build()
+}
+
+/// One check of `user` in a free bucket, straight to `store`: its decision.
+async fn check_store(
+    store: &FallbackStorage,
+    user: &str,
+) -> Result<Decision, StorageError> {
+    let name = LimitName::new("free").unwrap();
+    let checks =
+        [BucketCheck::new(&name, user, Quota::per_minute(10), 1).unwrap()];
+    let mut out = [Decision::default()];
+    store.check(&checks, &mut out).await?;
+    Ok(out[0])
 }
 
 /// A breaker transition, when it was seen.
@@ -80,7 +110,9 @@ struct Events {
 impl Events {
     fn storage(&self, event: &StorageEvent) {
         match event {
-            StorageEvent::Breaker { from, to, cause } => {
+            StorageEvent::Breaker {
+                from, to, cause, ..
+            } => {
                 self.transitions.lock().unwrap().push((
                     Instant::now(),
                     *from,
@@ -160,22 +192,19 @@ impl Events {
     }
 }
 
-/// A listener for `store` that records into `events`.
-fn listen(store: &FallbackStorage, events: &Events) {
+/// A listener for `store` that records into `events`, until dropped.
+fn listen(store: &FallbackStorage, events: &Events) -> Subscription {
     let events = events.clone();
-    store.add_listener(Arc::new(move |e: &StorageEvent| events.storage(e)));
+    store.subscribe(Arc::new(move |e: &StorageEvent| events.storage(e)))
 }
 
 /// `/data` behind the layer; the identity is `x-user` on `x-tier`.
-fn app(tiers: RateTier, events: &Events) -> Router {
-    let events = events.clone();
-    let layer = TierLimitLayer::new(tiers)
-        .identifier_fn(|headers| {
-            let user = headers.get("x-user")?.to_str().ok()?;
-            let tier = headers.get("x-tier")?.to_str().ok()?;
-            Some(TierIdentity::new(user, tier))
-        })
-        .on_event(move |e| events.limit(e));
+fn app(tiers: RateTier) -> Router {
+    let layer = TierLimitLayer::new(tiers).identifier_fn(|headers| {
+        let user = headers.get("x-user")?.to_str().ok()?;
+        let tier = headers.get("x-tier")?.to_str().ok()?;
+        Some(TierIdentity::new(user, tier))
+    });
     Router::new()
         .route("/data", get(|| async { "data" }))
         .layer(layer)
@@ -210,6 +239,8 @@ struct Tally {
 
 /// `LOAD_TASKS` loops of requests over `LOAD_USERS` users, until stopped.
 struct Load {
+    events: Events,
+    origin: Instant,
     stop: Arc<AtomicBool>,
     killed: Arc<AtomicBool>,
     responses: Arc<AtomicUsize>,
@@ -218,7 +249,7 @@ struct Load {
 }
 
 impl Load {
-    fn start(app: &Router) -> Self {
+    fn start(app: &Router, events: &Events) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let killed = Arc::new(AtomicBool::new(false));
         let responses = Arc::new(AtomicUsize::new(0));
@@ -269,6 +300,8 @@ impl Load {
             })
             .collect();
         Load {
+            events: events.clone(),
+            origin: Instant::now(),
             stop,
             killed,
             responses,
@@ -300,9 +333,12 @@ impl Load {
         while !condition(self) {
             assert!(
                 Instant::now() < deadline,
-                "timed out waiting for {what}: {} responses, {} in flight",
+                "timed out waiting for {what}: {} responses, {} in flight, \
+                 {} local decisions; breaker:{}",
                 self.responses(),
-                self.in_flight()
+                self.in_flight(),
+                self.events.fallbacks(),
+                self.events.describe(self.origin)
             );
             tokio::task::yield_now().await;
         }
@@ -332,13 +368,13 @@ fn ms(duration: Duration) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_redis_under_load_keeps_limiting_locally() {
-    let mut redis = RedisProcess::start();
+    let mut redis = RedisServer::start();
     let url = redis.url();
     let origin = Instant::now();
     let clock = FakeClock::new();
-    let store = fallback_on(&url, &clock);
+    let store = fallback_with(&url, &clock, LOAD_REDIS_TIMEOUT);
     let events = Events::default();
-    let app = app(limiter(&store), &events);
+    let app = app(limiter(&store, &events));
 
     // Redis is up: it decides, the breaker is closed.
     assert_eq!(send(&app, "warmup", "free").await, StatusCode::OK);
@@ -346,7 +382,7 @@ async fn killing_redis_under_load_keeps_limiting_locally() {
     assert_eq!(events.fallbacks(), 0, "Redis is up, yet decided locally");
 
     // Load, then SIGKILL with hundreds of checks in flight.
-    let load = Load::start(&app);
+    let load = Load::start(&app, &events);
     load.wait_until("600 responses from a live Redis", |l| {
         l.responses() >= 600
     })
@@ -489,8 +525,7 @@ async fn killing_redis_under_load_keeps_limiting_locally() {
     // refused the 11th, and nobody decided locally.
     let other_store = fallback_on(&url, &FakeClock::new());
     let other_events = Events::default();
-    listen(&other_store, &other_events);
-    let other = limiter(&other_store);
+    let other = limiter(&other_store, &other_events);
     let fallbacks_before = events.fallbacks();
     for i in 1..=10 {
         assert_eq!(
@@ -559,18 +594,16 @@ const TIMED_BOUND: Duration = Duration::from_millis(100);
 async fn a_hanging_redis_costs_microseconds_once_the_breaker_is_open() {
     let url = format!("redis://127.0.0.1:{}/", hanging_server().await);
     let users = users();
-    let quota = Quota::per_minute(10);
 
     // Through the store: 3 checks wait out the timeout and open the breaker.
     // The breaker's clock stands still: no probe can be due while timed.
     let store = fallback_on(&url, &FakeClock::new());
     let events = Events::default();
-    listen(&store, &events);
+    let _listening = listen(&store, &events);
     let mut opening = Vec::new();
     for user in &users[..3] {
         let started = Instant::now();
-        let decision = store
-            .check(&BucketCheck::new("free", user, quota, 1))
+        let decision = check_store(&store, user)
             .await
             .expect("a failing Redis is never an error to the caller");
         opening.push(started.elapsed());
@@ -589,8 +622,7 @@ async fn a_hanging_redis_costs_microseconds_once_the_breaker_is_open() {
     let mut slowest = Duration::ZERO;
     for i in 0..TIMED_CHECKS {
         let one = Instant::now();
-        store
-            .check(&BucketCheck::new("free", &users[i % users.len()], quota, 1))
+        check_store(&store, &users[i % users.len()])
             .await
             .expect("never an error while open");
         slowest = slowest.max(one.elapsed());
@@ -606,7 +638,7 @@ async fn a_hanging_redis_costs_microseconds_once_the_breaker_is_open() {
 
     // Through RateTier::check, on a fresh store.
     let store = fallback_on(&url, &FakeClock::new());
-    let limiter = limiter(&store);
+    let limiter = limiter(&store, &Events::default());
     let mut rate_tier_opening = Vec::new();
     for user in &users[..3] {
         let started = Instant::now();
@@ -663,16 +695,12 @@ async fn a_hanging_redis_costs_microseconds_once_the_breaker_is_open() {
 async fn a_hanging_probe_does_not_slow_the_other_checks() {
     let url = format!("redis://127.0.0.1:{}/", hanging_server().await);
     let users = users();
-    let quota = Quota::per_minute(10);
     let clock = FakeClock::new();
     let store = fallback_on(&url, &clock);
     let events = Events::default();
-    listen(&store, &events);
+    let _listening = listen(&store, &events);
     for user in &users[..3] {
-        store
-            .check(&BucketCheck::new("free", user, quota, 1))
-            .await
-            .expect("never an error");
+        check_store(&store, user).await.expect("never an error");
     }
     assert_eq!(store.state(), BreakerState::Open);
     clock.advance(COOL_DOWN);
@@ -681,9 +709,7 @@ async fn a_hanging_probe_does_not_slow_the_other_checks() {
     let prober = store.clone();
     let probe = tokio::spawn(async move {
         let started = Instant::now();
-        let decision = prober
-            .check(&BucketCheck::new("free", "prober", quota, 1))
-            .await;
+        let decision = check_store(&prober, "prober").await;
         (decision, started.elapsed())
     });
     let deadline = Instant::now() + Duration::from_secs(1);
@@ -695,8 +721,7 @@ async fn a_hanging_probe_does_not_slow_the_other_checks() {
     // ...while every other check is decided locally at once.
     let started = Instant::now();
     for i in 0..TIMED_CHECKS {
-        store
-            .check(&BucketCheck::new("free", &users[i % users.len()], quota, 1))
+        check_store(&store, &users[i % users.len()])
             .await
             .expect("never an error while half-open");
     }
@@ -741,19 +766,23 @@ async fn a_hanging_probe_does_not_slow_the_other_checks() {
 /// the cool-down, and only the probe after that one succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_probe_after_redis_is_back_closes_the_breaker() {
-    let mut redis = RedisProcess::start();
+    let mut redis = RedisServer::start();
     let clock = FakeClock::new();
     let store = fallback_on(&redis.url(), &clock);
     let events = Events::default();
-    listen(&store, &events);
+    let _listening = listen(&store, &events);
     let origin = Instant::now();
-    let check = BucketCheck::new("free", "ana", Quota::per_minute(10), 1);
-    assert!(store.check(&check).await.expect("Redis is up").allowed);
+    assert!(
+        check_store(&store, "ana")
+            .await
+            .expect("Redis is up")
+            .allowed
+    );
     assert_eq!(events.fallbacks(), 0, "Redis is up, yet decided locally");
 
     redis.kill();
     for _ in 0..3 {
-        store.check(&check).await.expect("never an error");
+        check_store(&store, "ana").await.expect("never an error");
     }
     assert_eq!(store.state(), BreakerState::Open);
 
@@ -773,7 +802,7 @@ async fn the_first_probe_after_redis_is_back_closes_the_breaker() {
     assert_eq!(pong, "PONG");
     let fallbacks_before = events.fallbacks();
     let started = Instant::now();
-    let probe = store.check(&check).await.expect("never an error");
+    let probe = check_store(&store, "ana").await.expect("never an error");
     let took = started.elapsed();
     assert_eq!(
         store.state(),
@@ -786,4 +815,50 @@ async fn the_first_probe_after_redis_is_back_closes_the_breaker() {
     assert_eq!(events.fallbacks(), fallbacks_before, "decided locally");
     // Decided by the restarted (empty) Redis: a fresh bucket.
     assert_eq!(probe.remaining, 9);
+}
+
+/// A probe must reach Redis to close the breaker. A refusal the store
+/// answers from its memory of refusals (a client hammering past its limit
+/// costs no Redis call) proves nothing about Redis: if it counted, a dead
+/// Redis would look alive to every probe of a refused client, the breaker
+/// would close, and every other request would go back to a dead Redis.
+/// (Seen first in `killing_redis_under_load_keeps_limiting_locally`: a
+/// probe closed the breaker 19 ms after it opened, with Redis dead.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_answered_without_redis_does_not_close_the_breaker() {
+    let mut redis = RedisServer::start();
+    let clock = FakeClock::new();
+    let store = fallback_on(&redis.url(), &clock);
+    let events = Events::default();
+    let _listening = listen(&store, &events);
+    // Mallory spends her burst on Redis, then is refused.
+    for _ in 0..10 {
+        assert!(check_store(&store, "mallory").await.unwrap().allowed);
+    }
+    let refused = check_store(&store, "mallory").await.unwrap();
+    assert!(!refused.allowed);
+    assert_eq!(events.fallbacks(), 0, "Redis is up, yet decided locally");
+
+    redis.kill();
+    for user in ["ana", "bea", "eva"] {
+        check_store(&store, user).await.expect("never an error");
+    }
+    assert_eq!(store.state(), BreakerState::Open);
+    // The cool-down passes; the next check probes, and it is Mallory's.
+    clock.advance(COOL_DOWN);
+    // However it is answered (refused from memory, or decided locally)...
+    check_store(&store, "mallory")
+        .await
+        .expect("never an error");
+    assert_ne!(
+        store.state(),
+        BreakerState::Closed,
+        "a probe that never reached the dead Redis closed the breaker: {:?}",
+        events.pairs()
+    );
+    // ...the others are still decided locally, without a call to the dead
+    // Redis.
+    let before = events.fallbacks();
+    check_store(&store, "zoe").await.expect("never an error");
+    assert_eq!(events.fallbacks(), before + 1);
 }

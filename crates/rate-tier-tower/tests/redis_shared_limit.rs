@@ -15,9 +15,11 @@ use tower_rate_tier::{
     Error, LimitReason, Quota, RateTier, RedisStorage, StorageError,
 };
 
-#[path = "../../rate-tier-storage/tests/common/redis_env.rs"]
-mod redis_env;
-use redis_env::{TEST_TIMEOUT, concurrent_passes, redis_url, unique};
+mod support;
+
+use rate_tier_test_support::{
+    TEST_TIMEOUT, concurrent_passes, redis_url, unique,
+};
 
 /// A new connection manager on the test server (connected now).
 async fn connect() -> ConnectionManager {
@@ -161,7 +163,7 @@ async fn key_secret_is_shared_by_instances_that_share_it() {
 
     let mut conn = connect().await;
     let hmac_key =
-        bucket_key(&tier, "key_eva", Some(&KeySecret::new("s3cret")));
+        bucket_key(&tier, "key_eva", Some(&KeySecret::new("s3cret").unwrap()));
     let sha1_key = bucket_key(&tier, "key_eva", None);
     assert!(exists(&mut conn, &hmac_key).await, "{hmac_key} is missing");
     assert!(!exists(&mut conn, &sha1_key).await, "{sha1_key} exists");

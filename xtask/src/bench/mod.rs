@@ -65,7 +65,7 @@ impl Plan {
                 criterion_passes: 3,
                 http: (3, 20),
                 redis: (5, 6),
-                redis_cpu: (100_000, 11),
+                redis_cpu: (50_000, 21),
                 sweep_secs: 10,
             }
         } else {
@@ -74,7 +74,7 @@ impl Plan {
                 criterion_passes: 3,
                 http: (1, 20),
                 redis: (2, 5),
-                redis_cpu: (20_000, 5),
+                redis_cpu: (10_000, 9),
                 sweep_secs: 1,
             }
         }

@@ -49,6 +49,8 @@ pub(super) enum Now {
 pub(super) struct Pending {
     started: Option<Instant>,
     settle: Option<SettlePlan>,
+    #[cfg(feature = "tracing")]
+    span: Option<tracing::Span>,
 }
 
 impl Config {
@@ -89,41 +91,62 @@ impl Config {
     }
 
     /// Decides at once if the identity and the store allow it.
-    pub(super) fn judge_now(&self, parts: &Parts) -> Now {
+    pub(super) fn judge_now(
+        &self,
+        parts: &Parts,
+        route_cost: Option<RouteCost>,
+    ) -> Now {
         let identity = match &self.identifier {
             Identifier::Async(_) => return Now::Identify,
             Identifier::None => None,
             Identifier::Headers(identify) => identify(&parts.headers),
         };
+        #[cfg(feature = "tracing")]
+        let span = rate_limit_span();
+        #[cfg(feature = "tracing")]
+        let _entered = span.as_ref().map(tracing::Span::enter);
         let started = self.timed().then(Instant::now);
         let emit = |event: LimitEvent| self.emit(event);
         let emit: Emit<'_> = self.listening().then_some(&emit);
-        let (ask, settle) = match self.ask(identity.as_ref(), parts, emit) {
-            Ok(asked) => asked,
-            Err(ruling) => {
-                return Now::Judged(self.judged(ruling, "none", None, started));
-            }
-        };
+        let (ask, settle) =
+            match self.ask(identity.as_ref(), parts, route_cost, emit) {
+                Ok(asked) => asked,
+                Err(ruling) => {
+                    return Now::Judged(
+                        self.judged(ruling, "none", 0, None, started),
+                    );
+                }
+            };
         if let (Some((user, tier)), [], false) =
             (ask.identity, ask.extra.as_slice(), ask.shadow)
             && ask.cost > 0
             && let Some((ruling, by)) =
                 self.tiers.decide_plan_now(user, tier, ask.cost, emit)
         {
-            return Now::Judged(self.judged(ruling, by, settle, started));
+            return Now::Judged(
+                self.judged(ruling, by, ask.cost, settle, started),
+            );
         }
         let prepared = match self.tiers.prepare(&ask, emit) {
             Ok(prepared) => prepared,
             Err(ruling) => {
-                return Now::Judged(self.judged(ruling, "none", None, started));
+                return Now::Judged(
+                    self.judged(ruling, "none", ask.cost, None, started),
+                );
             }
         };
         match self.tiers.decide_local(&prepared, emit) {
             Some((ruling, by)) => {
-                Now::Judged(self.judged(ruling, by, settle, started))
+                Now::Judged(self.judged(ruling, by, ask.cost, settle, started))
             }
             None => {
-                Now::Remote(prepared.into_owned(), Pending { started, settle })
+                let pending = Pending {
+                    started,
+                    settle,
+                    #[cfg(feature = "tracing")]
+                    span: span.clone(),
+                };
+                Now::Remote(prepared.into_owned(), pending)
             }
         }
     }
@@ -134,14 +157,30 @@ impl Config {
         prepared: Prepared<'static>,
         pending: Pending,
     ) -> BoxFuture<(Judgement, Option<Parts>)> {
-        Box::pin(async move {
+        let Pending {
+            started,
+            settle,
+            #[cfg(feature = "tracing")]
+            span,
+        } = pending;
+        let decision = async move {
             let emit = |event: LimitEvent| self.emit(event);
             let emit: Emit<'_> = self.listening().then_some(&emit);
             let (ruling, by) = self.tiers.decide_remote(&prepared, emit).await;
-            let judged =
-                self.judged(ruling, by, pending.settle, pending.started);
+            let judged = self.judged(
+                ruling,
+                by,
+                prepared.cost(),
+                settle,
+                started,
+            );
             (judged, None)
-        })
+        };
+        #[cfg(feature = "tracing")]
+        if let Some(span) = span {
+            return Box::pin(tracing::Instrument::instrument(decision, span));
+        }
+        Box::pin(decision)
     }
 
     /// The whole decision with an async identifier; the parts come back
@@ -149,14 +188,24 @@ impl Config {
     pub(super) fn identify(
         self: Arc<Self>,
         parts: Parts,
+        route_cost: Option<RouteCost>,
     ) -> BoxFuture<(Judgement, Option<Parts>)> {
-        Box::pin(async move {
-            let judged = self.judge_async(&parts).await;
+        let decision = async move {
+            let judged = self.judge_async(&parts, route_cost).await;
             (judged, Some(parts))
-        })
+        };
+        #[cfg(feature = "tracing")]
+        if let Some(span) = rate_limit_span() {
+            return Box::pin(tracing::Instrument::instrument(decision, span));
+        }
+        Box::pin(decision)
     }
 
-    async fn judge_async(&self, parts: &Parts) -> Judgement {
+    async fn judge_async(
+        &self,
+        parts: &Parts,
+        route_cost: Option<RouteCost>,
+    ) -> Judgement {
         let started = self.timed().then(Instant::now);
         let emit = |event: LimitEvent| self.emit(event);
         let emit: Emit<'_> = self.listening().then_some(&emit);
@@ -179,32 +228,40 @@ impl Config {
                             error: None,
                         },
                     };
-                    return self.judged(ruling, "none", None, started);
+                    return self.judged(ruling, "none", 0, None, started);
                 }
             },
             Identifier::None => None,
             Identifier::Headers(identify) => identify(&parts.headers),
         };
-        let (ask, settle) = match self.ask(identity.as_ref(), parts, emit) {
-            Ok(asked) => asked,
-            Err(ruling) => return self.judged(ruling, "none", None, started),
-        };
+        let (ask, settle) =
+            match self.ask(identity.as_ref(), parts, route_cost, emit) {
+                Ok(asked) => asked,
+                Err(ruling) => {
+                    return self.judged(ruling, "none", 0, None, started);
+                }
+            };
         let prepared = match self.tiers.prepare(&ask, emit) {
             Ok(prepared) => prepared,
-            Err(ruling) => return self.judged(ruling, "none", None, started),
+            Err(ruling) => {
+                return self.judged(ruling, "none", ask.cost, None, started);
+            }
         };
         let (ruling, by) = match self.tiers.decide_local(&prepared, emit) {
             Some(decided) => decided,
             None => self.tiers.decide_remote(&prepared, emit).await,
         };
-        self.judged(ruling, by, settle, started)
+        self.judged(ruling, by, ask.cost, settle, started)
     }
 
-    /// The costs and limits of a request, and the settlement it may need.
+    /// The costs and limits of a request, and the settlement it may need;
+    /// or the answer, early (moved once, not boxed: see `limiter::decide`).
+    #[allow(clippy::result_large_err)]
     fn ask<'p>(
         &'p self,
         identity: Option<&'p TierIdentity<'p>>,
         parts: &'p Parts,
+        route_cost: Option<RouteCost>,
         emit: Emit<'_>,
     ) -> Result<(Ask<'p>, Option<SettlePlan>), Ruling> {
         let peek = self.peek.as_ref().is_some_and(|peek| peek(parts));
@@ -215,8 +272,8 @@ impl Config {
         let cost = if peek {
             0
         } else {
-            match parts.extensions.get::<RouteCost>() {
-                Some(RouteCost(cost)) => *cost,
+            match route_cost {
+                Some(RouteCost(cost)) => cost,
                 None => self.cost.as_ref().map_or(1, |cost_fn| cost_fn(parts)),
             }
         };
@@ -278,6 +335,7 @@ impl Config {
         &self,
         ruling: Ruling,
         storage: &'static str,
+        cost: u32,
         settle: Option<SettlePlan>,
         started: Option<Instant>,
     ) -> Judgement {
@@ -285,6 +343,7 @@ impl Config {
             let checked = Checked {
                 tier: ruling.tier(),
                 outcome: ruling.outcome(),
+                cost,
                 storage,
                 elapsed: started.elapsed(),
             };
@@ -370,6 +429,13 @@ fn debug_wanted() -> bool {
         && tracing::Level::DEBUG <= LevelFilter::current()
 }
 
+/// The span each decision runs in, when DEBUG is wanted: what the
+/// identifier and the store log inside it is attributed to the check.
+#[cfg(feature = "tracing")]
+fn rate_limit_span() -> Option<tracing::Span> {
+    debug_wanted().then(|| tracing::debug_span!(target: TARGET, "rate_limit"))
+}
+
 #[cfg(feature = "tracing")]
 fn trace_checked(checked: &Checked) {
     if debug_wanted() {
@@ -377,6 +443,7 @@ fn trace_checked(checked: &Checked) {
             target: TARGET,
             tier = checked.tier.unwrap_or("none"),
             outcome = checked.outcome.as_str(),
+            cost = checked.cost,
             storage = checked.storage,
             elapsed_us = u64::try_from(checked.elapsed.as_micros()).unwrap_or(u64::MAX),
             "rate limit check",

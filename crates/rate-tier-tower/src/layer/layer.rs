@@ -233,9 +233,10 @@ impl<R> TierLimitLayer<R> {
 
     /// Shadow mode for everything: every decision is made, counted
     /// (`outcome="shadow_limited"`) and reported
-    /// ([`LimitEvent::ShadowLimited`]), and nothing is refused for its rate
-    /// (a cost that can never pass, a missing identity, a failed store are
-    /// still answered by their policies).
+    /// ([`LimitEvent::ShadowLimited`]), and nothing is refused for its
+    /// quota, not even a cost above the burst (reported as shadow limited).
+    /// A missing identity or a failed store are still answered by their
+    /// policies: they are not rates.
     pub fn shadow(self, shadow: bool) -> Self {
         self.map(|c| c.shadow = shadow)
     }

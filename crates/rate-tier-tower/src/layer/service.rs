@@ -6,6 +6,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
+use super::cost::RouteCost;
 use super::future::ResponseFuture;
 use super::judge::Now;
 use super::layer::Config;
@@ -86,9 +87,12 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let (parts, body) = request.into_parts();
+        let (mut parts, body) = request.into_parts();
+        // A route's cost is this limiter's alone: a limiter nested inside
+        // must not charge it again.
+        let route_cost = parts.extensions.remove::<RouteCost>();
         let config = self.config.clone();
-        let (decision, parts) = match config.judge_now(&parts) {
+        let (decision, parts) = match config.judge_now(&parts, route_cost) {
             Now::Judged(judgement) => {
                 return match judgement.respond::<R, ResBody>(&config, parts) {
                     Ok((parts, after)) => {
@@ -102,7 +106,7 @@ where
             Now::Remote(prepared, pending) => {
                 (config.clone().remote(prepared, pending), Some(parts))
             }
-            Now::Identify => (config.clone().identify(parts), None),
+            Now::Identify => (config.clone().identify(parts, route_cost), None),
         };
         // The clone is not ready; the one that was polled ready is taken.
         let clone = self.inner.clone();

@@ -112,7 +112,7 @@ impl SettlePlan {
                 let limit = config.limits.get(item.index)?;
                 let partition = item.partition.as_deref().unwrap_or(&self.user);
                 let bucket = BucketCheck::peek(
-                    &limit.key,
+                    limit.key,
                     partition,
                     limit.quota_for(self.tier),
                 )

@@ -2,6 +2,11 @@
 //! with the policies applied and an event for each thing worth reporting.
 //! Every way in (the layer, [`RateTier::check`], [`RateTier::decide`]) goes
 //! through here.
+//!
+//! A [`Ruling`] in an `Err` is an answer reached early (a cost above the
+//! burst, a denied tier): it is moved once, and boxing it would allocate
+//! on every such refusal.
+#![allow(clippy::result_large_err)]
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -166,6 +171,13 @@ pub(crate) struct Prepared<'a> {
     /// reported as would-be refusals.
     never: Vec<Bucket<'a>>,
     on_storage_error: OnStorageError,
+}
+
+impl Prepared<'_> {
+    /// The plan's cost of the request.
+    pub(crate) fn cost(&self) -> u32 {
+        self.cost
+    }
 }
 
 impl RateTier {

@@ -141,6 +141,7 @@ fn answer(
         tiers.checked(&Checked {
             tier: ruling.tier(),
             outcome: ruling.outcome(),
+            cost: ask.cost,
             storage: by,
             elapsed: started.elapsed(),
         });

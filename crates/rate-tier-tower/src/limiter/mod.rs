@@ -336,7 +336,7 @@ impl RateTier {
             .or_else(|| plans.default_entry())
             .map_or(tier, |t| t.name);
         let quota = limit.quota_for(tier);
-        let bucket = BucketCheck::peek(&limit.key, user, quota)
+        let bucket = BucketCheck::peek(limit.key, user, quota)
             .key_secret(self.inner.key_secret.as_ref());
         self.inner.storage.settle(&[bucket.settle(adjust)]).await?;
         Ok(())

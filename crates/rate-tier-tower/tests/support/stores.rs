@@ -1,0 +1,166 @@
+//! Stores that misbehave on purpose.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tower_rate_tier::{
+    BucketCheck, BucketSettle, Decided, Decision, MemoryStorage, Storage,
+    StorageError,
+};
+
+/// Every check times out (after no time at all). Counts its calls.
+#[derive(Debug)]
+pub struct TimingOut {
+    kind: &'static str,
+    calls: AtomicUsize,
+}
+
+impl TimingOut {
+    /// A store of this `kind` (its label in events and metrics).
+    pub fn new(kind: &'static str) -> Self {
+        TimingOut {
+            kind,
+            calls: AtomicUsize::new(0),
+        }
+    }
+
+    /// Checks and settles asked so far.
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait::async_trait]
+impl Storage for TimingOut {
+    async fn check(
+        &self,
+        _checks: &[BucketCheck<'_>],
+        _out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Err(StorageError::Timeout(Duration::from_millis(100)))
+    }
+
+    async fn settle(
+        &self,
+        _settles: &[BucketSettle<'_>],
+    ) -> Result<(), StorageError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Err(StorageError::Timeout(Duration::from_millis(100)))
+    }
+
+    fn kind(&self) -> &'static str {
+        self.kind
+    }
+}
+
+/// A primary that times out until [`Flaky::up`]; then a memory store
+/// decides, asynchronously (as a remote store would: no `check_local`).
+/// `before_call` runs at each call (e.g. to read a metric then).
+pub struct Flaky {
+    up: AtomicBool,
+    store: MemoryStorage,
+    calls: AtomicUsize,
+    before_call: Box<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for Flaky {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Flaky")
+            .field("up", &self.up)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Flaky {
+    /// Down, deciding with `store` once up.
+    pub fn new(store: MemoryStorage) -> Self {
+        Flaky::watched(store, || {})
+    }
+
+    /// Down; `before_call` runs at each call.
+    pub fn watched(
+        store: MemoryStorage,
+        before_call: impl Fn() + Send + Sync + 'static,
+    ) -> Self {
+        Flaky {
+            up: AtomicBool::new(false),
+            store,
+            calls: AtomicUsize::new(0),
+            before_call: Box::new(before_call),
+        }
+    }
+
+    /// Answers from now on (or fails again).
+    pub fn set_up(&self, up: bool) {
+        self.up.store(up, Ordering::SeqCst);
+    }
+
+    /// Calls that reached this store.
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait::async_trait]
+impl Storage for Flaky {
+    async fn check(
+        &self,
+        checks: &[BucketCheck<'_>],
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        (self.before_call)();
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if self.up.load(Ordering::SeqCst) {
+            let decided = self.store.check(checks, out).await?;
+            Ok(Decided::new(decided.verdict, decided.now_us, "flaky"))
+        } else {
+            Err(StorageError::Timeout(Duration::from_millis(100)))
+        }
+    }
+
+    async fn settle(
+        &self,
+        settles: &[BucketSettle<'_>],
+    ) -> Result<(), StorageError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if self.up.load(Ordering::SeqCst) {
+            self.store.settle(settles).await
+        } else {
+            Err(StorageError::Timeout(Duration::from_millis(100)))
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        "flaky"
+    }
+}
+
+/// A memory store that decides only through I/O (no `check_local`): the
+/// layer's remote path, without a network.
+#[derive(Debug, Clone)]
+pub struct Remote(pub MemoryStorage);
+
+#[async_trait::async_trait]
+impl Storage for Remote {
+    async fn check(
+        &self,
+        checks: &[BucketCheck<'_>],
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        tokio::task::yield_now().await;
+        self.0.check(checks, out).await
+    }
+
+    async fn settle(
+        &self,
+        settles: &[BucketSettle<'_>],
+    ) -> Result<(), StorageError> {
+        tokio::task::yield_now().await;
+        self.0.settle(settles).await
+    }
+
+    fn kind(&self) -> &'static str {
+        "remote"
+    }
+}
