@@ -1,4 +1,4 @@
-//! The post's example service: plans free (10/min) and pro (100/min), routes
+//! The example service of 0.3: plans free (10/min) and pro (100/min), routes
 //! of cost 1, 5 and 50, 401 without a key; and limits of their own beside
 //! the plan, decided with it as one decision.
 //!
@@ -27,7 +27,7 @@
 //! `plans.example.toml`) and reloads them, without a restart and without
 //! losing anyone's bucket, when the file changes or on SIGHUP. A file that
 //! does not validate is reported (with its line) and the running plans
-//! stay. `--headers x|ietf|both` chooses the rate-limit headers: the post's
+//! stay. `--headers x|ietf|both` chooses the rate-limit headers: 0.3's
 //! `x-ratelimit-*` (the default), the IETF `RateLimit-Policy`/`RateLimit`
 //! fields, or both. `--shadow` puts every limit in shadow mode: nothing is
 //! refused for its rate, and `/metrics` counts what would have been
@@ -252,7 +252,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             }
         }
-        // The post's plans.
+        // The 0.3 example's plans.
         None => policies()
             .tier("free", Quota::per_minute(10))
             .tier("pro", Quota::per_minute(100))

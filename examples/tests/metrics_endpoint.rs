@@ -1,5 +1,5 @@
 //! The example server's `/metrics`: not limited, and counting what the
-//! post's requests did, read back through a Prometheus text parser.
+//! 0.3 example's requests did, read back through a Prometheus text parser.
 #![allow(clippy::unwrap_used)]
 
 mod support;

@@ -1,5 +1,5 @@
-//! The post's programs print exactly what the post shows, and the example
-//! server answers the post's requests as the post shows (in memory).
+//! The programs of 0.3 print exactly what `examples/expected/` holds, and
+//! the example server answers 0.3's requests as it did then (in memory).
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -47,7 +47,7 @@ fn server_in_memory_answers_as_the_post_shows() {
     }
     let refused = server.get("/data", Some("key_ana"));
     assert_eq!(refused.status, 429);
-    // The post's header order (hyper adds content-length and date, and
+    // The 0.3 example's header order (hyper adds content-length and date, and
     // `connection` because this client asks to close).
     let names: Vec<&str> = refused
         .headers
@@ -174,7 +174,7 @@ fn server_starts_and_limits_locally_while_redis_is_down() {
     server.wait_for_stderr("breaker redis Closed -> Open");
 }
 
-/// Issue 10: docs and examples picked the plan from client input
+/// Docs and examples picked the plan from client input
 /// (`key.starts_with("pro_")`): anyone sending `pro_<anything>` got pro,
 /// and a fresh bucket each time. No example, README or doc comment may
 /// show that again: a plan comes from a lookup (`plan_of`, `api_key`).

@@ -1,4 +1,4 @@
-//! The post's Redis transcripts: two example servers on one Redis share one
+//! The 0.3 example's Redis transcripts: two example servers on one Redis share one
 //! limit. Needs `TRT_REDIS_URL` (a throwaway Redis: `cargo xtask test-redis`).
 #![allow(clippy::unwrap_used)]
 
@@ -20,7 +20,7 @@ const ANA_KEY: &str = "trt:free:33d2315cbeb866b8b237240a98d605f2e6e41b8a";
 #[test]
 fn two_servers_on_one_redis_share_one_limit() {
     let mut conn = redis();
-    // This test owns the post's fixed users on its throwaway Redis.
+    // This test owns the 0.3 example's fixed users on its throwaway Redis.
     let bea_key = "trt:pro:2cf9c90680e790a456a17c6cd1ffcfb89a4d5b6c";
     let _: () = redis::cmd("DEL")
         .arg(ANA_KEY)
@@ -30,7 +30,7 @@ fn two_servers_on_one_redis_share_one_limit() {
 
     let url = redis_url();
     let a = Server::start(&["--redis", &url], &[]);
-    // The second takes its URL from the environment, as the post allows.
+    // The second takes its URL from the environment, as `examples/server.rs` allows.
     let b = Server::start(&[], &[("REDIS_URL", &url)]);
     let servers = [&a, &b];
 

@@ -1,6 +1,6 @@
-//! The example server's routes beyond the post, over real HTTP (issue 12):
+//! The example server's routes added after 0.3, over real HTTP:
 //! `/search` (3 a minute per user beside the plan, all or nothing),
-//! `/quota` (every limit, read and not charged, in the JSON SPEC.md shows),
+//! `/quota` (every limit, read and not charged, as `{"tier":..,"limits":[..]}`),
 //! `/generate?tokens=N` (tokens settled after the answer: a debt the next
 //! generation waits for) and `--shadow` (nothing refused for rate, counted
 //! in `/metrics`), in memory, with `--redis` (two servers on one Redis)
@@ -71,7 +71,7 @@ fn retry_after(r: &Response) -> u64 {
     r.header("retry-after").unwrap().parse().unwrap()
 }
 
-/// The post's users and the example's routes, on `a` and `b` (one server
+/// The 0.3 example's users and the example's routes, on `a` and `b` (one server
 /// twice in memory, two servers sharing a store otherwise).
 fn routes_scenario(a: &Server, b: &Server) {
     // Search: 3 a minute per user beside the plan, whichever server.
@@ -244,7 +244,7 @@ fn shadow_scenario(server: &Server) {
     );
 }
 
-/// The post's users' buckets on a shared store, by layout.
+/// The 0.3 example's users' buckets on a shared store, by layout.
 fn fixed_keys(cluster: bool) -> Vec<String> {
     let mut keys = Vec::new();
     for (user, tier) in

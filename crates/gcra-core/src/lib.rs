@@ -12,7 +12,8 @@
 //! full again. A [`Quota`] of `L` requests per period `P` with a burst `B`
 //! (by default `B = L`) gives:
 //!
-//! - the **emission interval** `T = P / L`: how far one request of cost 1 moves
+//! - the **emission interval** `T = P / L` (in whole microseconds, rounded
+//!   up: never faster than the plan): how far one request of cost 1 moves
 //!   the TAT into the future;
 //! - the **burst offset** `tau = T * B`: how far ahead of now the TAT may run.
 //!

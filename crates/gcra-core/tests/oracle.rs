@@ -1,5 +1,6 @@
 //! Property tests: `Quota::check` and `Quota` construction against naive
-//! oracles written here from SPEC.md, not from the crate's code.
+//! oracles written here from the rules in gcra-core's crate docs, not from
+//! the crate's code.
 //!
 //! Two oracles decide every request:
 //!
@@ -31,7 +32,7 @@ fn ceil_ms(us: i128) -> u64 {
     u64::try_from((us + 999) / 1000).unwrap()
 }
 
-/// SPEC.md, "GCRA semantics", rule by rule. The error cases follow the
+/// The crate docs' "The rules, exactly", rule by rule. The error cases follow the
 /// crate docs: cost 0, `T * c > tau`, `now` beyond 2^53, a new TAT beyond
 /// 2^53; a stored TAT beyond 2^53 counts as missing (a corrupted value).
 fn spec_check(

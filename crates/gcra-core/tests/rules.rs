@@ -1,5 +1,6 @@
 //! Unit tests for every rule and edge of `Quota::check` and of `Quota`
-//! construction (SPEC.md, "GCRA semantics"), with the blog post's numbers.
+//! construction (gcra-core's crate docs, "The rules, exactly"), with the
+//! numbers of the crate docs' example.
 
 use core::time::Duration;
 
@@ -57,7 +58,7 @@ fn refused(
 }
 
 // ---------------------------------------------------------------------------
-// The post's numbers: 10 per minute, T = 6 s, tau = 60 s.
+// The 0.3 example's numbers: 10 per minute, T = 6 s, tau = 60 s.
 // ---------------------------------------------------------------------------
 
 #[test]

@@ -92,7 +92,7 @@ async fn route_cost_outside_a_route_limiter_is_charged() {
     assert_eq!(text(response).await, "free 5 5");
 }
 
-/// Issue 12: `tier_cost` under a plan-wide `Router::layer` limiter used to
+/// `tier_cost` under a plan-wide `Router::layer` limiter used to
 /// answer 500. It wraps a route's own limiter now (anywhere else it does
 /// not compile), and each limiter charges its own buckets; the extractor
 /// sees the innermost, the route's.

@@ -167,7 +167,7 @@ impl fmt::Debug for KeySecret {
 ///
 /// ```
 /// use rate_tier_storage::key::{bucket_key, KeySecret};
-/// // The post's key: printf key_ana | sha1sum
+/// // The 0.3 example's key: printf key_ana | sha1sum
 /// assert_eq!(
 ///     bucket_key("free", "key_ana", None),
 ///     "trt:free:33d2315cbeb866b8b237240a98d605f2e6e41b8a"
@@ -204,7 +204,7 @@ pub fn bucket_key(
 /// would put every user of a plan on one node).
 ///
 /// The single-node format, [`bucket_key`], stays as it was (the keys shown
-/// in the post): the two formats are different keys, so a store on a
+/// in the 0.3 example): the two formats are different keys, so a store on a
 /// single Redis and one on a cluster never mix. The tier cannot hold `{`
 /// or `}` ([`validate_tier_name`]), so the first `{` of the key is always
 /// the one that opens the user's hash, and that hash (40 hex digits) is

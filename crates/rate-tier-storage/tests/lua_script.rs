@@ -216,7 +216,7 @@ fn the_posts_ten_per_minute_sequence() {
         assert_eq!((allowed, rem), (1, remaining));
     }
     assert_eq!(h.check(&quota, 1), Ok((0, 0, 6_000_000, 60_000_000)));
-    // The key lives exactly until the bucket is full: the post's PTTL 59841
+    // The key lives exactly until the bucket is full: the 0.3 example's PTTL 59841
     // was this 60000 ms, read a little later.
     let writes = h.take_writes();
     assert_eq!(

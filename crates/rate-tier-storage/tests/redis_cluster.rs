@@ -281,7 +281,7 @@ async fn cluster_two_stores_seeded_with_different_nodes_share_one_limit() {
     let refused = check(&a, &one).await;
     assert!(!refused.allowed);
     assert_eq!(refused.remaining, 0);
-    // Retry-After rounds up: 6 s, as in the post.
+    // Retry-After rounds up: 6 s, as in the 0.3 example.
     assert_eq!(refused.retry_after_us.div_ceil(SECOND), 6);
     about(refused.reset_after_us, MINUTE, SECOND, "reset_after_us");
 

@@ -216,7 +216,7 @@ async fn two_stores_share_one_limit() {
         SECOND,
         "retry_after_us",
     );
-    // Retry-After rounds up: 6 s, as in the post.
+    // Retry-After rounds up: 6 s, as in the 0.3 example.
     assert_eq!(eleventh.retry_after_us.div_ceil(SECOND), 6);
     about(eleventh.reset_after_us, MINUTE, SECOND, "reset_after_us");
 }

@@ -156,7 +156,7 @@ fn main() {
     let (warm, _) =
         runtime.block_on(ours(&store, &users, tasks, Duration::from_secs(1)));
     let requests = ((warm * seconds.as_secs_f64()) as u64).max(10_000);
-    // The ceiling: `tasks` connections, one request in flight on
+    // The ceiling: `tasks` connections, one request in flight on
     // each. And the same shape as ours: one connection, `tasks` in flight.
     let shapes = [(tasks, 1), (1, tasks)];
     let mut sizes = [requests / 4; 2];

@@ -72,7 +72,7 @@ impl fmt::Debug for TierIdentity<'_> {
 /// followed), and the tag cannot be turned back into the id (the key is
 /// random per process). The id itself is only where code asks for it:
 /// [`UserId::as_str`], or `Display` (`{user_id}`), which prints it in
-/// clear, as the 0.3 post's `eprintln!("... for {user_id}")` does.
+/// clear, as the 0.3 example's `eprintln!("... for {user_id}")` does.
 ///
 /// ```
 /// use tower_rate_tier::UserId;

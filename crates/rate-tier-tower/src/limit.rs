@@ -35,7 +35,7 @@ type RefundFn = dyn Fn(StatusCode) -> bool + Send + Sync;
 /// | [`Limit::shadow`] | decided and reported, never refusing |
 /// | [`Limit::settle`] | the cost charged up front is an estimate, settled from the response |
 ///
-/// Seed 002's three layers (per address at the edge, per API key by plan,
+/// An API's usual three layers (per address at the edge, per API key by plan,
 /// per endpoint for expensive operations) as one decision:
 ///
 /// ```

@@ -1,5 +1,5 @@
 //! The direct API: `RateTier::{check, decide, peek, settle}` and
-//! `CheckFuture`, with the defects of issue 10 pinned: a future polled after
+//! `CheckFuture`, with its past defects pinned: a future polled after
 //! completion panics (it used to hang), `check` reports what its policies
 //! promise to report, and a fallback's local decisions are labelled
 //! "fallback".
@@ -47,7 +47,7 @@ fn an_in_memory_check_is_decided_at_the_first_poll() {
     assert_eq!(info.unwrap().unwrap().remaining, 9);
 }
 
-/// Issue 10: polled again after it completed, it returned `Pending` with no
+/// Polled again after it completed, it returned `Pending` with no
 /// waker registered: whoever polled it waited for ever.
 #[test]
 #[should_panic(expected = "polled after completion")]
@@ -96,7 +96,7 @@ async fn a_remote_check_future_polled_after_completion_panics() {
 // ---------------------------------------------------------------------------
 // What `check` reports.
 
-/// Issue 10: the docs of `OnUnknownTier::Allow` promise that every such
+/// The docs of `OnUnknownTier::Allow` promise that every such
 /// request is reported; `RateTier::check` did not report it.
 #[tokio::test]
 async fn check_reports_an_unknown_tier_allowed() {
@@ -144,7 +144,7 @@ async fn check_reports_an_unknown_tier_given_the_default() {
     );
 }
 
-/// Issue 10: `OnStorageError::Allow` promises the same: every request
+/// `OnStorageError::Allow` promises the same: every request
 /// passed without a check is reported.
 #[tokio::test]
 async fn check_reports_a_storage_error_allowed_or_denied() {
@@ -230,7 +230,7 @@ impl Observer for Storages {
     }
 }
 
-/// Issue 10: a fallback's local decisions were reported under the
+/// A fallback's local decisions were reported under the
 /// primary's name (`storage="redis"` at memory speed).
 #[tokio::test]
 async fn a_fallbacks_local_decisions_are_labelled_fallback() {

@@ -167,7 +167,7 @@ async fn no_identity_is_forgotten_after_the_negative_ttl() {
     assert_eq!(db.lookups.load(Ordering::SeqCst), lookups);
 }
 
-/// Issue 11: a lookup that failed (the database is down) is not an answer:
+/// A lookup that failed (the database is down) is not an answer:
 /// it is not kept, the next request asks again, and this one gets the
 /// identity error policy (503, retry after 1 s, by default).
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! Issue 11: an identity lookup that fails (the database behind an async
+//! An identity lookup that fails (the database behind an async
 //! `TierIdentifier` is down) is not "no identity". It follows its own
 //! policy, `OnIdentityError`, failing closed by default (503 with
 //! `retry-after`), and it never pools callers into the one anonymous bucket.

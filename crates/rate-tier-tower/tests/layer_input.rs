@@ -44,7 +44,7 @@ fn with_events(layer: TierLimitLayer, events: &Events) -> TierLimitLayer {
     layer.on_event(move |e| sink.lock().unwrap().push(e.clone()))
 }
 
-/// The post's app.
+/// The 0.3 example's app.
 fn post_app(clock: &FakeClock, events: &Events) -> Router {
     let layer =
         TierLimitLayer::new(post_tiers(clock)).identifier_fn(|headers| {
@@ -112,7 +112,7 @@ async fn a_64_kib_api_key_is_handled() {
     let events: Events = Arc::default();
     let big = "k".repeat(64 * 1024);
 
-    // The post's config: not a known key, so 401.
+    // The 0.3 example's config: not a known key, so 401.
     let app = post_app(&clock, &events);
     let (status, _, _) =
         send(&app, Some(HeaderValue::from_str(&big).unwrap())).await;
@@ -177,7 +177,7 @@ fn a_shared_store_key_has_a_fixed_length_whatever_the_user_id() {
 async fn an_empty_user_id_counts_as_missing() {
     let clock = FakeClock::new();
     let events: Events = Arc::default();
-    // The post's policy (401)...
+    // The 0.3 example's policy (401)...
     let layer = TierLimitLayer::new(post_tiers(&clock))
         .identifier_fn(|_| Some(TierIdentity::new("", "pro")));
     let app = Router::new()

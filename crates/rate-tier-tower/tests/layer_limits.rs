@@ -1,4 +1,4 @@
-//! Several limits in one decision through the HTTP layer (issue 12): the
+//! Several limits in one decision through the HTTP layer: the
 //! plan's and limits of its own (per user for a route, per address, global,
 //! per tier), all or nothing; the refusal names the limit; the headers
 //! describe the most constraining limit; peek, settle and shadow mode. The

@@ -356,7 +356,7 @@ fn config_errors_are_typed() {
     );
 }
 
-/// Issue 11: an empty secret would be an HMAC that protects nothing.
+/// An empty secret would be an HMAC that protects nothing.
 #[test]
 fn an_empty_key_secret_is_refused_at_build() {
     let err = RateTier::builder()
@@ -762,7 +762,7 @@ async fn tier_cost_outside_a_per_route_limiter_charges_its_cost() {
     assert_eq!(r.header("retry-after"), Some("6"));
 }
 
-/// Issue 12: `tier_cost` under a plan-wide `Router::layer` limiter used to
+/// `tier_cost` under a plan-wide `Router::layer` limiter used to
 /// answer 500 on every request. Now it wraps a route's own limiter (placed
 /// anywhere else it does not compile: a doctest of `tier_cost` proves it),
 /// and the two limiters each charge their own buckets.

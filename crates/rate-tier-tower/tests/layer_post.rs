@@ -1,4 +1,5 @@
-//! Every scenario of the seed post, through the real layer, with the post's
+//! Every scenario of the 0.3 example server (`examples/post_server.rs`),
+//! through the real layer, with its
 //! server configuration (free 10/min, pro 100/min, default free, 401 without
 //! a key, cost 5 for /report and 50 for /backup) on a fake clock: no sleep.
 //!
@@ -29,7 +30,7 @@ use tower_rate_tier::{
 /// every `x-ratelimit-reset` has to be rounded up.
 const START_US: u64 = 1_790_947_094_250_000;
 
-/// The post's "database".
+/// The 0.3 example's "database".
 fn plan_of(api_key: &str) -> Option<&'static str> {
     match api_key {
         "key_ana" => Some("free"),
@@ -41,7 +42,7 @@ fn plan_of(api_key: &str) -> Option<&'static str> {
 
 type Events = Arc<Mutex<Vec<LimitEvent>>>;
 
-/// The post's layer, on `clock`, reporting into `events`.
+/// The 0.3 example's layer, on `clock`, reporting into `events`.
 fn post_layer(tiers: RateTier, events: &Events) -> TierLimitLayer {
     let sink = events.clone();
     TierLimitLayer::new(tiers)
@@ -66,7 +67,7 @@ fn post_tiers(clock: &FakeClock) -> tower_rate_tier::RateTierBuilder {
         .on_missing(OnMissing::Deny(StatusCode::UNAUTHORIZED))
 }
 
-/// The post's service: the three routes, each counting its calls.
+/// The 0.3 example's service: the three routes, each counting its calls.
 struct Post {
     app: Router,
     clock: FakeClock,
@@ -186,9 +187,9 @@ async fn ana_gets_ten_then_the_exact_429_of_the_post() {
     assert_eq!(r.header("x-ratelimit-limit"), Some("10"));
     assert_eq!(r.header("x-ratelimit-remaining"), Some("0"));
     let reset = reset_secs(START_US, Duration::from_secs(60));
-    assert_eq!(reset, 1_790_947_155, "the post's x-ratelimit-reset");
+    assert_eq!(reset, 1_790_947_155, "the 0.3 example's x-ratelimit-reset");
     assert_eq!(r.header("x-ratelimit-reset"), Some("1790947155"));
-    // The post's content-length (axum adds it for a sized body).
+    // The 0.3 example's content-length (axum adds it for a sized body).
     assert_eq!(r.header("content-length"), Some("61"));
     // Exactly these six headers: nothing else is added.
     assert_eq!(r.headers.len(), 6, "{:?}", r.headers);
@@ -196,7 +197,7 @@ async fn ana_gets_ten_then_the_exact_429_of_the_post() {
         r.body,
         r#"{"error":"rate limit exceeded","tier":"free","retry_after":6}"#
     );
-    assert_eq!(r.body.len(), 61, "the post's content-length");
+    assert_eq!(r.body.len(), 61, "the 0.3 example's content-length");
     // The handler did not run for the refusal.
     assert_eq!(p.calls.load(Ordering::SeqCst), 10);
 
@@ -232,7 +233,7 @@ async fn reset_header_on_a_whole_second_start_is_exact() {
 
 #[tokio::test]
 async fn gcra_steps_of_the_post_through_http() {
-    // The post's transcript: (wait, requests) = (0, 11), (6, 2), (30, 6).
+    // The 0.3 example's transcript: (wait, requests) = (0, 11), (6, 2), (30, 6).
     let p = post();
     let mut lines = Vec::new();
     let mut t = 0;
@@ -307,7 +308,7 @@ async fn after_waiting_retry_after_one_more_request_passes() {
 
 #[tokio::test]
 async fn two_instances_on_one_store_share_one_limit() {
-    // The post's two instances (ports 3000 and 3001) on one Redis: here two
+    // The 0.3 example's two instances (ports 3000 and 3001) on one Redis: here two
     // separately built limiters and services on one shared store.
     let clock = FakeClock::at_us(START_US);
     let store = Arc::new(MemoryStorage::with_clock(clock.clone()));
@@ -440,7 +441,7 @@ async fn the_posts_safe_defaults_transcript() {
     );
     assert_eq!(out, "/data 200 limit 10\n/backup 403\n/data 401");
 
-    // What the post's on_event printed, and nothing more about unknown tiers.
+    // What the 0.3 example's on_event printed, and nothing more about unknown tiers.
     let printed: Vec<String> = events(&p)
         .iter()
         .filter_map(|e| match e {

@@ -1,4 +1,4 @@
-//! `RateLimitMetrics` through the real layer on a fake clock: the post's
+//! `RateLimitMetrics` through the real layer on a fake clock: the 0.3 example's
 //! cases (allowed, 429, 403 cost, unknown tier, 401), a store that times
 //! out, and a fallback whose primary is down. Every assertion reads the
 //! exposition text back through a Prometheus text parser.
@@ -152,7 +152,7 @@ fn family(expected: &[(&str, f64)]) -> Vec<(String, f64)> {
 }
 
 // ---------------------------------------------------------------------------
-// The layer, as in the post.
+// The layer, as in the 0.3 example.
 
 fn plan_of(api_key: &str) -> Option<&'static str> {
     match api_key {
@@ -163,12 +163,12 @@ fn plan_of(api_key: &str) -> Option<&'static str> {
     }
 }
 
-/// The post's layer, its checks observed by `metrics`.
+/// The 0.3 example's layer, its checks observed by `metrics`.
 fn post_layer(tiers: RateTier, metrics: &RateLimitMetrics) -> TierLimitLayer {
     plain_layer(tiers).observe(metrics.clone())
 }
 
-/// The post's layer, for a limiter that is observed itself.
+/// The 0.3 example's layer, for a limiter that is observed itself.
 fn plain_layer(tiers: RateTier) -> TierLimitLayer {
     TierLimitLayer::new(tiers)
         .identifier_fn(|headers| {
@@ -440,7 +440,7 @@ async fn the_fallback_and_its_breaker_are_counted() {
     );
     // The fallback absorbed every failure: none reached the policy.
     assert_eq!(metrics.family("rate_tier_storage_errors_total"), vec![]);
-    // Issue 10: local decisions are filed under "fallback", at memory speed,
+    // Local decisions are filed under "fallback", at memory speed,
     // not under the primary's name; the primary decided the last two.
     assert_eq!(
         metrics.histogram_count(
@@ -466,7 +466,7 @@ fn breaker(registry: &Registry) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// A limiter observed with `.observe(metrics)` and the post's plans.
+/// A limiter observed with `.observe(metrics)` and the 0.3 example's plans.
 fn observed_tiers(metrics: &RateLimitMetrics) -> RateTier {
     RateTier::builder()
         .clock(FakeClock::new())

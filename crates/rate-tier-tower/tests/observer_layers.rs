@@ -3,7 +3,7 @@
 //! everything (every layer's requests, direct checks, the store's events,
 //! reloads); a layer's (`TierLimitLayer::{on_event, observe}`) hear that
 //! layer's requests only, and nothing is registered on the shared limiter
-//! by a layer (issue 10: a layer built and dropped kept receiving events).
+//! by a layer (a layer built and dropped once kept receiving events).
 #![allow(clippy::unwrap_used, missing_docs)]
 
 mod support;
@@ -144,7 +144,7 @@ async fn each_check_is_seen_once_by_the_limiter_and_by_its_own_layer_only() {
     assert_eq!(limiter_events.count(limited), 2);
 }
 
-/// Issue 10: `on_event`/`observe` on a layer registered on the shared
+/// `on_event`/`observe` on a layer registered on the shared
 /// limiter for ever; a layer built and dropped still got events.
 #[tokio::test]
 async fn a_layer_built_and_dropped_leaves_nothing_on_the_limiter() {

@@ -8,7 +8,7 @@
 //! shared Redis on port 6379. Every test name holds `cluster`, which is how
 //! `cargo xtask test-cluster` selects them; each uses its own tier names.
 //!
-//! With several limits in one decision (issue 12): a user's limits share
+//! With several limits in one decision: a user's limits share
 //! the user's hash tag (one slot: one atomic script), and limits that
 //! cannot (per address, global) are checked slot by slot with an exact
 //! refund when a later one refuses.
@@ -34,7 +34,7 @@ fn cluster_urls() -> Vec<String> {
     rate_tier_test_support::cluster_urls(2)
 }
 
-/// One instance of the post's service, configured with cluster node `node`
+/// One instance of the 0.3 example's service, configured with cluster node `node`
 /// only: tiers `<tier>` (10/min) and `<tier>-pro` (100/min), default `<tier>`.
 fn instance(tier: &str, node: usize) -> RateTier {
     let url = cluster_urls().swap_remove(node);
@@ -55,7 +55,7 @@ async fn cluster_two_instances_on_different_nodes_share_one_limit() {
     let instances = [instance(&tier, 0), instance(&tier, 1)];
     assert_eq!(instances[0].storage().kind(), "redis");
 
-    // As in the post: Ana alternates between two instances.
+    // As in the 0.3 example: Ana alternates between two instances.
     for i in 1..=10_u64 {
         let info = instances[(i % 2) as usize]
             .check("key_ana", &tier, 1)

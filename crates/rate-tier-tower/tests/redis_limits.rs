@@ -1,5 +1,5 @@
 #![cfg(feature = "redis")]
-//! Several limits in one decision on one Redis (issue 12): all or nothing
+//! Several limits in one decision on one Redis: all or nothing
 //! across two instances under concurrency, a refusal in any position, peek
 //! (the stored TAT and its PTTL untouched), settle (a debt, a refund, a
 //! refund on a server error) and shadow mode, through the layer and the API.

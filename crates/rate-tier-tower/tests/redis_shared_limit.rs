@@ -30,7 +30,7 @@ async fn connect() -> ConnectionManager {
         .expect("TRT_REDIS_URL does not answer: is the test server running?")
 }
 
-/// One instance of the post's service: tiers `<tier>` (10/min) and
+/// One instance of the 0.3 example's service: tiers `<tier>` (10/min) and
 /// `<tier>-pro` (100/min), default `<tier>`, its own Redis connection.
 async fn instance(tier: &str) -> RateTier {
     RateTier::builder()
@@ -58,7 +58,7 @@ async fn two_instances_share_one_limit() {
     let instances = [instance(&tier).await, instance(&tier).await];
     assert_eq!(instances[0].storage().kind(), "redis");
 
-    // As in the post: Ana alternates between ports 3001 and 3000.
+    // As in the 0.3 example: Ana alternates between ports 3001 and 3000.
     for i in 1..=10_u64 {
         let limiter = &instances[(i % 2) as usize];
         let info = limiter
@@ -80,7 +80,7 @@ async fn two_instances_share_one_limit() {
     assert!(limited.reset_after() <= Duration::from_secs(60));
     assert!(limited.reset_after() > Duration::from_secs(59));
 
-    // The bucket is the post's key: trt:<tier>:sha1("key_ana").
+    // The bucket is the 0.3 example's key: trt:<tier>:sha1("key_ana").
     let mut conn = connect().await;
     let key = format!("trt:{tier}:33d2315cbeb866b8b237240a98d605f2e6e41b8a");
     assert!(exists(&mut conn, &key).await, "{key} is missing");

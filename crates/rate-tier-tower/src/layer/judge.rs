@@ -167,13 +167,8 @@ impl Config {
             let emit = |event: LimitEvent| self.emit(event);
             let emit: Emit<'_> = self.listening().then_some(&emit);
             let (ruling, by) = self.tiers.decide_remote(&prepared, emit).await;
-            let judged = self.judged(
-                ruling,
-                by,
-                prepared.cost(),
-                settle,
-                started,
-            );
+            let judged =
+                self.judged(ruling, by, prepared.cost(), settle, started);
             (judged, None)
         };
         #[cfg(feature = "tracing")]
