@@ -259,6 +259,7 @@ pub fn cluster_bucket_key(
 /// assert!(cluster_slot("key_ana", None) < 16384);
 /// ```
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub fn cluster_slot(partition: &str, secret: Option<&KeySecret>) -> u16 {
     let tag = user_hash_hex(partition, secret);
     crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes()) % 16_384

@@ -12,7 +12,7 @@
 //! | `rate_tier_checks_total` | counter | `tier`, `outcome` | every request that reached the limiter; `outcome` is [`Outcome::as_str`](crate::Outcome::as_str) (`shadow_limited`: passed, but a limit in shadow mode would have refused), `tier` the configured tier whose quota applied, or `none` |
 //! | `rate_tier_check_duration_seconds` | histogram | `storage` | time spent deciding (identity, cost, store), 1 µs .. 100 ms buckets; `storage` is the store that decided (`memory`, `redis`, `fallback` for a fallback's local decisions) |
 //! | `rate_tier_shadow_limited_total` | counter | `limit` | would-be refusals of limits in shadow mode, by limit |
-//! | `rate_tier_unknown_tier_total` | counter | `policy` | requests with a tier that is not configured, by [`OnUnknownTier`] policy (`use_default`, `deny`, `allow`) |
+//! | `rate_tier_unknown_tier_total` | counter | `policy` | requests with a tier that is not configured, by [`OnUnknownTier`](crate::OnUnknownTier) policy (`use_default`, `deny`, `allow`) |
 //! | `rate_tier_missing_identity_total` | counter | | requests without an identity, whatever [`OnMissing`](crate::OnMissing) did |
 //! | `rate_tier_storage_errors_total` | counter | `storage` | store failures that reached the [`OnStorageError`](crate::OnStorageError) policy |
 //! | `rate_tier_fallback_decisions_total` | counter | `allowed` | checks decided by the local fallback of a [`FallbackStorage`](crate::FallbackStorage) (`true`, `false`) |

@@ -84,8 +84,8 @@ pub const REMEMBERED: &str = "remembered";
 ///
 /// # Keys and values
 ///
-/// One string key per (tier, user) bucket, [`BucketCheck::shared_key`]:
-/// `trt:<tier>:<sha1_hex(user)>`, or `trt:<tier>:<hmac_sha1_hex(secret, user)>`
+/// One string key per (limit, user) bucket, [`BucketCheck::key`]:
+/// `trt:<limit>:<sha1_hex(user)>`, or `trt:<limit>:<hmac_sha1_hex(secret, user)>`
 /// with a [`KeySecret`](crate::key::KeySecret). The user id is never sent to
 /// Redis in clear. The value is the TAT (theoretical arrival time) in µs on
 /// Redis's clock, as an integer string, for example `1790947155000000`.

@@ -133,6 +133,7 @@ impl PlansBuilder {
     /// assert_eq!(typo.unwrap_err().line(), 4);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[cfg_attr(docsrs, doc(cfg(feature = "plans-toml")))]
     pub fn from_toml(mut self, text: &str) -> Result<PlansBuilder, PlansError> {
         let file: File = toml::from_str(text)
             .map_err(|e| PlansError::at(text, e.span(), e.message()))?;
