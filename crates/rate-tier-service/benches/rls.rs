@@ -1,0 +1,416 @@
+//! `ShouldRateLimit` round trips per second, and latency at a fixed offered
+//! load, of the service against the ceilings that bound it.
+//!
+//! 1. **Memory**: our service (memory store) against the same tonic server
+//!    answering a constant response (same protos, same response size), at
+//!    the same concurrency, alternating `--rounds` times in one run: the
+//!    ratio says how much of the gRPC stack's ceiling the limiter keeps.
+//! 2. **Redis** (with `--url`): our service on that Redis (with its
+//!    fallback, as `--redis` runs it) against `redis-benchmark` running the
+//!    same script (EVALSHA of `gcra.lua`, same arguments shape) with the same
+//!    number of clients.
+//! 3. **Latency**: p50/p99 of each server at `--rate` requests per second
+//!    (open loop: each request is timed from when it was due, so a stall
+//!    counts for every request it delays).
+//!
+//! ```text
+//! cargo bench -p rate-tier-service --bench rls -- --seconds 3 --rounds 3 --out rls.json
+//! cargo bench -p rate-tier-service --bench rls -- --url redis://127.0.0.1:PORT/ --port PORT \
+//!     --sha "$(redis-cli -p PORT SCRIPT LOAD "$(cat crates/rate-tier-storage/src/redis/gcra.lua)")" \
+//!     --redis-benchmark redis-benchmark --out rls.json
+//! ```
+//!
+//! Flags: `--concurrency` (64 requests in flight), `--connections` (4 HTTP/2
+//! connections), `--server-threads` and `--client-threads` (1 each: the
+//! client and the server in one process, each on a runtime of its own),
+//! `--users` (1000 distinct descriptors), `--rate` (5000/s), `--seconds`
+//! (3), `--rounds` (3). The quota (1 000 000 per second) never refuses: every
+//! call runs the whole decision.
+#![allow(clippy::unwrap_used, missing_docs, unreachable_pub)]
+
+mod support;
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{
+    RateLimitRequest, RateLimitResponse,
+};
+use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use rate_tier_service::{Service, ServiceOptions, StoreChoice};
+use support::{Args, Results, median, percentile};
+use tokio::runtime::Runtime;
+use tonic::transport::Channel;
+
+const DOMAIN: &str = "bench";
+const CONFIG: &str = "domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {name: per_user, unit: second, requests_per_unit: 1000000}\n";
+
+/// The peer: the same service answering a constant response.
+#[derive(Clone)]
+struct Constant(RateLimitResponse);
+
+#[tonic::async_trait]
+impl RateLimitService for Constant {
+    async fn should_rate_limit(
+        &self,
+        _request: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+        Ok(tonic::Response::new(self.0.clone()))
+    }
+}
+
+fn constant_response() -> RateLimitResponse {
+    RateLimitResponse {
+        overall_code: 1,
+        statuses: vec![DescriptorStatus {
+            code: 1,
+            current_limit: Some(RateLimit {
+                name: "per_user".into(),
+                requests_per_unit: 1_000_000,
+                unit: 1,
+            }),
+            limit_remaining: 999_999,
+            duration_until_reset: Some(ProtoDuration {
+                seconds: 1,
+                nanos: 0,
+            }),
+            quota: None,
+        }],
+        ..RateLimitResponse::default()
+    }
+}
+
+fn runtime(threads: usize) -> Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn requests(users: usize) -> Arc<Vec<RateLimitRequest>> {
+    Arc::new(
+        (0..users)
+            .map(|i| RateLimitRequest {
+                domain: DOMAIN.into(),
+                descriptors: vec![RateLimitDescriptor {
+                    entries: vec![Entry {
+                        key: "user".into(),
+                        value: format!("user-{i}"),
+                    }],
+                    ..RateLimitDescriptor::default()
+                }],
+                hits_addend: 0,
+            })
+            .collect(),
+    )
+}
+
+async fn channels(
+    addr: SocketAddr,
+    n: usize,
+) -> Vec<RateLimitServiceClient<Channel>> {
+    let mut clients = Vec::new();
+    for _ in 0..n {
+        let channel = Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .tcp_nodelay(true)
+            .connect()
+            .await
+            .unwrap();
+        clients.push(RateLimitServiceClient::new(channel));
+    }
+    clients
+}
+
+/// Closed loop: `concurrency` tasks calling for `duration`: calls/s.
+async fn throughput(
+    clients: &[RateLimitServiceClient<Channel>],
+    requests: &Arc<Vec<RateLimitRequest>>,
+    concurrency: usize,
+    duration: Duration,
+) -> f64 {
+    let start = Instant::now();
+    let deadline = start + duration;
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|task| {
+            let mut client = clients[task % clients.len()].clone();
+            let requests = requests.clone();
+            tokio::spawn(async move {
+                let (mut ok, mut i) = (0_u64, task * 7919);
+                while Instant::now() < deadline {
+                    i = (i + 1) % requests.len();
+                    let response = client
+                        .should_rate_limit(requests[i].clone())
+                        .await
+                        .expect("a decision");
+                    assert_eq!(response.into_inner().overall_code, 1);
+                    ok += 1;
+                }
+                ok
+            })
+        })
+        .collect();
+    let mut calls = 0;
+    for task in tasks {
+        calls += task.await.unwrap();
+    }
+    calls as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Open loop at `rate`/s for `duration`: latencies in µs, each from when
+/// the request was due.
+async fn latencies(
+    clients: &[RateLimitServiceClient<Channel>],
+    requests: &Arc<Vec<RateLimitRequest>>,
+    rate: f64,
+    duration: Duration,
+) -> Vec<f64> {
+    let count = (rate * duration.as_secs_f64()) as usize;
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let start = tokio::time::Instant::now();
+    let mut tasks = Vec::with_capacity(count);
+    for n in 0..count {
+        let due = start + interval * n as u32;
+        tokio::time::sleep_until(due).await;
+        let mut client = clients[n % clients.len()].clone();
+        let request = requests[n % requests.len()].clone();
+        tasks.push(tokio::spawn(async move {
+            client.should_rate_limit(request).await.expect("a decision");
+            due.elapsed().as_secs_f64() * 1e6
+        }));
+    }
+    let mut out = Vec::with_capacity(count);
+    for task in tasks {
+        out.push(task.await.unwrap());
+    }
+    out
+}
+
+struct Servers {
+    ours: SocketAddr,
+    constant: SocketAddr,
+    _running: rate_tier_service::Running,
+    _dir: std::path::PathBuf,
+}
+
+async fn start_servers(store: StoreChoice) -> Servers {
+    let dir =
+        std::env::temp_dir().join(format!("rls-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.yaml"), CONFIG).unwrap();
+    let mut options = ServiceOptions::new(&dir);
+    options.grpc_addr = "127.0.0.1:0".parse().unwrap();
+    options.http_addr = "127.0.0.1:0".parse().unwrap();
+    options.store = store;
+    options.watch = false;
+    let running = Service::start(options).await.unwrap();
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let constant = listener.local_addr().unwrap();
+    let incoming = tonic::transport::server::TcpIncoming::from(listener)
+        .with_nodelay(Some(true));
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(RateLimitServiceServer::new(Constant(
+                constant_response(),
+            )))
+            .serve_with_incoming(incoming),
+    );
+    Servers {
+        ours: running.grpc_addr(),
+        constant,
+        _running: running,
+        _dir: dir,
+    }
+}
+
+/// `redis-benchmark` running EVALSHA of gcra.lua with `clients`
+/// connections over `users` keys: calls/s.
+fn redis_benchmark(
+    bin: &str,
+    port: &str,
+    sha: &str,
+    clients: usize,
+    users: usize,
+    requests: u64,
+) -> f64 {
+    let output = Command::new(bin)
+        .args([
+            "-p",
+            port,
+            "-c",
+            &clients.to_string(),
+            "-n",
+            &requests.to_string(),
+        ])
+        .args(["-r", &users.to_string(), "--csv", "EVALSHA", sha, "1"])
+        .args(["trt:bench:__rand_int__", "1", "1000000", "1"])
+        .output()
+        .expect("redis-benchmark runs");
+    let text = String::from_utf8_lossy(&output.stdout);
+    // "EVALSHA ...","123456.78",...
+    text.lines()
+        .filter_map(|line| line.split("\",\"").nth(1))
+        .filter_map(|n| n.trim_matches('"').parse::<f64>().ok())
+        .next_back()
+        .unwrap_or_else(|| panic!("no result from redis-benchmark: {text}"))
+}
+
+fn main() {
+    let args = Args::parse();
+    let concurrency: usize = args.num("concurrency", 64);
+    let connections: usize = args.num("connections", 4);
+    let users: usize = args.num("users", 1000);
+    let rate: f64 = args.num("rate", 5000.0);
+    let seconds = args.secs("seconds", 3.0);
+    let rounds: usize = args.num("rounds", 3);
+    let server_rt = runtime(args.num("server-threads", 1));
+    let client_rt = runtime(args.num("client-threads", 1));
+    let requests = requests(users);
+    let mut results = Results::default();
+    results
+        .num("concurrency", concurrency as f64)
+        .num("connections", connections as f64)
+        .num("rounds", rounds as f64)
+        .num("seconds", seconds.as_secs_f64())
+        .num("offered_rate", rate);
+
+    // 1. Memory against the constant server.
+    let servers = server_rt.block_on(start_servers(StoreChoice::Memory));
+    let (ours, constant) = client_rt.block_on(async {
+        let ours = channels(servers.ours, connections).await;
+        let constant = channels(servers.constant, connections).await;
+        // Warm up both.
+        throughput(&ours, &requests, concurrency, Duration::from_millis(300))
+            .await;
+        throughput(
+            &constant,
+            &requests,
+            concurrency,
+            Duration::from_millis(300),
+        )
+        .await;
+        (ours, constant)
+    });
+    let (mut memory_rps, mut constant_rps) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let m = client_rt.block_on(throughput(
+            &ours,
+            &requests,
+            concurrency,
+            seconds,
+        ));
+        let c = client_rt.block_on(throughput(
+            &constant,
+            &requests,
+            concurrency,
+            seconds,
+        ));
+        println!(
+            "round {round}: memory {m:.0}/s, constant {c:.0}/s, ratio {:.3}",
+            m / c
+        );
+        memory_rps.push(m);
+        constant_rps.push(c);
+    }
+    let (m, c) = (median(&mut memory_rps), median(&mut constant_rps));
+    println!(
+        "memory: {m:.0}/s; constant tonic server: {c:.0}/s; ratio {:.3}",
+        m / c
+    );
+    results
+        .num("memory_rps", m)
+        .num("constant_rps", c)
+        .num("memory_ratio", m / c);
+
+    for (name, clients) in [("memory", &ours), ("constant", &constant)] {
+        let mut lat =
+            client_rt.block_on(latencies(clients, &requests, rate, seconds));
+        let (p50, p99) =
+            (percentile(&mut lat, 0.50), percentile(&mut lat, 0.99));
+        println!("{name} at {rate:.0}/s: p50 {p50:.0} µs, p99 {p99:.0} µs");
+        results
+            .num(&format!("{name}_p50_us"), p50)
+            .num(&format!("{name}_p99_us"), p99);
+    }
+    drop((ours, constant));
+    drop(servers);
+
+    // 2. Redis against redis-benchmark.
+    if let Some(url) = args.get("url") {
+        let port = args.get("port").expect("--port with --url");
+        let sha = args.get("sha").expect("--sha with --url");
+        let bench = args.get("redis-benchmark").unwrap_or("redis-benchmark");
+        let servers = server_rt
+            .block_on(start_servers(StoreChoice::Redis(url.to_owned())));
+        let ours = client_rt.block_on(async {
+            let ours = channels(servers.ours, connections).await;
+            throughput(
+                &ours,
+                &requests,
+                concurrency,
+                Duration::from_millis(300),
+            )
+            .await;
+            ours
+        });
+        let (mut redis_rps, mut peer_rps) = (Vec::new(), Vec::new());
+        for round in 0..rounds {
+            let r = client_rt.block_on(throughput(
+                &ours,
+                &requests,
+                concurrency,
+                seconds,
+            ));
+            let calls = (r * seconds.as_secs_f64()) as u64;
+            let p = redis_benchmark(
+                bench,
+                port,
+                sha,
+                concurrency,
+                users,
+                calls.max(10_000),
+            );
+            println!(
+                "round {round}: service on redis {r:.0}/s, redis-benchmark {p:.0}/s, ratio {:.3}",
+                r / p
+            );
+            redis_rps.push(r);
+            peer_rps.push(p);
+        }
+        let (r, p) = (median(&mut redis_rps), median(&mut peer_rps));
+        println!(
+            "redis: {r:.0}/s; redis-benchmark: {p:.0}/s; ratio {:.3}",
+            r / p
+        );
+        let mut lat =
+            client_rt.block_on(latencies(&ours, &requests, rate, seconds));
+        let (p50, p99) =
+            (percentile(&mut lat, 0.50), percentile(&mut lat, 0.99));
+        println!("redis at {rate:.0}/s: p50 {p50:.0} µs, p99 {p99:.0} µs");
+        results
+            .num("redis_rps", r)
+            .num("redis_benchmark_rps", p)
+            .num("redis_ratio", r / p)
+            // The same run's ceiling of the gRPC stack (part 1): how much
+            // of it the service keeps when every decision goes to Redis.
+            .num("redis_vs_constant_ratio", r / c)
+            .num("redis_p50_us", p50)
+            .num("redis_p99_us", p99);
+        drop(ours);
+        drop(servers);
+    }
+    results.write(&args);
+}

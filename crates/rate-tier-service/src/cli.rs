@@ -1,0 +1,220 @@
+//! The command line of the `rate-tier-service` binary.
+//!
+//! ```text
+//! rate-tier-service --config PATH [--grpc ADDR] [--http ADDR]
+//!         [--redis URL | --redis-cluster HOST:PORT,...] [--shadow]
+//!         [--headers x|ietf|both|none] [--log-format text|json]
+//! rate-tier-service check-config PATH
+//! ```
+//!
+//! ```
+//! use rate_tier_service::cli::{Command, parse};
+//! let command = parse(["--config", "rl.yaml", "--redis-cluster", "10.0.0.1:7000,10.0.0.2:7000"])?;
+//! let Command::Serve(serve) = command else { unreachable!() };
+//! assert_eq!(serve.options.config_path.to_str(), Some("rl.yaml"));
+//! assert!(parse(["--config", "a", "--redis", "redis://x", "--redis-cluster", "y:1"]).is_err());
+//! assert!(matches!(parse(["check-config", "rl.yaml"])?, Command::CheckConfig(_)));
+//! # Ok::<(), String>(())
+//! ```
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use crate::headers::HeaderMode;
+use crate::server::{ServiceOptions, StoreChoice};
+
+/// The usage text.
+pub const USAGE: &str = "\
+rate-tier-service: a GCRA drop-in for envoyproxy/ratelimit (Envoy RLS v3)
+
+USAGE:
+    rate-tier-service --config PATH [OPTIONS]
+    rate-tier-service check-config PATH
+
+OPTIONS:
+    --config PATH              a YAML file or a directory of them (envoyproxy/ratelimit format)
+    --grpc ADDR                gRPC listener (default 127.0.0.1:8081)
+    --http ADDR                HTTP listener: /json, /healthcheck, /metrics (default 127.0.0.1:8080)
+    --redis URL                share the limits through one Redis (with a local fallback)
+    --redis-cluster NODES      ... or a Redis Cluster: HOST:PORT,HOST:PORT,... (or redis:// URLs)
+    --shadow                   decide and count, never refuse
+    --headers MODE             response headers: x, ietf, both or none (default none)
+    --log-format FORMAT        text or json (default text); the level comes from RUST_LOG (default info)
+    -h, --help                 this text
+    -V, --version              the version
+
+check-config PATH exits 0 when the config is valid, 1 with the file and the reason otherwise.
+";
+
+/// How to write logs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `--config ...`: serve.
+#[derive(Debug, Clone)]
+pub struct Serve {
+    /// The service's options.
+    pub options: ServiceOptions,
+    /// The log format.
+    pub log_format: LogFormat,
+}
+
+/// What the command line asks.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Command {
+    /// Serve.
+    Serve(Box<Serve>),
+    /// Validate a config and exit.
+    CheckConfig(PathBuf),
+    /// Print the usage.
+    Help,
+    /// Print the version.
+    Version,
+}
+
+fn addr(flag: &str, value: OsString) -> Result<SocketAddr, String> {
+    let text = value
+        .into_string()
+        .map_err(|_| format!("{flag}: not UTF-8"))?;
+    text.parse().map_err(|e| {
+        format!("{flag} {text:?}: not an address like 127.0.0.1:8081 ({e})")
+    })
+}
+
+fn text(flag: &str, value: OsString) -> Result<String, String> {
+    value
+        .into_string()
+        .map_err(|_| format!("{flag}: not UTF-8"))
+}
+
+/// Node URLs from `HOST:PORT,...` (items that are already URLs are kept).
+fn cluster_urls(list: &str) -> Result<Vec<String>, String> {
+    let urls: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|node| {
+            if node.contains("://") {
+                node.to_owned()
+            } else {
+                format!("redis://{node}/")
+            }
+        })
+        .collect();
+    if urls.is_empty() {
+        return Err("--redis-cluster: no node given".into());
+    }
+    Ok(urls)
+}
+
+/// Parses the arguments (without the program name).
+///
+/// # Errors
+///
+/// A message naming the bad argument (exit status 2).
+pub fn parse<I>(args: I) -> Result<Command, String>
+where
+    I: IntoIterator,
+    I::Item: Into<OsString>,
+{
+    use lexopt::prelude::*;
+    let mut parser = lexopt::Parser::from_args(args);
+    let mut config = None;
+    let mut grpc = None;
+    let mut http = None;
+    let mut redis = None;
+    let mut cluster = None;
+    let mut shadow = false;
+    let mut headers = HeaderMode::None;
+    let mut log_format = LogFormat::Text;
+    let mut check = None;
+    let error = |e: lexopt::Error| e.to_string();
+    while let Some(arg) = parser.next().map_err(error)? {
+        match arg {
+            Long("config") => {
+                config = Some(PathBuf::from(parser.value().map_err(error)?))
+            }
+            Long("grpc") => {
+                grpc = Some(addr("--grpc", parser.value().map_err(error)?)?)
+            }
+            Long("http") => {
+                http = Some(addr("--http", parser.value().map_err(error)?)?)
+            }
+            Long("redis") => {
+                redis = Some(text("--redis", parser.value().map_err(error)?)?)
+            }
+            Long("redis-cluster") => {
+                let list =
+                    text("--redis-cluster", parser.value().map_err(error)?)?;
+                cluster = Some(cluster_urls(&list)?);
+            }
+            Long("shadow") => shadow = true,
+            Long("headers") => {
+                headers = text("--headers", parser.value().map_err(error)?)?
+                    .parse()?;
+            }
+            Long("log-format") => {
+                log_format =
+                    match text("--log-format", parser.value().map_err(error)?)?
+                        .as_str()
+                    {
+                        "text" => LogFormat::Text,
+                        "json" => LogFormat::Json,
+                        other => {
+                            return Err(format!(
+                                "--log-format {other:?}: expected text or json"
+                            ));
+                        }
+                    }
+            }
+            Short('h') | Long("help") => return Ok(Command::Help),
+            Short('V') | Long("version") => return Ok(Command::Version),
+            Value(value)
+                if check.is_none()
+                    && config.is_none()
+                    && value == "check-config" =>
+            {
+                let path = parser.value().map_err(|_| {
+                    "check-config: the config PATH is missing".to_owned()
+                })?;
+                check = Some(PathBuf::from(path));
+            }
+            other => return Err(other.unexpected().to_string()),
+        }
+    }
+    if let Some(path) = check {
+        return Ok(Command::CheckConfig(path));
+    }
+    let Some(config) = config else {
+        return Err("--config PATH is required (see --help)".into());
+    };
+    let mut options = ServiceOptions::new(config);
+    if let Some(grpc) = grpc {
+        options.grpc_addr = grpc;
+    }
+    if let Some(http) = http {
+        options.http_addr = http;
+    }
+    options.store = match (redis, cluster) {
+        (Some(_), Some(_)) => {
+            return Err("--redis and --redis-cluster exclude each other".into());
+        }
+        (Some(url), None) => StoreChoice::Redis(url),
+        (None, Some(urls)) => StoreChoice::RedisCluster(urls),
+        (None, None) => StoreChoice::Memory,
+    };
+    options.decide.shadow = shadow;
+    options.decide.headers = headers;
+    Ok(Command::Serve(Box::new(Serve {
+        options,
+        log_format,
+    })))
+}

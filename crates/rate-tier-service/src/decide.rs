@@ -1,0 +1,692 @@
+//! One `ShouldRateLimit` call: the request's descriptors matched against the
+//! config, decided by the store as **one** decision, and the response.
+//!
+//! # The decision
+//!
+//! Each descriptor is matched (see [`config`](crate::config)). Every
+//! descriptor that has a limit becomes one bucket check (descriptors of one
+//! request that land in the same bucket are merged, their costs added), and
+//! all the checks are decided together by
+//! [`Storage::check`]: if any enforced
+//! limit refuses, **nothing** is charged (envoyproxy/ratelimit charges every
+//! descriptor, even when one refuses).
+//!
+//! | descriptor | status |
+//! |---|---|
+//! | unknown domain, no rule, replaced, or a request deeper than the rule | `OK`, no `current_limit` |
+//! | `unlimited` | `OK`, `limit_remaining` 4294967295, no store touched |
+//! | `requests_per_unit: 0`, cost >= 1 | `OVER_LIMIT`, no store touched; the request is refused |
+//! | cost above the limit (it can never pass) | `OVER_LIMIT`; the request is refused, nothing charged |
+//! | a limit | `OK` or `OVER_LIMIT` from GCRA; `limit_remaining` after the charge; `duration_until_reset` until the bucket is full again (whole seconds, rounded up) |
+//! | `shadow_mode` rule that refuses | `OK`, `limit_remaining` 0; counted in `shadow_mode`; never refuses the request |
+//! | `--shadow` | every limit in shadow: the request is `OK`; statuses still say `OVER_LIMIT` where a limit would have refused (as upstream's `SHADOW_MODE`) |
+//!
+//! A descriptor that passed on its own in a refused request reports its
+//! bucket as it stands, uncharged.
+//!
+//! # Costs
+//!
+//! `hits_addend` of the request is the cost of each descriptor (0 or absent
+//! means 1); a descriptor's own `hits_addend` overrides it, and a present 0
+//! there is a **peek**: the state is reported, nothing is charged, and it is
+//! `OK` unless the bucket is already beyond its limit (a peek at a limit of
+//! 0 is `OK` with 0 remaining). `is_negative_hits` is ignored, as upstream
+//! ignores it (the hits are charged).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arc_swap::ArcSwap;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit as CurrentLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{
+    RateLimitRequest, RateLimitResponse,
+};
+use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use gcra_core::{Decision, Quota};
+use rate_tier_storage::{
+    BucketCheck, Decided, LimitName, Storage, StorageError,
+};
+use smallvec::SmallVec;
+
+use crate::config::{Config, Domain, Rule, RuleLimit, Unit, quota_for};
+use crate::headers::{self, HeaderMode, Limited};
+use crate::metrics::{Metrics, RuleStats};
+
+/// The bounds of a request: beyond them it is refused with
+/// `INVALID_ARGUMENT` (HTTP 400, or 413 for the body), and nothing is
+/// charged.
+///
+/// ```
+/// let limits = rate_tier_service::RequestLimits::default();
+/// assert_eq!(limits.max_descriptors, 64);
+/// assert_eq!(limits.max_request_bytes, 64 * 1024);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestLimits {
+    /// Descriptors in one request (default 64; Envoy sends a handful).
+    pub max_descriptors: usize,
+    /// Entries in one descriptor (default 32).
+    pub max_entries: usize,
+    /// Bytes of one domain, key or value (default 4096).
+    pub max_text_bytes: usize,
+    /// Bytes of the encoded request (default 64 KiB): the protobuf message
+    /// on gRPC, the body on `/json`.
+    pub max_request_bytes: usize,
+}
+
+impl Default for RequestLimits {
+    fn default() -> Self {
+        RequestLimits {
+            max_descriptors: 64,
+            max_entries: 32,
+            max_text_bytes: 4096,
+            max_request_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// Why a call got no decision.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecideError {
+    /// The request is malformed or beyond a [`RequestLimits`] bound
+    /// (`INVALID_ARGUMENT`, HTTP 400). Nothing was charged.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The store gave no decision (`UNAVAILABLE`, HTTP 503). With Redis the
+    /// fallback decides locally instead, so this is rare.
+    #[error("rate limit store unavailable: {0}")]
+    Store(#[from] StorageError),
+}
+
+/// How the service decides, beside the config.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DecideOptions {
+    /// `--shadow`: every limit in shadow mode.
+    pub shadow: bool,
+    /// `--headers`.
+    pub headers: HeaderMode,
+    /// Request bounds.
+    pub limits: RequestLimits,
+}
+
+/// The decision engine: the config in use (swapped whole on reload), the
+/// store, the options and the metrics. Shared by the gRPC and HTTP servers.
+#[derive(Debug)]
+pub struct Decider {
+    config: ArcSwap<Config>,
+    store: Arc<dyn Storage>,
+    options: DecideOptions,
+    metrics: Arc<Metrics>,
+}
+
+/// The limit a descriptor got: a config rule or its own override.
+struct Applied<'c> {
+    bucket: &'c LimitName,
+    label: &'c str,
+    name: &'c str,
+    requests_per_unit: u32,
+    unit: Unit,
+    limit: RuleLimit,
+    shadow: bool,
+    stats: StatsRef<'c>,
+}
+
+enum StatsRef<'c> {
+    Rule(&'c Rule),
+    Override,
+}
+
+enum Plan<'c> {
+    NoLimit,
+    Unlimited,
+    Limited {
+        applied: Applied<'c>,
+        cost: u64,
+        group: usize,
+    },
+}
+
+/// The buckets of one request: descriptors in the same bucket merged.
+struct Group<'c> {
+    bucket: &'c LimitName,
+    partition: String,
+    limit: RuleLimit,
+    cost: u64,
+    shadow: bool,
+}
+
+impl Group<'_> {
+    /// Whether no wait can make it pass (a limit of 0, a cost above the
+    /// burst).
+    fn never(&self) -> bool {
+        match self.limit {
+            RuleLimit::Never => self.cost > 0,
+            RuleLimit::Quota(quota) => self.cost > u64::from(quota.burst()),
+            RuleLimit::Unlimited => false,
+        }
+    }
+
+    fn quota(&self) -> Option<Quota> {
+        match self.limit {
+            RuleLimit::Quota(quota) => Some(quota),
+            _ => None,
+        }
+    }
+}
+
+/// A bucket's part of the answer.
+#[derive(Clone, Copy, Default)]
+struct Outcome {
+    passed: bool,
+    charged: bool,
+    remaining: u64,
+    reset_after_us: u64,
+    has_reset: bool,
+}
+
+fn ceil_secs(us: u64) -> u64 {
+    us.div_ceil(1_000_000)
+}
+
+fn text_check(what: &str, text: &str, max: usize) -> Result<(), DecideError> {
+    if text.len() > max {
+        return Err(DecideError::InvalidArgument(format!(
+            "{what} is {} bytes; at most {max} are accepted",
+            text.len()
+        )));
+    }
+    Ok(())
+}
+
+impl Decider {
+    /// A decider over `config` and `store`.
+    pub fn new(
+        config: Config,
+        store: Arc<dyn Storage>,
+        options: DecideOptions,
+        metrics: Arc<Metrics>,
+    ) -> Decider {
+        let decider = Decider {
+            config: ArcSwap::from_pointee(
+                Config::from_sources([]).unwrap_or_else(|_| {
+                    unreachable!("an empty config is valid")
+                }),
+            ),
+            store,
+            options,
+            metrics,
+        };
+        decider.install(config);
+        decider
+    }
+
+    /// Puts `config` in use (the next calls see it, calls in flight finish
+    /// with the old one).
+    pub fn install(&self, config: Config) {
+        for rule in config.rules() {
+            let _ = rule.stats.set(self.metrics.rule(&rule.domain, &rule.path));
+        }
+        self.metrics.config_loaded(true, config.domains().count());
+        self.config.store(Arc::new(config));
+    }
+
+    /// The config in use.
+    pub fn config(&self) -> Arc<Config> {
+        self.config.load_full()
+    }
+
+    /// The options.
+    pub fn options(&self) -> &DecideOptions {
+        &self.options
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Storage> {
+        &self.store
+    }
+
+    fn validate(&self, request: &RateLimitRequest) -> Result<(), DecideError> {
+        let limits = &self.options.limits;
+        if request.domain.is_empty() {
+            return Err(DecideError::InvalidArgument(
+                "rate limit domain must not be empty".into(),
+            ));
+        }
+        if request.descriptors.is_empty() {
+            return Err(DecideError::InvalidArgument(
+                "rate limit descriptor list must not be empty".into(),
+            ));
+        }
+        if request.descriptors.len() > limits.max_descriptors {
+            return Err(DecideError::InvalidArgument(format!(
+                "the request has {} descriptors; at most {} are accepted",
+                request.descriptors.len(),
+                limits.max_descriptors
+            )));
+        }
+        text_check("the domain", &request.domain, limits.max_text_bytes)?;
+        for (i, descriptor) in request.descriptors.iter().enumerate() {
+            if descriptor.entries.len() > limits.max_entries {
+                return Err(DecideError::InvalidArgument(format!(
+                    "descriptor {i} has {} entries; at most {} are accepted",
+                    descriptor.entries.len(),
+                    limits.max_entries
+                )));
+            }
+            for (j, entry) in descriptor.entries.iter().enumerate() {
+                text_check(
+                    &format!("the key of descriptor {i}, entry {j},"),
+                    &entry.key,
+                    limits.max_text_bytes,
+                )?;
+                text_check(
+                    &format!("the value of descriptor {i}, entry {j},"),
+                    &entry.value,
+                    limits.max_text_bytes,
+                )?;
+            }
+            if let Some(limit) = &descriptor.limit
+                && Unit::from_proto(limit.unit).is_none()
+            {
+                return Err(DecideError::InvalidArgument(format!(
+                    "descriptor {i}: the limit override's unit {} is not one of SECOND (1) \
+                     to YEAR (6) or WEEK (7)",
+                    limit.unit
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Decides `request`. `transport` labels the call in the metrics
+    /// (`"grpc"`, `"json"`).
+    ///
+    /// # Errors
+    ///
+    /// [`DecideError::InvalidArgument`] for a malformed request (nothing
+    /// charged), [`DecideError::Store`] when the store gave no decision.
+    pub async fn decide(
+        &self,
+        request: &RateLimitRequest,
+        transport: &'static str,
+    ) -> Result<RateLimitResponse, DecideError> {
+        let result = self.decide_inner(request).await;
+        let code = match &result {
+            Ok(r) if r.overall_code == Code::OverLimit as i32 => "over_limit",
+            Ok(_) => "ok",
+            Err(DecideError::InvalidArgument(_)) => "invalid_argument",
+            Err(DecideError::Store(_)) => "unavailable",
+        };
+        self.metrics.call(transport, code);
+        result
+    }
+
+    async fn decide_inner(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, DecideError> {
+        self.validate(request)?;
+        let config = self.config.load();
+        let Some(domain) = config.domain(&request.domain) else {
+            self.metrics
+                .domain_not_found
+                .inc_by(request.descriptors.len() as u64);
+            return Ok(RateLimitResponse {
+                overall_code: Code::Ok as i32,
+                statuses: request
+                    .descriptors
+                    .iter()
+                    .map(|_| no_limit())
+                    .collect(),
+                ..RateLimitResponse::default()
+            });
+        };
+        let request_cost = u64::from(request.hits_addend.max(1));
+        let override_stats;
+        let override_stats_ref =
+            if request.descriptors.iter().any(|d| d.limit.is_some()) {
+                override_stats =
+                    Some(self.metrics.rule(&request.domain, "override"));
+                override_stats.as_ref()
+            } else {
+                None
+            };
+
+        // 1. Each descriptor's limit.
+        let mut plans: SmallVec<[Plan<'_>; 4]> = SmallVec::new();
+        let mut partitions: SmallVec<[String; 4]> = SmallVec::new();
+        for descriptor in &request.descriptors {
+            let cost = descriptor
+                .hits_addend
+                .as_ref()
+                .map_or(request_cost, |h| h.value);
+            let (plan, partition) = plan_of(domain, descriptor, cost);
+            plans.push(plan);
+            partitions.push(partition);
+        }
+
+        // 2. `replaces`: rules named by another matched rule of the request
+        //    (unlimited ones included) are dropped.
+        let replaced: SmallVec<[&str; 4]> = plans
+            .iter()
+            .filter_map(|p| match p {
+                Plan::Limited {
+                    applied:
+                        Applied {
+                            stats: StatsRef::Rule(rule),
+                            ..
+                        },
+                    ..
+                } => Some(rule.replaces.iter().map(String::as_str)),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        if !replaced.is_empty() {
+            for plan in &mut plans {
+                if let Plan::Limited { applied, .. } = plan
+                    && !applied.name.is_empty()
+                    && replaced.contains(&applied.name)
+                {
+                    *plan = Plan::NoLimit;
+                }
+            }
+        }
+
+        // 3. Buckets: descriptors in one bucket merged.
+        let mut groups: SmallVec<[Group<'_>; 4]> = SmallVec::new();
+        for (plan, partition) in plans.iter_mut().zip(partitions.iter_mut()) {
+            let Plan::Limited {
+                applied,
+                cost,
+                group,
+            } = plan
+            else {
+                continue;
+            };
+            if applied.limit == RuleLimit::Unlimited {
+                *plan = Plan::Unlimited;
+                continue;
+            }
+            let found = groups.iter().position(|g| {
+                g.bucket == applied.bucket && g.partition == *partition
+            });
+            *group = match found {
+                Some(index) => {
+                    groups[index].cost =
+                        groups[index].cost.saturating_add(*cost);
+                    index
+                }
+                None => {
+                    groups.push(Group {
+                        bucket: applied.bucket,
+                        partition: std::mem::take(partition),
+                        limit: applied.limit,
+                        cost: *cost,
+                        shadow: applied.shadow || self.options.shadow,
+                    });
+                    groups.len() - 1
+                }
+            };
+        }
+
+        // 4. One decision. A bucket that can never pass refuses before the
+        //    store: every other bucket is then only read.
+        let refused_early = groups.iter().any(|g| g.never() && !g.shadow);
+        let mut outcomes: SmallVec<[Outcome; 4]> =
+            SmallVec::from_elem(Outcome::default(), groups.len());
+        let mut checks: SmallVec<[BucketCheck<'_>; 4]> = SmallVec::new();
+        let mut checked: SmallVec<[usize; 4]> = SmallVec::new();
+        for (index, group) in groups.iter().enumerate() {
+            let Some(quota) = group.quota() else {
+                // A limit of 0: refused unless a peek, never stored.
+                outcomes[index] = Outcome {
+                    passed: group.cost == 0,
+                    ..Outcome::default()
+                };
+                continue;
+            };
+            let cost = if refused_early || group.never() {
+                0
+            } else {
+                // <= burst here.
+                u32::try_from(group.cost).unwrap_or(u32::MAX)
+            };
+            let check =
+                BucketCheck::new(group.bucket, &group.partition, quota, cost)
+                    .map_err(StorageError::from)?
+                    .shadow(group.shadow);
+            checks.push(check);
+            checked.push(index);
+        }
+        let mut allowed = !refused_early;
+        let mut retry_after_us = 0;
+        if !checks.is_empty() {
+            let mut out: SmallVec<[Decision; 4]> =
+                SmallVec::from_elem(Decision::default(), checks.len());
+            let started = Instant::now();
+            let decided: Decided =
+                match self.store.check_local(&checks, &mut out) {
+                    Some(result) => result?,
+                    None => self.store.check(&checks, &mut out).await?,
+                };
+            self.metrics.store_latency(decided.by, started.elapsed());
+            allowed &= decided.verdict.allowed;
+            retry_after_us = decided.verdict.retry_after_us;
+            for ((&index, check), decision) in
+                checked.iter().zip(&checks).zip(&out)
+            {
+                let group = &groups[index];
+                let peeked = check.cost() == 0;
+                let passed = if peeked {
+                    // Read only: would it have passed on its own?
+                    !group.never() && decision.remaining >= group.cost
+                } else {
+                    decision.allowed
+                };
+                outcomes[index] = Outcome {
+                    passed,
+                    charged: !peeked && allowed && decision.allowed,
+                    remaining: if passed { decision.remaining } else { 0 },
+                    reset_after_us: decision.reset_after_us,
+                    has_reset: true,
+                };
+            }
+        }
+
+        // 5. The response, and the stats.
+        let mut statuses = Vec::with_capacity(plans.len());
+        let mut limited: SmallVec<[Limited<'_>; 4]> = SmallVec::new();
+        let mut shadowed = false;
+        for plan in &plans {
+            let status = match plan {
+                Plan::NoLimit => no_limit(),
+                Plan::Unlimited => DescriptorStatus {
+                    code: Code::Ok as i32,
+                    limit_remaining: u32::MAX,
+                    ..DescriptorStatus::default()
+                },
+                Plan::Limited {
+                    applied,
+                    cost,
+                    group,
+                } => {
+                    let outcome = outcomes[*group];
+                    let stats = match applied.stats {
+                        StatsRef::Rule(rule) => rule.stats.get(),
+                        StatsRef::Override => override_stats_ref,
+                    };
+                    if let Some(stats) = stats {
+                        count(stats, applied, *cost, &outcome);
+                    }
+                    let rule_shadow = applied.shadow;
+                    if !outcome.passed && !rule_shadow && self.options.shadow {
+                        shadowed = true;
+                    }
+                    let code = if outcome.passed || rule_shadow {
+                        Code::Ok
+                    } else {
+                        Code::OverLimit
+                    };
+                    limited.push(Limited {
+                        label: applied.label,
+                        requests_per_unit: applied.requests_per_unit,
+                        window_secs: applied.unit.seconds(),
+                        passed: outcome.passed,
+                        remaining: outcome.remaining,
+                        reset_secs: ceil_secs(outcome.reset_after_us),
+                    });
+                    DescriptorStatus {
+                        code: code as i32,
+                        current_limit: Some(CurrentLimit {
+                            name: applied.name.to_owned(),
+                            requests_per_unit: applied.requests_per_unit,
+                            unit: applied.unit.proto(),
+                        }),
+                        limit_remaining: u32::try_from(outcome.remaining)
+                            .unwrap_or(u32::MAX),
+                        duration_until_reset: outcome.has_reset.then(|| {
+                            ProtoDuration {
+                                seconds: i64::try_from(ceil_secs(
+                                    outcome.reset_after_us,
+                                ))
+                                .unwrap_or(i64::MAX),
+                                nanos: 0,
+                            }
+                        }),
+                        quota: None,
+                    }
+                }
+            };
+            statuses.push(status);
+        }
+        if shadowed {
+            self.metrics.global_shadow.inc();
+        }
+        let retry_secs =
+            (!allowed && retry_after_us > 0).then(|| ceil_secs(retry_after_us));
+        let response_headers_to_add =
+            headers::headers(self.options.headers, &limited, retry_secs);
+        Ok(RateLimitResponse {
+            overall_code: if allowed { Code::Ok } else { Code::OverLimit }
+                as i32,
+            statuses,
+            response_headers_to_add,
+            ..RateLimitResponse::default()
+        })
+    }
+}
+
+fn no_limit() -> DescriptorStatus {
+    DescriptorStatus {
+        code: Code::Ok as i32,
+        ..DescriptorStatus::default()
+    }
+}
+
+/// The limit of one descriptor, and the partition of its bucket.
+fn plan_of<'c>(
+    domain: &'c Domain,
+    descriptor: &RateLimitDescriptor,
+    cost: u64,
+) -> (Plan<'c>, String) {
+    let entries = || {
+        descriptor
+            .entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()))
+    };
+    if let Some(limit) = &descriptor.limit {
+        // Validated before: the unit is known.
+        let (Some(unit), false) =
+            (Unit::from_proto(limit.unit), descriptor.entries.is_empty())
+        else {
+            return (Plan::NoLimit, String::new());
+        };
+        let Some(bucket) = domain.override_bucket(unit) else {
+            return (Plan::NoLimit, String::new());
+        };
+        let (rule_limit, _) = quota_for(limit.requests_per_unit, unit);
+        let applied = Applied {
+            bucket,
+            label: "override",
+            name: "",
+            requests_per_unit: limit.requests_per_unit,
+            unit,
+            limit: rule_limit,
+            shadow: false,
+            stats: StatsRef::Override,
+        };
+        return (
+            Plan::Limited {
+                applied,
+                cost,
+                group: 0,
+            },
+            Domain::override_partition(entries()),
+        );
+    }
+    match domain.find(entries()) {
+        Some(matched) => {
+            let rule: &'c Rule = matched.rule;
+            let applied = Applied {
+                bucket: &rule.bucket,
+                label: if rule.name.is_empty() {
+                    &rule.path
+                } else {
+                    &rule.name
+                },
+                name: &rule.name,
+                requests_per_unit: rule.requests_per_unit,
+                unit: rule.unit,
+                limit: rule.limit,
+                shadow: rule.shadow,
+                stats: StatsRef::Rule(rule),
+            };
+            (
+                Plan::Limited {
+                    applied,
+                    cost,
+                    group: 0,
+                },
+                matched.partition,
+            )
+        }
+        None => (Plan::NoLimit, String::new()),
+    }
+}
+
+/// envoyproxy/ratelimit's per-rule stats, in GCRA terms.
+fn count(
+    stats: &RuleStats,
+    applied: &Applied<'_>,
+    cost: u64,
+    outcome: &Outcome,
+) {
+    stats.total_hits.inc_by(cost);
+    if outcome.passed {
+        stats.within_limit.inc_by(cost);
+        if outcome.charged {
+            let limit = u64::from(applied.requests_per_unit);
+            let threshold = limit.saturating_mul(4) / 5;
+            let used = limit.saturating_sub(outcome.remaining);
+            if used > threshold {
+                stats.near_limit.inc_by(cost.min(used - threshold));
+            }
+        }
+    } else {
+        stats.over_limit.inc_by(cost);
+        if applied.shadow {
+            stats.shadow_mode.inc_by(cost);
+        }
+    }
+}

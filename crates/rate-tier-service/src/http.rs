@@ -1,0 +1,135 @@
+//! The HTTP side: `POST /json`, `GET /healthcheck`, `GET /metrics`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+
+use crate::decide::{DecideError, Decider};
+use crate::json;
+
+/// Whether the service answers as healthy: true from the start, false from
+/// the moment it begins to shut down (so that load balancers stop sending
+/// while requests in flight finish).
+#[derive(Debug, Clone)]
+pub struct Health {
+    serving: Arc<AtomicBool>,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            serving: Arc::new(AtomicBool::new(true)),
+        }
+    }
+}
+
+impl Health {
+    /// Whether it is serving.
+    pub fn is_serving(&self) -> bool {
+        self.serving.load(Ordering::Acquire)
+    }
+
+    /// Marks it as not serving.
+    pub fn stop_serving(&self) {
+        self.serving.store(false, Ordering::Release);
+    }
+}
+
+#[derive(Clone)]
+struct HttpState {
+    decider: Arc<Decider>,
+    health: Health,
+}
+
+/// The HTTP routes over `decider`.
+pub fn router(decider: Arc<Decider>, health: Health) -> Router {
+    let limit = decider.options().limits.max_request_bytes;
+    Router::new()
+        .route("/json", post(json_endpoint))
+        .route("/healthcheck", get(healthcheck))
+        .route("/metrics", get(metrics))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(HttpState { decider, health })
+}
+
+fn text(status: StatusCode, body: String) -> Response {
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+async fn json_endpoint(
+    State(state): State<HttpState>,
+    body: Bytes,
+) -> Response {
+    let request = match json::parse_request(&body) {
+        Ok(request) => request,
+        Err(reason) => {
+            state.decider.metrics().call("json", "invalid_argument");
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("Bad Request: {reason}\n"),
+            );
+        }
+    };
+    match state.decider.decide(&request, "json").await {
+        Ok(response) => {
+            let status = if response.overall_code == Code::OverLimit as i32 {
+                StatusCode::TOO_MANY_REQUESTS
+            } else {
+                StatusCode::OK
+            };
+            (
+                status,
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                )],
+                json::write_response(&response),
+            )
+                .into_response()
+        }
+        Err(DecideError::InvalidArgument(reason)) => {
+            text(StatusCode::BAD_REQUEST, format!("Bad Request: {reason}\n"))
+        }
+        Err(error @ DecideError::Store(_)) => {
+            tracing::warn!(%error, "no decision from the store");
+            text(StatusCode::SERVICE_UNAVAILABLE, format!("{error}\n"))
+        }
+    }
+}
+
+async fn healthcheck(State(state): State<HttpState>) -> Response {
+    if state.health.is_serving() {
+        text(StatusCode::OK, "OK".into())
+    } else {
+        text(StatusCode::INTERNAL_SERVER_ERROR, String::new())
+    }
+}
+
+async fn metrics(State(state): State<HttpState>) -> Response {
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            ),
+        )],
+        state.decider.metrics().encode(),
+    )
+        .into_response()
+}

@@ -1,0 +1,122 @@
+//! `rate-tier-service`: a GCRA drop-in for envoyproxy/ratelimit.
+//!
+//! ```text
+//! cargo run -p rate-tier-service -- --config examples/ratelimit
+//! cargo run -p rate-tier-service -- check-config examples/ratelimit
+//! ```
+//!
+//! See `--help` and the crate docs of `rate_tier_service`.
+
+use std::process::ExitCode;
+
+use rate_tier_service::cli::{self, Command, LogFormat};
+use rate_tier_service::{Config, Service};
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::prelude::*;
+
+fn init_logs(format: LogFormat) {
+    let filter: Targets = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| Targets::new().with_default(tracing::Level::INFO));
+    let registry = tracing_subscriber::registry().with(filter);
+    // Logs go to stderr; colours only on a terminal.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let layer = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
+    match format {
+        LogFormat::Text => registry.with(layer).init(),
+        LogFormat::Json => registry.with(layer.json()).init(),
+    }
+}
+
+/// SIGTERM or Ctrl-C.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn main() -> ExitCode {
+    let command = match cli::parse(std::env::args_os().skip(1)) {
+        Ok(command) => command,
+        Err(message) => {
+            eprintln!("rate-tier-service: {message}\n\n{}", cli::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    let serve = match command {
+        Command::Help => {
+            print!("{}", cli::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Command::Version => {
+            println!("rate-tier-service {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        Command::CheckConfig(path) => {
+            return match Config::load(&path) {
+                Ok(config) => {
+                    for warning in config.warnings() {
+                        eprintln!("warning: {warning}");
+                    }
+                    println!(
+                        "{}: valid: {} domain(s), {} rule(s)",
+                        path.display(),
+                        config.domains().count(),
+                        config.rule_count()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    eprintln!("{error}");
+                    ExitCode::from(1)
+                }
+            };
+        }
+        Command::Serve(serve) => serve,
+        _ => return ExitCode::from(2),
+    };
+    init_logs(serve.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("rate-tier-service: cannot start the runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(async move {
+        let running = match Service::start(serve.options).await {
+            Ok(running) => running,
+            Err(error) => {
+                tracing::error!(%error, "cannot start");
+                return ExitCode::from(1);
+            }
+        };
+        stop_signal().await;
+        tracing::info!("shutting down: finishing the requests in flight");
+        running.stop().await;
+        tracing::info!("stopped");
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,334 @@
+//! Running the service: the store, the two listeners, the reload, and a
+//! graceful shutdown.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rate_tier_storage::{
+    FallbackStorage, MemoryStorage, RedisStorage, Storage, StorageError,
+    StorageEvent,
+};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tonic::transport::server::TcpIncoming;
+
+use crate::config::{Config, ConfigError};
+use crate::decide::{DecideOptions, Decider};
+use crate::grpc::RlsService;
+use crate::http::{self, Health};
+use crate::metrics::Metrics;
+
+/// The default gRPC address (envoyproxy/ratelimit's port, on loopback).
+pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:8081";
+/// The default HTTP address.
+pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:8080";
+
+/// Where the buckets live.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub enum StoreChoice {
+    /// In this process ([`MemoryStorage`]): one instance only.
+    #[default]
+    Memory,
+    /// One Redis, at this URL, behind a [`FallbackStorage`].
+    Redis(String),
+    /// A Redis Cluster, seeded with these node URLs, behind a
+    /// [`FallbackStorage`] (a breaker per node).
+    RedisCluster(Vec<String>),
+    /// A store built by the caller, used as it is.
+    Custom(Arc<dyn Storage>),
+}
+
+/// Everything [`Service::start`] needs.
+#[derive(Debug, Clone)]
+pub struct ServiceOptions {
+    /// The config file or directory.
+    pub config_path: PathBuf,
+    /// The gRPC listener.
+    pub grpc_addr: SocketAddr,
+    /// The HTTP listener.
+    pub http_addr: SocketAddr,
+    /// The store.
+    pub store: StoreChoice,
+    /// Shadow mode, headers, request bounds.
+    pub decide: DecideOptions,
+    /// Watch the config and reload it on change (default true).
+    pub watch: bool,
+    /// The quiet period after a file event before reloading (default 200 ms).
+    pub reload_debounce: Duration,
+    /// The periodic rescan of the config (default 60 s).
+    pub rescan_every: Duration,
+    /// The timeout of each Redis call (default 100 ms).
+    pub redis_timeout: Duration,
+}
+
+impl ServiceOptions {
+    /// The defaults for `config_path`: loopback 8081 and 8080, memory.
+    pub fn new(config_path: impl Into<PathBuf>) -> Self {
+        ServiceOptions {
+            config_path: config_path.into(),
+            grpc_addr: DEFAULT_GRPC_ADDR
+                .parse()
+                .unwrap_or_else(|_| unreachable!()),
+            http_addr: DEFAULT_HTTP_ADDR
+                .parse()
+                .unwrap_or_else(|_| unreachable!()),
+            store: StoreChoice::Memory,
+            decide: DecideOptions::default(),
+            watch: true,
+            reload_debounce: Duration::from_millis(200),
+            rescan_every: Duration::from_secs(60),
+            redis_timeout: RedisStorage::DEFAULT_TIMEOUT,
+        }
+    }
+}
+
+/// Why the service did not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The config is invalid.
+    #[error("invalid config: {0}")]
+    Config(#[from] ConfigError),
+    /// The store could not be built (a bad Redis URL).
+    #[error("cannot set up the store: {0}")]
+    Store(#[from] StorageError),
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}: {error}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The config could not be watched.
+    #[error("cannot watch the config: {0}")]
+    Watch(#[from] notify::Error),
+}
+
+/// The service.
+#[derive(Debug)]
+pub struct Service;
+
+/// A running service: its addresses, its decider, and the handle that stops
+/// it.
+#[derive(Debug)]
+pub struct Running {
+    grpc_addr: SocketAddr,
+    http_addr: SocketAddr,
+    decider: Arc<Decider>,
+    config_path: PathBuf,
+    health: Health,
+    reporter: tonic_health::server::HealthReporter,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    _events: rate_tier_storage::Subscription,
+}
+
+/// Builds the store of `choice`, and the fallback to report the breakers of.
+fn build_store(
+    choice: &StoreChoice,
+    redis_timeout: Duration,
+) -> Result<(Arc<dyn Storage>, Option<FallbackStorage>), StorageError> {
+    let wrap = |primary: RedisStorage| {
+        let fallback =
+            FallbackStorage::builder(Arc::new(primary.timeout(redis_timeout)))
+                .build();
+        (
+            Arc::new(fallback.clone()) as Arc<dyn Storage>,
+            Some(fallback),
+        )
+    };
+    Ok(match choice {
+        StoreChoice::Memory => (Arc::new(MemoryStorage::new()), None),
+        StoreChoice::Redis(url) => wrap(RedisStorage::from_url(url)?),
+        StoreChoice::RedisCluster(urls) => {
+            wrap(RedisStorage::from_cluster_urls(urls)?)
+        }
+        StoreChoice::Custom(store) => (store.clone(), None),
+    })
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|error| StartError::Bind { addr, error })
+}
+
+impl Service {
+    /// Loads the config, builds the store, binds both listeners and serves
+    /// until [`Running::shutdown`]. Call it inside a Tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`StartError`]: an invalid config, a bad Redis URL, an address in
+    /// use.
+    pub async fn start(options: ServiceOptions) -> Result<Running, StartError> {
+        let path = options.config_path.clone();
+        let config = tokio::task::spawn_blocking(move || Config::load(path))
+            .await
+            .map_err(|e| {
+                StartError::Store(StorageError::Backend(Box::new(e)))
+            })??;
+        for warning in config.warnings() {
+            tracing::warn!(%warning, "config");
+        }
+        let (store, fallback) =
+            build_store(&options.store, options.redis_timeout)?;
+        let events = store.subscribe(Arc::new(|event: &StorageEvent| {
+            if let StorageEvent::Breaker {
+                domain, from, to, ..
+            } = event
+            {
+                tracing::warn!(
+                    domain = domain.as_deref().unwrap_or("store"),
+                    from = from.as_str(),
+                    to = to.as_str(),
+                    "circuit breaker of the shared store"
+                );
+            }
+        }));
+        let metrics = Arc::new(Metrics::new(fallback));
+        tracing::info!(
+            domains = config.domains().count(),
+            rules = config.rule_count(),
+            store = store.kind(),
+            "config loaded"
+        );
+        let decider =
+            Arc::new(Decider::new(config, store, options.decide, metrics));
+
+        let grpc_listener = bind(options.grpc_addr).await?;
+        let http_listener = bind(options.http_addr).await?;
+        let grpc_addr = local(&grpc_listener, options.grpc_addr);
+        let http_addr = local(&http_listener, options.http_addr);
+
+        let (shutdown, stop) = watch::channel(false);
+        let until_stop = |mut stop: watch::Receiver<bool>| async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+
+        let (reporter, health_service) =
+            tonic_health::server::health_reporter();
+        reporter
+            .set_serving::<envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<RlsService>>()
+            .await;
+        reporter
+            .set_service_status(
+                "ratelimit",
+                tonic_health::ServingStatus::Serving,
+            )
+            .await;
+        let mut tasks = Vec::new();
+
+        let grpc = tonic::transport::Server::builder()
+            .layer(tower::util::MapResponseLayer::new(
+                crate::grpc::undecodable_is_invalid_argument,
+            ))
+            .add_service(health_service)
+            .add_service(RlsService::new(decider.clone()).into_server());
+        let incoming =
+            TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
+        let grpc_stop = until_stop(stop.clone());
+        tasks.push(tokio::spawn(async move {
+            if let Err(error) =
+                grpc.serve_with_incoming_shutdown(incoming, grpc_stop).await
+            {
+                tracing::error!(%error, "the gRPC server failed");
+            }
+        }));
+
+        let health = Health::default();
+        let app = http::router(decider.clone(), health.clone());
+        let http_stop = until_stop(stop.clone());
+        tasks.push(tokio::spawn(async move {
+            if let Err(error) = axum::serve(http_listener, app)
+                .with_graceful_shutdown(http_stop)
+                .await
+            {
+                tracing::error!(%error, "the HTTP server failed");
+            }
+        }));
+
+        if options.watch {
+            tasks.push(crate::reload::spawn(
+                options.config_path.clone(),
+                decider.clone(),
+                options.reload_debounce,
+                options.rescan_every,
+                stop,
+            )?);
+        }
+        tracing::info!(%grpc_addr, %http_addr, "serving");
+        Ok(Running {
+            grpc_addr,
+            http_addr,
+            decider,
+            config_path: options.config_path,
+            health,
+            reporter,
+            shutdown,
+            tasks,
+            _events: events,
+        })
+    }
+}
+
+fn local(listener: &TcpListener, asked: SocketAddr) -> SocketAddr {
+    listener.local_addr().unwrap_or(asked)
+}
+
+impl Running {
+    /// The gRPC address (the real port when 0 was asked).
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.grpc_addr
+    }
+
+    /// The HTTP address.
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+
+    /// The decision engine.
+    pub fn decider(&self) -> &Arc<Decider> {
+        &self.decider
+    }
+
+    /// Reloads the config now (as a file change would). Returns whether
+    /// the config in use changed.
+    pub async fn reload(&self) -> bool {
+        crate::reload::reload(&self.config_path, &self.decider).await
+    }
+
+    /// Starts the graceful shutdown: the health checks turn to not serving,
+    /// the listeners close, and the requests in flight finish.
+    pub async fn shutdown(&self) {
+        self.health.stop_serving();
+        self.reporter
+            .set_service_status(
+                "ratelimit",
+                tonic_health::ServingStatus::NotServing,
+            )
+            .await;
+        self.reporter
+            .set_service_status("", tonic_health::ServingStatus::NotServing)
+            .await;
+        let _ = self.shutdown.send(true);
+    }
+
+    /// Waits until both servers have stopped (after [`Running::shutdown`]).
+    pub async fn wait(self) {
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+
+    /// [`Running::shutdown`], then [`Running::wait`].
+    pub async fn stop(self) {
+        self.shutdown().await;
+        self.wait().await;
+    }
+}

@@ -1,0 +1,147 @@
+//! Every semantic of the service over gRPC on Redis (with its fallback), and
+//! two instances on one Redis sharing every limit exactly.
+//!
+//! Run with `cargo xtask test-redis -- -p rate-tier-service`: it starts a
+//! throwaway redis-server and sets `TRT_REDIS_URL`. Without it these tests
+//! fail; they never pass silently and never touch port 6379. Every test has
+//! a domain of its own, so bucket names never collide.
+
+mod support;
+
+use support::semantics;
+use support::*;
+
+macro_rules! semantic_tests {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                semantics::$name(&Backend::Redis).await;
+            }
+        )*
+    };
+}
+
+semantic_tests!(
+    remaining_and_reset_from_gcra,
+    all_or_nothing,
+    no_match_is_ok_without_limit,
+    unlimited_touches_no_store,
+    zero_refuses_everything,
+    shadow_rule_answers_ok,
+    global_shadow,
+    hits_addend,
+    cost_above_limit,
+    rule_on_the_last_entry,
+    wildcards_and_buckets,
+    limit_override,
+    replaces,
+    same_bucket_twice,
+    response_headers,
+);
+
+/// `concurrent` calls of `descriptors`, alternately on `a` and `b`, all at
+/// once: how many were OK.
+async fn concurrent_oks(
+    a: &Svc,
+    b: &Svc,
+    concurrent: usize,
+    descriptors: impl Fn() -> Vec<envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor>,
+) -> usize {
+    let clients = [a.client().await, b.client().await];
+    let domain = a.domain.clone();
+    let tasks: Vec<_> = (0..concurrent)
+        .map(|i| {
+            let mut client = clients[i % 2].clone();
+            let request = request(&domain, descriptors());
+            tokio::spawn(async move {
+                client
+                    .should_rate_limit(request)
+                    .await
+                    .expect("a decision")
+                    .into_inner()
+                    .overall_code
+                    == OK
+            })
+        })
+        .collect();
+    let mut ok = 0;
+    for task in tasks {
+        if task.await.expect("no panic") {
+            ok += 1;
+        }
+    }
+    ok
+}
+
+const SHARED: &str = concat!(
+    "  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 20}\n",
+    "  - key: plan\n    rate_limit: {unit: hour, requests_per_unit: 30}\n",
+    "  - key: search\n    rate_limit: {unit: hour, requests_per_unit: 10}\n",
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_every_limit_exactly() {
+    let domain = unique("shared");
+    let a =
+        Svc::start_in(Backend::Redis.store(), &domain, SHARED, |_| {}).await;
+    let b =
+        Svc::start_in(Backend::Redis.store(), &domain, SHARED, |_| {}).await;
+
+    // One limit: exactly 20 of 200 concurrent requests.
+    let ok =
+        concurrent_oks(&a, &b, 200, || vec![desc(&[("user", "ana")])]).await;
+    assert_eq!(ok, 20);
+
+    // Two limits as one decision: exactly 10 (the search limit), and the
+    // plan charged exactly 10 times (never by a refused request).
+    let ok = concurrent_oks(&a, &b, 100, || {
+        vec![desc(&[("plan", "ana")]), desc(&[("search", "ana")])]
+    })
+    .await;
+    assert_eq!(ok, 10);
+    let plan = b.ask(vec![desc_hits(&[("plan", "ana")], 0)]).await;
+    assert_eq!(plan.statuses[0].limit_remaining, 20);
+    let plan = a.ask(vec![desc_hits(&[("plan", "ana")], 0)]).await;
+    assert_eq!(
+        plan.statuses[0].limit_remaining, 20,
+        "both instances see one bucket"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_store_reports_its_latency_and_breaker() {
+    let dir = TempDir::new();
+    let domain = unique("m");
+    dir.write("c.yaml", &config(&domain, SHARED));
+    let mut options = rate_tier_service::ServiceOptions::new(dir.path());
+    options.grpc_addr = "127.0.0.1:0".parse().expect("addr");
+    options.http_addr = "127.0.0.1:0".parse().expect("addr");
+    options.store = rate_tier_service::StoreChoice::Redis(
+        rate_tier_test_support::redis_url(),
+    );
+    options.redis_timeout = TEST_TIMEOUT;
+    options.watch = false;
+    let running = rate_tier_service::Service::start(options)
+        .await
+        .expect("starts");
+    let mut client = client(running.grpc_addr()).await;
+    let r = client
+        .should_rate_limit(request(&domain, vec![desc(&[("user", "ana")])]))
+        .await
+        .expect("OK")
+        .into_inner();
+    assert_eq!(r.statuses[0].limit_remaining, 19);
+    let metrics = http(running.http_addr(), "GET", "/metrics", b"").await.body;
+    assert!(
+        metrics.contains(
+            "ratelimit_service_store_latency_seconds_count{store=\"redis\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("ratelimit_service_breaker_state{domain=\"redis\"} 0"),
+        "{metrics}"
+    );
+    running.stop().await;
+}

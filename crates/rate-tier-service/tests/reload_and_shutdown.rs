@@ -1,0 +1,273 @@
+//! The config reloads on change (an edit, a rename over the file, a
+//! ConfigMap's link swap); a broken config is reported and the old one
+//! keeps serving. The shutdown lets requests in flight finish.
+//!
+//! The waits here are real file-system watches (polled every 20 ms, up to
+//! 5 s), the point of these tests.
+
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gcra_core::Decision;
+use rate_tier_service::{Service, ServiceOptions, StoreChoice};
+use rate_tier_storage::{
+    BucketCheck, Decided, MemoryStorage, Storage, StorageError,
+};
+use support::*;
+use tokio::sync::Semaphore;
+
+const WATCH: Duration = Duration::from_secs(5);
+
+async fn start(path: &Path) -> rate_tier_service::Running {
+    let mut options = ServiceOptions::new(path);
+    options.grpc_addr = "127.0.0.1:0".parse().expect("addr");
+    options.http_addr = "127.0.0.1:0".parse().expect("addr");
+    options.reload_debounce = Duration::from_millis(50);
+    Service::start(options).await.expect("starts")
+}
+
+/// The name of the rule that `key=ana` gets in `domain`, if any.
+async fn rule_of(
+    running: &rate_tier_service::Running,
+    domain: &str,
+    key: &str,
+) -> Option<String> {
+    client(running.grpc_addr())
+        .await
+        .should_rate_limit(request(domain, vec![desc(&[(key, "ana")])]))
+        .await
+        .expect("a decision")
+        .into_inner()
+        .statuses[0]
+        .current_limit
+        .as_ref()
+        .map(|l| l.name.clone())
+}
+
+fn rules(domain: &str, key: &str, name: &str) -> String {
+    config(
+        domain,
+        &format!(
+            "  - key: {key}\n    rate_limit: {{name: {name}, unit: hour, requests_per_unit: 5}}\n"
+        ),
+    )
+}
+
+/// Replaces `path` the way editors and deploy tools do: a new file, renamed
+/// over the old one.
+fn rename_over(path: &Path, text: &str) {
+    let temp = path.with_file_name(".incoming.tmp");
+    std::fs::write(&temp, text).expect("write");
+    std::fs::rename(&temp, path).expect("rename");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_reloads_and_a_broken_file_keeps_the_old_config() {
+    let dir = TempDir::new();
+    let domain = unique("reload");
+    let file = dir.write("config.yaml", &rules(&domain, "a", "first"));
+    let running = start(dir.path()).await;
+    assert_eq!(
+        rule_of(&running, &domain, "a").await.as_deref(),
+        Some("first")
+    );
+
+    // An edit in place.
+    std::fs::write(&file, rules(&domain, "b", "second")).expect("write");
+    assert!(
+        eventually(WATCH, || async {
+            rule_of(&running, &domain, "b").await.as_deref() == Some("second")
+        })
+        .await,
+        "the edit was reloaded"
+    );
+
+    // A rename over the file.
+    rename_over(&file, &rules(&domain, "c", "third"));
+    assert!(
+        eventually(WATCH, || async {
+            rule_of(&running, &domain, "c").await.as_deref() == Some("third")
+        })
+        .await,
+        "the rename was reloaded"
+    );
+
+    // A broken file: reported, counted, and the old config stays.
+    rename_over(
+        &file,
+        "domain: x\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight}\n",
+    );
+    let http_addr = running.http_addr();
+    assert!(
+        eventually(WATCH, || async {
+            let m = http(http_addr, "GET", "/metrics", b"").await.body;
+            metric(&m, "ratelimit_service_config_load_total{result=\"error\"}")
+                .is_some_and(|n| n >= 1.0)
+        })
+        .await,
+        "the broken config was seen"
+    );
+    assert_eq!(
+        rule_of(&running, &domain, "c").await.as_deref(),
+        Some("third")
+    );
+    assert!(!running.reload().await, "still broken: nothing changes");
+
+    // A new file beside it, then the fix.
+    dir.write("more.yaml", &rules(&unique("other"), "z", "z"));
+    rename_over(&file, &rules(&domain, "d", "fourth"));
+    assert!(
+        eventually(WATCH, || async {
+            rule_of(&running, &domain, "d").await.as_deref() == Some("fourth")
+        })
+        .await,
+        "the fixed config was reloaded"
+    );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_file_reloads_after_a_rename_over_it() {
+    let dir = TempDir::new();
+    let domain = unique("file");
+    let file = dir.write("rl.yaml", &rules(&domain, "a", "first"));
+    let running = start(&file).await;
+    assert_eq!(
+        rule_of(&running, &domain, "a").await.as_deref(),
+        Some("first")
+    );
+    rename_over(&file, &rules(&domain, "b", "second"));
+    assert!(
+        eventually(WATCH, || async {
+            rule_of(&running, &domain, "b").await.as_deref() == Some("second")
+        })
+        .await
+    );
+    running.stop().await;
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configmap_update_is_seen() {
+    use std::os::unix::fs::symlink;
+    let dir = TempDir::new();
+    let domain = unique("cm");
+    dir.write("..v1/config.yaml", &rules(&domain, "a", "first"));
+    symlink("..v1", dir.path().join("..data")).expect("link");
+    symlink("..data/config.yaml", dir.path().join("config.yaml"))
+        .expect("link");
+    let running = start(dir.path()).await;
+    assert_eq!(
+        rule_of(&running, &domain, "a").await.as_deref(),
+        Some("first")
+    );
+
+    // Kubernetes: a new directory, a new link renamed over `..data`.
+    dir.write("..v2/config.yaml", &rules(&domain, "b", "second"));
+    symlink("..v2", dir.path().join("..data_tmp")).expect("link");
+    std::fs::rename(dir.path().join("..data_tmp"), dir.path().join("..data"))
+        .expect("swap");
+    std::fs::remove_dir_all(dir.path().join("..v1")).expect("rm");
+    assert!(
+        eventually(WATCH, || async {
+            rule_of(&running, &domain, "b").await.as_deref() == Some("second")
+        })
+        .await
+    );
+    running.stop().await;
+}
+
+/// Whether a new connection to `addr` gets an answer (within 500 ms: a
+/// real network timeout).
+async fn served(addr: std::net::SocketAddr) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
+        return false;
+    };
+    let request =
+        b"GET /healthcheck HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    if stream.write_all(request).await.is_err() {
+        return false;
+    }
+    let mut buf = [0_u8; 64];
+    matches!(
+        tokio::time::timeout(Duration::from_millis(500), stream.read(&mut buf)).await,
+        Ok(Ok(n)) if n > 0
+    )
+}
+
+/// A store that holds each check until the test lets it go.
+#[derive(Debug)]
+struct Gate {
+    inner: MemoryStorage,
+    entered: Semaphore,
+    release: Semaphore,
+}
+
+#[async_trait::async_trait]
+impl Storage for Gate {
+    async fn check(
+        &self,
+        checks: &[BucketCheck<'_>],
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        self.entered.add_permits(1);
+        self.release.acquire().await.expect("open").forget();
+        self.inner.check(checks, out).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_requests_in_flight_finish() {
+    let gate = Arc::new(Gate {
+        inner: MemoryStorage::new(),
+        entered: Semaphore::new(0),
+        release: Semaphore::new(0),
+    });
+    let dir = TempDir::new();
+    let domain = unique("drain");
+    dir.write("c.yaml", &rules(&domain, "a", "first"));
+    let mut options = ServiceOptions::new(dir.path());
+    options.grpc_addr = "127.0.0.1:0".parse().expect("addr");
+    options.http_addr = "127.0.0.1:0".parse().expect("addr");
+    options.store = StoreChoice::Custom(gate.clone());
+    let running = Service::start(options).await.expect("starts");
+
+    let mut grpc = client(running.grpc_addr()).await;
+    let in_flight_grpc = tokio::spawn({
+        let domain = domain.clone();
+        async move {
+            grpc.should_rate_limit(request(
+                &domain,
+                vec![desc(&[("a", "ana")])],
+            ))
+            .await
+        }
+    });
+    let http_addr = running.http_addr();
+    let body = format!(
+        r#"{{"domain":"{domain}","descriptors":[{{"entries":[{{"key":"a","value":"bea"}}]}}]}}"#
+    );
+    let in_flight_json = tokio::spawn(async move {
+        http(http_addr, "POST", "/json", body.as_bytes()).await
+    });
+    // Both are inside the store now.
+    gate.entered.acquire_many(2).await.expect("open").forget();
+
+    running.shutdown().await;
+    assert!(
+        !served(http_addr).await,
+        "no new request is served once the shutdown began"
+    );
+    gate.release.add_permits(2);
+    let grpc = in_flight_grpc.await.expect("no panic").expect("answered");
+    assert_eq!(grpc.into_inner().statuses[0].limit_remaining, 4);
+    let json = in_flight_json.await.expect("no panic");
+    assert_eq!(json.status, 200, "{json:?}");
+    tokio::time::timeout(TEST_TIMEOUT, running.wait())
+        .await
+        .expect("both servers stop once the requests are done");
+}

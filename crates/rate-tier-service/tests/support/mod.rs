@@ -1,0 +1,387 @@
+//! What the service's tests share: a service on loopback port 0 with its
+//! config in a throwaway directory, a tonic client built from the same
+//! protos, a small HTTP/1.1 client, and a store that counts its calls.
+#![allow(dead_code, unreachable_pub)]
+
+pub mod semantics;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::UInt64Value;
+use gcra_core::Decision;
+use rate_tier_service::{Running, Service, ServiceOptions, StoreChoice};
+use rate_tier_storage::{
+    BucketCheck, BucketSettle, Decided, FallbackStorage, MemoryStorage, RedisStorage, Storage,
+    StorageError, StorageListener, Subscription,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tonic::transport::Channel;
+
+pub use rate_tier_test_support::{TEST_TIMEOUT, unique};
+
+/// Where a test's buckets live.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    Memory,
+    Redis,
+    Cluster,
+}
+
+/// A store that counts the checks it is asked for, around another.
+#[derive(Debug)]
+pub struct Counting {
+    inner: Arc<dyn Storage>,
+    pub checks: AtomicUsize,
+}
+
+impl Counting {
+    pub fn new(inner: Arc<dyn Storage>) -> Arc<Counting> {
+        Arc::new(Counting {
+            inner,
+            checks: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn calls(&self) -> usize {
+        self.checks.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait::async_trait]
+impl Storage for Counting {
+    async fn check(
+        &self,
+        checks: &[BucketCheck<'_>],
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        self.checks.fetch_add(1, Ordering::SeqCst);
+        self.inner.check(checks, out).await
+    }
+
+    fn check_local(
+        &self,
+        checks: &[BucketCheck<'_>],
+        out: &mut [Decision],
+    ) -> Option<Result<Decided, StorageError>> {
+        let result = self.inner.check_local(checks, out);
+        if result.is_some() {
+            self.checks.fetch_add(1, Ordering::SeqCst);
+        }
+        result
+    }
+
+    async fn settle(
+        &self,
+        settles: &[BucketSettle<'_>],
+    ) -> Result<(), StorageError> {
+        self.inner.settle(settles).await
+    }
+
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    fn subscribe(&self, listener: StorageListener) -> Subscription {
+        self.inner.subscribe(listener)
+    }
+}
+
+impl Backend {
+    /// The store of this backend (inside a runtime).
+    pub fn store(&self) -> Arc<dyn Storage> {
+        match self {
+            Backend::Memory => Arc::new(MemoryStorage::new()),
+            Backend::Redis => {
+                let redis = RedisStorage::from_url(
+                    &rate_tier_test_support::redis_url(),
+                )
+                .expect("TRT_REDIS_URL")
+                .timeout(TEST_TIMEOUT);
+                Arc::new(FallbackStorage::builder(Arc::new(redis)).build())
+            }
+            Backend::Cluster => {
+                let redis = RedisStorage::from_cluster_urls(
+                    rate_tier_test_support::cluster_urls(3),
+                )
+                .expect("TRT_REDIS_CLUSTER_URLS")
+                .timeout(TEST_TIMEOUT);
+                Arc::new(FallbackStorage::builder(Arc::new(redis)).build())
+            }
+        }
+    }
+}
+
+/// A directory that is removed on drop.
+#[derive(Debug)]
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new() -> TempDir {
+        let dir = std::env::temp_dir().join(unique("rts-test"));
+        std::fs::create_dir_all(&dir).expect("create a temp dir");
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("create dirs");
+        }
+        std::fs::write(&path, text).expect("write a config");
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running service with its config directory.
+pub struct Svc {
+    pub running: Running,
+    pub dir: TempDir,
+    pub domain: String,
+    pub store: Arc<Counting>,
+}
+
+/// A config for `domain`: `rules` is the YAML list under `descriptors:`.
+pub fn config(domain: &str, rules: &str) -> String {
+    format!("domain: {domain}\ndescriptors:\n{rules}")
+}
+
+impl Svc {
+    /// A service over `backend` serving `rules` (see [`config`]) in a new
+    /// domain, on loopback port 0, with `tweak` applied to its options.
+    pub async fn start(
+        backend: &Backend,
+        rules: &str,
+        tweak: impl FnOnce(&mut ServiceOptions),
+    ) -> Svc {
+        let domain = unique("d");
+        Svc::start_in(backend.store(), &domain, rules, tweak).await
+    }
+
+    /// The same, on `store` and in `domain` (two instances share both).
+    pub async fn start_in(
+        store: Arc<dyn Storage>,
+        domain: &str,
+        rules: &str,
+        tweak: impl FnOnce(&mut ServiceOptions),
+    ) -> Svc {
+        let dir = TempDir::new();
+        dir.write("config.yaml", &config(domain, rules));
+        let counting = Counting::new(store);
+        let mut options = ServiceOptions::new(dir.path());
+        options.grpc_addr = "127.0.0.1:0".parse().expect("addr");
+        options.http_addr = "127.0.0.1:0".parse().expect("addr");
+        options.store = StoreChoice::Custom(counting.clone());
+        options.watch = false;
+        tweak(&mut options);
+        let running =
+            Service::start(options).await.expect("the service starts");
+        Svc {
+            running,
+            dir,
+            domain: domain.to_owned(),
+            store: counting,
+        }
+    }
+
+    pub fn grpc(&self) -> SocketAddr {
+        self.running.grpc_addr()
+    }
+
+    pub fn http(&self) -> SocketAddr {
+        self.running.http_addr()
+    }
+
+    pub async fn client(&self) -> RateLimitServiceClient<Channel> {
+        client(self.grpc()).await
+    }
+
+    /// One call on a new connection.
+    pub async fn call(
+        &self,
+        request: RateLimitRequest,
+    ) -> Result<RateLimitResponse, tonic::Status> {
+        self.client()
+            .await
+            .should_rate_limit(request)
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
+    /// A call in this service's domain with these descriptors.
+    pub async fn ask(
+        &self,
+        descriptors: Vec<RateLimitDescriptor>,
+    ) -> RateLimitResponse {
+        self.call(request(&self.domain, descriptors))
+            .await
+            .expect("a decision")
+    }
+
+    pub async fn metrics(&self) -> String {
+        http(self.http(), "GET", "/metrics", b"").await.body
+    }
+}
+
+pub async fn client(addr: SocketAddr) -> RateLimitServiceClient<Channel> {
+    RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect to the gRPC server")
+}
+
+pub fn entry(key: &str, value: &str) -> Entry {
+    Entry {
+        key: key.to_owned(),
+        value: value.to_owned(),
+    }
+}
+
+/// A descriptor of `(key, value)` entries.
+pub fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries.iter().map(|(k, v)| entry(k, v)).collect(),
+        ..RateLimitDescriptor::default()
+    }
+}
+
+/// The same with its own `hits_addend`.
+pub fn desc_hits(entries: &[(&str, &str)], hits: u64) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        hits_addend: Some(UInt64Value { value: hits }),
+        ..desc(entries)
+    }
+}
+
+/// The same with a `limit` override.
+pub fn desc_override(
+    entries: &[(&str, &str)],
+    requests_per_unit: u32,
+    unit: i32,
+) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        limit: Some(RateLimitOverride {
+            requests_per_unit,
+            unit,
+        }),
+        ..desc(entries)
+    }
+}
+
+pub fn request(
+    domain: &str,
+    descriptors: Vec<RateLimitDescriptor>,
+) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+pub const OK: i32 = 1;
+pub const OVER_LIMIT: i32 = 2;
+
+/// An HTTP response, read whole.
+#[derive(Debug)]
+pub struct HttpResponse {
+    pub status: u16,
+    pub headers: String,
+    pub body: String,
+}
+
+/// One HTTP/1.1 request on a new connection (`Connection: close`).
+pub async fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> HttpResponse {
+    http_with(addr, method, path, &[], body).await
+}
+
+/// The same with extra headers.
+pub async fn http_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> HttpResponse {
+    let mut stream =
+        tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         {extra}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.expect("write");
+    stream.write_all(body).await.expect("write");
+    let mut raw = Vec::new();
+    tokio::time::timeout(TEST_TIMEOUT, stream.read_to_end(&mut raw))
+        .await
+        .expect("the server answers in time")
+        .expect("read");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    HttpResponse {
+        status,
+        headers: head.to_owned(),
+        body: body.to_owned(),
+    }
+}
+
+/// The value of the metric line that starts with `prefix` (name and
+/// labels), if any.
+pub fn metric(exposition: &str, prefix: &str) -> Option<f64> {
+    exposition
+        .lines()
+        .find(|line| line.starts_with(prefix))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Polls `condition` every 20 ms until it holds or `within` passes.
+pub async fn eventually<F, Fut>(within: Duration, mut condition: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if condition().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
