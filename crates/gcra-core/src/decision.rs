@@ -110,6 +110,7 @@ impl Quota {
     /// );
     /// # Ok::<(), CheckError>(())
     /// ```
+    #[inline]
     pub const fn check(
         &self,
         stored_tat_us: Option<u64>,
@@ -186,6 +187,7 @@ impl Quota {
     /// assert_eq!((d.remaining, d.reset_after_us, d.store), (6, 24_000_000, None));
     /// # Ok::<(), gcra_core::CheckError>(())
     /// ```
+    #[inline]
     pub const fn peek(
         &self,
         stored_tat_us: Option<u64>,
@@ -313,6 +315,7 @@ impl Quota {
 
     /// Rule 1: where the bucket stands at `now`, and whether the stored TAT
     /// had to be capped (the clock went back).
+    #[inline]
     const fn stand(
         &self,
         stored_tat_us: Option<u64>,
@@ -336,6 +339,7 @@ impl Quota {
     }
 
     /// Requests of cost 1 that fit when the TAT is `ahead` µs past now.
+    #[inline]
     const fn remaining_at(&self, ahead: u64) -> u64 {
         let free = self.burst_offset_us().saturating_sub(ahead);
         match free.checked_div(self.emission_interval_us()) {
@@ -394,6 +398,7 @@ pub struct Settled {
     pub reset_after_us: u64,
 }
 
+#[inline]
 const fn store_for(tat_us: u64, ahead_us: u64) -> StoreTat {
     StoreTat {
         tat_us,

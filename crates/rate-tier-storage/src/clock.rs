@@ -83,6 +83,7 @@ static ANCHOR: std::sync::LazyLock<Anchor> = std::sync::LazyLock::new(|| {
 });
 
 impl Clock for MonotonicClock {
+    #[inline]
     fn now_us(&self) -> u64 {
         let anchor = &*ANCHOR;
         let elapsed_ns =

@@ -11,12 +11,18 @@
 //! writes them all before unlocking: atomic across the buckets, with no
 //! lock wider than the buckets themselves.
 //!
-//! A bucket is named by a 128-bit SipHash-1-3 of (limit, partition) under a
-//! key drawn at random per store: the id is not kept in clear even in
-//! memory, an entry is 32 bytes whatever the id's length (huge ids cannot
+//! A bucket is named by a 64-bit SipHash-1-3 of (limit, partition) under a
+//! 128-bit key drawn at random per store: the id is not kept in clear even
+//! in memory, an entry is 16 bytes whatever the id's length (huge ids cannot
 //! inflate memory, and there is no allocation per bucket to leave behind),
-//! and a client cannot aim two ids at one bucket without the key. Two ids
-//! share a name with probability 2^-128.
+//! and the one hash both picks the shard and slot and identifies the bucket.
+//!
+//! Why 64 bits is enough: without the key (never exposed, not even by
+//! `Debug`) a chosen id lands on a given bucket's name with probability
+//! 2^-64 per try, on any of n live buckets with n * 2^-64: with a full
+//! default store (2^22 buckets) and 2^30 requests, 2^-12, and the prize is
+//! sharing one unknown user's bucket. Two honest ids share a name with
+//! probability below n^2 * 2^-65 over the whole store (2^-21 when full).
 //!
 //! Entries whose TAT has passed are dead (GCRA treats them as absent) and are
 //! swept, at most once per sweep interval per shard: from the insert path,
@@ -33,6 +39,7 @@
 //! eviction is a [`StorageEvent::Evicted`]. A flood of one-shot ids costs an
 //! eviction per new id, never a sweep of the store.
 
+mod sip;
 mod table;
 mod trim;
 
@@ -44,14 +51,14 @@ use std::sync::{
 use std::time::Duration;
 
 use gcra_core::{Charge, Decision, JointError, Verdict, Write, check_all};
-use siphasher::sip128::SipHasher13;
 use smallvec::SmallVec;
 
+use self::sip::SipKey;
 use self::table::{LOCKED, NO_TAT, Table};
 use crate::bucket::{BucketCheck, BucketSettle};
 use crate::clock::{Clock, MonotonicClock, SharedClock};
 use crate::event::{Listeners, StorageEvent, StorageListener, Subscription};
-use crate::storage::{Decided, Storage, StorageError, validate};
+use crate::storage::{Decided, Storage, StorageError};
 
 const SHARDS: usize = 64;
 const DEFAULT_CAPACITY: usize = 1 << 22;
@@ -105,7 +112,7 @@ impl std::fmt::Debug for MemoryStorage {
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct MemoryStorageBuilder {
-    clock: SharedClock,
+    clock: StoreClock,
     capacity: usize,
     sweep_interval: Duration,
 }
@@ -113,8 +120,8 @@ pub struct MemoryStorageBuilder {
 struct Inner {
     shards: Box<[Shard]>,
     /// Keyed with two random words per store.
-    hasher: SipHasher13,
-    clock: SharedClock,
+    hasher: SipKey,
+    clock: StoreClock,
     capacity: usize,
     /// Buckets held, across shards: reserved before an insert, so the
     /// capacity is an exact bound.
@@ -127,6 +134,34 @@ struct Inner {
     /// Sweeps of every shard completed (memory given back included).
     sweeps: AtomicU64,
     listeners: Listeners<StorageEvent>,
+}
+
+/// The store's clock: the default one read directly (inlined, no virtual
+/// call on the hot path), any other through its handle.
+#[derive(Debug, Clone)]
+enum StoreClock {
+    Monotonic,
+    Other(SharedClock),
+}
+
+impl StoreClock {
+    fn of<C: Clock>(clock: C) -> Self {
+        if std::any::TypeId::of::<C>()
+            == std::any::TypeId::of::<MonotonicClock>()
+        {
+            StoreClock::Monotonic
+        } else {
+            StoreClock::Other(Arc::new(clock))
+        }
+    }
+
+    #[inline]
+    fn now_us(&self) -> u64 {
+        match self {
+            StoreClock::Monotonic => MonotonicClock.now_us(),
+            StoreClock::Other(clock) => clock.now_us(),
+        }
+    }
 }
 
 // Aligned so that two shards' locks never share a cache line.
@@ -167,19 +202,55 @@ impl MemoryStorage {
     /// Configures a store.
     pub fn builder() -> MemoryStorageBuilder {
         MemoryStorageBuilder {
-            clock: Arc::new(MonotonicClock),
+            clock: StoreClock::Monotonic,
             capacity: DEFAULT_CAPACITY,
             sweep_interval: DEFAULT_SWEEP_INTERVAL,
         }
     }
 
     /// The same decision as [`Storage::check`], synchronously.
+    ///
+    /// A single check is decided inline in the caller (the hot path of a
+    /// limiter that holds the store itself).
+    #[inline(always)]
     pub fn check_sync(
         &self,
         checks: &[BucketCheck<'_>],
         out: &mut [Decision],
     ) -> Result<Decided, StorageError> {
+        if let ([check], [slot]) = (checks, &mut *out) {
+            return self.inner.decide_one(check, slot);
+        }
         self.inner.check(checks, out)
+    }
+
+    /// One bucket's decision and the time it was made at (µs on the
+    /// store's clock): [`check_sync`](Self::check_sync) of `[check]`, as
+    /// plain values. For a caller that holds the store itself and decides
+    /// one bucket per request (a limiter's hot path): inlined, and nothing
+    /// to unpack.
+    ///
+    /// ```
+    /// use rate_tier_storage::{BucketCheck, LimitName, MemoryStorage};
+    /// use rate_tier_storage::clock::FakeClock;
+    /// use gcra_core::Quota;
+    ///
+    /// let store = MemoryStorage::with_clock(FakeClock::at_us(5));
+    /// let free = LimitName::new("free")?;
+    /// let check = BucketCheck::new(&free, "ana", Quota::per_minute(10), 1)?;
+    /// let (decision, now_us) = store.check_one(&check)?;
+    /// assert!(decision.allowed);
+    /// assert_eq!((decision.remaining, now_us), (9, 5));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline(always)]
+    pub fn check_one(
+        &self,
+        check: &BucketCheck<'_>,
+    ) -> Result<(Decision, u64), StorageError> {
+        let mut out = Decision::default();
+        let decided = self.inner.decide_one(check, &mut out)?;
+        Ok((out, decided.now_us.unwrap_or_default()))
     }
 
     /// The same as [`Storage::settle`], synchronously.
@@ -234,19 +305,21 @@ impl MemoryStorage {
 impl MemoryStorageBuilder {
     /// The clock the store decides with (default: [`MonotonicClock`]).
     pub fn clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Arc::new(clock);
+        self.clock = StoreClock::of(clock);
         self
     }
 
     /// The clock, as a shared handle.
     pub fn shared_clock(mut self, clock: SharedClock) -> Self {
-        self.clock = clock;
+        self.clock = StoreClock::Other(clock);
         self
     }
 
     /// The most buckets held (default 4 194 304, minimum 1), an exact
     /// bound. A new bucket in a full store evicts the one nearest to full
-    /// among a sample (see the [module docs](self#a-full-store)).
+    /// among a sample of a shard (a dead one first): it carries the least
+    /// debt, so forgetting it gives the least away, and each eviction is a
+    /// [`StorageEvent::Evicted`].
     pub fn capacity(mut self, capacity: usize) -> Self {
         self.capacity = capacity.max(1);
         self
@@ -265,7 +338,7 @@ impl MemoryStorageBuilder {
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
             hasher: {
                 let (k0, k1) = random_keys();
-                SipHasher13::new_with_keys(k0, k1)
+                SipKey::new(k0, k1)
             },
             clock: self.clock,
             capacity: self.capacity,
@@ -298,50 +371,84 @@ async fn sweep_while_alive(store: Weak<Inner>, every: Duration) {
 }
 
 impl Inner {
-    /// The bucket's name: a keyed SipHash-1-3-128 of the partition,
-    /// tweaked by the limit's fixed id (spread by an odd constant). Without
-    /// the key no partition can be aimed at another's name; two limits of
-    /// one partition differ by their tweak.
-    fn name(&self, check: &BucketCheck<'_>) -> u128 {
-        let hash = self.hasher.hash(check.partition().as_bytes()).as_u128();
-        let id = u128::from(check.limit_name().id());
-        hash ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)
+    /// The bucket's name: a keyed SipHash-1-3 of the partition, tweaked by
+    /// the limit's fixed id (spread by an odd constant). Without the key no
+    /// partition can be aimed at another's name; two limits of one
+    /// partition differ by their tweak.
+    #[inline]
+    fn name(&self, check: &BucketCheck<'_>) -> u64 {
+        let hash = self.hasher.hash(check.partition().as_bytes());
+        Self::tweak(hash, check)
     }
 
-    fn shard_index(name: u128) -> usize {
-        // From the high half: the table uses the low one.
-        usize::try_from(name >> 64).unwrap_or(0) % SHARDS
+    /// A partition's hash made the bucket's name by the limit's tweak.
+    #[inline]
+    fn tweak(hash: u64, check: &BucketCheck<'_>) -> u64 {
+        hash ^ check.limit_name().id().wrapping_mul(0x9e37_79b9_7f4a_7c15)
     }
 
+    #[inline]
+    fn shard_index(name: u64) -> usize {
+        // Bits 32..38: the table uses the low bits and the top 7.
+        (name >> 32) as usize % SHARDS
+    }
+
+    #[inline]
     fn check(
         &self,
         checks: &[BucketCheck<'_>],
         out: &mut [Decision],
     ) -> Result<Decided, StorageError> {
-        validate(checks, out)?;
+        // One bucket is distinct and of the right length: nothing to
+        // validate.
+        if let ([check], [slot]) = (checks, &mut *out) {
+            return self.decide_one(check, slot);
+        }
+        if checks.len() != out.len() {
+            return Err(StorageError::LengthMismatch {
+                checks: checks.len(),
+                out: out.len(),
+            });
+        }
         let now = self.clock.now_us();
-        let verdict = match (checks, &mut *out) {
-            ([check], [slot]) => self.decide_one(check, now, slot)?,
-            _ => self.decide_many(checks, now, out)?,
+        let verdict = self.decide_many(checks, now, out)?;
+        Ok(Decided::new(verdict, Some(now), "memory"))
+    }
+
+    /// The hot path: one bucket, one hash, one clock read, one
+    /// compare-and-swap loop under the shard's read lock.
+    #[inline(always)]
+    fn decide_one(
+        &self,
+        check: &BucketCheck<'_>,
+        out: &mut Decision,
+    ) -> Result<Decided, StorageError> {
+        let name = self.name(check);
+        let shard = &self.shards[Self::shard_index(name)];
+        let now = self.clock.now_us();
+        let verdict = {
+            let table = read(&shard.table);
+            match table.find(name) {
+                Some(entry) => decide_in_place(&entry.tat, check, now, out)?,
+                None => {
+                    drop(table);
+                    self.decide_new(check, name, shard, now, out)?
+                }
+            }
         };
         Ok(Decided::new(verdict, Some(now), "memory"))
     }
 
-    /// The hot path: one bucket, one compare-and-swap loop.
-    fn decide_one(
+    /// A bucket the table does not hold yet.
+    #[cold]
+    fn decide_new(
         &self,
         check: &BucketCheck<'_>,
+        name: u64,
+        shard: &Shard,
         now: u64,
         out: &mut Decision,
     ) -> Result<Verdict, StorageError> {
-        let name = self.name(check);
-        let shard = &self.shards[Self::shard_index(name)];
-        {
-            let table = read(&shard.table);
-            if let Some(entry) = table.find(name) {
-                return decide_in_place(&entry.tat, check, now, out);
-            }
-        }
         // A new bucket is a full one: decide before taking the write lock,
         // so that a refusal or a peek stores nothing.
         let verdict = decide_alone(check, None, now, out)?;
@@ -364,48 +471,72 @@ impl Inner {
         now: u64,
         out: &mut [Decision],
     ) -> Result<Verdict, StorageError> {
-        let names: SmallVec<[u128; 4]> =
-            checks.iter().map(|c| self.name(c)).collect();
-        let charges: SmallVec<[Charge; 4]> =
-            checks.iter().map(BucketCheck::charge).collect();
-        let mut order: SmallVec<[usize; 4]> = (0..checks.len()).collect();
+        // Filled by pushes: for a few items, cheaper than `collect`.
+        let count = checks.len();
+        let mut names: SmallVec<[u64; 4]> = SmallVec::with_capacity(count);
+        let mut charges: SmallVec<[Charge; 4]> = SmallVec::with_capacity(count);
+        let mut shards: SmallVec<[usize; 4]> = SmallVec::with_capacity(count);
+        let mut order: SmallVec<[usize; 4]> = SmallVec::with_capacity(count);
+        // A user's limits share the user's partition: hashed once.
+        let mut last: Option<(&str, u64)> = None;
+        for (i, check) in checks.iter().enumerate() {
+            let partition = check.partition();
+            let hash = match last {
+                Some((seen, hash)) if std::ptr::eq(seen, partition) => hash,
+                _ => self.hasher.hash(partition.as_bytes()),
+            };
+            last = Some((partition, hash));
+            let name = Self::tweak(hash, check);
+            names.push(name);
+            charges.push(check.charge());
+            shards.push(Self::shard_index(name));
+            order.push(i);
+        }
         order.sort_unstable_by_key(|&i| names[i]);
-        let mut shards: SmallVec<[usize; 4]> =
-            names.iter().map(|&n| Self::shard_index(n)).collect();
+        // Two checks of one bucket have one name (and two names that
+        // collide are one bucket here, and would lock one cell twice):
+        // compared as names, not as strings.
+        if order
+            .windows(2)
+            .any(|pair| names[pair[0]] == names[pair[1]])
+        {
+            return Err(StorageError::DuplicateBucket);
+        }
         shards.sort_unstable();
         shards.dedup();
         for _ in 0..ROOM_ATTEMPTS {
-            // Every bucket that may be charged gets an entry to lock (a
-            // placeholder for a new one: a full bucket). Making room for one
-            // never evicts another of the same decision.
-            for (check, &name) in checks.iter().zip(&names) {
-                if check.cost() > 0 {
-                    self.ensure_entry(name, now, &names)?;
-                }
-            }
             // One read lock per shard, in shard order: readers only, and
             // never the same lock twice.
-            let guards: SmallVec<[RwLockReadGuard<'_, Table>; 4]> = shards
-                .iter()
-                .map(|&s| read(&self.shards[s].table))
-                .collect();
-            let cells: SmallVec<[Option<&AtomicU64>; 4]> = names
-                .iter()
-                .map(|&name| {
-                    let shard = Self::shard_index(name);
-                    let guard = shards
-                        .binary_search(&shard)
-                        .ok()
-                        .and_then(|i| guards.get(i))?;
-                    guard.find(name).map(|entry| &entry.tat)
-                })
-                .collect();
-            // A placeholder swept between its insert and now: again.
-            let swept = checks
-                .iter()
-                .zip(&cells)
-                .any(|(check, cell)| check.cost() > 0 && cell.is_none());
-            if swept {
+            let mut guards: SmallVec<[RwLockReadGuard<'_, Table>; 4]> =
+                SmallVec::with_capacity(shards.len());
+            for &shard in &shards {
+                guards.push(read(&self.shards[shard].table));
+            }
+            let mut cells: SmallVec<[Option<&AtomicU64>; 4]> =
+                SmallVec::with_capacity(count);
+            let mut missing = false;
+            for (check, &name) in checks.iter().zip(&names) {
+                let cell = shards
+                    .binary_search(&Self::shard_index(name))
+                    .ok()
+                    .and_then(|i| guards.get(i))
+                    .and_then(|table| table.find(name))
+                    .map(|entry| &entry.tat);
+                missing |= check.cost() > 0 && cell.is_none();
+                cells.push(cell);
+            }
+            if missing {
+                // Every bucket that may be charged gets an entry to lock (a
+                // placeholder for a new one: a full bucket), without the
+                // read locks; then again. Making room for one never evicts
+                // another of the same decision.
+                drop(cells);
+                drop(guards);
+                for (check, &name) in checks.iter().zip(&names) {
+                    if check.cost() > 0 {
+                        self.ensure_entry(name, now, &names)?;
+                    }
+                }
                 continue;
             }
             let mut locked = LockedBuckets::new(&cells, &order);
@@ -422,9 +553,9 @@ impl Inner {
     /// without evicting any of `keep`.
     fn ensure_entry(
         &self,
-        name: u128,
+        name: u64,
         now: u64,
-        keep: &[u128],
+        keep: &[u64],
     ) -> Result<(), StorageError> {
         let shard = &self.shards[Self::shard_index(name)];
         if read(&shard.table).find(name).is_some() {
@@ -445,9 +576,9 @@ impl Inner {
     fn room_for<'a>(
         &'a self,
         shard: &'a Shard,
-        name: u128,
+        name: u64,
         now: u64,
-        keep: &[u128],
+        keep: &[u64],
     ) -> Result<RwLockWriteGuard<'a, Table>, StorageError> {
         for _ in 0..ROOM_ATTEMPTS {
             let mut table = write(&shard.table);
@@ -478,7 +609,7 @@ impl Inner {
         ))
     }
 
-    fn evict_anywhere(&self, now: u64, keep: &[u128]) {
+    fn evict_anywhere(&self, now: u64, keep: &[u64]) {
         for shard in &*self.shards {
             let evicted = write(&shard.table).evict_one(now, keep);
             if let Some(debt_us) = evicted {
@@ -589,12 +720,15 @@ fn decide_alone(
 
 /// One compare-and-swap loop: the decision is applied only if the TAT it
 /// was made from is still the stored one.
+#[inline(always)]
 fn decide_in_place(
     tat: &AtomicU64,
     check: &BucketCheck<'_>,
     now: u64,
     out: &mut Decision,
 ) -> Result<Verdict, StorageError> {
+    let quota = check.quota();
+    let cost = check.cost();
     let mut current = tat.load(Ordering::Acquire);
     loop {
         if current & LOCKED != 0 {
@@ -603,9 +737,12 @@ fn decide_in_place(
             current = tat.load(Ordering::Acquire);
             continue;
         }
-        let verdict = decide_alone(check, stored(current), now, out)?;
+        *out = match cost {
+            0 => quota.peek(stored(current), now),
+            cost => quota.check(stored(current), now, cost),
+        }?;
         let Some(store) = out.store else {
-            return Ok(verdict);
+            break;
         };
         match tat.compare_exchange_weak(
             current,
@@ -613,10 +750,11 @@ fn decide_in_place(
             Ordering::AcqRel,
             Ordering::Acquire,
         ) {
-            Ok(_) => return Ok(verdict),
+            Ok(_) => break,
             Err(actual) => current = actual,
         }
     }
+    Ok(Verdict::of([check.is_shadow()], std::slice::from_ref(out)))
 }
 
 fn settle_in_place(
@@ -669,7 +807,7 @@ impl<'a> LockedBuckets<'a> {
             }
         }
         LockedBuckets {
-            cells: cells.iter().copied().collect(),
+            cells: SmallVec::from_slice(cells),
             writes: SmallVec::from_elem(None, cells.len()),
             stored,
         }

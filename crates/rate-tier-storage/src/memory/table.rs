@@ -1,4 +1,4 @@
-//! One shard's table: entries of 32 bytes, a bucket name and its TAT, and
+//! One shard's table: entries of 16 bytes, a bucket name and its TAT, and
 //! the two ways they leave: swept once dead, or evicted when the store is
 //! full.
 
@@ -25,13 +25,13 @@ pub(super) struct Table {
 
 #[derive(Debug)]
 pub(super) struct Entry {
-    /// The bucket's name: a keyed 128-bit hash of (limit, partition).
-    pub(super) name: u128,
+    /// The bucket's name: a keyed 64-bit hash of (limit, partition).
+    pub(super) name: u64,
     pub(super) tat: AtomicU64,
 }
 
 impl Entry {
-    pub(super) fn new(name: u128, tat: u64) -> Self {
+    pub(super) fn new(name: u64, tat: u64) -> Self {
         Entry {
             name,
             tat: AtomicU64::new(tat),
@@ -53,9 +53,10 @@ impl Entry {
     }
 }
 
-/// The table's hash: the low half of the name (already uniform).
-pub(super) fn table_hash(name: u128) -> u64 {
-    name as u64
+/// The table's hash: the name itself (already uniform).
+#[inline]
+pub(super) fn table_hash(name: u64) -> u64 {
+    name
 }
 
 /// What a sweep did.
@@ -68,11 +69,11 @@ pub(super) struct Swept {
 }
 
 impl Table {
-    pub(super) fn find(&self, name: u128) -> Option<&Entry> {
+    pub(super) fn find(&self, name: u64) -> Option<&Entry> {
         self.entries.find(table_hash(name), |e| e.name == name)
     }
 
-    pub(super) fn insert(&mut self, name: u128, tat: u64) {
+    pub(super) fn insert(&mut self, name: u64, tat: u64) {
         self.entries.insert_unique(
             table_hash(name),
             Entry::new(name, tat),
@@ -105,7 +106,7 @@ impl Table {
     /// sample holds one), never one of `keep`: evicting it gives its user
     /// back the least. Returns how far ahead of `now` its TAT was, or `None`
     /// if the table holds nothing to evict.
-    pub(super) fn evict_one(&mut self, now: u64, keep: &[u128]) -> Option<u64> {
+    pub(super) fn evict_one(&mut self, now: u64, keep: &[u64]) -> Option<u64> {
         let (name, tat) = self
             .entries
             .iter()
