@@ -5,10 +5,13 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 /// Every limit of a decision with more than the plan's enforced limit; the
 /// plan's alone is described by the outcome's own fields (no allocation on
-/// the common path, and an outcome small enough to move in registers).
-pub(crate) type States = Option<Arc<[LimitState]>>;
+/// the common path). A thin pointer to one allocation: the outcome is moved
+/// a few times per check, and every word of it counts.
+pub(crate) type States = Option<Arc<SmallVec<[LimitState; 3]>>>;
 
 /// One limit's state after a decision: the plan's, or a limit of its own
 /// (an endpoint's, an address's).
@@ -87,7 +90,8 @@ pub struct RateLimitInfo {
     pub window: Duration,
     /// When this was decided, in µs on the limiter's clock.
     pub now_us: u64,
-    pub(crate) name: &'static str,
+    /// `None`: the plan's enforced limit alone, told by the fields above
+    /// (its name is the tier's).
     pub(crate) limits: States,
 }
 
@@ -108,7 +112,7 @@ impl RateLimitInfo {
     /// ```
     pub fn limits(&self) -> LimitStates<'_> {
         LimitStates::new(&self.limits, || LimitState {
-            name: self.name,
+            name: self.limit_name(),
             limit: self.limit,
             remaining: self.remaining,
             reset_after: self.reset_after,
@@ -125,7 +129,14 @@ impl RateLimitInfo {
 
     /// The name of the most constraining limit (the tier for the plan's).
     pub fn limit_name(&self) -> &'static str {
-        self.name
+        match (&self.limits, &self.tier) {
+            (Some(limits), _) => limits
+                .get(most_constraining(limits))
+                .map_or("", |state| state.name),
+            // A configured tier; a claimed one let through is no limit.
+            (None, Cow::Borrowed(tier)) => tier,
+            (None, Cow::Owned(_)) => "",
+        }
     }
 
     /// Unix time, in whole seconds rounded up, when the most constraining
@@ -163,10 +174,27 @@ impl RateLimitInfo {
             cost,
             window: Duration::ZERO,
             now_us,
-            name: "",
             limits: None,
         }
     }
+}
+
+/// The enforced limit with the least remaining (the first on a tie, so the
+/// plan's when they are equal).
+pub(crate) fn most_constraining(limits: &[LimitState]) -> usize {
+    let mut most = 0;
+    for (i, state) in limits.iter().enumerate() {
+        let best = limits.get(most);
+        let better = match best {
+            Some(best) if best.shadow && !state.shadow => true,
+            Some(best) => !state.shadow && state.remaining < best.remaining,
+            None => true,
+        };
+        if better {
+            most = i;
+        }
+    }
+    most
 }
 
 /// The limits of a decision, as [`RateLimitInfo::limits`] and
@@ -252,17 +280,21 @@ pub enum LimitReason {
 /// assert_eq!(limited.retry_after_secs(), 6); // rounded up
 /// # }
 /// ```
+///
+/// Kept small (times in µs, the name borrowed): it is moved a few times on
+/// its way out of a check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limited {
     pub(crate) tier: Cow<'static, str>,
-    /// The refusing limit's name (the tier for the plan's).
-    pub(crate) name: Cow<'static, str>,
+    /// The refusing limit's name; `None`: the tier's, a claimed one (an
+    /// unknown tier denied).
+    pub(crate) name: Option<&'static str>,
     pub(crate) limit: u32,
     pub(crate) reason: LimitReason,
-    pub(crate) retry_after: Duration,
-    pub(crate) reset_after: Duration,
+    pub(crate) retry_after_us: u64,
+    pub(crate) reset_after_us: u64,
     pub(crate) now_us: u64,
-    pub(crate) window: Duration,
+    pub(crate) window_us: u64,
     pub(crate) limits: States,
 }
 
@@ -281,13 +313,13 @@ impl Limited {
     /// (see [`Limited::can_retry`]). With several limits, the longest wait
     /// among those that refused.
     pub fn retry_after(&self) -> Duration {
-        self.retry_after
+        Duration::from_micros(self.retry_after_us)
     }
 
     /// [`Limited::retry_after`] in whole seconds, rounded up: a client that
     /// waits exactly this long is not refused again.
     pub fn retry_after_secs(&self) -> u64 {
-        ceil_secs(self.retry_after)
+        ceil_secs(self.retry_after())
     }
 
     /// The tier (plan) of the request.
@@ -298,12 +330,12 @@ impl Limited {
     /// The limit that refused: the tier's name for the plan's own limit,
     /// or a limit's name (`"search"`).
     pub fn limit_name(&self) -> &str {
-        &self.name
+        self.name.unwrap_or(&self.tier)
     }
 
     /// Whether the plan's own limit refused (not a limit of its own).
     pub fn is_plan_limit(&self) -> bool {
-        self.name == self.tier
+        self.limit_name() == self.tier
     }
 
     /// The refusing limit's burst (the `x-ratelimit-limit`).
@@ -313,12 +345,12 @@ impl Limited {
 
     /// Until the refusing limit's bucket is full again.
     pub fn reset_after(&self) -> Duration {
-        self.reset_after
+        Duration::from_micros(self.reset_after_us)
     }
 
     /// How long a full burst of the refusing limit takes to come back.
     pub fn window(&self) -> Duration {
-        self.window
+        Duration::from_micros(self.window_us)
     }
 
     /// Every limit of the decision, the plan's first (none when the
@@ -328,14 +360,11 @@ impl Limited {
             return LimitStates::none();
         }
         LimitStates::new(&self.limits, || LimitState {
-            name: match &self.name {
-                Cow::Borrowed(name) => name,
-                Cow::Owned(_) => "",
-            },
+            name: self.name.unwrap_or(""),
             limit: self.limit,
             remaining: 0,
-            reset_after: self.reset_after,
-            window: self.window,
+            reset_after: self.reset_after(),
+            window: self.window(),
             shadow: false,
             shadow_limited: false,
         })
@@ -344,7 +373,7 @@ impl Limited {
     /// Unix time, in whole seconds rounded up, when the refusing bucket is
     /// full again.
     pub fn reset_unix_secs(&self) -> u64 {
-        unix_secs_after(self.now_us, self.reset_after)
+        unix_secs_after_us(self.now_us, self.reset_after_us)
     }
 }
 
@@ -367,5 +396,10 @@ pub fn ceil_secs(duration: Duration) -> u64 {
 /// The Unix second, rounded up, `after` past `now_us`.
 pub(crate) fn unix_secs_after(now_us: u64, after: Duration) -> u64 {
     let after_us = u64::try_from(after.as_micros()).unwrap_or(u64::MAX);
+    unix_secs_after_us(now_us, after_us)
+}
+
+/// The Unix second, rounded up, `after_us` past `now_us`.
+fn unix_secs_after_us(now_us: u64, after_us: u64) -> u64 {
     now_us.saturating_add(after_us).div_ceil(1_000_000)
 }

@@ -18,7 +18,7 @@ use tower_service::Service;
 use super::judge::Judgement;
 use super::layer::Config;
 use super::refusal::Refusal;
-use super::response;
+use super::response::{self, HeaderStyle};
 use super::settle::SettlePlan;
 use crate::outcome::RateLimitInfo;
 
@@ -29,7 +29,19 @@ pub(super) type BoxFuture<T> =
 /// to add, and a settlement to make.
 pub(super) struct After {
     pub(super) info: Option<RateLimitInfo>,
-    pub(super) settle: Option<SettlePlan>,
+    /// Boxed: rare, and the future that carries it is moved (boxed) on
+    /// every request.
+    pub(super) settle: Option<Box<SettlePlan>>,
+}
+
+/// What a decision that needs I/O keeps for when it is made: boxed, so
+/// that the common states keep the future small (it is moved on every
+/// request, and boxed by routers).
+struct Waiting<S, ReqBody> {
+    config: Arc<Config>,
+    inner: S,
+    parts: Option<Parts>,
+    body: ReqBody,
 }
 
 pin_project! {
@@ -41,7 +53,7 @@ pin_project! {
     {
         #[pin]
         state: State<S, S::Future, ReqBody, B>,
-        config: Arc<Config>,
+        headers: HeaderStyle,
         refusal: PhantomData<fn() -> R>,
     }
 }
@@ -52,9 +64,7 @@ pin_project! {
         /// The decision needs I/O (an async identifier, a remote store).
         Deciding {
             decision: BoxFuture<(Judgement, Option<Parts>)>,
-            inner: Option<S>,
-            parts: Option<Parts>,
-            body: Option<ReqBody>,
+            waiting: Option<Box<Waiting<S, ReqBody>>>,
         },
         /// Passed: the inner service answers.
         Calling {
@@ -88,20 +98,24 @@ where
         parts: Option<Parts>,
         body: ReqBody,
     ) -> Self {
+        let headers = config.headers;
         ResponseFuture {
             state: State::Deciding {
                 decision,
-                inner: Some(inner),
-                parts,
-                body: Some(body),
+                waiting: Some(Box::new(Waiting {
+                    config,
+                    inner,
+                    parts,
+                    body,
+                })),
             },
-            config,
+            headers,
             refusal: PhantomData,
         }
     }
 
     pub(super) fn calling(
-        config: Arc<Config>,
+        headers: HeaderStyle,
         future: S::Future,
         after: After,
     ) -> Self {
@@ -110,17 +124,20 @@ where
                 future,
                 after: Some(after),
             },
-            config,
+            headers,
             refusal: PhantomData,
         }
     }
 
-    pub(super) fn answered(config: Arc<Config>, response: Response<B>) -> Self {
+    pub(super) fn answered(
+        headers: HeaderStyle,
+        response: Response<B>,
+    ) -> Self {
         ResponseFuture {
             state: State::Answered {
                 response: Some(response),
             },
-            config,
+            headers,
             refusal: PhantomData,
         }
     }
@@ -137,31 +154,30 @@ where
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Deciding {
-                    decision,
-                    inner,
-                    parts,
-                    body,
-                } => {
+                StateProj::Deciding { decision, waiting } => {
                     let (judgement, moved) = ready!(decision.as_mut().poll(cx));
-                    let (Some(parts), Some(body), Some(mut inner)) = (
-                        moved.or_else(|| parts.take()),
-                        body.take(),
-                        inner.take(),
-                    ) else {
+                    let Some(waiting) = waiting.take() else {
                         panic!("`ResponseFuture` polled after completion");
                     };
-                    let next =
-                        match judgement.respond::<R, _>(this.config, parts) {
-                            Ok((parts, after)) => State::Calling {
-                                future: inner
-                                    .call(Request::from_parts(parts, body)),
-                                after: Some(after),
-                            },
-                            Err(response) => State::Answered {
-                                response: Some(response),
-                            },
-                        };
+                    let Waiting {
+                        config,
+                        mut inner,
+                        parts,
+                        body,
+                    } = *waiting;
+                    let Some(parts) = moved.or(parts) else {
+                        panic!("`ResponseFuture` polled after completion");
+                    };
+                    let next = match judgement.respond::<R, _>(&config, parts) {
+                        Ok((parts, after)) => State::Calling {
+                            future: inner
+                                .call(Request::from_parts(parts, body)),
+                            after: Some(after),
+                        },
+                        Err(response) => State::Answered {
+                            response: Some(response),
+                        },
+                    };
                     this.state.set(next);
                 }
                 StateProj::Calling { future, after } => {
@@ -175,7 +191,7 @@ where
                         response::insert_info_headers(
                             response.headers_mut(),
                             info,
-                            this.config.headers,
+                            *this.headers,
                         );
                     }
                     let Some(settle) = after.settle else {

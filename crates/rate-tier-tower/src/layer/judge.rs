@@ -27,6 +27,7 @@ use crate::identity::TierIdentity;
 use crate::limit::{LimitCost, Scope};
 use crate::limiter::decide::{Ask, Emit, Extra, Prepared, Ruling, report};
 use crate::observe::Checked;
+use crate::outcome::{Limited, RateLimitInfo};
 use crate::policy::OnIdentityError;
 
 /// A request's decision, and what it leaves for after the response.
@@ -35,12 +36,23 @@ pub(crate) struct Judgement {
     settle: Option<SettlePlan>,
 }
 
+/// What `call` decided from the headers alone (see [`Config::judge_quick`]).
+pub(super) enum Quick {
+    /// Passed: the request goes on with this in its extensions.
+    Passed(RateLimitInfo),
+    /// Refused by the plan's limit.
+    Refused(Limited),
+    /// The store failed: its policy's ruling.
+    Ruled(Judgement),
+}
+
 /// What `call` could do at once.
 pub(super) enum Now {
     /// Decided.
     Judged(Judgement),
     /// The store needs I/O: the rest runs in a future that owns this.
-    Remote(Prepared<'static>, Pending),
+    /// (Boxed: the common variants stay small.)
+    Remote(Box<Prepared<'static>>, Pending),
     /// The identifier is async: everything runs in a future.
     Identify,
 }
@@ -54,6 +66,62 @@ pub(super) struct Pending {
 }
 
 impl Config {
+    /// The common case, decided from the headers alone, without taking the
+    /// request apart: an identity from the headers, the plan's limit alone
+    /// at the route's cost or 1, no observer to time it for. `None`:
+    /// anything else (no identity, an unknown tier, a cost function, limits
+    /// of the layer's own, a store that needs I/O), which [`judge_now`]
+    /// decides and reports.
+    ///
+    /// [`judge_now`]: Config::judge_now
+    pub(super) fn judge_quick(
+        &self,
+        headers: &http::HeaderMap,
+        route_cost: Option<RouteCost>,
+    ) -> Option<Quick> {
+        let Identifier::Headers(identify) = &self.identifier else {
+            return None;
+        };
+        let plain =
+            self.limits.is_empty() && self.peek.is_none() && !self.shadow;
+        let cost = match (route_cost, &self.cost) {
+            (Some(RouteCost(cost)), _) => cost,
+            (None, None) => 1,
+            (None, Some(_)) => return None,
+        };
+        if !plain || cost == 0 || self.timed() {
+            return None;
+        }
+        let identity = identify(headers)?;
+        if identity.user().is_empty() {
+            return None;
+        }
+        let emit = |event: LimitEvent| self.emit(event);
+        let emit: Emit<'_> = self.listening().then_some(&emit);
+        let mut failed = None;
+        let decided = self.tiers.decide_plan_now(
+            identity.user(),
+            identity.tier(),
+            cost,
+            emit,
+            &mut failed,
+        );
+        match (decided, failed) {
+            (Some(decided), _) => Some(match decided.outcome() {
+                Ok(info) => Quick::Passed(info),
+                Err(limited) => Quick::Refused(limited),
+            }),
+            (None, Some(failed)) => {
+                let (ruling, _) = self.tiers.failed_ruling(failed, emit);
+                Some(Quick::Ruled(Judgement {
+                    ruling,
+                    settle: None,
+                }))
+            }
+            (None, None) => None,
+        }
+    }
+
     pub(super) fn emit(&self, event: LimitEvent) {
         #[cfg(feature = "tracing")]
         trace_event(&event);
@@ -120,12 +188,27 @@ impl Config {
         if let (Some((user, tier)), [], false) =
             (ask.identity, ask.extra.as_slice(), ask.shadow)
             && ask.cost > 0
-            && let Some((ruling, by)) =
-                self.tiers.decide_plan_now(user, tier, ask.cost, emit)
         {
-            return Now::Judged(
-                self.judged(ruling, by, ask.cost, settle, started),
+            let mut failed = None;
+            let decided = self.tiers.decide_plan_now(
+                user,
+                tier,
+                ask.cost,
+                emit,
+                &mut failed,
             );
+            let judged = match (decided, failed) {
+                (Some(decided), _) => Some((decided.into_ruling(), decided.by)),
+                (None, Some(failed)) => {
+                    Some(self.tiers.failed_ruling(failed, emit))
+                }
+                (None, None) => None,
+            };
+            if let Some((ruling, by)) = judged {
+                return Now::Judged(
+                    self.judged(ruling, by, ask.cost, settle, started),
+                );
+            }
         }
         let prepared = match self.tiers.prepare(&ask, emit) {
             Ok(prepared) => prepared,
@@ -146,7 +229,7 @@ impl Config {
                     #[cfg(feature = "tracing")]
                     span: span.clone(),
                 };
-                Now::Remote(prepared.into_owned(), pending)
+                Now::Remote(Box::new(prepared.into_owned()), pending)
             }
         }
     }
@@ -154,7 +237,7 @@ impl Config {
     /// The decision of [`Now::Remote`], through the store's I/O.
     pub(super) fn remote(
         self: Arc<Self>,
-        prepared: Prepared<'static>,
+        prepared: Box<Prepared<'static>>,
         pending: Pending,
     ) -> BoxFuture<(Judgement, Option<Parts>)> {
         let Pending {
@@ -372,8 +455,9 @@ impl Judgement {
         let refused = match &self.ruling {
             Ruling::Allowed(info) => {
                 parts.extensions.insert(info.clone());
-                let settle =
-                    self.settle.map(|plan| plan.with_config(config.clone()));
+                let settle = self
+                    .settle
+                    .map(|plan| Box::new(plan.with_config(config.clone())));
                 let Ruling::Allowed(info) = self.ruling else {
                     unreachable!("matched just above")
                 };

@@ -262,7 +262,7 @@ impl<R> TierLimitLayer<R> {
         self.map(|c| c.observer = Some(observer))
     }
 
-    /// Which rate-limit headers responses carry (default: the post's
+    /// Which rate-limit headers responses carry (default: 0.3's
     /// `x-ratelimit-*`). See [`HeaderStyle`] for the IETF fields.
     pub fn headers(self, style: HeaderStyle) -> Self {
         self.map(|c| c.headers = style)

@@ -1,7 +1,10 @@
 //! The responses the middleware writes, and its headers.
 
-use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use std::cell::RefCell;
 use std::sync::LazyLock;
+
+use bytes::BytesMut;
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
 
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
@@ -27,7 +30,7 @@ pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
 /// Which rate-limit headers the layer writes.
 ///
-/// - `XRateLimit` (the default, the post's): `x-ratelimit-limit`,
+/// - `XRateLimit` (the default, 0.3's): `x-ratelimit-limit`,
 ///   `x-ratelimit-remaining`, `x-ratelimit-reset` (Unix seconds).
 /// - `Ietf`: the fields of draft-ietf-httpapi-ratelimit-headers-10, one
 ///   policy per limit of the decision, named after the tier (and each limit
@@ -64,6 +67,37 @@ impl HeaderStyle {
     }
 }
 
+/// The headers whose last value each thread keeps, for [`number_of`]: a
+/// tier's limit and the current second's reset repeat from one response to
+/// the next.
+#[derive(Clone, Copy)]
+enum Kept {
+    Limit = 0,
+    Reset = 1,
+}
+
+/// `n` as a header value, the last one of its kind on this thread reused
+/// when it is the same number: a shared clone, no digits to write.
+fn number_of(kind: Kept, n: u64) -> HeaderValue {
+    thread_local! {
+        static LAST: RefCell<[Option<(u64, HeaderValue)>; 2]> =
+            const { RefCell::new([None, None]) };
+    }
+    let kept = LAST.try_with(|last| {
+        let mut last = last.try_borrow_mut().ok()?;
+        let slot = last.get_mut(kind as usize)?;
+        match slot {
+            Some((kept, value)) if *kept == n => Some(value.clone()),
+            _ => {
+                let value = number(n);
+                *slot = Some((n, value.clone()));
+                Some(value)
+            }
+        }
+    });
+    kept.ok().flatten().unwrap_or_else(|| number(n))
+}
+
 /// A header value for `n`. Small numbers (limits, remaining counts, waits)
 /// come from a table made once, so that most responses allocate nothing
 /// for them.
@@ -88,7 +122,42 @@ fn number(n: u64) -> HeaderValue {
         .ok()
         .and_then(|i| TABLE.get(i))
         .cloned()
-        .unwrap_or_else(|| HeaderValue::from(n))
+        .unwrap_or_else(|| cut_number(n))
+}
+
+thread_local! {
+    /// This thread's digits of recent header values, each value a slice of
+    /// it: one allocation per few hundred values rather than one each
+    /// (every response carries two or three numbers). A block lives as
+    /// long as a value cut from it.
+    static DIGITS: RefCell<BytesMut> = RefCell::new(BytesMut::new());
+}
+
+/// `n` as a header value cut from this thread's block of digits.
+fn cut_number(n: u64) -> HeaderValue {
+    const BLOCK: usize = 4096;
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    let mut rest = n;
+    loop {
+        start -= 1;
+        // `rest % 10` is a digit: the cast keeps it whole.
+        digits[start] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    let digits = &digits[start..];
+    let cut = DIGITS.try_with(|block| {
+        let mut block = block.try_borrow_mut().ok()?;
+        if block.capacity() < digits.len() {
+            *block = BytesMut::with_capacity(BLOCK);
+        }
+        block.extend_from_slice(digits);
+        HeaderValue::from_maybe_shared(block.split().freeze()).ok()
+    });
+    cut.ok().flatten().unwrap_or_else(|| HeaderValue::from(n))
 }
 
 /// The IETF fields for `limits`: one policy per limit, in order. Names are
@@ -140,12 +209,11 @@ pub(crate) fn insert_info_headers(
     style: HeaderStyle,
 ) {
     if style.x() {
-        headers.insert(X_RATELIMIT_LIMIT, number(u64::from(info.limit)));
+        let limit = number_of(Kept::Limit, u64::from(info.limit));
+        let reset = number_of(Kept::Reset, info.reset_unix_secs());
+        headers.insert(X_RATELIMIT_LIMIT, limit);
         headers.insert(X_RATELIMIT_REMAINING, number(info.remaining));
-        headers.insert(
-            X_RATELIMIT_RESET,
-            HeaderValue::from(info.reset_unix_secs()),
-        );
+        headers.insert(X_RATELIMIT_RESET, reset);
     }
     if style.ietf() {
         insert_ietf(headers, info.limits(), None);
@@ -247,7 +315,7 @@ pub fn limited_response_with<B: From<String>>(
                 headers.insert(X_RATELIMIT_REMAINING, number(0));
                 headers.insert(
                     X_RATELIMIT_RESET,
-                    HeaderValue::from(limited.reset_unix_secs()),
+                    number(limited.reset_unix_secs()),
                 );
             }
             if style.ietf() {
@@ -296,6 +364,13 @@ mod tests {
     fn numbers_from_the_table_and_beyond_it_read_the_same() {
         for n in [0, 1, 9, 10, 99, 100, 999, 1000, 1023, 1024, 1_790_947_155] {
             assert_eq!(number(n).to_str().unwrap(), n.to_string());
+        }
+        // Enough to fill several blocks of digits.
+        let values: Vec<_> =
+            (0..3000u64).map(|i| i * 1_000_003 + 1024).collect();
+        let headers: Vec<_> = values.iter().map(|&n| number(n)).collect();
+        for (n, header) in values.iter().zip(&headers) {
+            assert_eq!(header.to_str().unwrap(), n.to_string());
         }
         assert_eq!(number(u64::MAX).to_str().unwrap(), u64::MAX.to_string());
     }

@@ -7,10 +7,10 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use super::cost::RouteCost;
-use super::future::ResponseFuture;
-use super::judge::Now;
+use super::future::{After, ResponseFuture};
+use super::judge::{Now, Quick};
 use super::layer::Config;
-use super::refusal::{HttpRefusal, Refusal};
+use super::refusal::{HttpRefusal, Refusal, Refused};
 
 /// The service made by [`TierLimitLayer`](super::TierLimitLayer): one
 /// service for every protocol, `R` saying how a refusal is answered.
@@ -86,11 +86,43 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let (mut parts, body) = request.into_parts();
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
         // A route's cost is this limiter's alone: a limiter nested inside
         // must not charge it again.
-        let route_cost = parts.extensions.remove::<RouteCost>();
+        let route_cost = request.extensions_mut().remove::<RouteCost>();
+        // The common case: decided from the headers, the request passed on
+        // whole (not taken apart and put back together).
+        let style = self.config.headers;
+        if let Some(quick) =
+            self.config.judge_quick(request.headers(), route_cost)
+        {
+            let judgement = match quick {
+                Quick::Passed(info) => {
+                    request.extensions_mut().insert(info.clone());
+                    let future = self.inner.call(request);
+                    let after = After {
+                        info: Some(info),
+                        settle: None,
+                    };
+                    return ResponseFuture::calling(style, future, after);
+                }
+                Quick::Refused(limited) => {
+                    let response = R::refuse(Refused::Limited(&limited), style);
+                    return ResponseFuture::answered(style, response);
+                }
+                Quick::Ruled(judgement) => judgement,
+            };
+            let (parts, body) = request.into_parts();
+            return match judgement.respond::<R, ResBody>(&self.config, parts) {
+                Ok((parts, after)) => {
+                    let future =
+                        self.inner.call(Request::from_parts(parts, body));
+                    ResponseFuture::calling(style, future, after)
+                }
+                Err(refusal) => ResponseFuture::answered(style, refusal),
+            };
+        }
+        let (parts, body) = request.into_parts();
         let config = self.config.clone();
         let (decision, parts) = match config.judge_now(&parts, route_cost) {
             Now::Judged(judgement) => {
@@ -98,9 +130,9 @@ where
                     Ok((parts, after)) => {
                         let future =
                             self.inner.call(Request::from_parts(parts, body));
-                        ResponseFuture::calling(config, future, after)
+                        ResponseFuture::calling(style, future, after)
                     }
-                    Err(refusal) => ResponseFuture::answered(config, refusal),
+                    Err(refusal) => ResponseFuture::answered(style, refusal),
                 };
             }
             Now::Remote(prepared, pending) => {

@@ -192,13 +192,20 @@ impl RateTierBuilder {
     pub fn try_build(self) -> Result<RateTier, ConfigError> {
         let plans = self.plans.build()?;
         let key_secret = self.key_secret.map(KeySecret::new).transpose()?;
-        let clock = self.clock.unwrap_or_else(|| Arc::new(MonotonicClock));
-        let storage = match self.storage {
-            Some(storage) => storage,
-            None => Arc::new(
+        let memory = match (&self.storage, &self.clock) {
+            (Some(_), _) => None,
+            (None, Some(clock)) => Some(
                 MemoryStorage::builder().shared_clock(clock.clone()).build(),
             ),
+            // The store's own default clock: read without a virtual call.
+            (None, None) => Some(MemoryStorage::new()),
         };
+        let storage = match (self.storage, &memory) {
+            (Some(storage), _) => storage,
+            (None, Some(memory)) => Arc::new(memory.clone()),
+            (None, None) => unreachable!("a memory store is made without one"),
+        };
+        let clock = self.clock.unwrap_or_else(|| Arc::new(MonotonicClock));
         let listeners = Listeners::default();
         for listener in self.listeners {
             listeners.subscribe(listener).forever();
@@ -215,6 +222,7 @@ impl RateTierBuilder {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             generation: AtomicU64::new(0),
             storage,
+            memory,
             clock,
             key_secret,
             listeners,

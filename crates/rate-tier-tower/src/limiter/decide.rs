@@ -22,7 +22,9 @@ use crate::event::LimitEvent;
 use crate::identity::UserId;
 use crate::limit::Limit;
 use crate::observe::Outcome;
-use crate::outcome::{LimitReason, LimitState, Limited, RateLimitInfo, States};
+use crate::outcome::{
+    LimitReason, LimitState, Limited, RateLimitInfo, States, most_constraining,
+};
 use crate::plans::{Plans, StaticName, Tier};
 use crate::policy::{OnMissing, OnStorageError, OnUnknownTier};
 use std::sync::Arc;
@@ -166,7 +168,8 @@ pub(crate) struct Prepared<'a> {
     tier: &'static str,
     user: Cow<'a, str>,
     cost: u32,
-    buckets: SmallVec<[Bucket<'a>; 2]>,
+    /// Room for the plan and three limits of its own without spilling.
+    buckets: SmallVec<[Bucket<'a>; 4]>,
     /// Shadow limits whose cost is above their burst: never checked, always
     /// reported as would-be refusals.
     never: Vec<Bucket<'a>>,
@@ -180,7 +183,82 @@ impl Prepared<'_> {
     }
 }
 
+/// The plan's limit alone, decided: what both outcomes are made of.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PlanDecision {
+    tier: &'static str,
+    cost: u32,
+    /// The burst applied.
+    limit: u32,
+    window_us: u64,
+    remaining: u64,
+    reset_after_us: u64,
+    /// `None`: allowed.
+    retry_after_us: Option<u64>,
+    now_us: u64,
+    /// The store that decided.
+    pub(crate) by: &'static str,
+}
+
+impl PlanDecision {
+    /// Passed: the limits' state; refused: the refusal.
+    #[inline]
+    pub(crate) fn outcome(&self) -> Result<RateLimitInfo, Limited> {
+        match self.retry_after_us {
+            None => Ok(RateLimitInfo {
+                tier: Cow::Borrowed(self.tier),
+                limit: self.limit,
+                remaining: self.remaining,
+                reset_after: Duration::from_micros(self.reset_after_us),
+                cost: self.cost,
+                window: Duration::from_micros(self.window_us),
+                now_us: self.now_us,
+                limits: None,
+            }),
+            Some(retry_after_us) => Err(Limited {
+                tier: Cow::Borrowed(self.tier),
+                name: Some(self.tier),
+                limit: self.limit,
+                window_us: self.window_us,
+                reason: LimitReason::RateLimited,
+                retry_after_us,
+                reset_after_us: self.reset_after_us,
+                now_us: self.now_us,
+                limits: None,
+            }),
+        }
+    }
+
+    pub(crate) fn into_ruling(self) -> Ruling {
+        match self.outcome() {
+            Ok(info) => Ruling::Allowed(info),
+            Err(limited) => Ruling::Limited(limited),
+        }
+    }
+}
+
+/// What a decision came to, as [`RateTier::decide`] answers it when it is
+/// made (the inner result of its future).
+pub(crate) type Answer = Result<RateLimitInfo, Limited>;
+
+/// A store that failed to decide, and the policy that answers for it.
+#[derive(Debug)]
+pub(crate) struct Failed {
+    error: StorageError,
+    policy: OnStorageError,
+}
+
 impl RateTier {
+    /// The ruling on a store's failure, and the store that failed.
+    pub(crate) fn failed_ruling(
+        &self,
+        failed: Failed,
+        emit: Emit<'_>,
+    ) -> (Ruling, &'static str) {
+        let Failed { error, policy } = failed;
+        (self.failed(policy, error, emit), self.inner.storage.kind())
+    }
+
     /// Applies the identity and tier policies and builds the buckets.
     pub(crate) fn prepare<'a>(
         &self,
@@ -265,7 +343,7 @@ impl RateTier {
         bucket: Bucket<'a>,
         user: &str,
         tier: &'static str,
-        buckets: &mut SmallVec<[Bucket<'a>; 2]>,
+        buckets: &mut SmallVec<[Bucket<'a>; 4]>,
         never: &mut Vec<Bucket<'a>>,
         emit: Emit<'_>,
     ) -> Result<(), Ruling> {
@@ -294,12 +372,12 @@ impl RateTier {
         });
         Err(Ruling::Limited(Limited {
             tier: Cow::Borrowed(tier),
-            name: Cow::Borrowed(bucket.label()),
+            name: Some(bucket.label()),
             limit: burst,
-            window: Duration::from_micros(bucket.quota.burst_offset_us()),
+            window_us: bucket.quota.burst_offset_us(),
             reason: LimitReason::CostExceedsBurst { cost },
-            retry_after: Duration::ZERO,
-            reset_after: Duration::ZERO,
+            retry_after_us: 0,
+            reset_after_us: 0,
             now_us: self.inner.clock.now_us(),
             limits: None,
         }))
@@ -329,12 +407,12 @@ impl RateTier {
             // Deny, or UseDefault without a default (refused at build time).
             _ => Err(Ruling::Limited(Limited {
                 tier: Cow::Owned(claimed.to_owned()),
-                name: Cow::Owned(claimed.to_owned()),
+                name: None,
                 limit: 0,
-                window: Duration::ZERO,
+                window_us: 0,
                 reason: LimitReason::UnknownTier,
-                retry_after: Duration::ZERO,
-                reset_after: Duration::ZERO,
+                retry_after_us: 0,
+                reset_after_us: 0,
                 now_us: self.inner.clock.now_us(),
                 limits: None,
             })),
@@ -422,44 +500,164 @@ impl RateTier {
     /// The common case on its own path: the plan's limit alone, on a store
     /// that decides in process. `None` when anything else is involved (an
     /// unknown tier, a cost above the burst, a store that needs I/O): the
-    /// general path then decides, and reports. It builds no vector and
-    /// takes the plans' snapshot once.
+    /// general path then decides, and reports; or when the store failed,
+    /// which `failed` then holds. It builds no vector, takes the plans'
+    /// snapshot and looks the tier up once, and hands back a small plain
+    /// decision that each caller turns into its own outcome (no enum of
+    /// outcomes on the way: it stays in registers).
+    #[inline(always)]
     pub(crate) fn decide_plan_now(
         &self,
         user: &str,
         claimed: &str,
         cost: u32,
         emit: Emit<'_>,
-    ) -> Option<(Ruling, &'static str)> {
-        self.inner.with_plans(|plans| {
-            let tier = plans.find(claimed)?;
-            let check = [BucketCheck::new(tier.key, user, tier.quota, cost)
-                .ok()
-                .filter(|_| cost > 0)?
-                .key_secret(self.inner.key_secret.as_ref())];
-            let mut out = [Decision::default()];
-            let decided =
-                match self.inner.storage.check_local(&check, &mut out)? {
-                    Ok(decided) => decided,
-                    Err(error) => {
-                        let ruling =
-                            self.failed(plans.on_storage_error, error, emit);
-                        return Some((ruling, self.inner.storage.kind()));
-                    }
-                };
-            let [decision] = out;
-            let plan = [state(
-                tier.key,
-                decided.applied(tier.quota),
-                &decision,
-                false,
-            )];
-            let now_us =
-                decided.now_us.unwrap_or_else(|| self.inner.clock.now_us());
-            let ruling =
-                self.rule(tier.name, user, cost, &decided, &plan, now_us, emit);
-            Some((ruling, decided.by))
+        failed: &mut Option<Failed>,
+    ) -> Option<PlanDecision> {
+        let inner = &*self.inner;
+        // What the decision needs of the plans, copied out of the snapshot
+        // (names are interned): a few words, not a decision, cross it.
+        let (name, key, quota, policy) = inner.with_plans(|plans| {
+            plans
+                .tiers
+                .iter()
+                .find(|t| same_name(t.name, claimed))
+                .map(|t| (t.name, t.key, t.quota, plans.on_storage_error))
+        })?;
+        if cost == 0 || cost > quota.burst() {
+            return None;
+        }
+        let check = BucketCheck::new(key, user, quota, cost)
+            .ok()?
+            .key_secret(inner.key_secret.as_ref());
+        let decided = match &inner.memory {
+            // The default store's hot path: plain values, nothing to
+            // unpack (one enforced bucket: refused iff it refused).
+            Some(memory) => memory.check_one(&check).map(|(decision, now)| {
+                let refused = !decision.allowed;
+                let retry = refused.then_some(decision.retry_after_us);
+                (decision, quota, now, retry, "memory")
+            }),
+            None => {
+                let mut out = [Decision::default()];
+                let checks = std::slice::from_ref(&check);
+                inner.storage.check_local(checks, &mut out)?.map(|decided| {
+                    let [decision] = out;
+                    // A fallback's local share, during an outage.
+                    let applied = match decided.share {
+                        0 | 1 => quota,
+                        _ => decided.applied(quota),
+                    };
+                    let now =
+                        decided.now_us.unwrap_or_else(|| inner.clock.now_us());
+                    let retry = decided
+                        .verdict
+                        .refused_by
+                        .map(|_| decided.verdict.retry_after_us);
+                    (decision, applied, now, retry, decided.by)
+                })
+            }
+        };
+        let (decision, applied, now_us, retry_after_us, by) = match decided {
+            Ok(decided) => decided,
+            Err(error) => {
+                *failed = Some(Failed { error, policy });
+                return None;
+            }
+        };
+        if let Some(retry_after_us) = retry_after_us {
+            report(emit, || LimitEvent::Limited {
+                user_id: UserId::from(user),
+                tier: name,
+                limit: name,
+                cost,
+                retry_after: Duration::from_micros(retry_after_us),
+            });
+        }
+        Some(PlanDecision {
+            tier: name,
+            cost,
+            limit: applied.burst(),
+            window_us: applied.burst_offset_us(),
+            remaining: decision.remaining,
+            reset_after_us: decision.reset_after_us,
+            retry_after_us,
+            now_us,
+            by,
         })
+    }
+
+    /// [`RateTier::decide`]'s common case on a path of its own: nobody to
+    /// tell (no observer, no listener), a configured tier, every cost within
+    /// its burst, a store that decides in process. The buckets go straight
+    /// to the store and the limits' states straight into the outcome, with
+    /// the plans read once: no [`Ask`] and no [`Prepared`] to build. `None`:
+    /// anything else, which the general path decides and reports (a store
+    /// that failed is asked again there, and nothing was charged).
+    pub(crate) fn decide_quiet(
+        &self,
+        user: &str,
+        claimed: &str,
+        cost: u32,
+        shadow: bool,
+        limits: &[(&Limit, Option<&str>, u32)],
+    ) -> Option<Answer> {
+        let inner = &*self.inner;
+        if self.observed() || self.listening() {
+            return None;
+        }
+        let (tier, key, quota) = inner.with_plans(|plans| {
+            plans
+                .tiers
+                .iter()
+                .find(|t| same_name(t.name, claimed))
+                .map(|t| (t.name, t.key, t.quota))
+        })?;
+        // (name, quota, shadow) of each bucket, beside its check.
+        let mut buckets: SmallVec<[(&'static LimitName, Quota, bool); 4]> =
+            SmallVec::new();
+        let mut checks: SmallVec<[BucketCheck<'_>; 4]> = SmallVec::new();
+        let secret = inner.key_secret.as_ref();
+        buckets.push((key, quota, shadow));
+        checks.push(
+            BucketCheck::new(key, user, quota, cost)
+                .ok()?
+                .shadow(shadow)
+                .key_secret(secret),
+        );
+        for &(limit, partition, cost) in limits {
+            let quota = limit.quota_for(tier);
+            let shadow = shadow || limit.shadow;
+            buckets.push((limit.key, quota, shadow));
+            checks.push(
+                BucketCheck::new(
+                    limit.key,
+                    partition.unwrap_or(user),
+                    quota,
+                    cost,
+                )
+                .ok()?
+                .shadow(shadow)
+                .key_secret(secret),
+            );
+        }
+        let mut out: SmallVec<[Decision; 4]> =
+            SmallVec::from_elem(Decision::default(), checks.len());
+        let decided = match &inner.memory {
+            Some(memory) => memory.check_sync(&checks, &mut out),
+            None => inner.storage.check_local(&checks, &mut out)?,
+        }
+        .ok()?;
+        let now_us = decided.now_us.unwrap_or_else(|| inner.clock.now_us());
+        let mut states: SmallVec<[LimitState; 4]> = SmallVec::new();
+        for (&(key, quota, shadow), decision) in buckets.iter().zip(&out) {
+            states.push(state(key, decided.applied(quota), decision, shadow));
+        }
+        match self.rule(tier, user, cost, &decided, &states, now_us, None) {
+            Ruling::Allowed(info) => Some(Ok(info)),
+            Ruling::Limited(limited) => Some(Err(limited)),
+            _ => None,
+        }
     }
 
     /// The store's answer, as a ruling; and the store that decided.
@@ -531,7 +729,7 @@ impl RateTier {
         // The plan's enforced limit alone is told by the outcome's fields.
         let limits: States = match states {
             [plan] if !plan.shadow => None,
-            _ => Some(Arc::from(states)),
+            _ => Some(Arc::new(SmallVec::from_slice(states))),
         };
         match decided.verdict.refused_by {
             None => {
@@ -547,7 +745,6 @@ impl RateTier {
                     cost,
                     window: most.map_or(Duration::ZERO, |s| s.window),
                     now_us,
-                    name: most.map_or(tier, |s| s.name),
                     limits,
                 })
             }
@@ -565,13 +762,13 @@ impl RateTier {
                 });
                 Ruling::Limited(Limited {
                     tier: Cow::Borrowed(tier),
-                    name: Cow::Borrowed(name),
+                    name: Some(name),
                     limit: refusing.map_or(0, |s| s.limit),
-                    window: refusing.map_or(Duration::ZERO, |s| s.window),
+                    window_us: refusing.map_or(0, |s| micros(s.window)),
                     reason: LimitReason::RateLimited,
-                    retry_after,
-                    reset_after: refusing
-                        .map_or(Duration::ZERO, |s| s.reset_after),
+                    retry_after_us: decided.verdict.retry_after_us,
+                    reset_after_us: refusing
+                        .map_or(0, |s| micros(s.reset_after)),
                     now_us,
                     limits,
                 })
@@ -632,20 +829,14 @@ fn state(
     }
 }
 
-/// The enforced limit with the least remaining (the first on a tie, so the
-/// plan's when they are equal).
-fn most_constraining(limits: &[LimitState]) -> usize {
-    let mut most = 0;
-    for (i, state) in limits.iter().enumerate() {
-        let best = limits.get(most);
-        let better = match best {
-            Some(best) if best.shadow && !state.shadow => true,
-            Some(best) => !state.shadow && state.remaining < best.remaining,
-            None => true,
-        };
-        if better {
-            most = i;
-        }
-    }
-    most
+/// Whether two names are the same, byte by byte: names are short, and a
+/// call to `memcmp` costs more than the loop.
+#[inline]
+fn same_name(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
+}
+
+/// A duration made from µs, in µs again.
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }

@@ -25,7 +25,7 @@ use smallvec::SmallVec;
 pub use builder::RateTierBuilder;
 pub use future::CheckFuture;
 
-use self::decide::{Ask, Extra};
+use self::decide::{Answer, Ask, Extra};
 use crate::error::Error;
 use crate::event::LimitEvent;
 use crate::limit::Limit;
@@ -63,6 +63,9 @@ pub(crate) struct Inner {
     /// Bumped after every reload: a thread's copy of older plans is stale.
     pub(crate) generation: AtomicU64,
     pub(crate) storage: Arc<dyn Storage>,
+    /// The same store when it is the default memory one: its hot path is
+    /// then called directly (inlined), not through the trait object.
+    pub(crate) memory: Option<rate_tier_storage::MemoryStorage>,
     pub(crate) clock: SharedClock,
     pub(crate) key_secret: Option<KeySecret>,
     /// Who hears every event, the store's included, each once.
@@ -210,17 +213,9 @@ impl RateTier {
         cost: u32,
     ) -> CheckFuture<'a> {
         if cost == 0 {
-            return CheckFuture::failed(self, Error::ZeroCost);
+            return CheckFuture::zero_cost(self);
         }
-        CheckFuture::new(
-            self,
-            Ask {
-                identity: Some((user, tier)),
-                cost,
-                extra: SmallVec::new(),
-                shadow: false,
-            },
-        )
+        CheckFuture::plan(self, user, tier, cost)
     }
 
     /// Decides a request against its plan and other limits, as one
@@ -253,23 +248,7 @@ impl RateTier {
         &'a self,
         request: &'a LimitRequest<'r>,
     ) -> CheckFuture<'a> {
-        let mut extra = SmallVec::new();
-        for &(limit, key, cost) in &request.limits {
-            extra.push(Extra {
-                limit,
-                partition: key.map(std::borrow::Cow::Borrowed),
-                cost,
-            });
-        }
-        CheckFuture::new(
-            self,
-            Ask {
-                identity: Some((request.user, request.tier)),
-                cost: request.cost,
-                extra,
-                shadow: request.shadow,
-            },
-        )
+        CheckFuture::request(self, request)
     }
 
     /// Reads the plan's bucket of `user` in `tier` without charging it.
@@ -433,6 +412,45 @@ pub struct LimitRequest<'a> {
     cost: u32,
     limits: SmallVec<[(&'a Limit, Option<&'a str>, u32); 2]>,
     shadow: bool,
+}
+
+/// A request that becomes a decision's [`Ask`] when polled: a
+/// [`LimitRequest`] of any lifetime that outlives `'a` (it is invariant in
+/// its own), behind one reference in a [`CheckFuture`].
+pub(crate) trait AskFor<'a> {
+    fn ask(&'a self) -> Ask<'a>;
+
+    /// [`RateTier::decide_quiet`] of the request.
+    fn decide_quiet(&'a self, tiers: &RateTier) -> Option<Answer>;
+}
+
+impl<'a, 'r: 'a> AskFor<'a> for LimitRequest<'r> {
+    fn decide_quiet(&'a self, tiers: &RateTier) -> Option<Answer> {
+        tiers.decide_quiet(
+            self.user,
+            self.tier,
+            self.cost,
+            self.shadow,
+            &self.limits,
+        )
+    }
+
+    fn ask(&'a self) -> Ask<'a> {
+        let mut extra = SmallVec::new();
+        for &(limit, key, cost) in &self.limits {
+            extra.push(Extra {
+                limit,
+                partition: key.map(std::borrow::Cow::Borrowed),
+                cost,
+            });
+        }
+        Ask {
+            identity: Some((self.user, self.tier)),
+            cost: self.cost,
+            extra,
+            shadow: self.shadow,
+        }
+    }
 }
 
 impl<'a> LimitRequest<'a> {
