@@ -25,67 +25,11 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::routing::get;
-use http::Request;
 use support::{Args, Results, mean, median, thread_cpu, thread_id};
-use tower_governor::GovernorLayer;
-use tower_governor::errors::GovernorError;
-use tower_governor::governor::GovernorConfigBuilder;
-use tower_governor::key_extractor::KeyExtractor;
-use tower_rate_tier::{Quota, RateTier, TierIdentity, TierLimitLayer};
 
-const API_KEY: &str = "x-api-key";
-/// A rate no load generator here reaches: nothing is ever refused.
-const RATE: u32 = 1_000_000;
-
-async fn hello() -> &'static str {
-    "Hello, World!"
-}
-
-fn no_layer() -> Router {
-    Router::new().route("/", get(hello))
-}
-
-fn with_tower_rate_tier() -> Router {
-    let tiers = RateTier::builder()
-        .tier("free", Quota::per_second(RATE))
-        .build();
-    let layer = TierLimitLayer::new(tiers).identifier_fn(|headers| {
-        let key = headers.get(API_KEY)?.to_str().ok()?;
-        Some(TierIdentity::new(key, "free"))
-    });
-    no_layer().layer(layer)
-}
-
-/// tower_governor keyed by the same header, as its README's custom keys do.
-#[derive(Clone)]
-struct ApiKey;
-
-impl KeyExtractor for ApiKey {
-    type Key = String;
-
-    fn extract<T>(&self, req: &Request<T>) -> Result<String, GovernorError> {
-        req.headers()
-            .get(API_KEY)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-            .ok_or(GovernorError::UnableToExtractKey)
-    }
-}
-
-fn with_tower_governor() -> Router {
-    // The same quota: 1 per µs, burst of a second's worth; `use_headers` so
-    // that it also answers x-ratelimit-limit and -remaining, as ours does.
-    let config = GovernorConfigBuilder::default()
-        .per_nanosecond(1_000_000_000 / u64::from(RATE))
-        .burst_size(RATE)
-        .key_extractor(ApiKey)
-        .use_headers()
-        .finish()
-        .unwrap();
-    no_layer().layer(GovernorLayer::new(config))
-}
+use support::apps::{
+    API_KEY, no_layer, with_tower_governor, with_tower_rate_tier,
+};
 
 /// What one load run measured.
 #[derive(Debug, Default, Clone, Copy)]

@@ -12,8 +12,9 @@
 //!   bucket live at the peak), then the clock moves past the period and the
 //!   RSS is read once the sweeper has emptied the store and finished the
 //!   sweep after it (memory given back included). Reported: each wave's
-//!   peak and idle RSS, and the worst idle growth over the baseline, also as
-//!   a share of the peak growth.
+//!   peak and idle RSS (`waveN_*`, `waveN_settled` = 0 if `--idle-secs`
+//!   ran out first), and the worst idle growth over the baseline, its wave,
+//!   and its share of the peak growth.
 //! - `--store governor`: governor's keyed limiter, the first wave's keys and
 //!   quota, waiting as long. It forgets nothing unless `retain_recent` is
 //!   called, and this measures what happens without any manual call.
@@ -85,7 +86,8 @@ async fn ours(
     let baseline = rss_kib();
     results.num("baseline_kib", baseline as f64);
     let free = LimitName::new("free").unwrap();
-    let (mut peak, mut worst_idle) = (baseline, 0u64);
+    let (mut peak, mut worst_idle, mut worst_wave) = (baseline, 0u64, 0);
+    let mut unsettled = 0usize;
     let mut next = 0usize;
     let mut out = [Decision::default()];
     for (wave, &keys) in waves.iter().enumerate() {
@@ -126,8 +128,14 @@ async fn ours(
         while store.sweeps() < sweeps + 1 && idle_start.elapsed() < idle_max {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        // Read before the sweep after emptying finished: not what it claims.
+        let settled = emptied_after.is_some() && store.sweeps() > sweeps;
+        unsettled += usize::from(!settled);
         let after_idle = rss_kib();
-        worst_idle = worst_idle.max(after_idle.saturating_sub(baseline));
+        let idle_growth = after_idle.saturating_sub(baseline);
+        if idle_growth >= worst_idle {
+            (worst_idle, worst_wave) = (idle_growth, wave + 1);
+        }
         let left = store.len();
         println!(
             "memory (ours), wave {}: idle, period over: {left} buckets left{}; RSS {after_idle} KiB",
@@ -137,14 +145,10 @@ async fn ours(
                 None => format!(" after {:.1} s", idle_max.as_secs_f64()),
             }
         );
-        // The first two waves keep their old names (BENCHMARKS.md's rows).
-        let prefix = match wave {
-            0 => String::new(),
-            1 => "wave2_".to_owned(),
-            n => format!("wave{}_", n + 1),
-        };
+        let prefix = format!("wave{}_", wave + 1);
         results
             .num(&format!("{prefix}keys"), keys as f64)
+            .num(&format!("{prefix}settled"), f64::from(u8::from(settled)))
             .num(&format!("{prefix}after_insert_kib"), after_insert as f64)
             .num(&format!("{prefix}after_idle_kib"), after_idle as f64)
             .num(&format!("{prefix}held_after_insert"), held as f64)
@@ -158,14 +162,17 @@ async fn ours(
     let peak_growth = peak.saturating_sub(baseline);
     println!(
         "memory (ours): {} waves; peak growth {peak_growth} KiB; worst idle growth \
-         {worst_idle} KiB ({:.3} of the peak growth)",
+         {worst_idle} KiB, wave {worst_wave} ({:.4} of the peak growth); {unsettled} \
+         waves read before the sweeper was done",
         waves.len(),
         worst_idle as f64 / peak_growth.max(1) as f64
     );
     results
         .num("waves", waves.len() as f64)
+        .num("unsettled_waves", unsettled as f64)
         .num("peak_growth_kib", peak_growth as f64)
         .num("worst_idle_growth_kib", worst_idle as f64)
+        .num("worst_idle_wave", worst_wave as f64)
         .num(
             "worst_idle_ratio",
             worst_idle as f64 / peak_growth.max(1) as f64,

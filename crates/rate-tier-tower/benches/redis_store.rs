@@ -15,10 +15,22 @@
 //!
 //! The quota (1 per µs, burst of a second) never refuses: both sides run
 //! the script's full path (GET, decide, SET PX) on every call.
+//!
+//! Then several limits of one user: `RateTier::decide` over the
+//! plan and two per-user `Limit`s on the same `RedisStorage`, one decision
+//! at a time. Counted by the server over `--limits-decisions` decisions of
+//! new users: the commands clients sent (`MONITOR`, which tells them from
+//! those a script runs), script calls (`INFO commandstats` after `CONFIG
+//! RESETSTAT`), and keys written (`SCAN`: 3 if every limit was decided).
+//! Timed: one decision at a time, 3 limits against the plan alone
+//! (`RateTier::check`), in alternating blocks, `--rounds` rounds.
 #![allow(clippy::unwrap_used, missing_docs)]
 
 mod support;
 
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,7 +39,7 @@ use rate_tier_storage::{
     BucketCheck, Decision, LimitName, RedisStorage, Storage,
 };
 use support::{Args, Results, mean, median};
-use tower_rate_tier::Quota;
+use tower_rate_tier::{Limit, LimitRequest, Quota, RateTier};
 
 const RATE: u32 = 1_000_000;
 
@@ -106,6 +118,217 @@ fn redis_benchmark(
         .unwrap_or_else(|| {
             panic!("no EVALSHA line in redis-benchmark's output:\n{text}")
         })
+}
+
+/// The plan and two more per-user limits, on `store`.
+struct ThreeLimits {
+    limiter: RateTier,
+    route: Limit,
+    tokens: Limit,
+}
+
+impl ThreeLimits {
+    fn new(store: &RedisStorage, quota: Quota) -> Self {
+        ThreeLimits {
+            limiter: RateTier::builder()
+                .storage(Arc::new(store.clone()))
+                .tier("free", quota)
+                .build(),
+            route: Limit::new("route", quota),
+            tokens: Limit::new("tokens", quota),
+        }
+    }
+
+    /// One decision over the three limits of `user`: allowed?
+    async fn decide(&self, user: &str) -> bool {
+        let request = LimitRequest::new(user, "free", 1)
+            .limit(&self.route, 1)
+            .limit(&self.tokens, 1);
+        matches!(self.limiter.decide(&request).await, Ok(Ok(_)))
+    }
+
+    /// The plan alone, as a one-limit service calls it: allowed?
+    async fn check(&self, user: &str) -> bool {
+        matches!(self.limiter.check(user, "free", 1).await, Ok(Ok(_)))
+    }
+}
+
+/// Script calls (`EVAL*`, `FCALL*`) in an `INFO commandstats` reply.
+fn script_calls(info: &str) -> u64 {
+    info.lines()
+        .filter_map(|line| {
+            let (name, fields) =
+                line.trim().strip_prefix("cmdstat_")?.split_once(':')?;
+            if !(name.starts_with("eval") || name.starts_with("fcall")) {
+                return None;
+            }
+            fields
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("calls=")?.parse::<u64>().ok())
+        })
+        .sum()
+}
+
+const MONITOR_END: &str = "trt-bench-monitor-end";
+
+/// Counts the commands clients send until `ECHO MONITOR_END`, with MONITOR:
+/// unlike `INFO commandstats`, it tells a client's command (`[0 addr]`)
+/// from one a script runs (`[0 lua]`). Returns once MONITOR is on.
+fn monitor_client_commands(
+    port: u16,
+) -> std::thread::JoinHandle<BTreeMap<String, u64>> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.write_all(b"MONITOR\r\n").unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert_eq!(line.trim_end(), "+OK", "MONITOR refused");
+    std::thread::spawn(move || {
+        let mut counts = BTreeMap::new();
+        loop {
+            line.clear();
+            assert!(reader.read_line(&mut line).unwrap() > 0, "MONITOR ended");
+            // +<time> [<db> <client>] "<COMMAND>" "<arg>"...
+            let Some((client, command)) = line
+                .split_once(" [")
+                .and_then(|(_, rest)| rest.split_once("] "))
+            else {
+                continue;
+            };
+            if client.ends_with(" lua") {
+                continue;
+            }
+            if line.contains(MONITOR_END) {
+                return counts;
+            }
+            let name = command.split('"').nth(1).unwrap_or("?");
+            *counts.entry(name.to_ascii_uppercase()).or_insert(0) += 1;
+        }
+    })
+}
+
+/// Live keys of the three limits' buckets (SCAN skips expired keys,
+/// DBSIZE does not).
+async fn bucket_keys(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let mut count = 0;
+    for pattern in ["trt:free:*", "trt:route:*", "trt:tokens:*"] {
+        let mut cursor = 0u64;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(conn)
+                .await
+                .unwrap();
+            count += keys.len() as u64;
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    count
+}
+
+/// What the server saw of `decisions` 3-limit decisions of new users: the
+/// commands clients sent, the script calls, the keys written.
+async fn count_three_limits(
+    url: &str,
+    port: u16,
+    store: &RedisStorage,
+    decisions: usize,
+    results: &mut Results,
+) {
+    // 1 a minute: each bucket's key lives a minute, long enough to count.
+    let three = ThreeLimits::new(store, Quota::per_minute(1));
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    // Warm: both scripts loaded (a NOSCRIPT reload is not a decision's cost).
+    assert!(
+        three.check("limits-warm-1").await
+            && three.decide("limits-warm-3").await
+    );
+    let keys_before = bucket_keys(&mut conn).await;
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let monitor = monitor_client_commands(port);
+    let mut refused = 0u64;
+    for i in 0..decisions {
+        if !three.decide(&format!("limits-user-{i:06}")).await {
+            refused += 1;
+        }
+    }
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let keys_after = bucket_keys(&mut conn).await;
+    let _: String = redis::cmd("ECHO")
+        .arg(MONITOR_END)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut sent = monitor.join().unwrap();
+    // The counting connection's own.
+    for own in ["INFO", "SCAN"] {
+        sent.remove(own);
+    }
+    let commands: u64 = sent.values().sum();
+    let n = decisions as f64;
+    let per = |count: u64| count as f64 / n;
+    let keys = keys_after.saturating_sub(keys_before);
+    println!(
+        "  3 limits of one user, {decisions} decisions: {:.3} commands sent and {:.3} \
+         script calls per decision ({sent:?}), {:.3} keys written per decision; \
+         {refused} refused",
+        per(commands),
+        per(script_calls(&info)),
+        per(keys)
+    );
+    results
+        .num("limits_decisions", n)
+        .num("limits_commands_per_decision", per(commands))
+        .num("limits_script_calls_per_decision", per(script_calls(&info)))
+        .num("limits_keys_per_decision", per(keys))
+        .num("limits_refused", refused as f64);
+}
+
+/// `decisions` of each kind one at a time, in alternating blocks of 100
+/// (so that a change of the machine's load hits both alike): µs per
+/// decision of 1 limit, and of 3.
+async fn time_one_by_one(
+    three: &ThreeLimits,
+    users: &[String],
+    decisions: usize,
+) -> (f64, f64) {
+    let mut spent = [Duration::ZERO; 2];
+    let mut i = 0;
+    for _ in 0..decisions.div_ceil(100) {
+        for (all_three, spent) in [false, true].into_iter().zip(&mut spent) {
+            let start = Instant::now();
+            for _ in 0..100 {
+                i += 1;
+                let user = &users[i % users.len()];
+                let allowed = if all_three {
+                    three.decide(user).await
+                } else {
+                    three.check(user).await
+                };
+                assert!(allowed, "the quota never refuses");
+            }
+            *spent += start.elapsed();
+        }
+    }
+    let n = (decisions.div_ceil(100) * 100) as f64;
+    let us = |d: Duration| d.as_secs_f64() * 1e6 / n;
+    (us(spent[0]), us(spent[1]))
 }
 
 fn main() {
@@ -204,7 +427,36 @@ fn main() {
         mean(&peer_rates[0]),
         mean(&peer_rates[1]),
     );
-    Results::default()
+
+    // Several limits of one user: round trips, then time.
+    let mut results = Results::default();
+    let decisions: usize = args.num("limits-decisions", 2000);
+    runtime.block_on(count_three_limits(
+        url,
+        port,
+        &store,
+        decisions,
+        &mut results,
+    ));
+    let three = ThreeLimits::new(&store, Quota::per_second(RATE));
+    let (mut one_us, mut three_us, mut ratios) =
+        (Vec::new(), Vec::new(), Vec::new());
+    for round in 1..=rounds {
+        let (one, all) =
+            runtime.block_on(time_one_by_one(&three, &users, decisions));
+        println!(
+            "  round {round} one decision at a time: 1 limit {one:.1} µs, 3 limits {all:.1} µs"
+        );
+        one_us.push(one);
+        three_us.push(all);
+        ratios.push(all / one);
+    }
+    results
+        .num("limits_one_us", median(one_us))
+        .num("limits_three_us", median(three_us))
+        .num("limits_time_ratio", median(ratios));
+
+    results
         .num("ours_per_sec", mean(&our_rates))
         .num("redis_benchmark_per_sec", mean(&peer_rates[0]))
         .num("ratio", ratio_c)

@@ -4,15 +4,18 @@
 //!
 //! | part | what | peer |
 //! |---|---|---|
-//! | `check` (criterion) | gcra-core decision; `RateTier::check` in memory | governor's keyed limiter |
+//! | `check` (criterion) | gcra-core decision; `RateTier::check` in memory; a check in a flooded full store | governor's keyed limiter; the unflooded check |
+//! | `limits` (criterion) | one decision over 3 limits of a user, in memory | the plan alone |
 //! | `breaker` (criterion) | a check with Redis down, breaker open | a plain memory check |
 //! | `http` | req/s of an axum route with `TierLimitLayer` | no layer; tower_governor |
-//! | `redis_store` | checks/s of `RedisStorage`, 64 tasks, one connection | redis-benchmark, same script |
+//! | `redis_store` | checks/s of `RedisStorage`, 64 tasks, one connection; commands sent per 3-limit decision | redis-benchmark, same script; 1 |
 //! | Redis CPU (xtask) | server µs per call of each Lua script | `GET` + `SET PX` + `TIME` |
-//! | `memory` | RSS after 1M keys, then idle | governor's keyed limiter |
+//! | `memory` | RSS after 1M keys, then idle after each of 5 waves | governor's keyed limiter |
+//! | `rls` (service) | `ShouldRateLimit`/s on memory, on Redis; p50/p99 at a fixed load | the same tonic server answering a constant response; redis-benchmark, same script |
 //!
 //! The named parts are bench targets of `tower-rate-tier`
-//! (`crates/rate-tier-tower/benches/`, `--features redis`); the Redis CPU
+//! (`crates/rate-tier-tower/benches/`, `--features redis`), except `rls`, of
+//! `rate-tier-service` (`crates/rate-tier-service/benches/`); the Redis CPU
 //! part runs `redis-benchmark` itself. The modules: `runner` runs each part
 //! and hands back its figures or why it has none, `parse` reads their
 //! outputs, `rows` turns them into the table's rows, each with its `goal`
@@ -55,6 +58,8 @@ pub(crate) struct Plan {
     redis_cpu: (u32, u32),
     /// The memory store's sweep interval, seconds.
     sweep_secs: u32,
+    /// Seconds per server per round, and rounds (the service's RLS).
+    rls: (u32, u32),
 }
 
 impl Plan {
@@ -67,6 +72,7 @@ impl Plan {
                 redis: (5, 6),
                 redis_cpu: (50_000, 21),
                 sweep_secs: 10,
+                rls: (5, 6),
             }
         } else {
             Plan {
@@ -76,6 +82,7 @@ impl Plan {
                 redis: (2, 5),
                 redis_cpu: (10_000, 9),
                 sweep_secs: 1,
+                rls: (3, 3),
             }
         }
     }
@@ -158,7 +165,7 @@ pub(crate) fn bench(full: bool, criterion_args: &[OsString]) -> Result<()> {
     })?;
 
     let build_started = Instant::now();
-    let built = runner::build();
+    let built = runner::build(&runner::targets());
     let build_time = build_started.elapsed();
     let runs_started = Instant::now();
 
@@ -175,6 +182,7 @@ pub(crate) fn bench(full: bool, criterion_args: &[OsString]) -> Result<()> {
         http: runner::http(&plan, &tools, &built, &results_dir),
         redis: runner::redis_store(&plan, &tools, &built, &results_dir),
         redis_cpu: runner::redis_cpu(&plan, &tools),
+        rls: runner::rls(&plan, &tools, &built, &results_dir),
         memory: runner::memory(&plan, &built, &results_dir, "ours"),
         memory_peer: runner::memory(&plan, &built, &results_dir, "governor"),
     };

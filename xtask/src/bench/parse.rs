@@ -9,14 +9,18 @@ use std::path::Path;
 use serde_json::Value;
 
 /// The criterion groups read (as directories: `/` becomes `_`).
-pub(crate) const CRITERION_GROUPS: [&str; 7] = [
+pub(crate) const CRITERION_GROUPS: [&str; 11] = [
     "gcra_core",
     "memory_one_key",
     "memory_100k_keys",
     "memory_2_threads_one_key",
     "memory_2_threads_100k_keys",
+    "memory_flood",
     "breaker_open_storage",
     "breaker_open_rate_tier",
+    "limits_one_user",
+    "limits_100k_users",
+    "limits_store_one_user",
 ];
 
 /// A JSON file of results, or `Null` when missing or unreadable.

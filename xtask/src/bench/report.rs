@@ -192,6 +192,7 @@ pub(crate) fn report(
     let (http_secs, http_rounds) = plan.http;
     let (redis_secs, redis_rounds) = plan.redis;
     let (cpu_requests, cpu_rounds) = plan.redis_cpu;
+    let (rls_secs, rls_rounds) = plan.rls;
     let values = [
         ("command", command.to_owned()),
         ("mode", if plan.full { "full" } else { "quick" }.to_owned()),
@@ -215,6 +216,8 @@ pub(crate) fn report(
         ("cpu_rounds", cpu_rounds.to_string()),
         ("cpu_commands", cpu_commands),
         ("sweep_secs", plan.sweep_secs.to_string()),
+        ("rls_secs", rls_secs.to_string()),
+        ("rls_rounds", rls_rounds.to_string()),
     ];
     fill(TEMPLATE, &values)
 }

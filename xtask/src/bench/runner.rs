@@ -21,8 +21,11 @@ use crate::redis::RedisServer;
 const PACKAGE: &str = "tower-rate-tier";
 const FEATURES: &str = "redis";
 /// The criterion bench targets, and the others (harness = false).
-pub(crate) const CRITERION_BENCHES: [&str; 2] = ["check", "breaker"];
+pub(crate) const CRITERION_BENCHES: [&str; 3] = ["check", "breaker", "limits"];
 pub(crate) const OTHER_BENCHES: [&str; 3] = ["http", "redis_store", "memory"];
+/// The standalone service's package, and its bench target (no features).
+const SERVICE_PACKAGE: &str = "rate-tier-service";
+pub(crate) const RLS_BENCH: &str = "rls";
 /// Where the Lua scripts are.
 const SCRIPTS_DIR: &str = "crates/rate-tier-storage/src/redis";
 
@@ -43,14 +46,31 @@ impl Built {
     }
 }
 
+/// A bench target to build: (package, features, target). Target names are
+/// unique across the packages: [`Built`] is keyed by them.
+pub(crate) type Target = (&'static str, &'static str, &'static str);
+
+/// Every bench target of the run.
+pub(crate) fn targets() -> Vec<Target> {
+    CRITERION_BENCHES
+        .into_iter()
+        .chain(OTHER_BENCHES)
+        .map(|target| (PACKAGE, FEATURES, target))
+        .chain([(SERVICE_PACKAGE, "", RLS_BENCH)])
+        .collect()
+}
+
 /// Builds each bench target on its own (`cargo bench --no-run`), so that
 /// one that does not compile fails its own rows only. Their executables
 /// then run directly: every part measures the same build.
-pub(crate) fn build() -> Built {
+pub(crate) fn build(targets: &[Target]) -> Built {
     let mut built = BTreeMap::new();
-    for target in CRITERION_BENCHES.into_iter().chain(OTHER_BENCHES) {
-        let exe = Cmd::cargo()
-            .args(["bench", "-p", PACKAGE, "--features", FEATURES, "--no-run"])
+    for &(package, features, target) in targets {
+        let mut cargo = Cmd::cargo().args(["bench", "-p", package, "--no-run"]);
+        if !features.is_empty() {
+            cargo = cargo.args(["--features", features]);
+        }
+        let exe = cargo
             .arg(format!("--bench={target}"))
             .arg("--message-format=json-render-diagnostics")
             .read_stdout()
@@ -181,6 +201,66 @@ pub(crate) fn memory(
         .args(["--store", store, "--sweep-secs", &sweep.to_string()])
         .args(["--idle-secs", &idle.to_string()]);
     json_target(cmd, &results_dir.join(format!("memory-{store}.json")))
+}
+
+/// What the standalone service's part measured.
+pub(crate) struct Rls {
+    /// The bench's JSON results.
+    pub(crate) results: Value,
+    /// Why the Redis half did not run, when it did not: a missing tool
+    /// (`skipped: ...`), or a throwaway Redis that did not start.
+    pub(crate) no_redis: Option<String>,
+}
+
+/// The standalone service (`rls` of `rate-tier-service`): `ShouldRateLimit`
+/// round trips/s on the memory store against the same tonic server
+/// answering a constant response, then on a throwaway Redis against
+/// redis-benchmark running the same script, and p50/p99 at a fixed offered
+/// load. Without the Redis programs, the memory and latency parts alone.
+pub(crate) fn rls(
+    plan: &Plan,
+    tools: &Tools,
+    built: &Built,
+    results_dir: &Path,
+) -> Outcome<Rls> {
+    let exe = built.exe(RLS_BENCH)?;
+    let (secs, rounds) = plan.rls;
+    let cmd = Cmd::new(exe)
+        .args(["--seconds", &secs.to_string()])
+        .args(["--rounds", &rounds.to_string()]);
+    let out = results_dir.join("rls.json");
+    let redis = tools
+        .redis
+        .as_ref()
+        .map_err(|why| format!("skipped: {why}"))
+        .and_then(|bins| {
+            let server = RedisServer::start(&bins.server)?;
+            let sha = RedisCli::new(&bins.cli, server.port()).script_load(
+                &project_root().join(SCRIPTS_DIR).join("gcra.lua"),
+            )?;
+            Ok((bins, server, sha))
+        });
+    match redis {
+        Ok((bins, server, sha)) => {
+            let port = server.port().to_string();
+            let cmd = cmd
+                .args(["--url", &server.url(), "--port", &port, "--sha", &sha])
+                .arg("--redis-benchmark")
+                .arg(&bins.benchmark);
+            Ok(Rls {
+                results: json_target(cmd, &out)?,
+                no_redis: None,
+            })
+            // `server` is stopped here.
+        }
+        Err(why) => {
+            println!("xtask: the service's Redis rows have no figure: {why}");
+            Ok(Rls {
+                results: json_target(cmd, &out)?,
+                no_redis: Some(why),
+            })
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------

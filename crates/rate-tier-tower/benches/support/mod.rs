@@ -7,6 +7,8 @@
 //! path given by `--out` (if any).
 #![allow(dead_code)]
 
+pub(crate) mod apps;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
