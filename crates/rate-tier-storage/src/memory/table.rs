@@ -21,6 +21,11 @@ const EVICTION_SAMPLE: usize = 16;
 pub(super) struct Table {
     pub(super) entries: HashTable<Entry>,
     pub(super) next_sweep_us: u64,
+    /// Where the next eviction sample starts, as a slot index: a clock
+    /// hand, so that samples walk the whole table. Always sampling from
+    /// the start would drain the first slots until a sample of 16 spans
+    /// the whole table (under a flood, every new id scanned it).
+    evict_hand: usize,
 }
 
 #[derive(Debug)]
@@ -104,22 +109,89 @@ impl Table {
 
     /// Forgets the bucket nearest to full among a sample (a dead one if the
     /// sample holds one), never one of `keep`: evicting it gives its user
-    /// back the least. Returns how far ahead of `now` its TAT was, or `None`
-    /// if the table holds nothing to evict.
+    /// back the least. The sample is the next [`EVICTION_SAMPLE`] entries
+    /// from the clock hand. Returns how far ahead of `now` its TAT was, or
+    /// `None` if the table holds nothing to evict.
     pub(super) fn evict_one(&mut self, now: u64, keep: &[u64]) -> Option<u64> {
-        let (name, tat) = self
-            .entries
-            .iter()
-            .filter(|e| !keep.contains(&e.name))
-            .take(EVICTION_SAMPLE)
-            .map(|e| (e.name, e.tat()))
-            .min_by_key(|&(_, tat)| tat)?;
-        if let Ok(entry) = self
-            .entries
-            .find_entry(table_hash(name), |e| e.name == name)
-        {
+        let slots = self.entries.num_buckets();
+        let mut chosen: Option<(usize, u64)> = None;
+        let mut sampled = 0;
+        let mut index = self.evict_hand;
+        // At most one lap: a table of fewer entries is sampled whole.
+        for _ in 0..slots {
+            index = if index + 1 >= slots { 0 } else { index + 1 };
+            let Some(entry) = self.entries.get_bucket(index) else {
+                continue;
+            };
+            if keep.contains(&entry.name) {
+                continue;
+            }
+            let tat = entry.tat();
+            if chosen.is_none_or(|(_, least)| tat < least) {
+                chosen = Some((index, tat));
+            }
+            sampled += 1;
+            if sampled == EVICTION_SAMPLE {
+                break;
+            }
+        }
+        self.evict_hand = index;
+        let (index, tat) = chosen?;
+        if let Ok(entry) = self.entries.get_bucket_entry(index) {
             entry.remove();
         }
         Some(tat.saturating_sub(now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{EVICTION_SAMPLE, Table};
+
+    fn filled(count: u64, tat: u64) -> Table {
+        let mut table = Table::default();
+        for name in 1..=count {
+            // Spread names: the table hashes by the name itself.
+            table.insert(name.wrapping_mul(0x9e37_79b9_7f4a_7c15), tat);
+        }
+        table
+    }
+
+    #[test]
+    fn the_samples_walk_the_whole_table() {
+        let count = 1_000;
+        let mut table = filled(count, 1_000);
+        // The entry nearest to full sits in the last occupied slot: a
+        // sample that always began at the first slot would reach it only
+        // once nearly everything else was gone.
+        let last = (0..table.entries.num_buckets())
+            .rev()
+            .find_map(|i| table.entries.get_bucket(i).map(|e| e.name))
+            .expect("a full table");
+        table
+            .find(last)
+            .expect("held")
+            .tat
+            .store(10, std::sync::atomic::Ordering::Relaxed);
+        let lap = usize::try_from(count).expect("small") / EVICTION_SAMPLE + 2;
+        let mut debts = Vec::new();
+        for _ in 0..lap {
+            debts.push(table.evict_one(0, &[]).expect("something to evict"));
+        }
+        assert!(table.find(last).is_none(), "one lap never sampled it");
+        assert!(debts.contains(&10), "{debts:?}");
+    }
+
+    #[test]
+    fn an_eviction_never_takes_a_kept_bucket() {
+        let mut table = filled(40, 1_000);
+        let keep: Vec<u64> = table.entries.iter().map(|e| e.name).collect();
+        let (spared, others) = keep.split_at(30);
+        for _ in 0..others.len() {
+            table.evict_one(0, spared).expect("one to evict");
+        }
+        assert_eq!(table.evict_one(0, spared), None, "only kept ones left");
+        assert!(spared.iter().all(|&name| table.find(name).is_some()));
+        assert_eq!(table.entries.len(), spared.len());
     }
 }
