@@ -47,11 +47,14 @@ Tasks:
                 --no-default-features, and for thumbv7em-none-eabihf when that target
                 is installed (otherwise that build is left to GitHub Actions)
   bench         the benchmarks of tower-rate-tier against their peers, side by side
-                in one run (criterion: RateTier::check vs governor, the open breaker;
-                HTTP with wrk: the layer vs no layer vs tower_governor; a throwaway
-                Redis: RedisStorage vs redis-benchmark; RSS after 1M keys and idle);
-                prints a table of ratios and rewrites BENCHMARKS.md. Quick by default
-                (about 3 minutes after the build); --full runs longer. Needs
+                in one run (criterion: RateTier::check vs governor, a flooded store,
+                3 limits vs 1, the open breaker; HTTP with wrk: the layer vs no layer
+                vs tower_governor; a throwaway Redis: RedisStorage vs redis-benchmark,
+                commands per 3-limit decision, server CPU per Lua script call; RSS
+                after 1M keys and idle after five waves; the standalone service's
+                ShouldRateLimit/s and latency); prints a table of ratios and rewrites
+                BENCHMARKS.md. Quick by default (a few minutes after the build);
+                --full runs longer. Needs
                 redis-server, redis-cli, redis-benchmark (else the Redis part is
                 skipped) and wrk (else a built-in Rust HTTP client is used)
   help          prints this message (also -h, --help)
