@@ -138,27 +138,10 @@ async fn partition_on(
     panic!("no partition of 1000 has a key on node {node}")
 }
 
-/// Every key on one node matching `pattern`, with SCAN (which a cluster
-/// node runs on its own keys only).
 async fn scan(conn: &mut MultiplexedConnection, pattern: &str) -> Vec<String> {
-    let mut keys = Vec::new();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(conn)
-            .await
-            .expect("SCAN");
-        keys.extend(batch);
-        if next == 0 {
-            return keys;
-        }
-        cursor = next;
-    }
+    rate_tier_test_support::scan_keys(conn, pattern)
+        .await
+        .expect("SCAN")
 }
 
 /// How many times node `conn` has run `command` (lower case, e.g. `eval`),

@@ -165,26 +165,10 @@ fn about(value: u64, expected: u64, slack: u64, what: &str) {
     );
 }
 
-/// Every key on the server matching `pattern`, with SCAN.
 async fn scan(conn: &mut ConnectionManager, pattern: &str) -> Vec<String> {
-    let mut keys = Vec::new();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(conn)
-            .await
-            .expect("SCAN");
-        keys.extend(batch);
-        if next == 0 {
-            return keys;
-        }
-        cursor = next;
-    }
+    rate_tier_test_support::scan_keys(conn, pattern)
+        .await
+        .expect("SCAN")
 }
 
 // ---------------------------------------------------------------------------

@@ -5,52 +5,21 @@
 //! keys, in the same loop shape: ratios are what to read, not absolute times.
 #![allow(clippy::unwrap_used, clippy::result_large_err, missing_docs)]
 
-use std::future::Future;
+mod support;
+
 use std::hint::black_box;
-use std::num::NonZeroU32;
-use std::pin::pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use governor::{Quota as GovQuota, RateLimiter};
 use rate_tier_storage::{BucketCheck, Decision, LimitName, MemoryStorage};
-use tower_rate_tier::{Quota, RateTier};
+use support::hot::{self, governor, ours, ready};
+use tower_rate_tier::Quota;
 
 const KEYS: usize = 100_000;
 
-/// Polls a future that completes without waiting (the memory path).
-/// Inlined: the future is built where it is polled, as `.await` builds it
-/// in place, rather than copied into this function first.
-#[inline(always)]
-fn ready<F: Future>(future: F) -> F::Output {
-    let mut future = pin!(future);
-    let mut cx = Context::from_waker(Waker::noop());
-    match future.as_mut().poll(&mut cx) {
-        Poll::Ready(output) => output,
-        Poll::Pending => panic!("the memory path never waits"),
-    }
-}
-
-fn ours() -> RateTier {
-    // A quota that mostly allows, like governor's below: both do the
-    // same work (read, decide, write) on every call.
-    RateTier::builder()
-        .tier("free", Quota::per_second(1_000_000))
-        .build()
-}
-
-type Governor = governor::DefaultKeyedRateLimiter<String>;
-
-fn governor() -> Governor {
-    RateLimiter::keyed(GovQuota::per_second(
-        NonZeroU32::new(1_000_000).unwrap(),
-    ))
-}
-
 fn user_ids() -> Vec<String> {
-    (0..KEYS).map(|i| format!("user-{i:08}")).collect()
+    hot::user_ids(KEYS)
 }
 
 fn decision(c: &mut Criterion) {

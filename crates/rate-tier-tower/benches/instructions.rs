@@ -21,15 +21,11 @@
 
 mod support;
 
-use std::future::Future;
 use std::hint::black_box;
-use std::num::NonZeroU32;
-use std::pin::pin;
 use std::process::Command;
-use std::task::{Context, Poll, Waker};
 
-use governor::{Quota as GovQuota, RateLimiter};
 use rate_tier_storage::{BucketCheck, Decision, LimitName, MemoryStorage};
+use support::hot::{self, Governor, governor, ours, ready};
 use support::{Args, Results, apps};
 use tower_rate_tier::{Quota, RateTier};
 
@@ -58,35 +54,8 @@ const CASES: [(&str, &str); 10] = [
 /// The HTTP cases' keys: http.rs's rotation of 1000 ids.
 const HTTP_KEYS: usize = 1000;
 
-/// Polls a future that completes without waiting (the memory path).
-/// Inlined: the future is built where it is polled, as `.await` builds it
-/// in place, rather than copied into this function first.
-#[inline(always)]
-fn ready<F: Future>(future: F) -> F::Output {
-    let mut future = pin!(future);
-    let mut cx = Context::from_waker(Waker::noop());
-    match future.as_mut().poll(&mut cx) {
-        Poll::Ready(output) => output,
-        Poll::Pending => panic!("the memory path never waits"),
-    }
-}
-
-fn ours() -> RateTier {
-    RateTier::builder()
-        .tier("free", Quota::per_second(1_000_000))
-        .build()
-}
-
-type Governor = governor::DefaultKeyedRateLimiter<String>;
-
-fn governor() -> Governor {
-    RateLimiter::keyed(GovQuota::per_second(
-        NonZeroU32::new(1_000_000).unwrap(),
-    ))
-}
-
 fn user_ids() -> Vec<String> {
-    (0..KEYS).map(|i| format!("user-{i:08}")).collect()
+    hot::user_ids(KEYS)
 }
 
 #[inline(never)]

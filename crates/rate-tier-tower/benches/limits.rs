@@ -8,26 +8,16 @@
 //! "3 limits / 1 limit" (goal: < 3).
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::future::Future;
+mod support;
+
 use std::hint::black_box;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use rate_tier_storage::{BucketCheck, Decision, LimitName, MemoryStorage};
+use support::hot::ready;
 use tower_rate_tier::{Limit, LimitRequest, Quota, RateTier};
 
 const USERS: usize = 100_000;
-
-/// Polls a future that completes without waiting (the memory path).
-fn ready<F: Future>(future: F) -> F::Output {
-    let mut future = pin!(future);
-    let mut cx = Context::from_waker(Waker::noop());
-    match future.as_mut().poll(&mut cx) {
-        Poll::Ready(output) => output,
-        Poll::Pending => panic!("the memory path never waits"),
-    }
-}
 
 /// 1 per µs with a burst of about 71 minutes: a hot user at a few million
 /// checks/s never runs out, so every call reads, decides and writes (a

@@ -17,14 +17,14 @@
 //! `cargo bench -p tower-rate-tier --bench observe --features metrics,tracing -- --quick`
 #![allow(clippy::unwrap_used, missing_docs)]
 
+mod support;
+
 use std::convert::Infallible;
-use std::future::Future;
 use std::hint::black_box;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use http::{HeaderValue, Request, Response};
+use support::hot::ready;
 use tower::{Layer, Service, service_fn};
 use tower_rate_tier::metrics::RateLimitMetrics;
 use tower_rate_tier::metrics::prometheus_client::registry::Registry;
@@ -33,16 +33,6 @@ use tracing::Level;
 
 /// Users the requests rotate over, so that the quota never runs out.
 const USERS: usize = 1024;
-
-/// Polls a future that completes without waiting (the memory path).
-fn ready<F: Future>(future: F) -> F::Output {
-    let mut future = pin!(future);
-    let mut cx = Context::from_waker(Waker::noop());
-    match future.as_mut().poll(&mut cx) {
-        Poll::Ready(output) => output,
-        Poll::Pending => panic!("the memory path never waits"),
-    }
-}
 
 fn layer() -> TierLimitLayer {
     let tiers = RateTier::builder()

@@ -212,23 +212,8 @@ fn monitor_client_commands(
 async fn bucket_keys(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
     let mut count = 0;
     for pattern in ["trt:free:*", "trt:route:*", "trt:tokens:*"] {
-        let mut cursor = 0u64;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(conn)
-                .await
-                .unwrap();
-            count += keys.len() as u64;
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
+        let keys = rate_tier_test_support::scan_keys(conn, pattern).await;
+        count += keys.unwrap().len() as u64;
     }
     count
 }

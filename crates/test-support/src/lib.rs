@@ -51,6 +51,7 @@ mod docker;
 pub mod env;
 mod error;
 mod image;
+mod keys;
 mod monitor;
 mod ports;
 mod process;
@@ -70,6 +71,7 @@ pub use env::{
 };
 pub use error::{Error, Result};
 pub use image::build_local_image;
+pub use keys::scan_keys;
 pub use monitor::Monitor;
 pub use ports::{SHARED_REDIS_PORT, free_port, try_free_port};
 pub use proxy::TcpProxy;

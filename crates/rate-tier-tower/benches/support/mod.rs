@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub(crate) mod apps;
+pub(crate) mod hot;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
