@@ -13,6 +13,41 @@ use smallvec::SmallVec;
 /// a few times per check, and every word of it counts.
 pub(crate) type States = Option<Arc<SmallVec<[LimitState; 3]>>>;
 
+thread_local! {
+    /// The last states this thread made: reused when every outcome that
+    /// held them is gone (the usual case), so that a decision over several
+    /// limits does not allocate and free each time.
+    static SPARE: std::cell::RefCell<Option<Arc<SmallVec<[LimitState; 3]>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// `states`, shared: in this thread's spare allocation when no outcome
+/// holds it any more, else in a new one (which becomes the spare).
+pub(crate) fn shared_states(
+    states: &[LimitState],
+) -> Arc<SmallVec<[LimitState; 3]>> {
+    let fresh = || Arc::new(SmallVec::from_slice(states));
+    SPARE
+        .try_with(|spare| {
+            let mut spare = spare.try_borrow_mut().ok()?;
+            match spare.as_mut().and_then(Arc::get_mut) {
+                // Usually as many as last time: a plain copy.
+                Some(held) if held.len() == states.len() => {
+                    held.copy_from_slice(states);
+                }
+                Some(held) => {
+                    held.clear();
+                    held.extend_from_slice(states);
+                }
+                None => *spare = Some(fresh()),
+            }
+            spare.clone()
+        })
+        .ok()
+        .flatten()
+        .unwrap_or_else(fresh)
+}
+
 /// One limit's state after a decision: the plan's, or a limit of its own
 /// (an endpoint's, an address's).
 ///
@@ -48,6 +83,17 @@ pub struct LimitState {
 }
 
 impl LimitState {
+    /// A filler for arrays of states.
+    pub(crate) const EMPTY: LimitState = LimitState {
+        name: "",
+        limit: 0,
+        remaining: 0,
+        reset_after: Duration::ZERO,
+        window: Duration::ZERO,
+        shadow: false,
+        shadow_limited: false,
+    };
+
     /// Unix time, in whole seconds rounded up, when this bucket is full
     /// again, for a decision made at `now_us` (as
     /// [`RateLimitInfo::now_us`] says).

@@ -15,7 +15,10 @@
 //! 128-bit key drawn at random per store: the id is not kept in clear even
 //! in memory, an entry is 16 bytes whatever the id's length (huge ids cannot
 //! inflate memory, and there is no allocation per bucket to leave behind),
-//! and the one hash both picks the shard and slot and identifies the bucket.
+//! and the one hash identifies the bucket and picks its slot. The shard is
+//! picked by the partition's hash alone (before the limit's tweak): every
+//! bucket of one user sits in one shard, and a decision over a user's
+//! limits takes one read lock.
 //!
 //! Why 64 bits is enough: without the key (never exposed, not even by
 //! `Debug`) a chosen id lands on a given bucket's name with probability
@@ -66,6 +69,8 @@ const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 /// Room is sought this many times before a new bucket gives up (only
 /// reachable when other threads keep taking every freed place).
 const ROOM_ATTEMPTS: usize = 8;
+/// Up to this many buckets, a joint decision works on stack arrays.
+const FEW: usize = 4;
 
 /// In-memory GCRA buckets for a single process.
 ///
@@ -375,10 +380,11 @@ impl Inner {
     /// the limit's fixed id (spread by an odd constant). Without the key no
     /// partition can be aimed at another's name; two limits of one
     /// partition differ by their tweak.
+    /// Returns the name and its shard (picked by the partition's hash).
     #[inline]
-    fn name(&self, check: &BucketCheck<'_>) -> u64 {
+    fn name(&self, check: &BucketCheck<'_>) -> (u64, usize) {
         let hash = self.hasher.hash(check.partition().as_bytes());
-        Self::tweak(hash, check)
+        (Self::tweak(hash, check), Self::shard_index(hash))
     }
 
     /// A partition's hash made the bucket's name by the limit's tweak.
@@ -387,10 +393,12 @@ impl Inner {
         hash ^ check.limit_name().id().wrapping_mul(0x9e37_79b9_7f4a_7c15)
     }
 
+    /// The shard of a partition's hash: one per partition, whatever the
+    /// limit, so that one user's buckets share a shard.
     #[inline]
-    fn shard_index(name: u64) -> usize {
-        // Bits 32..38: the table uses the low bits and the top 7.
-        (name >> 32) as usize % SHARDS
+    fn shard_index(hash: u64) -> usize {
+        // Bits 32..38: the table uses the low bits and the top 7 of names.
+        (hash >> 32) as usize % SHARDS
     }
 
     #[inline]
@@ -423,8 +431,8 @@ impl Inner {
         check: &BucketCheck<'_>,
         out: &mut Decision,
     ) -> Result<Decided, StorageError> {
-        let name = self.name(check);
-        let shard = &self.shards[Self::shard_index(name)];
+        let (name, shard) = self.name(check);
+        let shard = &self.shards[shard];
         let now = self.clock.now_us();
         let verdict = {
             let table = read(&shard.table);
@@ -471,25 +479,21 @@ impl Inner {
         now: u64,
         out: &mut [Decision],
     ) -> Result<Verdict, StorageError> {
+        if (2..=FEW).contains(&checks.len()) {
+            return self.decide_few(checks, now, out);
+        }
         // Filled by pushes: for a few items, cheaper than `collect`.
         let count = checks.len();
         let mut names: SmallVec<[u64; 4]> = SmallVec::with_capacity(count);
         let mut charges: SmallVec<[Charge; 4]> = SmallVec::with_capacity(count);
-        let mut shards: SmallVec<[usize; 4]> = SmallVec::with_capacity(count);
+        let mut homes: SmallVec<[usize; 4]> = SmallVec::with_capacity(count);
         let mut order: SmallVec<[usize; 4]> = SmallVec::with_capacity(count);
-        // A user's limits share the user's partition: hashed once.
-        let mut last: Option<(&str, u64)> = None;
+        let mut last = None;
         for (i, check) in checks.iter().enumerate() {
-            let partition = check.partition();
-            let hash = match last {
-                Some((seen, hash)) if std::ptr::eq(seen, partition) => hash,
-                _ => self.hasher.hash(partition.as_bytes()),
-            };
-            last = Some((partition, hash));
-            let name = Self::tweak(hash, check);
-            names.push(name);
+            let hash = self.partition_hash(&mut last, check);
+            names.push(Self::tweak(hash, check));
             charges.push(check.charge());
-            shards.push(Self::shard_index(name));
+            homes.push(Self::shard_index(hash));
             order.push(i);
         }
         order.sort_unstable_by_key(|&i| names[i]);
@@ -502,6 +506,7 @@ impl Inner {
         {
             return Err(StorageError::DuplicateBucket);
         }
+        let mut shards = homes.clone();
         shards.sort_unstable();
         shards.dedup();
         for _ in 0..ROOM_ATTEMPTS {
@@ -515,9 +520,10 @@ impl Inner {
             let mut cells: SmallVec<[Option<&AtomicU64>; 4]> =
                 SmallVec::with_capacity(count);
             let mut missing = false;
-            for (check, &name) in checks.iter().zip(&names) {
+            for ((check, &name), home) in checks.iter().zip(&names).zip(&homes)
+            {
                 let cell = shards
-                    .binary_search(&Self::shard_index(name))
+                    .binary_search(home)
                     .ok()
                     .and_then(|i| guards.get(i))
                     .and_then(|table| table.find(name))
@@ -526,27 +532,147 @@ impl Inner {
                 cells.push(cell);
             }
             if missing {
-                // Every bucket that may be charged gets an entry to lock (a
-                // placeholder for a new one: a full bucket), without the
-                // read locks; then again. Making room for one never evicts
-                // another of the same decision.
                 drop(cells);
                 drop(guards);
-                for (check, &name) in checks.iter().zip(&names) {
-                    if check.cost() > 0 {
-                        self.ensure_entry(name, now, &names)?;
-                    }
-                }
+                self.ensure_entries(checks, &names, &homes, now)?;
                 continue;
             }
-            let mut locked = LockedBuckets::new(&cells, &order);
-            let verdict = decide(&charges, locked.stored(), now, out)?;
+            let mut stored: SmallVec<[Option<u64>; 4]> =
+                SmallVec::from_elem(None, count);
+            let locked = LockedBuckets::new(&cells, &order, &mut stored);
+            let verdict = decide(&charges, locked.stored, now, out)?;
             locked.commit(out);
             return Ok(verdict);
         }
-        Err(StorageError::Backend(
-            "memory storage: no room for the buckets of one decision".into(),
-        ))
+        Err(no_room())
+    }
+
+    /// `check`'s partition hash; the last one again when the partition is
+    /// the same string (a user's limits share the user's partition: it is
+    /// hashed once per decision).
+    #[inline]
+    fn partition_hash<'c>(
+        &self,
+        last: &mut Option<(&'c str, u64)>,
+        check: &'c BucketCheck<'_>,
+    ) -> u64 {
+        let partition = check.partition();
+        let hash = match *last {
+            Some((seen, hash)) if std::ptr::eq(seen, partition) => hash,
+            _ => self.hasher.hash(partition.as_bytes()),
+        };
+        *last = Some((partition, hash));
+        hash
+    }
+
+    /// [`decide_many`](Self::decide_many) of a few buckets (a user's plan
+    /// and limits): the same steps on stack arrays, and usually one shard
+    /// (a user's buckets share theirs), so one read lock.
+    #[inline(always)]
+    fn decide_few(
+        &self,
+        checks: &[BucketCheck<'_>],
+        now: u64,
+        out: &mut [Decision],
+    ) -> Result<Verdict, StorageError> {
+        let count = checks.len();
+        let mut names = [0u64; FEW];
+        let mut homes = [0usize; FEW];
+        let mut order = [0usize; FEW];
+        let mut last = None;
+        for (i, check) in checks.iter().enumerate() {
+            let hash = self.partition_hash(&mut last, check);
+            names[i] = Self::tweak(hash, check);
+            homes[i] = Self::shard_index(hash);
+            // Insertion sort by name, as the items come; equal names are
+            // one bucket twice.
+            let mut at = i;
+            while at > 0 && names[order[at - 1]] > names[i] {
+                order[at] = order[at - 1];
+                at -= 1;
+            }
+            if at > 0 && names[order[at - 1]] == names[i] {
+                return Err(StorageError::DuplicateBucket);
+            }
+            order[at] = i;
+        }
+        let (names, homes, order) =
+            (&names[..count], &homes[..count], &order[..count]);
+        // A loop over a filled array: `array::from_fn` costs more.
+        let mut charges = [checks[0].charge(); FEW];
+        for (charge, check) in charges[1..count].iter_mut().zip(&checks[1..]) {
+            *charge = check.charge();
+        }
+        // The distinct shards, in order; and where each check's is.
+        let mut shards = [0usize; FEW];
+        let mut shard_count = 0;
+        for &home in homes {
+            let at = shards[..shard_count].partition_point(|&s| s < home);
+            if at == shard_count || shards[at] != home {
+                shards.copy_within(at..shard_count, at + 1);
+                shards[at] = home;
+                shard_count += 1;
+            }
+        }
+        let shards = &shards[..shard_count];
+        for _ in 0..ROOM_ATTEMPTS {
+            // One read lock per shard, in shard order.
+            let mut guards: [Option<RwLockReadGuard<'_, Table>>; FEW] =
+                [const { None }; FEW];
+            for (guard, &shard) in guards.iter_mut().zip(shards) {
+                *guard = Some(read(&self.shards[shard].table));
+            }
+            let mut cells: [Option<&AtomicU64>; FEW] = [None; FEW];
+            let mut missing = false;
+            for (i, check) in checks.iter().enumerate() {
+                // Usually one shard: no search.
+                let at = match shards {
+                    [_] => 0,
+                    _ => shards.partition_point(|&s| s < homes[i]),
+                };
+                let cell = guards
+                    .get(at)
+                    .and_then(Option::as_ref)
+                    .and_then(|table| table.find(names[i]))
+                    .map(|entry| &entry.tat);
+                missing |= check.cost() > 0 && cell.is_none();
+                cells[i] = cell;
+            }
+            if missing {
+                drop(guards);
+                self.ensure_entries(checks, names, homes, now)?;
+                continue;
+            }
+            let mut stored = [None; FEW];
+            let locked = LockedBuckets::new(
+                &cells[..count],
+                order,
+                &mut stored[..count],
+            );
+            let verdict = decide(&charges[..count], locked.stored, now, out)?;
+            locked.commit(out);
+            return Ok(verdict);
+        }
+        Err(no_room())
+    }
+
+    /// Every bucket that may be charged gets an entry to lock (a
+    /// placeholder for a new one: a full bucket), without the read locks.
+    /// Making room for one never evicts another of the same decision.
+    #[cold]
+    fn ensure_entries(
+        &self,
+        checks: &[BucketCheck<'_>],
+        names: &[u64],
+        homes: &[usize],
+        now: u64,
+    ) -> Result<(), StorageError> {
+        for ((check, &name), &home) in checks.iter().zip(names).zip(homes) {
+            if check.cost() > 0 {
+                self.ensure_entry(name, home, now, names)?;
+            }
+        }
+        Ok(())
     }
 
     /// Makes sure the bucket `name` has an entry, inserting a placeholder,
@@ -554,10 +680,11 @@ impl Inner {
     fn ensure_entry(
         &self,
         name: u64,
+        shard: usize,
         now: u64,
         keep: &[u64],
     ) -> Result<(), StorageError> {
-        let shard = &self.shards[Self::shard_index(name)];
+        let shard = &self.shards[shard];
         if read(&shard.table).find(name).is_some() {
             return Ok(());
         }
@@ -662,8 +789,8 @@ impl Inner {
         now: u64,
     ) -> Result<(), StorageError> {
         let bucket = &settle.bucket;
-        let name = self.name(bucket);
-        let shard = &self.shards[Self::shard_index(name)];
+        let (name, index) = self.name(bucket);
+        let shard = &self.shards[index];
         loop {
             {
                 let table = read(&shard.table);
@@ -676,7 +803,7 @@ impl Inner {
             if matches!(settled.write, Write::Keep | Write::Clear) {
                 return Ok(());
             }
-            self.ensure_entry(name, now, &[])?;
+            self.ensure_entry(name, index, now, &[])?;
         }
     }
 }
@@ -788,54 +915,61 @@ fn settle_in_place(
     }
 }
 
-/// The buckets of one joint decision, locked; unlocked when dropped, with
-/// the decision's writes if it was committed, unchanged otherwise.
-struct LockedBuckets<'a> {
-    cells: SmallVec<[Option<&'a AtomicU64>; 4]>,
-    stored: SmallVec<[Option<u64>; 4]>,
-    writes: SmallVec<[Option<u64>; 4]>,
+/// The buckets of one joint decision, locked; unlocked when dropped,
+/// unchanged, or by [`commit`](Self::commit) with the decision's writes.
+struct LockedBuckets<'s, 'a> {
+    cells: &'s [Option<&'a AtomicU64>],
+    stored: &'s [Option<u64>],
 }
 
-impl<'a> LockedBuckets<'a> {
-    /// Locks `cells` in `order` (one global order: the buckets' names).
-    fn new(cells: &[Option<&'a AtomicU64>], order: &[usize]) -> Self {
-        let mut stored: SmallVec<[Option<u64>; 4]> =
-            SmallVec::from_elem(None, cells.len());
+impl<'s, 'a> LockedBuckets<'s, 'a> {
+    /// Locks `cells` in `order` (one global order: the buckets' names),
+    /// reading their TATs into `stored`.
+    fn new(
+        cells: &'s [Option<&'a AtomicU64>],
+        order: &[usize],
+        stored: &'s mut [Option<u64>],
+    ) -> Self {
         for &i in order {
             if let Some(cell) = cells[i] {
                 stored[i] = self::stored(lock(cell));
             }
         }
-        LockedBuckets {
-            cells: SmallVec::from_slice(cells),
-            writes: SmallVec::from_elem(None, cells.len()),
-            stored,
+        LockedBuckets { cells, stored }
+    }
+
+    /// Unlocks with the decision's writes.
+    fn commit(self, out: &[Decision]) {
+        for ((cell, stored), decision) in
+            self.cells.iter().zip(self.stored).zip(out)
+        {
+            if let Some(cell) = cell {
+                let write = decision.store.map(|s| s.tat_us);
+                cell.store(
+                    write.or(*stored).unwrap_or(NO_TAT),
+                    Ordering::Release,
+                );
+            }
         }
+        // Unlocked: nothing left for `drop`.
+        std::mem::forget(self);
     }
+}
 
-    fn stored(&self) -> &[Option<u64>] {
-        &self.stored
-    }
-
-    /// Keeps the decision's writes for the unlock.
-    fn commit(&mut self, out: &[Decision]) {
-        for (write, decision) in self.writes.iter_mut().zip(out) {
-            *write = decision.store.map(|s| s.tat_us);
+impl Drop for LockedBuckets<'_, '_> {
+    fn drop(&mut self) {
+        for (cell, stored) in self.cells.iter().zip(self.stored) {
+            if let Some(cell) = cell {
+                cell.store(stored.unwrap_or(NO_TAT), Ordering::Release);
+            }
         }
     }
 }
 
-impl Drop for LockedBuckets<'_> {
-    fn drop(&mut self) {
-        for ((cell, stored), write) in
-            self.cells.iter().zip(&self.stored).zip(&self.writes)
-        {
-            if let Some(cell) = cell {
-                let value = write.or(*stored).unwrap_or(NO_TAT);
-                cell.store(value, Ordering::Release);
-            }
-        }
-    }
+fn no_room() -> StorageError {
+    StorageError::Backend(
+        "memory storage: no room for the buckets of one decision".into(),
+    )
 }
 
 /// Takes a bucket's lock bit; returns the TAT it held.

@@ -24,10 +24,14 @@ use crate::limit::Limit;
 use crate::observe::Outcome;
 use crate::outcome::{
     LimitReason, LimitState, Limited, RateLimitInfo, States, most_constraining,
+    shared_states,
 };
 use crate::plans::{Plans, StaticName, Tier};
 use crate::policy::{OnMissing, OnStorageError, OnUnknownTier};
-use std::sync::Arc;
+
+/// Up to this many buckets (the plan and three limits), a quiet decision
+/// works on stack arrays.
+const FEW: usize = 4;
 
 /// Where a decision reports its events; `None` when nobody listens, so that
 /// no event (and no copy of a user id) is built per request for no one.
@@ -613,47 +617,63 @@ impl RateTier {
                 .find(|t| same_name(t.name, claimed))
                 .map(|t| (t.name, t.key, t.quota))
         })?;
-        // (name, quota, shadow) of each bucket, beside its check.
-        let mut buckets: SmallVec<[(&'static LimitName, Quota, bool); 4]> =
-            SmallVec::new();
-        let mut checks: SmallVec<[BucketCheck<'_>; 4]> = SmallVec::new();
+        // The plan and up to FEW - 1 limits, on stack arrays (slots past
+        // `count` repeat the last bucket, unused); more: the general path.
+        let count = limits.len() + 1;
+        if count > FEW {
+            return None;
+        }
         let secret = inner.key_secret.as_ref();
-        buckets.push((key, quota, shadow));
-        checks.push(
-            BucketCheck::new(key, user, quota, cost)
-                .ok()?
-                .shadow(shadow)
-                .key_secret(secret),
-        );
-        for &(limit, partition, cost) in limits {
-            let quota = limit.quota_for(tier);
-            let shadow = shadow || limit.shadow;
-            buckets.push((limit.key, quota, shadow));
-            checks.push(
-                BucketCheck::new(
+        let bucket =
+            |i: usize| match i.checked_sub(1).and_then(|i| limits.get(i)) {
+                None => (key, user, quota, cost, shadow),
+                Some(&(limit, partition, cost)) => (
                     limit.key,
                     partition.unwrap_or(user),
-                    quota,
+                    limit.quota_for(tier),
                     cost,
-                )
-                .ok()?
-                .shadow(shadow)
-                .key_secret(secret),
-            );
+                    shadow || limit.shadow,
+                ),
+            };
+        // Plain loops over filled arrays: `array::from_fn` costs more here.
+        // The names, kept `'static` for the states; the rest is in the
+        // checks.
+        let check_of = |(key, partition, quota, cost, shadow)| {
+            BucketCheck::new(key, partition, quota, cost)
+                .ok()
+                .map(|check| check.shadow(shadow).key_secret(secret))
+        };
+        let mut keys = [key; FEW];
+        // Filled with the plan's check (slots past `count` unused).
+        let mut checks = [check_of(bucket(0))?; FEW];
+        for i in 1..count {
+            let bucket = bucket(i);
+            keys[i] = bucket.0;
+            checks[i] = check_of(bucket)?;
         }
-        let mut out: SmallVec<[Decision; 4]> =
-            SmallVec::from_elem(Decision::default(), checks.len());
+        let checks = &checks[..count];
+        let mut out = [Decision::default(); FEW];
+        let out = &mut out[..count];
         let decided = match &inner.memory {
-            Some(memory) => memory.check_sync(&checks, &mut out),
-            None => inner.storage.check_local(&checks, &mut out)?,
+            Some(memory) => memory.check_sync(checks, out),
+            None => inner.storage.check_local(checks, out)?,
         }
         .ok()?;
         let now_us = decided.now_us.unwrap_or_else(|| inner.clock.now_us());
-        let mut states: SmallVec<[LimitState; 4]> = SmallVec::new();
-        for (&(key, quota, shadow), decision) in buckets.iter().zip(&out) {
-            states.push(state(key, decided.applied(quota), decision, shadow));
+        let mut states = [LimitState::EMPTY; FEW];
+        for ((state_of, (&key, check)), decision) in
+            states.iter_mut().zip(keys.iter().zip(checks)).zip(&*out)
+        {
+            let (quota, shadow) = (check.quota(), check.is_shadow());
+            // A fallback's local share, during an outage (else not called).
+            let applied = match decided.share {
+                0 | 1 => quota,
+                _ => decided.applied(quota),
+            };
+            *state_of = state(key, applied, decision, shadow);
         }
-        match self.rule(tier, user, cost, &decided, &states, now_us, None) {
+        let states = &states[..count];
+        match self.rule(tier, user, cost, &decided, states, now_us, None) {
             Ruling::Allowed(info) => Some(Ok(info)),
             Ruling::Limited(limited) => Some(Err(limited)),
             _ => None,
@@ -716,6 +736,7 @@ impl RateTier {
     /// Allowed, with the most constraining limit in front; or limited by
     /// the limit that refused with the longest wait, reported.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     fn rule(
         &self,
         tier: &'static str,
@@ -729,7 +750,7 @@ impl RateTier {
         // The plan's enforced limit alone is told by the outcome's fields.
         let limits: States = match states {
             [plan] if !plan.shadow => None,
-            _ => Some(Arc::new(SmallVec::from_slice(states))),
+            _ => Some(shared_states(states)),
         };
         match decided.verdict.refused_by {
             None => {

@@ -456,6 +456,7 @@ impl<'a, 'r: 'a> AskFor<'a> for LimitRequest<'r> {
 impl<'a> LimitRequest<'a> {
     /// `user` on `tier`, costing the plan `cost` (0: a peek, every bucket
     /// read and none charged).
+    #[inline]
     pub fn new(user: &'a str, tier: &'a str, cost: u32) -> Self {
         LimitRequest {
             user,
@@ -468,6 +469,7 @@ impl<'a> LimitRequest<'a> {
 
     /// Adds `limit`, charged `cost`, in the user's bucket (a
     /// [global](Limit::global) limit: in its one bucket).
+    #[inline]
     pub fn limit(mut self, limit: &'a Limit, cost: u32) -> Self {
         let key = match limit.scope {
             crate::limit::Scope::Global => Some(""),
