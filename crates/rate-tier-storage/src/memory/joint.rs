@@ -1,0 +1,319 @@
+//! One decision over several buckets, atomic across them: each bucket's
+//! lock bit is taken in one global order (the buckets' names) under the
+//! read locks of their shards (taken in shard order), the decision is made
+//! on what they held, and the writes are committed as they unlock.
+
+use std::sync::RwLockReadGuard;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use gcra_core::{Charge, Decision, JointError, Verdict, check_all};
+use smallvec::SmallVec;
+
+use super::table::{LOCKED, NO_TAT, Table};
+use super::{FEW, Inner, ROOM_ATTEMPTS, read, stored};
+use crate::bucket::BucketCheck;
+use crate::storage::StorageError;
+
+impl Inner {
+    /// Several buckets, locked in name order, decided together.
+    pub(super) fn decide_many(
+        &self,
+        checks: &[BucketCheck<'_>],
+        now: u64,
+        out: &mut [Decision],
+    ) -> Result<Verdict, StorageError> {
+        if (2..=FEW).contains(&checks.len()) {
+            return self.decide_few(checks, now, out);
+        }
+        // Filled by pushes: for a few items, cheaper than `collect`.
+        let count = checks.len();
+        let mut names: SmallVec<[u64; 4]> = SmallVec::with_capacity(count);
+        let mut charges: SmallVec<[Charge; 4]> = SmallVec::with_capacity(count);
+        let mut homes: SmallVec<[usize; 4]> = SmallVec::with_capacity(count);
+        let mut order: SmallVec<[usize; 4]> = SmallVec::with_capacity(count);
+        let mut last = None;
+        for (i, check) in checks.iter().enumerate() {
+            let hash = self.partition_hash(&mut last, check);
+            names.push(Self::tweak(hash, check));
+            charges.push(check.charge());
+            homes.push(Self::shard_index(hash));
+            order.push(i);
+        }
+        order.sort_unstable_by_key(|&i| names[i]);
+        // Two checks of one bucket have one name (and two names that
+        // collide are one bucket here, and would lock one cell twice):
+        // compared as names, not as strings.
+        if order
+            .windows(2)
+            .any(|pair| names[pair[0]] == names[pair[1]])
+        {
+            return Err(StorageError::DuplicateBucket);
+        }
+        let mut shards = homes.clone();
+        shards.sort_unstable();
+        shards.dedup();
+        for _ in 0..ROOM_ATTEMPTS {
+            // One read lock per shard, in shard order: readers only, and
+            // never the same lock twice.
+            let mut guards: SmallVec<[RwLockReadGuard<'_, Table>; 4]> =
+                SmallVec::with_capacity(shards.len());
+            for &shard in &shards {
+                guards.push(read(&self.shards[shard].table));
+            }
+            let mut cells: SmallVec<[Option<&AtomicU64>; 4]> =
+                SmallVec::with_capacity(count);
+            let mut missing = false;
+            for ((check, &name), home) in checks.iter().zip(&names).zip(&homes)
+            {
+                let cell = shards
+                    .binary_search(home)
+                    .ok()
+                    .and_then(|i| guards.get(i))
+                    .and_then(|table| table.find(name))
+                    .map(|entry| &entry.tat);
+                missing |= check.cost() > 0 && cell.is_none();
+                cells.push(cell);
+            }
+            if missing {
+                drop(cells);
+                drop(guards);
+                self.ensure_entries(checks, &names, &homes, now)?;
+                continue;
+            }
+            let mut stored: SmallVec<[Option<u64>; 4]> =
+                SmallVec::from_elem(None, count);
+            let locked = LockedBuckets::new(&cells, &order, &mut stored);
+            let verdict = decide(&charges, locked.stored, now, out)?;
+            locked.commit(out);
+            return Ok(verdict);
+        }
+        Err(no_room())
+    }
+
+    /// `check`'s partition hash; the last one again when the partition is
+    /// the same string (a user's limits share the user's partition: it is
+    /// hashed once per decision).
+    #[inline]
+    fn partition_hash<'c>(
+        &self,
+        last: &mut Option<(&'c str, u64)>,
+        check: &'c BucketCheck<'_>,
+    ) -> u64 {
+        let partition = check.partition();
+        let hash = match *last {
+            Some((seen, hash)) if std::ptr::eq(seen, partition) => hash,
+            _ => self.hasher.hash(partition.as_bytes()),
+        };
+        *last = Some((partition, hash));
+        hash
+    }
+
+    /// [`decide_many`](Self::decide_many) of a few buckets (a user's plan
+    /// and limits): the same steps on stack arrays, and usually one shard
+    /// (a user's buckets share theirs), so one read lock.
+    #[inline(always)]
+    fn decide_few(
+        &self,
+        checks: &[BucketCheck<'_>],
+        now: u64,
+        out: &mut [Decision],
+    ) -> Result<Verdict, StorageError> {
+        let count = checks.len();
+        let mut names = [0u64; FEW];
+        let mut homes = [0usize; FEW];
+        let mut order = [0usize; FEW];
+        let mut last = None;
+        for (i, check) in checks.iter().enumerate() {
+            let hash = self.partition_hash(&mut last, check);
+            names[i] = Self::tweak(hash, check);
+            homes[i] = Self::shard_index(hash);
+            // Insertion sort by name, as the items come; equal names are
+            // one bucket twice.
+            let mut at = i;
+            while at > 0 && names[order[at - 1]] > names[i] {
+                order[at] = order[at - 1];
+                at -= 1;
+            }
+            if at > 0 && names[order[at - 1]] == names[i] {
+                return Err(StorageError::DuplicateBucket);
+            }
+            order[at] = i;
+        }
+        let (names, homes, order) =
+            (&names[..count], &homes[..count], &order[..count]);
+        // A loop over a filled array: `array::from_fn` costs more.
+        let mut charges = [checks[0].charge(); FEW];
+        for (charge, check) in charges[1..count].iter_mut().zip(&checks[1..]) {
+            *charge = check.charge();
+        }
+        // The distinct shards, in order; and where each check's is.
+        let mut shards = [0usize; FEW];
+        let mut shard_count = 0;
+        for &home in homes {
+            let at = shards[..shard_count].partition_point(|&s| s < home);
+            if at == shard_count || shards[at] != home {
+                shards.copy_within(at..shard_count, at + 1);
+                shards[at] = home;
+                shard_count += 1;
+            }
+        }
+        let shards = &shards[..shard_count];
+        for _ in 0..ROOM_ATTEMPTS {
+            // One read lock per shard, in shard order.
+            let mut guards: [Option<RwLockReadGuard<'_, Table>>; FEW] =
+                [const { None }; FEW];
+            for (guard, &shard) in guards.iter_mut().zip(shards) {
+                *guard = Some(read(&self.shards[shard].table));
+            }
+            let mut cells: [Option<&AtomicU64>; FEW] = [None; FEW];
+            let mut missing = false;
+            for (i, check) in checks.iter().enumerate() {
+                // Usually one shard: no search.
+                let at = match shards {
+                    [_] => 0,
+                    _ => shards.partition_point(|&s| s < homes[i]),
+                };
+                let cell = guards
+                    .get(at)
+                    .and_then(Option::as_ref)
+                    .and_then(|table| table.find(names[i]))
+                    .map(|entry| &entry.tat);
+                missing |= check.cost() > 0 && cell.is_none();
+                cells[i] = cell;
+            }
+            if missing {
+                drop(guards);
+                self.ensure_entries(checks, names, homes, now)?;
+                continue;
+            }
+            let mut stored = [None; FEW];
+            let locked = LockedBuckets::new(
+                &cells[..count],
+                order,
+                &mut stored[..count],
+            );
+            let verdict = decide(&charges[..count], locked.stored, now, out)?;
+            locked.commit(out);
+            return Ok(verdict);
+        }
+        Err(no_room())
+    }
+
+    /// Every bucket that may be charged gets an entry to lock (a
+    /// placeholder for a new one: a full bucket), without the read locks.
+    /// Making room for one never evicts another of the same decision.
+    #[cold]
+    fn ensure_entries(
+        &self,
+        checks: &[BucketCheck<'_>],
+        names: &[u64],
+        homes: &[usize],
+        now: u64,
+    ) -> Result<(), StorageError> {
+        for ((check, &name), &home) in checks.iter().zip(names).zip(homes) {
+            if check.cost() > 0 {
+                self.ensure_entry(name, home, now, names)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// [`check_all`], with its errors as the store's.
+fn decide(
+    charges: &[Charge],
+    stored: &[Option<u64>],
+    now: u64,
+    out: &mut [Decision],
+) -> Result<Verdict, StorageError> {
+    check_all(charges, stored, now, out).map_err(|error| match error {
+        JointError::Charge { error, .. } => StorageError::Check(error),
+        _ => StorageError::LengthMismatch {
+            checks: charges.len(),
+            out: out.len(),
+        },
+    })
+}
+
+/// The buckets of one joint decision, locked; unlocked when dropped,
+/// unchanged, or by [`commit`](Self::commit) with the decision's writes.
+struct LockedBuckets<'s, 'a> {
+    cells: &'s [Option<&'a AtomicU64>],
+    stored: &'s [Option<u64>],
+}
+
+impl<'s, 'a> LockedBuckets<'s, 'a> {
+    /// Locks `cells` in `order` (one global order: the buckets' names),
+    /// reading their TATs into `stored`.
+    fn new(
+        cells: &'s [Option<&'a AtomicU64>],
+        order: &[usize],
+        stored: &'s mut [Option<u64>],
+    ) -> Self {
+        for &i in order {
+            if let Some(cell) = cells[i] {
+                stored[i] = self::stored(lock(cell));
+            }
+        }
+        LockedBuckets { cells, stored }
+    }
+
+    /// Unlocks with the decision's writes.
+    fn commit(self, out: &[Decision]) {
+        for ((cell, stored), decision) in
+            self.cells.iter().zip(self.stored).zip(out)
+        {
+            if let Some(cell) = cell {
+                let write = decision.store.map(|s| s.tat_us);
+                cell.store(
+                    write.or(*stored).unwrap_or(NO_TAT),
+                    Ordering::Release,
+                );
+            }
+        }
+        // Unlocked: nothing left for `drop`.
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for LockedBuckets<'_, '_> {
+    fn drop(&mut self) {
+        for (cell, stored) in self.cells.iter().zip(self.stored) {
+            if let Some(cell) = cell {
+                cell.store(stored.unwrap_or(NO_TAT), Ordering::Release);
+            }
+        }
+    }
+}
+
+fn no_room() -> StorageError {
+    StorageError::Backend(
+        "memory storage: no room for the buckets of one decision".into(),
+    )
+}
+
+/// Takes a bucket's lock bit; returns the TAT it held.
+fn lock(cell: &AtomicU64) -> u64 {
+    let mut spins = 0u32;
+    loop {
+        let current = cell.load(Ordering::Relaxed);
+        if current & LOCKED == 0
+            && cell
+                .compare_exchange_weak(
+                    current,
+                    current | LOCKED,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        {
+            return current;
+        }
+        spins = spins.saturating_add(1);
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
