@@ -288,7 +288,7 @@ fn http(http: &Outcome<Value>) -> Vec<Row> {
     );
     let mut vs_governor = Row::new(
         "HTTP req/s: `TierLimitLayer` vs tower_governor",
-        Goal::above(1.0),
+        Goal::at_least(1.05),
     );
     let mut cpu = Row::new(
         "HTTP server CPU per request: layer vs no layer / vs tower_governor",
