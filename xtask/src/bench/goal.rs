@@ -9,7 +9,6 @@ pub(crate) enum Cmp {
     AtMost,
     AtLeast,
     Below,
-    Above,
 }
 
 /// What a row aims at.
@@ -41,15 +40,6 @@ impl Goal {
     pub(crate) const fn at_least(bound: f64) -> Goal {
         Goal::Bound {
             cmp: Cmp::AtLeast,
-            bound,
-            what: "",
-            unit: "",
-        }
-    }
-
-    pub(crate) const fn above(bound: f64) -> Goal {
-        Goal::Bound {
-            cmp: Cmp::Above,
             bound,
             what: "",
             unit: "",
@@ -91,7 +81,6 @@ impl Goal {
                 Cmp::AtMost => value <= bound,
                 Cmp::AtLeast => value >= bound,
                 Cmp::Below => value < bound,
-                Cmp::Above => value > bound,
             }),
         }
     }
@@ -111,7 +100,6 @@ impl fmt::Display for Goal {
                     Cmp::AtMost => "≤",
                     Cmp::AtLeast => "≥",
                     Cmp::Below => "<",
-                    Cmp::Above => ">",
                 };
                 if !what.is_empty() {
                     write!(f, "{what} ")?;
@@ -132,10 +120,6 @@ mod tests {
         assert_eq!(goal.to_string(), "≤ 1.0");
         assert_eq!(goal.met(1.0), Some(true));
         assert_eq!(goal.met(1.01), Some(false));
-
-        let goal = Goal::above(1.0);
-        assert_eq!(goal.to_string(), "> 1.0");
-        assert_eq!(goal.met(1.0), Some(false));
 
         let goal = Goal::below(5.0).on("added", " µs");
         assert_eq!(goal.to_string(), "added < 5.0 µs");
