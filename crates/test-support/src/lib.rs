@@ -46,6 +46,7 @@
 //! ```
 
 mod backend;
+pub mod bench;
 mod cluster;
 mod docker;
 pub mod env;

@@ -10,107 +10,11 @@
 pub(crate) mod apps;
 pub(crate) mod hot;
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::time::Duration;
 
-/// `--name value` pairs from the command line.
-pub(crate) struct Args {
-    values: BTreeMap<String, String>,
-}
-
-impl Args {
-    /// Reads the command line; panics on a flag without a value.
-    pub(crate) fn parse() -> Self {
-        let mut values = BTreeMap::new();
-        let mut args = std::env::args().skip(1);
-        while let Some(arg) = args.next() {
-            if arg == "--bench" {
-                continue; // added by `cargo bench`
-            }
-            let Some(name) = arg.strip_prefix("--") else {
-                panic!("unexpected argument {arg:?}: expected --name value");
-            };
-            let value = args
-                .next()
-                .unwrap_or_else(|| panic!("--{name} needs a value"));
-            values.insert(name.to_owned(), value);
-        }
-        Args { values }
-    }
-
-    /// The value of `--name`, if given.
-    pub(crate) fn get(&self, name: &str) -> Option<&str> {
-        self.values.get(name).map(String::as_str)
-    }
-
-    /// The value of `--name` parsed, or `default`.
-    pub(crate) fn num<T: std::str::FromStr>(
-        &self,
-        name: &str,
-        default: T,
-    ) -> T {
-        match self.get(name) {
-            Some(value) => value.parse().unwrap_or_else(|_| {
-                panic!("--{name} {value:?} is not a number")
-            }),
-            None => default,
-        }
-    }
-
-    /// `--name` as a number of seconds (fractions allowed), or `default`.
-    pub(crate) fn secs(&self, name: &str, default: f64) -> Duration {
-        Duration::from_secs_f64(self.num(name, default))
-    }
-}
-
-/// A flat JSON object, written with no dependency.
-#[derive(Default)]
-pub(crate) struct Results {
-    fields: Vec<(String, String)>,
-}
-
-impl Results {
-    pub(crate) fn num(&mut self, name: &str, value: f64) -> &mut Self {
-        let json = if value.is_finite() {
-            format!("{value}")
-        } else {
-            "null".to_owned()
-        };
-        self.fields.push((name.to_owned(), json));
-        self
-    }
-
-    pub(crate) fn text(&mut self, name: &str, value: &str) -> &mut Self {
-        let escaped: String = value
-            .chars()
-            .flat_map(|c| match c {
-                '"' => vec!['\\', '"'],
-                '\\' => vec!['\\', '\\'],
-                c if c.is_control() => vec![' '],
-                c => vec![c],
-            })
-            .collect();
-        self.fields
-            .push((name.to_owned(), format!("\"{escaped}\"")));
-        self
-    }
-
-    /// Writes the object to `--out`, if given.
-    pub(crate) fn write(&self, args: &Args) {
-        let Some(path) = args.get("out") else {
-            return;
-        };
-        let mut json = String::from("{\n");
-        for (i, (name, value)) in self.fields.iter().enumerate() {
-            let comma = if i + 1 < self.fields.len() { "," } else { "" };
-            writeln!(json, "  \"{name}\": {value}{comma}").unwrap();
-        }
-        json.push_str("}\n");
-        std::fs::write(path, json)
-            .unwrap_or_else(|e| panic!("could not write {path}: {e}"));
-    }
-}
+// Not every bench that includes this module writes results.
+#[allow(unused_imports)]
+pub(crate) use rate_tier_test_support::bench::{Args, Results};
 
 /// This process's resident set size in KiB (`VmRSS` in /proc/self/status).
 pub(crate) fn rss_kib() -> u64 {
