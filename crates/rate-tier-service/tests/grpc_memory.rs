@@ -2,39 +2,12 @@
 //! protos, real sockets), on the memory store; plus the health service,
 //! `/json`, `/healthcheck` and `/metrics`.
 
+#[macro_use]
 mod support;
 
-use support::semantics;
 use support::*;
 
-macro_rules! semantic_tests {
-    ($($name:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                semantics::$name(&Backend::Memory).await;
-            }
-        )*
-    };
-}
-
-semantic_tests!(
-    remaining_and_reset_from_gcra,
-    all_or_nothing,
-    no_match_is_ok_without_limit,
-    unlimited_touches_no_store,
-    zero_refuses_everything,
-    shadow_rule_answers_ok,
-    global_shadow,
-    hits_addend,
-    cost_above_limit,
-    rule_on_the_last_entry,
-    wildcards_and_buckets,
-    limit_override,
-    replaces,
-    same_bucket_twice,
-    response_headers,
-);
+every_semantic!(Backend::Memory);
 
 const RULE: &str = "  - key: user\n    rate_limit: {name: per_user, unit: hour, requests_per_unit: 2}\n";
 

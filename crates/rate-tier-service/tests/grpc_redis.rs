@@ -6,79 +6,12 @@
 //! fail; they never pass silently and never touch port 6379. Every test has
 //! a domain of its own, so bucket names never collide.
 
+#[macro_use]
 mod support;
 
-use support::semantics;
 use support::*;
 
-macro_rules! semantic_tests {
-    ($($name:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                semantics::$name(&Backend::Redis).await;
-            }
-        )*
-    };
-}
-
-semantic_tests!(
-    remaining_and_reset_from_gcra,
-    all_or_nothing,
-    no_match_is_ok_without_limit,
-    unlimited_touches_no_store,
-    zero_refuses_everything,
-    shadow_rule_answers_ok,
-    global_shadow,
-    hits_addend,
-    cost_above_limit,
-    rule_on_the_last_entry,
-    wildcards_and_buckets,
-    limit_override,
-    replaces,
-    same_bucket_twice,
-    response_headers,
-);
-
-/// `concurrent` calls of `descriptors`, alternately on `a` and `b`, all at
-/// once: how many were OK.
-async fn concurrent_oks(
-    a: &Svc,
-    b: &Svc,
-    concurrent: usize,
-    descriptors: impl Fn() -> Vec<envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor>,
-) -> usize {
-    let clients = [a.client().await, b.client().await];
-    let domain = a.domain.clone();
-    let tasks: Vec<_> = (0..concurrent)
-        .map(|i| {
-            let mut client = clients[i % 2].clone();
-            let request = request(&domain, descriptors());
-            tokio::spawn(async move {
-                client
-                    .should_rate_limit(request)
-                    .await
-                    .expect("a decision")
-                    .into_inner()
-                    .overall_code
-                    == OK
-            })
-        })
-        .collect();
-    let mut ok = 0;
-    for task in tasks {
-        if task.await.expect("no panic") {
-            ok += 1;
-        }
-    }
-    ok
-}
-
-const SHARED: &str = concat!(
-    "  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 20}\n",
-    "  - key: plan\n    rate_limit: {unit: hour, requests_per_unit: 30}\n",
-    "  - key: search\n    rate_limit: {unit: hour, requests_per_unit: 10}\n",
-);
+every_semantic!(Backend::Redis);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_share_every_limit_exactly() {

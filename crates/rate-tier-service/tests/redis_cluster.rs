@@ -7,41 +7,6 @@ mod support;
 
 use support::*;
 
-const SHARED: &str = concat!(
-    "  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 20}\n",
-    "  - key: plan\n    rate_limit: {unit: hour, requests_per_unit: 30}\n",
-    "  - key: search\n    rate_limit: {unit: hour, requests_per_unit: 10}\n",
-);
-
-async fn concurrent_oks(
-    a: &Svc,
-    b: &Svc,
-    concurrent: usize,
-    descriptors: impl Fn() -> Vec<envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor>,
-) -> usize {
-    let clients = [a.client().await, b.client().await];
-    let tasks: Vec<_> = (0..concurrent)
-        .map(|i| {
-            let mut client = clients[i % 2].clone();
-            let request = request(&a.domain, descriptors());
-            tokio::spawn(async move {
-                client
-                    .should_rate_limit(request)
-                    .await
-                    .expect("a decision")
-                    .into_inner()
-                    .overall_code
-                    == OK
-            })
-        })
-        .collect();
-    let mut ok = 0;
-    for task in tasks {
-        ok += usize::from(task.await.expect("no panic"));
-    }
-    ok
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_two_instances_share_every_limit_exactly() {
     let domain = unique("cluster");

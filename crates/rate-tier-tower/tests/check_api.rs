@@ -387,3 +387,17 @@ async fn settle_charges_a_debt_or_refunds_never_below_a_full_bucket() {
         "tokens"
     );
 }
+
+/// The same scenario as the Redis and Cluster stores' tests, in memory.
+#[tokio::test]
+async fn a_refusal_in_any_position_charges_nothing_in_memory() {
+    support::scenarios::a_refusal_in_any_position_charges_nothing(
+        async |tier| {
+            RateTier::builder()
+                .tier(tier, Quota::per_minute(10))
+                .build()
+        },
+        "key_ana",
+    )
+    .await;
+}

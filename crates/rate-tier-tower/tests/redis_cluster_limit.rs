@@ -226,38 +226,11 @@ async fn cluster_a_users_limits_share_one_slot() {
 /// whichever refuses.
 #[tokio::test]
 async fn cluster_limits_in_other_slots_are_refunded_exactly_on_a_refusal() {
-    for tight in 0..3 {
-        let tier = unique("free");
-        let tiers = instance(&tier, 0);
-        let quota =
-            |i: usize| Quota::per_minute(if i == tight { 1 } else { 5 });
-        let user = Limit::new(unique("user"), quota(0));
-        let ip = Limit::new(unique("ip"), quota(1)).keyed_by(|_| None);
-        let global = Limit::new(unique("global"), quota(2)).global();
-        let request = |cost| {
-            LimitRequest::new("key_bea", &tier, cost)
-                .limit(&user, cost)
-                .limit_keyed(&ip, "203.0.113.7", cost)
-                .limit(&global, cost)
-        };
-        let names = [user.name(), ip.name(), global.name()];
-        tiers.decide(&request(1)).await.expect("storage").unwrap();
-        for _ in 0..3 {
-            let refused = tiers
-                .decide(&request(1))
-                .await
-                .expect("storage")
-                .unwrap_err();
-            assert_eq!(refused.limit_name(), names[tight], "tight {tight}");
-            assert_eq!(refused.reason(), LimitReason::RateLimited);
-            assert_eq!(refused.retry_after_secs(), 60);
-        }
-        let read = tiers.decide(&request(0)).await.expect("storage").unwrap();
-        let left: Vec<u64> = read.limits().map(|l| l.remaining).collect();
-        let mut expected = vec![9];
-        expected.extend((0..3).map(|i| if i == tight { 0 } else { 4 }));
-        assert_eq!(left, expected, "tight {tight}");
-    }
+    support::scenarios::a_refusal_in_any_position_charges_nothing(
+        async |tier| instance(tier, 0),
+        "key_bea",
+    )
+    .await;
 }
 
 #[tokio::test]

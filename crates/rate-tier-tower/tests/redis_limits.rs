@@ -204,33 +204,11 @@ async fn two_instances_pass_exactly_the_tighter_quota_and_refusals_charge_nothin
 
 #[tokio::test]
 async fn a_refusal_in_any_position_charges_nothing_on_redis() {
-    for tight in 0..3 {
-        let tier = unique("free");
-        let tiers = instance(&tier).await;
-        let quota =
-            |i: usize| Quota::per_minute(if i == tight { 1 } else { 5 });
-        let user = Limit::new(unique("user"), quota(0));
-        let ip = Limit::new(unique("ip"), quota(1)).keyed_by(|_| None);
-        let global = Limit::new(unique("global"), quota(2)).global();
-        let request = |cost| {
-            LimitRequest::new("key_ana", &tier, cost)
-                .limit(&user, cost)
-                .limit_keyed(&ip, "203.0.113.7", cost)
-                .limit(&global, cost)
-        };
-        let names = [user.name(), ip.name(), global.name()];
-        tiers.decide(&request(1)).await.unwrap().unwrap();
-        for _ in 0..3 {
-            let refused = tiers.decide(&request(1)).await.unwrap().unwrap_err();
-            assert_eq!(refused.limit_name(), names[tight], "tight {tight}");
-            assert_eq!(refused.retry_after_secs(), 60);
-        }
-        let read = tiers.decide(&request(0)).await.unwrap().unwrap();
-        let left: Vec<u64> = read.limits().map(|l| l.remaining).collect();
-        let mut expected = vec![9];
-        expected.extend((0..3).map(|i| if i == tight { 0 } else { 4 }));
-        assert_eq!(left, expected, "tight {tight}");
-    }
+    support::scenarios::a_refusal_in_any_position_charges_nothing(
+        async |tier| instance(tier).await,
+        "key_ana",
+    )
+    .await;
 }
 
 // ---------------------------------------------------------------------------

@@ -1,7 +1,39 @@
 //! What the service's tests share: a service on loopback port 0 with its
 //! config in a throwaway directory, a tonic client built from the same
 //! protos, a small HTTP/1.1 client, and a store that counts its calls.
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_macros)]
+
+/// One `#[tokio::test]` per semantic in [`semantics`], on `$backend`: the
+/// same list for every store.
+macro_rules! every_semantic {
+    ($backend:expr) => {
+        every_semantic!(@each $backend;
+            remaining_and_reset_from_gcra,
+            all_or_nothing,
+            no_match_is_ok_without_limit,
+            unlimited_touches_no_store,
+            zero_refuses_everything,
+            shadow_rule_answers_ok,
+            global_shadow,
+            hits_addend,
+            cost_above_limit,
+            rule_on_the_last_entry,
+            wildcards_and_buckets,
+            limit_override,
+            replaces,
+            same_bucket_twice,
+            response_headers,
+        );
+    };
+    (@each $backend:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                support::semantics::$name(&$backend).await;
+            }
+        )*
+    };
+}
 
 pub mod semantics;
 
@@ -384,4 +416,42 @@ where
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Rules of three limits, for two instances sharing them.
+pub const SHARED: &str = concat!(
+    "  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 20}\n",
+    "  - key: plan\n    rate_limit: {unit: hour, requests_per_unit: 30}\n",
+    "  - key: search\n    rate_limit: {unit: hour, requests_per_unit: 10}\n",
+);
+
+/// `concurrent` calls of `descriptors`, alternately on `a` and `b`, all at
+/// once: how many were OK.
+pub async fn concurrent_oks(
+    a: &Svc,
+    b: &Svc,
+    concurrent: usize,
+    descriptors: impl Fn() -> Vec<RateLimitDescriptor>,
+) -> usize {
+    let clients = [a.client().await, b.client().await];
+    let tasks: Vec<_> = (0..concurrent)
+        .map(|i| {
+            let mut client = clients[i % 2].clone();
+            let request = request(&a.domain, descriptors());
+            tokio::spawn(async move {
+                client
+                    .should_rate_limit(request)
+                    .await
+                    .expect("a decision")
+                    .into_inner()
+                    .overall_code
+                    == OK
+            })
+        })
+        .collect();
+    let mut ok = 0;
+    for task in tasks {
+        ok += usize::from(task.await.expect("no panic"));
+    }
+    ok
 }
