@@ -90,8 +90,9 @@ impl Quota {
     ///
     /// A stored TAT beyond [`MAX_TIME_US`] is treated as corrupted, like a
     /// missing one. If `now` went backwards, the TAT is capped at the
-    /// [ceiling](Quota::ceiling_us), `now + 2 * tau`, and that capped value
-    /// is returned for storing, even on a refusal:
+    /// [ceiling](Quota::ceiling_us), `now + tau + max_debt` (`now + 2 * tau`
+    /// by default), and that capped value is returned for storing, even on
+    /// a refusal:
     ///
     /// ```
     /// use gcra_core::{CheckError, Quota};
@@ -214,8 +215,11 @@ impl Quota {
     /// - [`Adjust::Charge`] moves the TAT `T * n` further, **without** a
     ///   refusal: the request already ran. The TAT may go beyond `now + tau`:
     ///   a debt that the next requests wait for. It stops at the
-    ///   [ceiling](Quota::ceiling_us), `now + 2 * tau`: a settlement leaves
-    ///   at most one full burst of debt.
+    ///   [ceiling](Quota::ceiling_us), `now + tau + max_debt`: by default a
+    ///   settlement leaves at most one burst window of debt; a quota that
+    ///   settles large actual costs carries them whole with
+    ///   [`Quota::unbounded_debt`] (or a bound of its own,
+    ///   [`Quota::allow_debt`]).
     /// - [`Adjust::Refund`] moves it back by `T * n`, never below `now` (a
     ///   refund cannot create quota that time has not given back). A bucket
     ///   that becomes full is [`Write::Clear`]ed.
@@ -239,6 +243,15 @@ impl Quota {
     /// // A refund of everything: the bucket is full again.
     /// let refunded = quota.settle(tat, 0, Adjust::Refund(1))?;
     /// assert_eq!(refunded.write, Write::Clear);
+    ///
+    /// // Settled to 1 000 000 tokens: with the default bound the debt stops
+    /// // at one window; a quota that carries debts whole waits 1000 minutes.
+    /// let capped = quota.settle(tat, 0, Adjust::Charge(999_999))?;
+    /// assert_eq!(capped.reset_after_us, 2 * 60_000_000);
+    /// let whole = quota.unbounded_debt().settle(tat, 0, Adjust::Charge(999_999))?;
+    /// assert_eq!(whole.reset_after_us, 60_000_000_000);
+    /// let next = quota.unbounded_debt().check(Some(whole.reset_after_us), 0, 1)?;
+    /// assert_eq!(next.retry_after_us, 60_000_000_000 - 60_000_000 + 60_000);
     /// # Ok::<(), gcra_core::CheckError>(())
     /// ```
     pub const fn settle(

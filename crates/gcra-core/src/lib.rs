@@ -83,11 +83,13 @@
 //!
 //! 1. `tat` = the stored TAT; if there is none, or it is above
 //!    [`MAX_TIME_US`] (a corrupted value), or it is before `now`: `tat = now`.
-//!    If `tat > now + 2 * tau` the clock went backwards: `tat = now + 2 * tau`
-//!    (the [ceiling](Quota::ceiling_us)), and that capped value is stored
-//!    even on a refusal, so the user is not locked out for as long as the
-//!    clock jumped back. (A TAT between `tau` and `2 * tau` ahead is a debt
-//!    left by [`Quota::settle`]; the cap must not erase it.)
+//!    If `tat > now + tau + max_debt` the clock went backwards:
+//!    `tat = now + tau + max_debt` (the [ceiling](Quota::ceiling_us);
+//!    `max_debt` is one burst window, `tau`, unless the quota says otherwise:
+//!    [`Quota::allow_debt`]), and that capped value is stored even on a
+//!    refusal, so the user is not locked out for as long as the clock jumped
+//!    back. (A TAT between `tau` and the ceiling ahead is a debt left by
+//!    [`Quota::settle`]; the cap must not erase it.)
 //! 2. `new_tat = tat + T * cost`; `allow_at = new_tat - tau`.
 //! 3. If `allow_at > now`: refused, `retry_after = allow_at - now`,
 //!    `reset_after = tat - now`, remaining 0.
@@ -100,7 +102,8 @@
 //! No arithmetic here can overflow or panic: every time value is kept within
 //! [`MAX_TIME_US`] (2^53, the range in which Lua numbers are exact integers)
 //! and anything outside it is a typed error. A quota's burst window is at
-//! most [`MAX_WINDOW_US`], so that `now + 2 * tau` fits beside any real clock.
+//! most [`MAX_WINDOW_US`], and so is its largest debt, so that the ceiling
+//! `now + tau + max_debt` fits beside any real clock.
 //!
 //! # Beyond one request, one bucket
 //!
@@ -135,8 +138,9 @@ pub const MAX_TIME_US: u64 = 1 << 53;
 /// The longest burst window (`tau = T * burst`) a [`Quota`] may have, in
 /// microseconds: 2^50, about 35.7 years.
 ///
-/// A bucket's TAT runs at most `2 * tau` ahead of now (a debt, see
-/// [`Quota::settle`]), so with this bound every clock before the year 2184
+/// It also bounds the debt a settlement may leave ([`Quota::allow_debt`]). A
+/// bucket's TAT runs at most `tau + max_debt <= 2^51` ahead of now (a debt,
+/// see [`Quota::settle`]), so with this bound every clock before the year 2184
 /// keeps each TAT within [`MAX_TIME_US`]. A longer window (one request a
 /// day with a burst of 100 000: 274 years) could never be checked and is
 /// refused when the quota is built.

@@ -54,7 +54,13 @@ pub struct Quota {
     period_us: u64,
     emission_interval_us: u64,
     burst_offset_us: u64,
+    /// The most debt a settlement may leave, in µs; [`ONE_BURST`]: `tau`.
+    max_debt_us: u64,
 }
+
+/// [`Quota::max_debt_us`] when none was set: one burst window, whatever
+/// the burst becomes.
+const ONE_BURST: u64 = u64::MAX;
 
 /// Why a [`Quota`] could not be built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,6 +197,7 @@ impl Quota {
             period_us,
             emission_interval_us,
             burst_offset_us,
+            max_debt_us: ONE_BURST,
         })
     }
 
@@ -281,12 +288,83 @@ impl Quota {
         self,
         burst: u32,
     ) -> Result<Quota, QuotaError> {
-        Self::with_burst(
+        match Self::with_burst(
             self.limit,
             self.period_us,
             self.emission_interval_us,
             burst,
-        )
+        ) {
+            Ok(quota) => Ok(Quota {
+                max_debt_us: self.max_debt_us,
+                ..quota
+            }),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The same rate, with at most `debt` of debt after a
+    /// [settlement](Quota::settle) (by default one burst window, `tau`).
+    ///
+    /// A settled debt moves the TAT beyond `now + tau`; the next requests
+    /// wait for it. A stored TAT beyond `now + tau + max debt` cannot be a
+    /// debt: the clock went back, and the TAT is capped there (rule 1 of the
+    /// [crate docs](crate#the-rules-exactly)). So the bound is a trade: a
+    /// larger one carries larger debts whole, and lets a clock that jumped
+    /// back by up to that much delay the bucket's requests by the jump.
+    /// [`Quota::unbounded_debt`] carries every debt.
+    ///
+    /// # Panics
+    ///
+    /// If `debt` exceeds [`MAX_WINDOW_US`]; a compile error in a `const`.
+    /// Use [`Quota::try_allow_debt`] for a `Result`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let tokens = gcra_core::Quota::per_minute(1000).allow_debt(Duration::from_secs(3600));
+    /// assert_eq!(tokens.max_debt_us(), 3_600_000_000);
+    /// assert_eq!(tokens.ceiling_us(), 60_000_000 + 3_600_000_000);
+    /// ```
+    pub const fn allow_debt(self, debt: Duration) -> Quota {
+        or_panic(self.try_allow_debt(debt))
+    }
+
+    /// Like [`Quota::allow_debt`], with a typed error instead of a panic.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gcra_core::{Quota, QuotaError};
+    /// let years = Duration::from_secs(40 * 365 * 86_400);
+    /// assert_eq!(Quota::per_minute(1).try_allow_debt(years), Err(QuotaError::OutOfRange));
+    /// ```
+    pub const fn try_allow_debt(
+        self,
+        debt: Duration,
+    ) -> Result<Quota, QuotaError> {
+        let micros = debt.as_micros();
+        if micros > MAX_WINDOW_US as u128 {
+            return Err(QuotaError::OutOfRange);
+        }
+        Ok(Quota {
+            // Lossless: checked against MAX_WINDOW_US just above.
+            max_debt_us: micros as u64,
+            ..self
+        })
+    }
+
+    /// The same rate, carrying any debt a settlement leaves, whole (up to
+    /// [`MAX_WINDOW_US`], about 35.7 years): what a limit whose actual cost
+    /// is known only after the response needs (the tokens of a generated
+    /// answer). See [`Quota::allow_debt`] for what it trades.
+    ///
+    /// ```
+    /// let tokens = gcra_core::Quota::per_minute(1000).unbounded_debt();
+    /// assert_eq!(tokens.max_debt_us(), gcra_core::MAX_WINDOW_US);
+    /// ```
+    pub const fn unbounded_debt(self) -> Quota {
+        Quota {
+            max_debt_us: MAX_WINDOW_US,
+            ..self
+        }
     }
 
     /// Requests per period.
@@ -314,17 +392,32 @@ impl Quota {
         self.burst_offset_us
     }
 
-    /// `2 * tau`, in µs: the furthest ahead of now a stored TAT is kept. A
-    /// TAT between `tau` and `2 * tau` ahead is a debt left by
-    /// [`Quota::settle`]; beyond, the clock went back and the TAT is capped
-    /// here (rule 1 of the [crate docs](crate#the-rules-exactly)).
+    /// The most debt, in µs, a [settlement](Quota::settle) may leave: one
+    /// burst window (`tau`) unless set by [`Quota::allow_debt`].
+    ///
+    /// ```
+    /// assert_eq!(gcra_core::Quota::per_minute(10).max_debt_us(), 60_000_000);
+    /// ```
+    pub const fn max_debt_us(&self) -> u64 {
+        if self.max_debt_us == ONE_BURST {
+            self.burst_offset_us
+        } else {
+            self.max_debt_us
+        }
+    }
+
+    /// `tau + max debt`, in µs: the furthest ahead of now a stored TAT is
+    /// kept (`2 * tau` by default). A TAT between `tau` and the ceiling
+    /// ahead is a debt left by [`Quota::settle`]; beyond, the clock went
+    /// back and the TAT is capped here (rule 1 of the
+    /// [crate docs](crate#the-rules-exactly)).
     ///
     /// ```
     /// assert_eq!(gcra_core::Quota::per_minute(10).ceiling_us(), 120_000_000);
     /// ```
     pub const fn ceiling_us(&self) -> u64 {
-        // tau <= 2^50: no overflow.
-        self.burst_offset_us.saturating_mul(2)
+        // Both are at most 2^50: no overflow.
+        self.burst_offset_us.saturating_add(self.max_debt_us())
     }
 
     /// Whether a request of this cost can pass at all, after any wait:

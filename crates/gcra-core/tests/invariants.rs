@@ -162,7 +162,7 @@ proptest! {
     /// (b) After a refusal with `retry_after = r`, the same request passes at
     /// `now + r` and not at `now + r - 1` (nothing in between). Also: `r` is
     /// at least 1 µs and at most `T * cost` plus the debt the TAT carries
-    /// beyond `tau` (at most one more `tau`, a capped TAT included).
+    /// beyond `tau` (at most the quota's max debt, a capped TAT included).
     #[test]
     fn b_retry_after_is_exact(
         p in params(),
@@ -182,7 +182,8 @@ proptest! {
             }
             let r = i128::from(d.retry_after_us);
             let debt = (i128::from(d.reset_after_us) - tau).max(0);
-            prop_assert!(debt <= tau, "debt {} beyond a burst", debt);
+            let max_debt = p.ceiling() - tau;
+            prop_assert!(debt <= max_debt, "debt {} beyond {}", debt, max_debt);
             prop_assert!(
                 r >= 1 && r <= t * i128::from(cost) + debt,
                 "retry {} for cost {} with debt {}", r, cost, debt
@@ -234,7 +235,8 @@ proptest! {
         }
     }
 
-    /// (d) `reset_after <= 2 * tau` always, and `<= tau` when allowed (only a
+    /// (d) `reset_after <=` the ceiling (`tau + max debt`) always, and
+    /// `<= tau` when allowed (only a
     /// refusal sees a debt); every write's ttl covers it, rounded
     /// up to the millisecond but not further (`ttl_ms * 1000 >= reset_after`,
     /// `< reset_after + 1000`, at least 1 ms), and the written TAT is
@@ -256,7 +258,7 @@ proptest! {
             let cost = cost.resolve(p.burst());
             let Ok(d) = sim.check(u(now), cost) else { continue };
             let reset = i128::from(d.reset_after_us);
-            prop_assert!(reset <= 2 * tau, "reset_after {} > 2 tau {}", reset, tau);
+            prop_assert!(reset <= p.ceiling(), "reset_after {} > ceiling {}", reset, p.ceiling());
             if d.allowed {
                 prop_assert!(reset <= tau, "allowed with reset_after {} > tau {}", reset, tau);
                 prop_assert!(d.store.is_some(), "an allowed request must be stored");
@@ -280,7 +282,8 @@ proptest! {
     }
 
     /// (e) A refusal writes nothing, unless the stored TAT was beyond
-    /// `now + 2 tau` (the clock went back): then it writes exactly that.
+    /// the ceiling, `now + tau + max debt` (the clock went back): then it
+    /// writes exactly that.
     /// Errors never write (`check` returns no decision at all).
     #[test]
     fn e_refusal_only_writes_a_capped_tat(
@@ -324,7 +327,7 @@ proptest! {
                 prop_assert_eq!(d.reset_after_us, u(ceiling));
                 prop_assert_eq!(
                     i128::from(d.retry_after_us),
-                    tau + t * i128::from(cost)
+                    ceiling - tau + t * i128::from(cost)
                 );
             } else {
                 prop_assert_eq!(d.store, None);

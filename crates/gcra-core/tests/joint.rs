@@ -386,7 +386,8 @@ fn a_settled_debt_survives_the_clock_back_cap() {
     let next = quota.check(Some(debt.tat_us), 0, 1).unwrap();
     assert_eq!(next.retry_after_us, 12_060_000);
     assert_eq!(next.store, None, "the debt is not capped away");
-    // A debt beyond one more burst is forgiven at the ceiling.
+    // With the default bound, a debt beyond one more burst stops at the
+    // ceiling.
     let huge = quota.settle(None, 0, Adjust::Charge(u32::MAX)).unwrap();
     assert_eq!(
         huge.write,
@@ -395,6 +396,41 @@ fn a_settled_debt_survives_the_clock_back_cap() {
             ttl_ms: 120_000
         })
     );
+}
+
+#[test]
+fn an_unbounded_debt_is_carried_whole_through_every_later_check() {
+    // SPEC: 1,000,000 tokens on 1000/min: the next request waits about
+    // 1000 minutes, and no later check caps the debt away.
+    let quota = Quota::per_minute(1000).unbounded_debt();
+    let first = quota.check(None, 0, 1).unwrap();
+    let settled = quota
+        .settle(
+            first.store.map(|s| s.tat_us),
+            0,
+            Adjust::between(1, 1_000_000),
+        )
+        .unwrap();
+    let Write::Set(debt) = settled.write else {
+        panic!("{settled:?}")
+    };
+    assert_eq!(debt.tat_us, 60_000 * SECOND);
+    let mut now = 0;
+    while now < 59_000 * SECOND {
+        let next = quota.check(Some(debt.tat_us), now, 1).unwrap();
+        assert!(!next.allowed, "passed at {now} µs");
+        assert_eq!(next.store, None, "the debt is capped at {now} µs");
+        assert_eq!(
+            next.retry_after_us,
+            60_000 * SECOND + 60_000 - 60 * SECOND - now
+        );
+        now += 997 * SECOND;
+    }
+    // A clock that jumped back beyond even that bound is still capped.
+    let bounded = Quota::per_minute(1000)
+        .allow_debt(std::time::Duration::from_secs(3600));
+    let jumped = bounded.check(Some(10_000 * SECOND), 0, 1).unwrap();
+    assert_eq!(jumped.store.map(|s| s.tat_us), Some(3660 * SECOND));
 }
 
 #[test]

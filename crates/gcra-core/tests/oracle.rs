@@ -65,8 +65,8 @@ fn spec_check(
     if tat < now {
         tat = now;
     }
-    //    If tat > now + 2 tau (beyond any debt a settle leaves: the clock
-    //    went back): tat = now + 2 tau, and store it that way.
+    //    If tat > now + tau + max debt (beyond any debt a settle leaves:
+    //    the clock went back): tat = that ceiling, and store it that way.
     let mut capped = false;
     if tat > now + p.ceiling() {
         tat = now + p.ceiling();
@@ -137,10 +137,12 @@ impl LeakyBucket {
         // The water left now. A value past the end of time is garbage: empty.
         let full_at = self.full_at.filter(|&f| f <= MAX);
         let raw_level = full_at.map_or(0, |f| (f - now).max(0));
-        // Up to one bucket of overflow is a debt (a settlement); more means
-        // the clock went back: spill the excess, and remember the level.
-        let spilled = raw_level > 2 * capacity;
-        let level = raw_level.min(2 * capacity);
+        // Up to the quota's max debt of overflow is a debt (a settlement);
+        // more means the clock went back: spill the excess, and remember the
+        // level.
+        let brim = capacity + p.max_debt.map_or(capacity, i128::from);
+        let spilled = raw_level > brim;
+        let level = raw_level.min(brim);
         if now + level + pour > MAX {
             return Err(CheckError::TimeOutOfRange);
         }
@@ -195,38 +197,52 @@ fn large_params() -> impl Strategy<Value = Params> {
         Just(Params {
             limit: u32::MAX,
             period_us: 86_400_000_000,
-            burst: None
+            burst: None,
+            max_debt: None,
         }),
         Just(Params {
             limit: 1,
             period_us: 86_400_000_000,
-            burst: None
+            burst: None,
+            max_debt: None,
         }),
         Just(Params {
             limit: 1,
             period_us: MAX_WINDOW_US,
-            burst: None
+            burst: None,
+            max_debt: None,
         }),
         Just(Params {
             limit: u32::MAX,
             period_us: MAX_WINDOW_US - u64::from(u32::MAX),
-            burst: None
+            burst: None,
+            max_debt: None,
         }),
         Just(Params {
             limit: 1_000_000,
             period_us: 1_000_000,
-            burst: None
+            burst: None,
+            max_debt: None,
+        }),
+        // The longest window and the largest debt: both 2^50.
+        Just(Params {
+            limit: 1,
+            period_us: MAX_WINDOW_US,
+            burst: None,
+            max_debt: Some(MAX_WINDOW_US),
         }),
         // The longest window a quota may have: about 31.7 years.
         Just(Params {
             limit: 1,
             period_us: 1_000_000,
-            burst: Some(1_000_000_000)
+            burst: Some(1_000_000_000),
+            max_debt: None,
         }),
         Just(Params {
             limit: 10,
             period_us: 60_000_000,
-            burst: Some(3)
+            burst: Some(3),
+            max_debt: None,
         }),
         // tau = ceil(P / L) * L < P + L: within the window bound.
         (1u32..=u32::MAX, 1u64..=MAX_WINDOW_US - u64::from(u32::MAX)).prop_map(
@@ -235,6 +251,7 @@ fn large_params() -> impl Strategy<Value = Params> {
                     limit,
                     period_us: period.max(u64::from(limit)),
                     burst: None,
+                    max_debt: None,
                 }
             }
         ),

@@ -239,15 +239,17 @@ impl<'a> BucketCheck<'a> {
         self.key_secret
     }
 
-    /// The script arguments of this bucket: `T`, `tau`, cost, and 1 for a
-    /// shadow limit (0 otherwise), as every Redis script of this crate
-    /// takes them.
-    pub fn script_args(&self) -> [u64; 4] {
+    /// The script arguments of this bucket: `T`, `tau`, cost, 1 for a
+    /// shadow limit (0 otherwise), and the most debt a settlement may leave
+    /// ([`Quota::max_debt_us`]), as every Redis script of this crate takes
+    /// them.
+    pub fn script_args(&self) -> [u64; 5] {
         [
             self.quota.emission_interval_us(),
             self.quota.burst_offset_us(),
             u64::from(self.cost),
             u64::from(self.shadow),
+            self.quota.max_debt_us(),
         ]
     }
 

@@ -44,7 +44,7 @@ fn key(name: &LimitName) -> String {
 /// `gcra_all.lua`'s `ARGV` for one bucket: [`BucketCheck::script_args`],
 /// or the same layout by hand for a cost above the burst, which a
 /// `BucketCheck` cannot hold.
-fn check_args(name: &LimitName, charge: Charge) -> [i64; 4] {
+fn check_args(name: &LimitName, charge: Charge) -> [i64; 5] {
     let args = match BucketCheck::new(name, USER, charge.quota, charge.cost) {
         Ok(check) => check.shadow(charge.shadow).script_args(),
         Err(_) => [
@@ -52,22 +52,23 @@ fn check_args(name: &LimitName, charge: Charge) -> [i64; 4] {
             charge.quota.burst_offset_us(),
             u64::from(charge.cost),
             u64::from(charge.shadow),
+            charge.quota.max_debt_us(),
         ],
     };
     args.map(|a| i64::try_from(a).unwrap())
 }
 
-/// `gcra_settle.lua`'s `ARGV` for one bucket: `T`, `tau`, then the units,
-/// positive to charge and negative to refund.
-fn settle_args(quota: Quota, adjust: Adjust) -> [i64; 3] {
-    let [t, tau, ..] = BucketCheck::peek(&names(1)[0], USER, quota)
+/// `gcra_settle.lua`'s `ARGV` for one bucket: `T`, `tau`, the units
+/// (positive to charge and negative to refund), then the max debt.
+fn settle_args(quota: Quota, adjust: Adjust) -> [i64; 4] {
+    let [t, tau, _, _, debt] = BucketCheck::peek(&names(1)[0], USER, quota)
         .script_args()
         .map(|a| i64::try_from(a).unwrap());
     let units = match adjust {
         Adjust::Charge(n) => i64::from(n),
         Adjust::Refund(n) => -i64::from(n),
     };
-    [t, tau, units]
+    [t, tau, units, debt]
 }
 
 /// A reply of 4 integers per bucket as `Decision`s (`store` is the
@@ -169,70 +170,115 @@ fn bad_arguments_are_error_replies_and_write_nothing() {
     let cases: &[(&str, &[&str], &[&str])] = &[
         ("no key", &[], &[]),
         ("no arguments", &[k], &[]),
-        ("3 arguments", &[k], &["6000000", "60000000", "1"]),
-        ("5 arguments", &[k], &["6000000", "60000000", "1", "0", "0"]),
+        ("4 arguments", &[k], &["6000000", "60000000", "1", "0"]),
         (
-            "4 arguments for 2 keys",
-            &[k, "trt:b:{u}"],
-            &["6000000", "60000000", "1", "0"],
+            "6 arguments",
+            &[k],
+            &["6000000", "60000000", "1", "0", "0", "0"],
         ),
-        ("zero interval", &[k], &["0", "60000000", "1", "0"]),
-        ("zero burst offset", &[k], &["6000000", "0", "1", "0"]),
-        ("tau < T", &[k], &["6000000", "5999999", "1", "0"]),
-        ("negative cost", &[k], &["6000000", "60000000", "-1", "0"]),
+        (
+            "5 arguments for 2 keys",
+            &[k, "trt:b:{u}"],
+            &["6000000", "60000000", "1", "0", "0"],
+        ),
+        ("zero interval", &[k], &["0", "60000000", "1", "0", "0"]),
+        ("zero burst offset", &[k], &["6000000", "0", "1", "0", "0"]),
+        ("tau < T", &[k], &["6000000", "5999999", "1", "0", "0"]),
+        (
+            "negative cost",
+            &[k],
+            &["6000000", "60000000", "-1", "0", "0"],
+        ),
         (
             "leading zero cost",
             &[k],
-            &["6000000", "60000000", "01", "0"],
+            &["6000000", "60000000", "01", "0", "0"],
         ),
         (
             "double zero cost",
             &[k],
-            &["6000000", "60000000", "00", "0"],
+            &["6000000", "60000000", "00", "0", "0"],
         ),
-        ("leading zero T", &[k], &["06000000", "60000000", "1", "0"]),
-        ("exponent", &[k], &["6e6", "60000000", "1", "0"]),
-        ("hex", &[k], &["0x10", "60000000", "1", "0"]),
-        ("spaces", &[k], &[" 6000000", "60000000", "1", "0"]),
-        ("inner space", &[k], &["6000000", "60000000 1", "1", "0"]),
-        ("fraction", &[k], &["6000000", "60000000", "1.0", "0"]),
-        ("empty", &[k], &["", "60000000", "1", "0"]),
-        ("nan", &[k], &["nan", "60000000", "1", "0"]),
-        ("shadow 2", &[k], &["6000000", "60000000", "1", "2"]),
-        ("shadow empty", &[k], &["6000000", "60000000", "1", ""]),
-        ("shadow true", &[k], &["6000000", "60000000", "1", "true"]),
+        (
+            "leading zero T",
+            &[k],
+            &["06000000", "60000000", "1", "0", "0"],
+        ),
+        ("exponent", &[k], &["6e6", "60000000", "1", "0", "0"]),
+        ("hex", &[k], &["0x10", "60000000", "1", "0", "0"]),
+        ("spaces", &[k], &[" 6000000", "60000000", "1", "0", "0"]),
+        (
+            "inner space",
+            &[k],
+            &["6000000", "60000000 1", "1", "0", "0"],
+        ),
+        ("fraction", &[k], &["6000000", "60000000", "1.0", "0", "0"]),
+        ("empty", &[k], &["", "60000000", "1", "0", "0"]),
+        ("nan", &[k], &["nan", "60000000", "1", "0", "0"]),
+        ("shadow 2", &[k], &["6000000", "60000000", "1", "2", "0"]),
+        ("shadow empty", &[k], &["6000000", "60000000", "1", "", "0"]),
+        (
+            "shadow true",
+            &[k],
+            &["6000000", "60000000", "1", "true", "0"],
+        ),
         (
             "cost above the burst",
             &[k],
-            &["6000000", "60000000", "11", "0"],
+            &["6000000", "60000000", "11", "0", "0"],
         ),
         (
             "cost above the burst, in shadow",
             &[k],
-            &["6000000", "60000000", "11", "1"],
+            &["6000000", "60000000", "11", "1", "0"],
         ),
         (
             "T past 2^53",
             &[k],
-            &["9007199254740994", "9007199254740994", "1", "0"],
+            &["9007199254740994", "9007199254740994", "1", "0", "0"],
         ),
         (
             "T at 2^53 + 1",
             &[k],
-            &["9007199254740993", "9007199254740993", "1", "0"],
+            &["9007199254740993", "9007199254740993", "1", "0", "0"],
         ),
         (
             "cost at 2^53 + 1",
             &[k],
-            &["1", "9007199254740992", "9007199254740993", "0"],
+            &["1", "9007199254740992", "9007199254740993", "0", "0"],
         ),
         (
             "a bad second key",
             &[k, "trt:b:{u}"],
             &[
-                "6000000", "60000000", "1", "0", "6000000", "60000000", "x",
-                "0",
+                "6000000", "60000000", "1", "0", "0", "6000000", "60000000",
+                "x", "0", "0",
             ],
+        ),
+        (
+            "negative debt",
+            &[k],
+            &["6000000", "60000000", "1", "0", "-1"],
+        ),
+        (
+            "fractional debt",
+            &[k],
+            &["6000000", "60000000", "1", "0", "1.5"],
+        ),
+        (
+            "leading zero debt",
+            &[k],
+            &["6000000", "60000000", "1", "0", "01"],
+        ),
+        (
+            "debt past 2^50",
+            &[k],
+            &["6000000", "60000000", "1", "0", "1125899906842625"],
+        ),
+        (
+            "debt of 17 digits",
+            &[k],
+            &["6000000", "60000000", "1", "0", "10000000000000000"],
         ),
     ];
     for (what, keys, argv) in cases {
@@ -251,7 +297,7 @@ fn largest_arguments_are_accepted_and_past_them_is_an_error() {
     let h = Harness::new(GCRA_ALL, START_US);
     let max = MAX_TIME_US.to_string();
     assert_eq!(
-        h.eval(&[k], &["1", &max, "2", "0"]),
+        h.eval(&[k], &["1", &max, "2", "0", "0"]),
         Ok(vec![1, (MAX_TIME_US - 2) as i64, 0, 2])
     );
     h.take_writes();
@@ -259,7 +305,7 @@ fn largest_arguments_are_accepted_and_past_them_is_an_error() {
     let h = Harness::new(GCRA_ALL, START_US);
     let t = (MAX_TIME_US - START_US).to_string();
     assert_eq!(
-        h.eval(&[k], &[&t, &t, "1", "1"]),
+        h.eval(&[k], &[&t, &t, "1", "1", "0"]),
         Ok(vec![1, 0, 0, (MAX_TIME_US - START_US) as i64])
     );
     let px = (MAX_TIME_US - START_US).div_ceil(1000);
@@ -267,7 +313,10 @@ fn largest_arguments_are_accepted_and_past_them_is_an_error() {
     let h = Harness::new(GCRA_ALL, START_US);
     let t = (MAX_TIME_US - START_US + 1).to_string();
     assert_eq!(
-        h.eval(&[k, "trt:b:{u}"], &["1", "10", "1", "0", &t, &t, "1", "0"]),
+        h.eval(
+            &[k, "trt:b:{u}"],
+            &["1", "10", "1", "0", "10", &t, &t, "1", "0", "0"]
+        ),
         Err(ScriptError::Reply(
             "gcra_all: time values exceed the exact range of Lua numbers"
                 .into()
@@ -310,7 +359,7 @@ fn a_debt_of_1200_tokens_makes_the_next_request_wait_12_seconds() {
         .map(|v| v.to_string());
     assert_eq!(h.eval(&[k], &[&t, &tau, "1"]), Ok(vec![1, 999, 0, 60_000]));
     assert_eq!(
-        h.eval_on(&settle, &[k], &[&t, &tau, "1199"]),
+        h.eval_on(&settle, &[k], &[&t, &tau, "1199", &tau]),
         Ok(vec![0, 72_000_000])
     );
     assert_eq!(
@@ -324,7 +373,7 @@ fn a_debt_of_1200_tokens_makes_the_next_request_wait_12_seconds() {
 
     // Everything back: the bucket is full, the key deleted.
     assert_eq!(
-        h.eval_on(&settle, &[k], &[&t, &tau, "-1200"]),
+        h.eval_on(&settle, &[k], &[&t, &tau, "-1200", &tau]),
         Ok(vec![1000, 0])
     );
     assert_eq!(h.take_writes(), [Write::del(k)]);
@@ -337,30 +386,48 @@ fn settle_bad_arguments_are_error_replies_and_write_nothing() {
     let cases: &[(&str, &[&str], &[&str])] = &[
         ("no key", &[], &[]),
         ("no arguments", &[k], &[]),
-        ("4 arguments", &[k], &["6000000", "60000000", "1", "0"]),
-        ("zero interval", &[k], &["0", "60000000", "1"]),
-        ("tau < T", &[k], &["6000000", "5999999", "1"]),
-        ("minus zero", &[k], &["6000000", "60000000", "-0"]),
-        ("leading zero", &[k], &["6000000", "60000000", "01"]),
+        ("3 arguments", &[k], &["6000000", "60000000", "1"]),
+        ("5 arguments", &[k], &["6000000", "60000000", "1", "0", "0"]),
+        ("zero interval", &[k], &["0", "60000000", "1", "0"]),
+        ("tau < T", &[k], &["6000000", "5999999", "1", "0"]),
+        ("minus zero", &[k], &["6000000", "60000000", "-0", "0"]),
+        ("leading zero", &[k], &["6000000", "60000000", "01", "0"]),
         (
             "negative leading zero",
             &[k],
-            &["6000000", "60000000", "-01"],
+            &["6000000", "60000000", "-01", "0"],
         ),
-        ("plus", &[k], &["6000000", "60000000", "+1"]),
-        ("fraction", &[k], &["6000000", "60000000", "1.5"]),
-        ("exponent", &[k], &["6000000", "60000000", "1e3"]),
-        ("units 2^32", &[k], &["6000000", "60000000", "4294967296"]),
-        ("units -2^32", &[k], &["6000000", "60000000", "-4294967296"]),
+        ("plus", &[k], &["6000000", "60000000", "+1", "0"]),
+        ("fraction", &[k], &["6000000", "60000000", "1.5", "0"]),
+        ("exponent", &[k], &["6000000", "60000000", "1e3", "0"]),
+        (
+            "units 2^32",
+            &[k],
+            &["6000000", "60000000", "4294967296", "0"],
+        ),
+        (
+            "units -2^32",
+            &[k],
+            &["6000000", "60000000", "-4294967296", "0"],
+        ),
         (
             "T at 2^53 + 1",
             &[k],
-            &["9007199254740993", "9007199254740993", "1"],
+            &["9007199254740993", "9007199254740993", "1", "0"],
+        ),
+        ("negative debt", &[k], &["6000000", "60000000", "1", "-1"]),
+        (
+            "debt past 2^50",
+            &[k],
+            &["6000000", "60000000", "1", "1125899906842625"],
         ),
         (
             "a bad second key",
             &[k, "trt:b:{u}"],
-            &["6000000", "60000000", "1", "6000000", "60000000", "x"],
+            &[
+                "6000000", "60000000", "1", "0", "6000000", "60000000", "x",
+                "0",
+            ],
         ),
     ];
     for (what, keys, argv) in cases {
@@ -374,12 +441,21 @@ fn settle_bad_arguments_are_error_replies_and_write_nothing() {
     // The extremes of units are arguments, not errors.
     let h = Harness::new(GCRA_SETTLE, START_US);
     assert_eq!(
-        h.eval(&[k], &["6000000", "60000000", "4294967295"]),
+        h.eval(&[k], &["6000000", "60000000", "4294967295", "60000000"]),
         Ok(vec![0, 120_000_000])
     );
     assert_eq!(
-        h.eval(&[k], &["6000000", "60000000", "-4294967295"]),
+        h.eval(&[k], &["6000000", "60000000", "-4294967295", "60000000"]),
         Ok(vec![10, 0])
+    );
+    // With the largest bound, the debt stops only there.
+    let h = Harness::new(GCRA_SETTLE, START_US);
+    assert_eq!(
+        h.eval(
+            &[k],
+            &["6000000", "60000000", "4294967295", "1125899906842624"]
+        ),
+        Ok(vec![0, 60_000_000 + 1_125_899_906_842_624])
     );
 }
 

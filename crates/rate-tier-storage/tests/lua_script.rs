@@ -61,12 +61,18 @@ impl Harness {
         }
     }
 
-    /// The script with a quota's arguments.
+    /// The script with a quota's arguments, as the store sends them (the
+    /// max debt only when it is not `tau`).
     fn check(&self, quota: &Quota, cost: u32) -> Result<Reply, ScriptError> {
         let t = quota.emission_interval_us().to_string();
         let tau = quota.burst_offset_us().to_string();
         let cost = cost.to_string();
-        self.eval(&[KEY], &[&t, &tau, &cost])
+        let debt = quota.max_debt_us().to_string();
+        if quota.max_debt_us() == quota.burst_offset_us() {
+            self.eval(&[KEY], &[&t, &tau, &cost])
+        } else {
+            self.eval(&[KEY], &[&t, &tau, &cost, &debt])
+        }
     }
 }
 
@@ -123,7 +129,18 @@ fn bad_arguments_are_error_replies_and_write_nothing() {
             "cost at 2^53 + 1",
             &["1", "9007199254740992", "9007199254740993"],
         ),
-        ("an extra argument", &["6000000", "60000000", "1", "1"]),
+        (
+            "two extra arguments",
+            &["6000000", "60000000", "1", "1", "1"],
+        ),
+        ("negative debt", &["6000000", "60000000", "1", "-1"]),
+        ("fractional debt", &["6000000", "60000000", "1", "1.5"]),
+        ("leading zero debt", &["6000000", "60000000", "1", "01"]),
+        (
+            "debt past 2^50",
+            &["6000000", "60000000", "1", "1125899906842625"],
+        ),
+        ("empty debt", &["6000000", "60000000", "1", ""]),
         ("trailing space", &["6000000 ", "60000000", "1"]),
         ("inner space", &["6000000", "60000000 1", "1"]),
         ("plus sign", &["+6000000", "60000000", "1"]),

@@ -1051,14 +1051,16 @@ async fn joint_decisions_peeks_and_settles_send_their_scripts_arguments() {
         vec![
             words(&[
                 "EVALSHA", &all_sha, "2", ana, ana_search, "6000000",
-                "60000000", "1", "0", "20000000", "60000000", "2", "1",
+                "60000000", "1", "0", "60000000", "20000000", "60000000", "2",
+                "1", "60000000",
             ]),
             words(&[
-                "EVALSHA", &all_sha, "1", ana, "6000000", "60000000", "0", "0"
+                "EVALSHA", &all_sha, "1", ana, "6000000", "60000000", "0", "0",
+                "60000000",
             ]),
             words(&[
                 "EVALSHA", &all_sha, "1", ana_search, "20000000", "60000000",
-                "2", "1",
+                "2", "1", "60000000",
             ]),
             words(&[
                 "EVALSHA",
@@ -1069,9 +1071,11 @@ async fn joint_decisions_peeks_and_settles_send_their_scripts_arguments() {
                 "6000000",
                 "60000000",
                 "-1",
+                "60000000",
                 "20000000",
                 "60000000",
                 "2",
+                "60000000",
             ]),
         ]
     );

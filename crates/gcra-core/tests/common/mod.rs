@@ -32,14 +32,22 @@ pub(crate) struct Params {
     pub(crate) limit: u32,
     pub(crate) period_us: u64,
     pub(crate) burst: Option<u32>,
+    /// The most debt a settlement may leave, µs; `None`: one burst window.
+    pub(crate) max_debt: Option<u64>,
 }
 
 impl Params {
     pub(crate) fn quota(&self) -> Quota {
         let q = Quota::new(self.limit, Duration::from_micros(self.period_us))
             .unwrap();
-        match self.burst {
+        let q = match self.burst {
             Some(b) => q.try_allow_burst(b).unwrap(),
+            None => q,
+        };
+        match self.max_debt {
+            Some(debt) => {
+                q.try_allow_debt(Duration::from_micros(debt)).unwrap()
+            }
             None => q,
         }
     }
@@ -56,23 +64,29 @@ impl Params {
     pub(crate) fn tau(&self) -> i128 {
         self.t() * i128::from(self.burst())
     }
-    /// How far ahead a stored TAT is kept: a burst, plus at most one burst
-    /// of debt (left by a settlement).
+    /// How far ahead a stored TAT is kept: a burst, plus at most the
+    /// quota's debt (left by a settlement; one burst by default).
     pub(crate) fn ceiling(&self) -> i128 {
-        2 * self.tau()
+        self.tau() + self.max_debt.map_or(self.tau(), i128::from)
     }
 }
 
 /// Tiny quotas (T of 1..=10 µs, bursts up to 12): the state space is small
 /// enough that random sequences hit every edge.
 pub(crate) fn small_params() -> impl Strategy<Value = Params> {
-    (1u32..=6, 1u64..=10, 0u64..6, prop::option::of(1u32..=12)).prop_map(
-        |(limit, t, extra, burst)| Params {
+    (
+        1u32..=6,
+        1u64..=10,
+        0u64..6,
+        prop::option::of(1u32..=12),
+        prop::option::weighted(0.3, 0u64..=400),
+    )
+        .prop_map(|(limit, t, extra, burst, max_debt)| Params {
             limit,
             period_us: t * u64::from(limit) + extra % u64::from(limit),
             burst,
-        },
-    )
+            max_debt,
+        })
 }
 
 /// Realistic quotas: up to 1000 per up to 10 s, bursts up to 2000.
@@ -81,11 +95,13 @@ pub(crate) fn medium_params() -> impl Strategy<Value = Params> {
         1u32..=1000,
         1u64..=10_000_000,
         prop::option::of(1u32..=2000),
+        prop::option::weighted(0.3, 0u64..=100_000_000_000),
     )
-        .prop_map(|(limit, period, burst)| Params {
+        .prop_map(|(limit, period, burst, max_debt)| Params {
             limit,
             period_us: period.max(u64::from(limit)),
             burst,
+            max_debt,
         })
 }
 

@@ -5,6 +5,8 @@
 -- ARGV[1]  emission interval T, in microseconds
 -- ARGV[2]  burst offset tau (T * burst), in microseconds
 -- ARGV[3]  cost
+-- ARGV[4]  optional: the most debt a settlement may leave, in microseconds
+--          (0 to 2^50; absent: tau, one burst window)
 -- Returns {allowed (1|0), remaining, retry_after_us, reset_after_us}; bad
 -- arguments return an error reply, never a decision, and write nothing.
 --
@@ -28,10 +30,20 @@ if key == nil then
 end
 -- Only the canonical decimal form of integers: "1e3", " 7", "07", "0x10" or
 -- "1.0" are refused, not guessed.
-if #argv ~= 3 or not string.find(a1 .. " " .. a2 .. " " .. a3, "^[1-9]%d* [1-9]%d* [1-9]%d*$") then
+local n = #argv
+if (n ~= 3 and n ~= 4) or not string.find(a1 .. " " .. a2 .. " " .. a3, "^[1-9]%d* [1-9]%d* [1-9]%d*$") then
   return redis.error_reply("gcra: ARGV must be T, tau and cost (us, us, units): 3 integers from 1 to 2^53")
 end
 local t, tau, cost = a1 + 0, a2 + 0, a3 + 0
+local debt = tau
+if n == 4 then
+  local a4 = argv[4]
+  -- 2^50 (gcra-core's MAX_WINDOW_US) at most: 16 digits, exact.
+  if not (a4 == "0" or string.find(a4, "^[1-9]%d*$")) or #a4 > 16 or a4 + 0 > 1125899906842624 then
+    return redis.error_reply("gcra: ARGV[4] (the max debt) must be an integer from 0 to 2^50")
+  end
+  debt = a4 + 0
+end
 -- Past 2^53 a decimal string reads inexactly ("9007199254740993" reads as
 -- 2^53): only 2^53 itself is exact.
 if (t >= MAX and a1 ~= "9007199254740992") or (tau >= MAX and a2 ~= "9007199254740992")
@@ -67,11 +79,11 @@ local stored, tat, capped = redis.pcall("GET", key), now, false
 if stored and not stored.err and string.find(stored, "^[1-9]%d*$") then
   local v = stored + 0
   if v >= now and (v < MAX or stored == "9007199254740992") then
-    if v - now > 2 * tau then
-      -- Beyond a burst of debt (what a settlement may leave) the clock went
+    if v - now > tau + debt then
+      -- Beyond the most debt a settlement may leave the clock went
       -- backwards: cap there and store that, or the user stays locked out
       -- for as long as the clock jumped back.
-      tat, capped = now + 2 * tau, true
+      tat, capped = now + tau + debt, true
     else
       tat = v
     end

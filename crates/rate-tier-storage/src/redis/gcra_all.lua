@@ -2,8 +2,9 @@
 -- Redis. The same rules, to the microsecond, as gcra-core's check_all.
 --
 -- KEYS[i]        the bucket keys (distinct; one slot on a cluster)
--- ARGV[4i-3..4i] for KEYS[i]: emission interval T (us), burst offset tau
---                (us), cost (0: a peek), shadow (1: never refuses)
+-- ARGV[5i-4..5i] for KEYS[i]: emission interval T (us), burst offset tau
+--                (us), cost (0: a peek), shadow (1: never refuses), the most
+--                debt a settlement may leave (us, 0 to 2^50)
 -- Returns {allowed_i, remaining_i, retry_after_us_i, reset_after_us_i} for
 -- each key, in order, flattened. The decision is refused when an enforced
 -- bucket refuses; then no bucket is charged, and a bucket that would have
@@ -21,8 +22,8 @@ local find, format = string.find, string.format
 if n == 0 then
   return redis.error_reply("gcra_all: at least one key is required")
 end
-if #argv ~= 4 * n then
-  return redis.error_reply("gcra_all: 4 arguments per key are required (T, tau, cost, shadow)")
+if #argv ~= 5 * n then
+  return redis.error_reply("gcra_all: 5 arguments per key are required (T, tau, cost, shadow, max debt)")
 end
 
 if redis.replicate_commands then
@@ -39,21 +40,27 @@ end
 -- false in Lua: no value, as in gcra.lua.
 local values = redis.call("MGET", unpack(keys))
 
--- Each bucket alone. The reply starts as a copy of ARGV: a table built at
--- its full size (one filled one entry at a time reallocates five times for
--- 12). values[i] becomes the TAT to write (a charge, or a cap), or false.
-local reply, refused = { unpack(argv) }, false
+-- Each bucket alone. The reply starts as a copy of ARGV's first 4n: a
+-- table built at its full size (one filled one entry at a time reallocates
+-- five times for 12). values[i] becomes the TAT to write (a charge, or a cap), or false.
+local reply, refused = { unpack(argv, 1, 4 * n) }, false
 for i = 1, n do
-  local a = 4 * i - 4
-  local a1, a2, a3, a4 = argv[a + 1], argv[a + 2], argv[a + 3], argv[a + 4]
+  local a, r = 5 * i - 5, 4 * i - 4
+  local a1, a2, a3, a4, a5 = argv[a + 1], argv[a + 2], argv[a + 3], argv[a + 4], argv[a + 5]
   -- Canonical decimal integers (a cost of exactly "0", else no leading
   -- zero), shadow 0 or 1. One match per argument: a concatenation would
   -- cost more than it saves.
   if not (find(a1, "^[1-9]%d*$") and find(a2, "^[1-9]%d*$") and (a3 == "0" or find(a3, "^[1-9]%d*$"))
-      and (a4 == "0" or a4 == "1")) then
-    return redis.error_reply("gcra_all: key " .. i .. ": T, tau and cost must be integers (T and tau from 1,"
-      .. " cost from 0) and shadow 0 or 1, got " .. a1 .. " " .. a2 .. " " .. a3 .. " " .. a4)
+      and (a4 == "0" or a4 == "1") and (a5 == "0" or find(a5, "^[1-9]%d*$"))) then
+    return redis.error_reply("gcra_all: key " .. i .. ": T, tau, cost and max debt must be integers (T and tau"
+      .. " from 1, cost and max debt from 0) and shadow 0 or 1, got " .. a1 .. " " .. a2 .. " " .. a3 .. " "
+      .. a4 .. " " .. a5)
   end
+  -- 2^50 (gcra-core's MAX_WINDOW_US) at most: 16 digits, exact.
+  if #a5 > 16 or a5 + 0 > 1125899906842624 then
+    return redis.error_reply("gcra_all: key " .. i .. ": the max debt must be at most 2^50")
+  end
+  local debt = a5 + 0
   -- Past 2^53 a decimal string reads inexactly ("9007199254740993" reads as
   -- 2^53): only 2^53 itself is taken.
   local t, tau, cost = a1 + 0, a2 + 0, a3 + 0
@@ -68,13 +75,13 @@ for i = 1, n do
   end
 
   -- Rule 1, as in gcra.lua: only a canonical integer in [now, 2^53] is a
-  -- TAT; the clock went back when it is more than 2 tau ahead.
+  -- TAT; the clock went back when it is more than tau + max debt ahead.
   local stored, tat, capped = values[i], now, false
   if stored and find(stored, "^[1-9]%d*$") then
     local v = stored + 0
     if v >= now and (v < MAX or stored == "9007199254740992") then
-      if v - now > 2 * tau then
-        tat, capped = now + 2 * tau, true
+      if v - now > tau + debt then
+        tat, capped = now + tau + debt, true
       else
         tat = v
       end
@@ -88,14 +95,14 @@ for i = 1, n do
     if left < 0 then
       left = 0
     end
-    reply[a + 1], reply[a + 2], reply[a + 3], reply[a + 4] = 1, (left - left % t) / t, 0, tat - now
+    reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4] = 1, (left - left % t) / t, 0, tat - now
   else
     if increment > MAX - tat then
       return redis.error_reply("gcra_all: time values exceed the exact range of Lua numbers")
     end
     local ahead = tat + increment - now
     if ahead > tau then
-      reply[a + 1], reply[a + 2], reply[a + 3], reply[a + 4] = 0, 0, ahead - tau, tat - now
+      reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4] = 0, 0, ahead - tau, tat - now
       if a4 == "0" then
         refused = true
       end
@@ -104,7 +111,7 @@ for i = 1, n do
       end
     else
       local left = tau - ahead
-      reply[a + 1], reply[a + 2], reply[a + 3], reply[a + 4] = 1, (left - left % t) / t, 0, ahead
+      reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4] = 1, (left - left % t) / t, 0, ahead
       values[i] = now + ahead
     end
   end
@@ -115,10 +122,10 @@ end
 -- any cost, so such a bucket has nothing else to write.)
 if refused then
   for i = 1, n do
-    local a = 4 * i - 4
-    if reply[a + 1] == 1 and values[i] then
+    local a, r = 5 * i - 5, 4 * i - 4
+    if reply[r + 1] == 1 and values[i] then
       local cost = argv[a + 3] + 0
-      reply[a + 2], reply[a + 4] = reply[a + 2] + cost, reply[a + 4] - argv[a + 1] * cost
+      reply[r + 2], reply[r + 4] = reply[r + 2] + cost, reply[r + 4] - argv[a + 1] * cost
       values[i] = false
     end
   end

@@ -2,10 +2,11 @@
 -- Redis: the same rules as gcra-core's Quota::settle.
 --
 -- KEYS[i]        the bucket keys
--- ARGV[3i-2..3i] for KEYS[i]: emission interval T (us), burst offset tau
+-- ARGV[4i-3..4i] for KEYS[i]: emission interval T (us), burst offset tau
 --                (us), units: a positive integer charges a debt (at most
---                up to now + 2 tau), a negative one refunds (never below
---                now), 0 changes nothing
+--                up to now + tau + max debt), a negative one refunds (never
+--                below now), 0 changes nothing; the most debt a settlement
+--                may leave (us, 0 to 2^50)
 -- Returns {remaining_i, reset_after_us_i} for each key, flattened. Bad
 -- arguments return an error reply and nothing is written.
 --
@@ -21,8 +22,8 @@ local find, format = string.find, string.format
 if n == 0 then
   return redis.error_reply("gcra_settle: at least one key is required")
 end
-if #argv ~= 3 * n then
-  return redis.error_reply("gcra_settle: 3 arguments per key are required (T, tau, units)")
+if #argv ~= 4 * n then
+  return redis.error_reply("gcra_settle: 4 arguments per key are required (T, tau, units, max debt)")
 end
 
 if redis.replicate_commands then
@@ -40,14 +41,20 @@ local values = redis.call("MGET", unpack(keys))
 -- leave it. The reply is built at its size (from ARGV's first 2n entries).
 local reply = { unpack(argv, 1, 2 * n) }
 for i = 1, n do
-  local a = 3 * i - 3
-  local a1, a2, a3 = argv[a + 1], argv[a + 2], argv[a + 3]
+  local a = 4 * i - 4
+  local a1, a2, a3, a4 = argv[a + 1], argv[a + 2], argv[a + 3], argv[a + 4]
   -- Canonical decimal integers: units exactly "0", or signed with no
   -- leading zero.
-  if not (find(a1, "^[1-9]%d*$") and find(a2, "^[1-9]%d*$") and (a3 == "0" or find(a3, "^%-?[1-9]%d*$"))) then
-    return redis.error_reply("gcra_settle: key " .. i .. ": T, tau and units must be integers (T and tau"
-      .. " from 1), got " .. a1 .. " " .. a2 .. " " .. a3)
+  if not (find(a1, "^[1-9]%d*$") and find(a2, "^[1-9]%d*$") and (a3 == "0" or find(a3, "^%-?[1-9]%d*$"))
+      and (a4 == "0" or find(a4, "^[1-9]%d*$"))) then
+    return redis.error_reply("gcra_settle: key " .. i .. ": T, tau, units and max debt must be integers (T and"
+      .. " tau from 1, max debt from 0), got " .. a1 .. " " .. a2 .. " " .. a3 .. " " .. a4)
   end
+  -- 2^50 (gcra-core's MAX_WINDOW_US) at most: 16 digits, exact.
+  if #a4 > 16 or a4 + 0 > 1125899906842624 then
+    return redis.error_reply("gcra_settle: key " .. i .. ": the max debt must be at most 2^50")
+  end
+  local ceiling = a2 + a4
   local t, tau, units = a1 + 0, a2 + 0, a3 + 0
   if (t >= MAX and a1 ~= "9007199254740992") or (tau >= MAX and a2 ~= "9007199254740992") or tau < t then
     return redis.error_reply("gcra_settle: key " .. i .. ": T and tau must be integers with 1 <= T <= tau <= 2^53")
@@ -60,8 +67,8 @@ for i = 1, n do
   if stored and find(stored, "^[1-9]%d*$") then
     local v = stored + 0
     if v >= now and (v < MAX or stored == "9007199254740992") then
-      if v - now > 2 * tau then
-        tat, capped = now + 2 * tau, true
+      if v - now > ceiling then
+        tat, capped = now + ceiling, true
       else
         tat = v
       end
@@ -69,11 +76,12 @@ for i = 1, n do
   end
   local v
   if units >= 0 then
-    -- A debt, up to the ceiling now + 2 tau: compared as distances, each
-    -- exact (T * units may not be, but is then far above 2 tau).
+    -- A debt, up to the ceiling now + tau + max debt: compared as
+    -- distances, each exact (T * units may not be, but is then far above
+    -- the ceiling).
     local debt = t * units
-    if debt > 2 * tau - (tat - now) then
-      v = now + 2 * tau
+    if debt > ceiling - (tat - now) then
+      v = now + ceiling
     else
       v = tat + debt
     end

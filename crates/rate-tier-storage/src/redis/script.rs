@@ -3,9 +3,9 @@
 //!
 //! | script | for | `KEYS` | `ARGV` per key | reply per key |
 //! |---|---|---|---|---|
-//! | `gcra.lua` | one enforced bucket, cost >= 1 | 1 | `T`, `tau`, cost | allowed, remaining, retry_after_us, reset_after_us |
-//! | `gcra_all.lua` | any other decision (several buckets, a peek, a shadow limit) | n | `T`, `tau`, cost, shadow | the same |
-//! | `gcra_settle.lua` | settlements | n | `T`, `tau`, units (+ debt, - refund) | remaining, reset_after_us |
+//! | `gcra.lua` | one enforced bucket, cost >= 1 | 1 | `T`, `tau`, cost, and the max debt unless it is `tau` | allowed, remaining, retry_after_us, reset_after_us |
+//! | `gcra_all.lua` | any other decision (several buckets, a peek, a shadow limit) | n | `T`, `tau`, cost, shadow, max debt | the same |
+//! | `gcra_settle.lua` | settlements | n | `T`, `tau`, units (+ debt, - refund), max debt | remaining, reset_after_us |
 
 use std::sync::LazyLock;
 
@@ -60,11 +60,16 @@ impl Call {
         let keys = checks.iter().map(|c| c.key(layout)).collect();
         match checks {
             [one] if one.cost() > 0 && !one.is_shadow() => {
-                let [t, tau, cost, _] = one.script_args();
+                let [t, tau, cost, _, debt] = one.script_args();
+                let mut args = vec![signed(t), signed(tau), signed(cost)];
+                // The common case sends the three arguments SPEC names.
+                if debt != tau {
+                    args.push(signed(debt));
+                }
                 Call {
                     lua: &GCRA,
                     keys,
-                    args: vec![signed(t), signed(tau), signed(cost)],
+                    args,
                 }
             }
             _ => Call {
@@ -89,12 +94,12 @@ impl Call {
             args: settles
                 .iter()
                 .flat_map(|s| {
-                    let [t, tau, _, _] = s.bucket.script_args();
+                    let [t, tau, _, _, debt] = s.bucket.script_args();
                     let units = match s.adjust {
                         Adjust::Charge(units) => i64::from(units),
                         Adjust::Refund(units) => -i64::from(units),
                     };
-                    [signed(t), signed(tau), units]
+                    [signed(t), signed(tau), units, signed(debt)]
                 })
                 .collect(),
         }
@@ -289,16 +294,30 @@ mod tests {
         assert_eq!(call.lua.name, "gcra.lua");
         assert_eq!(call.keys, [one.key(KeyLayout::Single)]);
         assert_eq!(call.args, [6_000_000, 60_000_000, 2]);
+        // A max debt of its own is the fourth.
+        let debtor =
+            BucketCheck::new(&plan, "ana", ten.unbounded_debt(), 2).unwrap();
+        let call = Call::check(&[debtor], KeyLayout::Single);
+        assert_eq!(
+            call.args,
+            [6_000_000, 60_000_000, 2, 1_125_899_906_842_624]
+        );
 
-        // Anything else: gcra_all.lua, 4 per bucket (T, tau, cost, shadow),
-        // in the order of the checks.
+        // Anything else: gcra_all.lua, 5 per bucket (T, tau, cost, shadow,
+        // max debt), in the order of the checks.
         let peek = BucketCheck::peek(&plan, "ana", ten);
         for (checks, args) in [
-            (vec![peek], vec![6_000_000, 60_000_000, 0, 0]),
-            (vec![one.shadow(true)], vec![6_000_000, 60_000_000, 2, 1]),
+            (vec![peek], vec![6_000_000, 60_000_000, 0, 0, 60_000_000]),
+            (
+                vec![one.shadow(true)],
+                vec![6_000_000, 60_000_000, 2, 1, 60_000_000],
+            ),
             (
                 vec![other, one],
-                vec![20_000_000, 60_000_000, 1, 0, 6_000_000, 60_000_000, 2, 0],
+                vec![
+                    20_000_000, 60_000_000, 1, 0, 60_000_000, 6_000_000,
+                    60_000_000, 2, 0, 60_000_000,
+                ],
             ),
         ] {
             let call = Call::check(&checks, KeyLayout::Cluster);
@@ -314,7 +333,7 @@ mod tests {
             assert_eq!(call.args, from_checks);
         }
 
-        // Settlements: T, tau, then the units, negative for a refund.
+        // Settlements: T, tau, the units (negative for a refund), max debt.
         let call = Call::settle(
             &[
                 one.settle(Adjust::Refund(3)),
@@ -333,9 +352,11 @@ mod tests {
                 6_000_000,
                 60_000_000,
                 -3,
+                60_000_000,
                 20_000_000,
                 60_000_000,
-                4_294_967_295
+                4_294_967_295,
+                60_000_000
             ]
         );
     }

@@ -549,7 +549,20 @@ pub(crate) fn quota_strategy() -> impl Strategy<Value = Quota> {
                 .ok()
         },
     );
-    prop_oneof![8 => small_or_medium, 1 => large]
+    let debt = prop_oneof![
+        6 => Just(None),
+        1 => Just(Some(0u64)),
+        2 => (0u64..=100_000_000_000).prop_map(Some),
+        1 => Just(Some(gcra_core::MAX_WINDOW_US)),
+    ];
+    (prop_oneof![8 => small_or_medium, 1 => large], debt).prop_map(
+        |(quota, debt): (Quota, Option<u64>)| match debt {
+            Some(debt) => quota
+                .try_allow_debt(Duration::from_micros(debt))
+                .unwrap_or(quota),
+            None => quota,
+        },
+    )
 }
 
 /// A clock step for `quota`: forwards, not at all, or backwards.
@@ -573,11 +586,13 @@ pub(crate) fn corrupt_strategy(
     quota: Quota,
 ) -> impl Strategy<Value = Option<Corrupt>> {
     let tau = quota.burst_offset_us() as i64;
+    // The ceiling: tau + the max debt (2 tau by default).
+    let ceiling = quota.ceiling_us() as i64;
     let corrupt = prop_oneof![
         5 => prop::sample::select(GARBAGE.to_vec()).prop_map(Corrupt::Garbage),
         2 => Just(Corrupt::WrongType),
         5 => (-3 * tau..=3 * tau).prop_map(Corrupt::Relative),
-        1 => prop::sample::select(vec![2 * tau, 2 * tau + 1, tau, tau + 1])
+        1 => prop::sample::select(vec![ceiling, ceiling + 1, tau, tau + 1])
             .prop_map(Corrupt::Relative),
         2 => prop::sample::select(vec![
             0u64,
