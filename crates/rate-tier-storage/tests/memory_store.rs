@@ -1283,3 +1283,92 @@ fn a_joint_decision_wider_than_the_store_finishes() {
     });
     assert!(store.len() <= 1, "{result:?}");
 }
+
+#[test]
+fn refused_decisions_of_new_partitions_evict_no_one() {
+    // Issue 19, 7: a client whose plan is exhausted sends requests that each
+    // name a new partition of a keyed limit (a header it controls). Each is
+    // refused by the plan; before the fix, each still made an entry for its
+    // new partition first, and in a full store every entry evicted an
+    // honest user's exhausted bucket (485 evictions for 500 requests, 36 of
+    // 48 users reset). A refused decision must leave the store as it found
+    // it.
+    let (plan, per_key) = (limit("free"), limit("per-key"));
+    let capacity = 64;
+    let store = MemoryStorage::builder()
+        .clock(FakeClock::at_us(START_US))
+        .capacity(capacity)
+        .build();
+    for k in 0..capacity - 1 {
+        assert!(allowed(&store, &plan, &format!("honest{k}"), free(), 10));
+    }
+    assert!(allowed(&store, &plan, "attacker", free(), 10));
+    assert_eq!(store.len(), capacity);
+    for k in 0..500 {
+        let partition = format!("chosen-by-the-client-{k}");
+        let (decided, out) = decide(
+            &store,
+            &[
+                BucketCheck::new(&plan, "attacker", free(), 1).unwrap(),
+                BucketCheck::new(&per_key, &partition, free(), 1).unwrap(),
+            ],
+        );
+        assert_eq!(decided.verdict.refused_by, Some(0), "request {k}");
+        assert!(out[1].allowed, "the new partition would pass on its own");
+    }
+    assert_eq!(store.evictions(), 0, "a refused decision evicted a bucket");
+    assert_eq!(store.len(), capacity);
+    for k in 0..capacity - 1 {
+        let user = format!("honest{k}");
+        assert!(!allowed(&store, &plan, &user, free(), 1), "{user} reset");
+    }
+}
+
+#[test]
+fn new_buckets_in_a_full_store_find_room_under_contention() {
+    // Issue 19, 13: eight attempts to find room used to end in an error
+    // (a 503, and UNAVAILABLE to Envoy, which lets the request pass) when
+    // other threads kept taking every freed place. An evicted bucket's
+    // place now goes to the bucket that evicted it: every new bucket is
+    // answered, whatever the contention.
+    let plan = limit("free");
+    let search = limit("search");
+    // Room for every bucket in flight at once (8 threads, 2 each), and a
+    // store full from the first insert on.
+    let store = MemoryStorage::builder()
+        .clock(FakeClock::at_us(START_US))
+        .capacity(64)
+        .build();
+    let threads = 8;
+    let barrier = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (store, barrier) = (store.clone(), barrier.clone());
+            let (plan, search) = (plan.clone(), search.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                for k in 0..2_000 {
+                    let user = format!("t{t}-u{k}");
+                    let one =
+                        [BucketCheck::new(&plan, &user, free(), 1).unwrap()];
+                    let mut out = [Decision::default()];
+                    let decided = store.check_sync(&one, &mut out);
+                    assert!(decided.unwrap().verdict.allowed, "{user}");
+                    let both = [
+                        BucketCheck::new(&plan, &user, free(), 1).unwrap(),
+                        BucketCheck::new(&search, &user, free(), 1).unwrap(),
+                    ];
+                    let mut out = [Decision::default(); 2];
+                    let decided = store.check_sync(&both, &mut out);
+                    assert!(decided.unwrap().verdict.allowed, "{user}, joint");
+                }
+            })
+        })
+        .collect();
+    finishes_within(Duration::from_secs(60), "contended inserts", move || {
+        for handle in handles {
+            handle.join().unwrap();
+        }
+    });
+    assert!(store.len() <= 64);
+}

@@ -2,15 +2,23 @@
 //! lock bit is taken in one global order (the buckets' names) under the
 //! read locks of their shards (taken in shard order), the decision is made
 //! on what they held, and the writes are committed as they unlock.
+//!
+//! A bucket the table does not hold is a full one, and under the read locks
+//! no insert can happen: the decision made without it is exact. If it
+//! writes nothing there (a refusal, a peek) it stands, and the store is
+//! left as it was (no entry made, no one evicted). Only a decision that
+//! charges a new bucket takes the slow path: the places it needs reserved
+//! first (evicting where the store is full), then the write locks of its
+//! shards, in shard order, under which it decides again and inserts.
 
-use std::sync::RwLockReadGuard;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{RwLockReadGuard, RwLockWriteGuard};
 
 use gcra_core::{Charge, Decision, JointError, Verdict, check_all};
 use smallvec::SmallVec;
 
 use super::table::{LOCKED, NO_TAT, Table};
-use super::{FEW, Inner, ROOM_ATTEMPTS, read, stored};
+use super::{FEW, Inner, ROOM_ATTEMPTS, read, stored, write};
 use crate::bucket::BucketCheck;
 use crate::storage::StorageError;
 
@@ -52,7 +60,7 @@ impl Inner {
         let mut shards = homes.clone();
         shards.sort_unstable();
         shards.dedup();
-        for _ in 0..ROOM_ATTEMPTS {
+        let needed = {
             // One read lock per shard, in shard order: readers only, and
             // never the same lock twice.
             let mut guards: SmallVec<[RwLockReadGuard<'_, Table>; 4]> =
@@ -62,32 +70,30 @@ impl Inner {
             }
             let mut cells: SmallVec<[Option<&AtomicU64>; 4]> =
                 SmallVec::with_capacity(count);
-            let mut missing = false;
-            for ((check, &name), home) in checks.iter().zip(&names).zip(&homes)
-            {
+            for (&name, home) in names.iter().zip(&homes) {
                 let cell = shards
                     .binary_search(home)
                     .ok()
                     .and_then(|i| guards.get(i))
                     .and_then(|table| table.find(name))
                     .map(|entry| &entry.tat);
-                missing |= check.cost() > 0 && cell.is_none();
                 cells.push(cell);
-            }
-            if missing {
-                drop(cells);
-                drop(guards);
-                self.ensure_entries(checks, &names, &homes, now)?;
-                continue;
             }
             let mut stored: SmallVec<[Option<u64>; 4]> =
                 SmallVec::from_elem(None, count);
             let locked = LockedBuckets::new(&cells, &order, &mut stored);
             let verdict = decide(&charges, locked.stored, now, out)?;
-            locked.commit(out);
-            return Ok(verdict);
-        }
-        Err(no_room())
+            match unheld_writes(&cells, out) {
+                0 => {
+                    locked.commit(out);
+                    return Ok(verdict);
+                }
+                needed => needed,
+            }
+        };
+        self.decide_inserting(
+            &charges, &names, &homes, &shards, now, out, needed,
+        )
     }
 
     /// `check`'s partition hash; the last one again when the partition is
@@ -158,7 +164,7 @@ impl Inner {
             }
         }
         let shards = &shards[..shard_count];
-        for _ in 0..ROOM_ATTEMPTS {
+        let needed = {
             // One read lock per shard, in shard order.
             let mut guards: [Option<RwLockReadGuard<'_, Table>>; FEW] =
                 [const { None }; FEW];
@@ -166,57 +172,152 @@ impl Inner {
                 *guard = Some(read(&self.shards[shard].table));
             }
             let mut cells: [Option<&AtomicU64>; FEW] = [None; FEW];
-            let mut missing = false;
-            for (i, check) in checks.iter().enumerate() {
+            for (i, cell) in cells[..count].iter_mut().enumerate() {
                 // Usually one shard: no search.
                 let at = match shards {
                     [_] => 0,
                     _ => shards.partition_point(|&s| s < homes[i]),
                 };
-                let cell = guards
+                *cell = guards
                     .get(at)
                     .and_then(Option::as_ref)
                     .and_then(|table| table.find(names[i]))
                     .map(|entry| &entry.tat);
-                missing |= check.cost() > 0 && cell.is_none();
-                cells[i] = cell;
             }
-            if missing {
-                drop(guards);
-                self.ensure_entries(checks, names, homes, now)?;
-                continue;
-            }
+            let cells = &cells[..count];
             let mut stored = [None; FEW];
-            let locked = LockedBuckets::new(
-                &cells[..count],
-                order,
-                &mut stored[..count],
-            );
+            let locked = LockedBuckets::new(cells, order, &mut stored[..count]);
             let verdict = decide(&charges[..count], locked.stored, now, out)?;
-            locked.commit(out);
-            return Ok(verdict);
+            match unheld_writes(cells, out) {
+                0 => {
+                    locked.commit(out);
+                    return Ok(verdict);
+                }
+                needed => needed,
+            }
+        };
+        self.decide_inserting(
+            &charges[..count],
+            names,
+            homes,
+            shards,
+            now,
+            out,
+            needed,
+        )
+    }
+
+    /// The slow path of a decision that charges buckets the table does not
+    /// hold: `needed` places reserved first (each one evicting, in a full
+    /// store, a bucket that is not one of this decision's), then the write
+    /// locks of `shards` (sorted) in order, under which no lock bit is
+    /// held: the decision is made again on what the tables hold, and
+    /// written, new buckets inserted. Places left over are given back.
+    #[cold]
+    #[allow(clippy::too_many_arguments)]
+    fn decide_inserting(
+        &self,
+        charges: &[Charge],
+        names: &[u64],
+        homes: &[usize],
+        shards: &[usize],
+        now: u64,
+        out: &mut [Decision],
+        mut needed: usize,
+    ) -> Result<Verdict, StorageError> {
+        // Another decision may take a bucket of ours away between the count
+        // and the locks: then more places, and again.
+        for _ in 0..ROOM_ATTEMPTS {
+            let places = self.places(needed, names, now)?;
+            match self.insert_locked(
+                charges, names, homes, shards, now, out, places,
+            )? {
+                Ok(verdict) => return Ok(verdict),
+                Err(more) => needed = more,
+            }
         }
         Err(no_room())
     }
 
-    /// Every bucket that may be charged gets an entry to lock (a
-    /// placeholder for a new one: a full bucket), without the read locks.
-    /// Making room for one never evicts another of the same decision.
-    #[cold]
-    fn ensure_entries(
+    /// [`decide_inserting`](Self::decide_inserting) under the write locks,
+    /// with `places` reserved: the verdict, or (nothing written) how many
+    /// new buckets it needs.
+    #[allow(clippy::too_many_arguments)]
+    fn insert_locked(
         &self,
-        checks: &[BucketCheck<'_>],
+        charges: &[Charge],
         names: &[u64],
         homes: &[usize],
+        shards: &[usize],
         now: u64,
-    ) -> Result<(), StorageError> {
-        for ((check, &name), &home) in checks.iter().zip(names).zip(homes) {
-            if check.cost() > 0 {
-                self.ensure_entry(name, home, now, names)?;
+        out: &mut [Decision],
+        mut places: super::Places<'_>,
+    ) -> Result<Result<Verdict, usize>, StorageError> {
+        let mut guards: SmallVec<[RwLockWriteGuard<'_, Table>; 4]> =
+            SmallVec::with_capacity(shards.len());
+        for &shard in shards {
+            guards.push(write(&self.shards[shard].table));
+        }
+        let at = |home: usize| shards.partition_point(|&s| s < home);
+        let stored: SmallVec<[Option<u64>; 4]> = names
+            .iter()
+            .zip(homes)
+            .map(|(&name, &home)| {
+                let entry = guards.get(at(home))?.find(name)?;
+                // No lock bit is held under a write lock.
+                stored(entry.tat.load(Ordering::Relaxed))
+            })
+            .collect();
+        let verdict = decide(charges, &stored, now, out)?;
+        // Room first, for every new bucket, so that nothing is written
+        // unless everything can be (dropped, `places` gives back all it
+        // holds).
+        let new = stored
+            .iter()
+            .zip(&*out)
+            .filter(|(tat, decision)| tat.is_none() && decision.store.is_some())
+            .count();
+        while places.reserved < new {
+            if !self.reserve() {
+                let evicted = guards
+                    .iter_mut()
+                    .find_map(|table| table.evict_one(now, names));
+                match evicted {
+                    Some(debt_us) => places.evicted.push(debt_us),
+                    None => return Ok(Err(new)),
+                }
+            }
+            places.reserved += 1;
+        }
+        places.reserved -= new;
+        for ((&name, &home), decision) in names.iter().zip(homes).zip(&*out) {
+            let (Some(write), Some(table)) =
+                (decision.store, guards.get_mut(at(home)))
+            else {
+                continue;
+            };
+            match table.find(name) {
+                Some(entry) => entry.tat.store(write.tat_us, Ordering::Release),
+                None => table.insert(name, write.tat_us),
             }
         }
-        Ok(())
+        // The locks before the places: listeners never run under a lock.
+        drop(guards);
+        drop(places);
+        Ok(Ok(verdict))
     }
+}
+
+/// How many of the writes in `out` go to buckets the table does not hold.
+/// A missing bucket is a full one, so the decision made without it is
+/// exact (no insert can happen under the read locks): if it writes nothing
+/// there (a refusal, a peek), it stands as it is.
+fn unheld_writes(cells: &[Option<&AtomicU64>], out: &[Decision]) -> usize {
+    cells
+        .iter()
+        .zip(out)
+        .filter(|(cell, decision)| cell.is_none() && decision.store.is_some())
+        .count()
 }
 
 /// [`check_all`], with its errors as the store's.
@@ -288,7 +389,9 @@ impl Drop for LockedBuckets<'_, '_> {
 
 fn no_room() -> StorageError {
     StorageError::Backend(
-        "memory storage: no room for the buckets of one decision".into(),
+        "memory storage: no room for the buckets of one decision: the \
+         capacity is below the buckets it charges"
+            .into(),
     )
 }
 

@@ -9,7 +9,10 @@
 //! word, taken in one global order, so two decisions never wait on each
 //! other in a cycle), decides them all with [`gcra_core::check_all`], and
 //! writes them all before unlocking: atomic across the buckets, with no
-//! lock wider than the buckets themselves.
+//! lock wider than the buckets themselves. A bucket not held yet is a full
+//! one: a refusal or a peek is decided without making it, and only a
+//! decision that charges it takes the write locks of its shards to insert.
+//! A refused decision, or a peek, never inserts, so it never evicts.
 //!
 //! A bucket is named by a 64-bit SipHash-1-3 of (limit, partition) under a
 //! 128-bit key drawn at random per store: the id is not kept in clear even
@@ -55,6 +58,7 @@ use std::sync::{
 use std::time::Duration;
 
 use gcra_core::{Decision, Verdict, Write};
+use smallvec::SmallVec;
 
 use self::sip::SipKey;
 use self::table::{LOCKED, NO_TAT, Table};
@@ -66,8 +70,9 @@ use crate::storage::{Decided, Storage, StorageError};
 const SHARDS: usize = 64;
 const DEFAULT_CAPACITY: usize = 1 << 22;
 const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
-/// Room is sought this many times before a new bucket gives up (only
-/// reachable when other threads keep taking every freed place).
+/// Room is sought this many times before a new bucket gives up: only when
+/// every bucket held is one a decision in flight keeps (a capacity below
+/// the buckets decided at once).
 const ROOM_ATTEMPTS: usize = 8;
 /// Up to this many buckets, a joint decision works on stack arrays.
 const FEW: usize = 4;
@@ -167,6 +172,13 @@ impl StoreClock {
             StoreClock::Other(clock) => clock.now_us(),
         }
     }
+}
+
+/// A shard's write lock with a place reserved for a new entry, and the
+/// eviction that made it, to report once the lock is released.
+struct Room<'a> {
+    table: RwLockWriteGuard<'a, Table>,
+    evicted: Option<u64>,
 }
 
 // Aligned so that two shards' locks never share a cache line.
@@ -458,93 +470,139 @@ impl Inner {
         out: &mut Decision,
     ) -> Result<Verdict, StorageError> {
         // A new bucket is a full one: decide before taking the write lock,
-        // so that a refusal or a peek stores nothing.
+        // so that a refusal or a peek stores nothing (and evicts no one).
         let verdict = decide_alone(check, None, now, out)?;
         let Some(store) = out.store else {
             return Ok(verdict);
         };
-        let mut table = self.room_for(shard, name, now, &[])?;
+        let mut room = self.room_for(shard, name, now, &[])?;
         // Another thread may have created it in between.
-        if let Some(entry) = table.find(name) {
-            return decide_in_place(&entry.tat, check, now, out);
-        }
-        table.insert(name, store.tat_us);
+        let verdict = match room.table.find(name) {
+            Some(entry) => decide_in_place(&entry.tat, check, now, out)?,
+            None => {
+                room.table.insert(name, store.tat_us);
+                verdict
+            }
+        };
+        self.made(room);
         Ok(verdict)
     }
 
-    /// Makes sure the bucket `name` has an entry, inserting a placeholder,
-    /// without evicting any of `keep`.
-    fn ensure_entry(
+    /// `count` places reserved for new buckets of one decision, evicting
+    /// (never one of `keep`) where the store is full.
+    pub(super) fn places(
         &self,
-        name: u64,
-        shard: usize,
-        now: u64,
+        count: usize,
         keep: &[u64],
-    ) -> Result<(), StorageError> {
-        let shard = &self.shards[shard];
-        if read(&shard.table).find(name).is_some() {
-            return Ok(());
+        now: u64,
+    ) -> Result<Places<'_>, StorageError> {
+        let mut places = Places {
+            inner: self,
+            reserved: 0,
+            evicted: SmallVec::new(),
+        };
+        let mut tries = 0;
+        while places.reserved < count {
+            if self.reserve() {
+                places.reserved += 1;
+                continue;
+            }
+            match self.evict_anywhere(now, keep) {
+                Some(debt_us) => {
+                    places.reserved += 1;
+                    places.evicted.push(debt_us);
+                }
+                None if tries < ROOM_ATTEMPTS => {
+                    // Every place is in a decision's hands for a moment.
+                    tries += 1;
+                    std::thread::yield_now();
+                }
+                None => return Err(full()),
+            }
         }
-        let mut table = self.room_for(shard, name, now, keep)?;
-        // Found: inserted by another thread, and no place was reserved.
-        if table.find(name).is_none() {
-            table.insert(name, NO_TAT);
-        }
-        Ok(())
+        Ok(places)
     }
 
     /// The write lock of `shard` with a place reserved for `name`'s new
     /// entry: after a sweep if one is due, and an eviction if the store is
     /// full (never one of `keep`). If `name` turns out to exist, no place is
     /// reserved.
+    ///
+    /// The place of an evicted bucket goes to the new one directly (the
+    /// count of buckets held does not move): no other insert can take it in
+    /// between, so under any contention one eviction makes room for one
+    /// insert, and the search ends.
     fn room_for<'a>(
         &'a self,
         shard: &'a Shard,
         name: u64,
         now: u64,
         keep: &[u64],
-    ) -> Result<RwLockWriteGuard<'a, Table>, StorageError> {
+    ) -> Result<Room<'a>, StorageError> {
         for _ in 0..ROOM_ATTEMPTS {
             let mut table = write(&shard.table);
             if table.find(name).is_some() {
-                return Ok(table);
+                return Ok(Room {
+                    table,
+                    evicted: None,
+                });
             }
             if now >= table.next_sweep_us {
                 self.sweep_table(&mut table, now);
             }
             if self.reserve() {
-                return Ok(table);
+                return Ok(Room {
+                    table,
+                    evicted: None,
+                });
             }
-            // Full: evict here, or (this shard holding nothing) elsewhere,
+            if let Some(debt_us) = table.evict_one(now, keep) {
+                return Ok(Room {
+                    table,
+                    evicted: Some(debt_us),
+                });
+            }
+            // This shard holds nothing to evict: a place from another one,
             // one lock at a time.
-            match table.evict_one(now, keep) {
-                Some(debt_us) => {
-                    drop(table);
-                    self.evicted(debt_us);
-                }
-                None => {
-                    drop(table);
-                    self.evict_anywhere(now, keep);
-                }
-            }
-        }
-        Err(StorageError::Backend(
-            "memory storage: no room found for a new bucket".into(),
-        ))
-    }
-
-    fn evict_anywhere(&self, now: u64, keep: &[u64]) {
-        for shard in &*self.shards {
-            let evicted = write(&shard.table).evict_one(now, keep);
-            if let Some(debt_us) = evicted {
+            drop(table);
+            if let Some(debt_us) = self.evict_anywhere(now, keep) {
                 self.evicted(debt_us);
-                return;
+                let table = write(&shard.table);
+                if table.find(name).is_some() {
+                    // Not needed after all: the place goes back.
+                    self.held.fetch_sub(1, Ordering::AcqRel);
+                }
+                return Ok(Room {
+                    table,
+                    evicted: None,
+                });
             }
+            // Every place is in a decision's hands for a moment.
+            std::thread::yield_now();
+        }
+        Err(full())
+    }
+
+    /// Releases a [`Room`]'s lock, then reports its eviction (listeners
+    /// never run under a shard's lock).
+    fn made(&self, room: Room<'_>) {
+        let evicted = room.evicted;
+        drop(room);
+        if let Some(debt_us) = evicted {
+            self.evicted(debt_us);
         }
     }
 
+    /// Evicts one bucket from any shard (never one of `keep`), keeping its
+    /// place for the caller; returns how far ahead its TAT was.
+    fn evict_anywhere(&self, now: u64, keep: &[u64]) -> Option<u64> {
+        self.shards
+            .iter()
+            .find_map(|shard| write(&shard.table).evict_one(now, keep))
+    }
+
+    /// Counts and reports an eviction whose place was handed on.
     fn evicted(&self, debt_us: u64) {
-        self.held.fetch_sub(1, Ordering::AcqRel);
         self.evictions.fetch_add(1, Ordering::Relaxed);
         self.listeners
             .emit_with(|| StorageEvent::Evicted { debt_us });
@@ -588,21 +646,56 @@ impl Inner {
         let bucket = &settle.bucket;
         let (name, index) = self.name(bucket);
         let shard = &self.shards[index];
-        loop {
-            {
-                let table = read(&shard.table);
-                if let Some(entry) = table.find(name) {
-                    return settle_in_place(&entry.tat, settle, now);
-                }
+        {
+            let table = read(&shard.table);
+            if let Some(entry) = table.find(name) {
+                return settle_in_place(&entry.tat, settle, now);
             }
-            // A missing bucket is full: a refund has nothing to give back.
-            let settled = bucket.quota().settle(None, now, settle.adjust)?;
-            if matches!(settled.write, Write::Keep | Write::Clear) {
-                return Ok(());
-            }
-            self.ensure_entry(name, index, now, &[])?;
+        }
+        // A missing bucket is full: a refund has nothing to give back.
+        let settled = bucket.quota().settle(None, now, settle.adjust)?;
+        let Write::Set(store) = settled.write else {
+            return Ok(());
+        };
+        let mut room = self.room_for(shard, name, now, &[])?;
+        match room.table.find(name) {
+            // Made by another thread in between.
+            Some(entry) => settle_in_place(&entry.tat, settle, now)?,
+            None => room.table.insert(name, store.tat_us),
+        }
+        self.made(room);
+        Ok(())
+    }
+}
+
+/// Places reserved for new buckets ([`Inner::places`]), and the evictions
+/// that made them, reported once every lock is released. Places not taken
+/// are given back when it is dropped.
+pub(super) struct Places<'a> {
+    inner: &'a Inner,
+    /// Places held for new buckets: counted in `held`, no entry yet.
+    pub(super) reserved: usize,
+    pub(super) evicted: SmallVec<[u64; 4]>,
+}
+
+impl Drop for Places<'_> {
+    fn drop(&mut self) {
+        if self.reserved > 0 {
+            self.inner.held.fetch_sub(self.reserved, Ordering::AcqRel);
+        }
+        for &debt_us in &self.evicted {
+            self.inner.evicted(debt_us);
         }
     }
+}
+
+/// No place can be made: every bucket held belongs to a decision in flight.
+fn full() -> StorageError {
+    StorageError::Backend(
+        "memory storage: every bucket is held by a decision in flight: the \
+         capacity is below the buckets decided at once"
+            .into(),
+    )
 }
 
 /// The stored TAT a word holds, if any.

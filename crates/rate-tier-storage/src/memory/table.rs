@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use hashbrown::HashTable;
 
 /// A TAT is never 0 once stored (it is at least `now + T`), so 0 marks
-/// "none": a placeholder made for a joint decision, or a settled bucket.
+/// "none": a bucket a refund left full.
 pub(super) const NO_TAT: u64 = 0;
 
 /// Set on a TAT while a joint decision holds the bucket: TATs are at most
