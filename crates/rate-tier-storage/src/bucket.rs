@@ -14,6 +14,7 @@ use gcra_core::{Adjust, Charge, CheckError, Quota};
 use siphasher::sip::SipHasher13;
 
 use crate::key::{self, InvalidTierName, KeyLayout, KeySecret};
+use crate::storage::Charged;
 
 /// A validated limit (or tier) name: 1 to 64 bytes of `[A-Za-z0-9_.-]`,
 /// so that the `:` that ends it in a key is unambiguous and two buckets can
@@ -206,7 +207,6 @@ impl<'a> BucketCheck<'a> {
     }
 
     /// The same bucket, read only (a cost of 0).
-    #[cfg(feature = "redis")]
     pub(crate) fn as_peek(mut self) -> Self {
         self.cost = 0;
         self
@@ -244,21 +244,17 @@ impl<'a> BucketCheck<'a> {
     /// ([`Quota::max_debt_us`]), as every Redis script of this crate takes
     /// them.
     pub fn script_args(&self) -> [u64; 5] {
-        [
-            self.quota.emission_interval_us(),
-            self.quota.burst_offset_us(),
-            u64::from(self.cost),
-            u64::from(self.shadow),
-            self.quota.max_debt_us(),
-        ]
+        script_args(&self.charge())
     }
 
     /// An adjustment of this bucket after the request (see
-    /// [`gcra_core::Quota::settle`]).
+    /// [`gcra_core::Quota::settle`]), charged by the store itself
+    /// ([`Charged::Primary`]; see [`BucketSettle::charged`]).
     pub fn settle(self, adjust: Adjust) -> BucketSettle<'a> {
         BucketSettle {
             bucket: self,
             adjust,
+            charged: Charged::Primary,
         }
     }
 }
@@ -271,6 +267,40 @@ pub struct BucketSettle<'a> {
     pub bucket: BucketCheck<'a>,
     /// The debt to charge, or the units to give back.
     pub adjust: Adjust,
+    /// Where the estimate was charged ([`Decided::charged`](crate::Decided::charged)):
+    /// a fallback settles it there, whatever its breaker says now.
+    pub charged: Charged,
+}
+
+impl BucketSettle<'_> {
+    /// The same settlement, of an estimate charged at `charged`.
+    ///
+    /// ```
+    /// use rate_tier_storage::{Adjust, BucketCheck, Charged, LimitName};
+    /// use gcra_core::Quota;
+    /// let tokens = LimitName::new("tokens")?;
+    /// let settle = BucketCheck::peek(&tokens, "ana", Quota::per_minute(1000))
+    ///     .settle(Adjust::Refund(3))
+    ///     .charged(Charged::Local { share: 1 });
+    /// assert_eq!(settle.charged, Charged::Local { share: 1 });
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn charged(mut self, charged: Charged) -> Self {
+        self.charged = charged;
+        self
+    }
+}
+
+/// The script arguments of a charge: see [`BucketCheck::script_args`].
+pub(crate) fn script_args(charge: &Charge) -> [u64; 5] {
+    [
+        charge.quota.emission_interval_us(),
+        charge.quota.burst_offset_us(),
+        u64::from(charge.cost),
+        u64::from(charge.shadow),
+        charge.quota.max_debt_us(),
+    ]
 }
 
 /// Several checks are one decision only if no bucket appears twice: a store

@@ -67,6 +67,24 @@ pub enum StorageEvent {
         /// Why.
         cause: String,
     },
+    /// A charge a store had to give back could not be: a decision whose
+    /// caller gave up before Redis answered it (a late answer), or a slot of
+    /// a Redis Cluster decision that a later slot refused. The bucket keeps
+    /// `units` too many until it refills; nothing else is wrong.
+    Unrefunded {
+        /// The limit (tier) of the bucket.
+        limit: String,
+        /// The units that stay charged.
+        units: u32,
+    },
+    /// A settlement could not reach the store that charged its estimate
+    /// (a debt or a refund lost): its queue of settlements waiting for the
+    /// store to come back was full, or the call failed after it may have
+    /// been applied (sending it again could apply it twice).
+    SettlementLost {
+        /// The limit (tier) of the bucket.
+        limit: String,
+    },
     /// A full memory store made room for a new bucket by forgetting the
     /// one, among a sample, nearest to full (the least debt to give away).
     Evicted {

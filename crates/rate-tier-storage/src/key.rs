@@ -265,6 +265,34 @@ pub fn cluster_slot(partition: &str, secret: Option<&KeySecret>) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes()) % 16_384
 }
 
+/// The Redis Cluster slot of a key: the CRC16 of its hash tag (the part
+/// between the first `{` and the next `}`, when not empty), or of the whole
+/// key, modulo 16 384.
+///
+/// ```
+/// use rate_tier_storage::key::{cluster_slot, slot_of_key};
+/// let key = "trt:free:{33d2315cbeb866b8b237240a98d605f2e6e41b8a}";
+/// assert_eq!(slot_of_key(key), cluster_slot("key_ana", None));
+/// assert_eq!(slot_of_key("a{}b"), slot_of_key("a{}b"));
+/// ```
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub fn slot_of_key(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tag = bytes.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &bytes[open + 1..];
+        let close = rest.iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    crc16::State::<crc16::XMODEM>::calculate(tag.unwrap_or(bytes)) % 16_384
+}
+
+/// The limit's name in a bucket's key (`trt:<limit>:...`), for reports.
+#[cfg(feature = "redis")]
+pub(crate) fn limit_of_key(key: &str) -> &str {
+    key.split(':').nth(1).unwrap_or_default()
+}
+
 /// `sha1_hex(user)`, or `hmac_sha1_hex(secret, user)` with a secret.
 fn user_hash_hex(user: &str, secret: Option<&KeySecret>) -> String {
     let digest: [u8; 20] = match secret {

@@ -77,4 +77,4 @@ pub use redis::{REMEMBERED, RedisStorage};
 pub fn redis_user_timeout() -> std::time::Duration {
     redis::USER_TIMEOUT
 }
-pub use storage::{Decided, Storage, StorageError};
+pub use storage::{Charged, Decided, Storage, StorageError};

@@ -132,13 +132,18 @@ pub struct Decided {
     /// another machine's (Redis's `TIME`).
     pub now_us: Option<u64>,
     /// Which store decided: its [`Storage::kind`], or `"fallback"` when a
-    /// [`FallbackStorage`](crate::FallbackStorage) decided locally.
+    /// [`FallbackStorage`](crate::FallbackStorage) decided some of the
+    /// buckets locally.
     pub by: &'static str,
-    /// Each quota was divided by this many instances (a fallback's
+    /// The quotas of the buckets decided locally were divided by this many
+    /// instances (a fallback's
     /// [`local_share`](crate::fallback::FallbackStorageBuilder::local_share)
-    /// during an outage); 1: the quotas as given. The limit actually applied
-    /// is [`shared_quota`](crate::fallback::shared_quota)`(quota, share)`.
+    /// during an outage); 1: the quotas as given. See [`Decided::applied`].
     pub share: u32,
+    /// Which buckets were decided by a fallback's local store, one bit per
+    /// position (bit `i` for `checks[i]`; every bit when the whole decision
+    /// was local, whatever its length): see [`Decided::charged`].
+    pub local: u64,
     /// Whether the store's backend answered. `false` for an answer from
     /// what the store remembers in process (a
     /// [`REMEMBERED`](crate::REMEMBERED) refusal): it says nothing of the
@@ -158,6 +163,7 @@ impl Decided {
             now_us,
             by,
             share: 1,
+            local: 0,
             reached_backend: true,
         }
     }
@@ -177,7 +183,45 @@ impl Decided {
         self
     }
 
-    /// The quota applied to a bucket checked under `quota`.
+    /// The same decision, every bucket decided locally by a fallback whose
+    /// quotas are divided by `share`.
+    ///
+    /// ```
+    /// use rate_tier_storage::{Charged, Decided};
+    /// use gcra_core::Verdict;
+    /// let verdict = Verdict { allowed: true, retry_after_us: 0, refused_by: None };
+    /// let decided = Decided::new(verdict, Some(0), "memory").locally(2);
+    /// assert_eq!(decided.charged(7), Charged::Local { share: 2 });
+    /// ```
+    #[must_use]
+    pub fn locally(mut self, share: u32) -> Self {
+        self.by = crate::fallback::LOCAL;
+        self.share = share;
+        self.local = u64::MAX;
+        self
+    }
+
+    /// Where `checks[index]` was charged: what a settlement of it must be
+    /// sent to ([`BucketSettle::charged`]).
+    ///
+    /// ```
+    /// use rate_tier_storage::{Charged, Decided};
+    /// use gcra_core::Verdict;
+    /// let verdict = Verdict { allowed: true, retry_after_us: 0, refused_by: None };
+    /// assert_eq!(Decided::new(verdict, None, "redis").charged(0), Charged::Primary);
+    /// ```
+    pub fn charged(&self, index: usize) -> Charged {
+        let bit = u32::try_from(index)
+            .map_or(0, |i| 1u64.checked_shl(i).unwrap_or(0));
+        if self.local == u64::MAX || self.local & bit != 0 {
+            Charged::Local { share: self.share }
+        } else {
+            Charged::Primary
+        }
+    }
+
+    /// The quota applied to `checks[index]`, checked under `quota`: divided
+    /// by [`Decided::share`] if it was decided locally.
     ///
     /// ```
     /// use rate_tier_storage::Decided;
@@ -187,11 +231,31 @@ impl Decided {
     ///     None,
     ///     "redis",
     /// );
-    /// assert_eq!(decided.applied(Quota::per_minute(10)), Quota::per_minute(10));
+    /// assert_eq!(decided.applied(0, Quota::per_minute(10)), Quota::per_minute(10));
     /// ```
-    pub fn applied(&self, quota: Quota) -> Quota {
-        crate::fallback::shared_quota(quota, self.share)
+    pub fn applied(&self, index: usize, quota: Quota) -> Quota {
+        match self.charged(index) {
+            Charged::Local { share } => {
+                crate::fallback::shared_quota(quota, share)
+            }
+            Charged::Primary => quota,
+        }
     }
+}
+
+/// Where a bucket was charged, so that a settlement of it goes to the same
+/// store: a refund to a store that never charged would hand out quota, and
+/// a debt sent elsewhere would be lost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Charged {
+    /// By the store itself (the primary of a fallback: Redis).
+    #[default]
+    Primary,
+    /// By a fallback's local store, under quotas divided by `share`.
+    Local {
+        /// The fallback's local share when it decided.
+        share: u32,
+    },
 }
 
 /// Why a store gave no decision.
@@ -237,6 +301,17 @@ pub enum StorageError {
     /// The store does not do this.
     #[error("this store does not support {0}")]
     Unsupported(&'static str),
+    /// A store made of parts that fail independently (the nodes of a Redis
+    /// Cluster, see [`Storage::failure_domain`]) failed in one of them: a
+    /// fallback counts the failure against that part alone.
+    #[error("{domain}: {error}")]
+    InDomain {
+        /// The part that failed, as [`Storage::failure_domain`] names it.
+        domain: Arc<str>,
+        /// Its failure.
+        #[source]
+        error: Box<StorageError>,
+    },
 }
 
 impl StorageError {
@@ -251,12 +326,32 @@ impl StorageError {
     /// assert!(!StorageError::DuplicateBucket.is_failure());
     /// ```
     pub fn is_failure(&self) -> bool {
-        matches!(
-            self,
+        match self {
             StorageError::Timeout(_)
-                | StorageError::Backend(_)
-                | StorageError::Protocol(_)
-        )
+            | StorageError::Backend(_)
+            | StorageError::Protocol(_) => true,
+            StorageError::InDomain { error, .. } => error.is_failure(),
+            _ => false,
+        }
+    }
+
+    /// The part of the store that failed, when the store names one.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rate_tier_storage::StorageError;
+    /// let failed = StorageError::InDomain {
+    ///     domain: "10.0.0.2:7000".into(),
+    ///     error: Box::new(StorageError::Timeout(Duration::from_millis(100))),
+    /// };
+    /// assert_eq!(failed.domain(), Some("10.0.0.2:7000"));
+    /// assert!(failed.is_failure());
+    /// ```
+    pub fn domain(&self) -> Option<&str> {
+        match self {
+            StorageError::InDomain { domain, .. } => Some(domain),
+            _ => None,
+        }
     }
 }
 

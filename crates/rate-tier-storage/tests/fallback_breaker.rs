@@ -10,9 +10,9 @@ use BreakerState::{Closed, HalfOpen, Open};
 use rate_tier_storage::clock::FakeClock;
 use rate_tier_storage::fallback::shared_quota;
 use rate_tier_storage::{
-    Adjust, BreakerState, BucketCheck, BucketSettle, CheckError, Decided,
-    Decision, FallbackStorage, LimitName, MemoryStorage, Quota, Storage,
-    StorageError, StorageEvent, Subscription,
+    Adjust, BreakerState, BucketCheck, BucketSettle, Charged, CheckError,
+    Decided, Decision, FallbackStorage, LimitName, MemoryStorage, Quota,
+    Storage, StorageError, StorageEvent, Subscription,
 };
 
 const START_US: u64 = 1_000_000_000;
@@ -541,7 +541,7 @@ async fn local_share_divides_the_quota() {
     for _ in 0..10 {
         let (decided, decision) = s.check("ana", 1).await;
         assert_eq!((decided.by, decided.share), ("fallback", 2));
-        assert_eq!(decided.applied(quota), local);
+        assert_eq!(decided.applied(0, quota), local);
         if decided.verdict.allowed {
             remaining.push(decision.remaining);
         } else {
@@ -554,7 +554,7 @@ async fn local_share_divides_the_quota() {
     s.clock.advance(Duration::from_secs(1));
     let (decided, decision) = s.check("bea", 1).await;
     assert_eq!((decided.by, decided.share), ("flaky", 1));
-    assert_eq!(decided.applied(quota), quota);
+    assert_eq!(decided.applied(0, quota), quota);
     assert_eq!(decision.remaining, 9);
 }
 
@@ -728,8 +728,12 @@ async fn settle_goes_to_the_primary_when_closed_and_to_the_local_store_when_open
     s.fail("warmup", 3).await;
     let decided = s.store.check(&[bucket("bea")], &mut out).await.unwrap();
     assert_eq!((decided.by, out[0].remaining), ("fallback", 499));
+    let charged = decided.charged(0);
+    assert_eq!(charged, Charged::Local { share: 2 });
     s.store
-        .settle(&[bucket("bea").settle(Adjust::between(1, 100))])
+        .settle(&[bucket("bea")
+            .settle(Adjust::between(1, 100))
+            .charged(charged)])
         .await
         .unwrap();
     assert_eq!(
@@ -748,11 +752,79 @@ async fn settle_goes_to_the_primary_when_closed_and_to_the_local_store_when_open
     assert_eq!((decided.by, out[0].remaining), ("fallback", 400));
     // A refund, locally too.
     s.store
-        .settle(&[bucket("bea").settle(Adjust::Refund(50))])
+        .settle(&[bucket("bea").settle(Adjust::Refund(50)).charged(charged)])
         .await
         .unwrap();
     s.store.check(&peek("bea"), &mut out).await.unwrap();
     assert_eq!(out[0].remaining, 450);
+}
+
+#[tokio::test]
+async fn a_settlement_goes_to_the_store_that_charged_its_estimate() {
+    // Issue 19, 3: a settlement went to whichever store the breaker pointed
+    // at when the response ended. Charged locally during an outage and
+    // refunded after it, the primary was credited tokens it never charged;
+    // charged on the primary and settled during an outage, the debt was
+    // lost.
+    let s = setup(1);
+    let tokens = LimitName::new("tokens").unwrap();
+    let quota = Quota::per_minute(1000);
+    let bucket = |user| BucketCheck::new(&tokens, user, quota, 1).unwrap();
+    let peek = |user| [BucketCheck::peek(&tokens, user, quota)];
+    let mut out = [Decision::default()];
+
+    // Ana is charged on the primary; then the primary goes down.
+    let on_primary = s.store.check(&[bucket("ana")], &mut out).await.unwrap();
+    assert_eq!(on_primary.charged(0), Charged::Primary);
+    s.primary.set_down(true);
+    s.fail("warmup", 3).await;
+    assert_eq!(s.store.state(), Open);
+    // Bea is charged locally, during the outage.
+    let locally = s.store.check(&[bucket("bea")], &mut out).await.unwrap();
+    assert_eq!(locally.charged(0), Charged::Local { share: 1 });
+
+    // Ana's actual cost is 300 while the primary is down: kept for it, and
+    // charged locally meanwhile.
+    s.store
+        .settle(&[bucket("ana")
+            .settle(Adjust::between(1, 300))
+            .charged(on_primary.charged(0))])
+        .await
+        .unwrap();
+    assert_eq!(s.store.pending_settlements(), 1);
+    assert_eq!(s.primary.settles.load(Ordering::SeqCst), 0);
+
+    // The primary comes back; a probe closes the breaker.
+    s.primary.set_down(false);
+    s.clock.advance(Duration::from_secs(2));
+    s.store.check(&[bucket("cai")], &mut out).await.unwrap();
+    assert_eq!(s.store.state(), Closed);
+    // Bea's estimate is refunded now: to the local store, which charged it.
+    s.store
+        .settle(&[bucket("bea")
+            .settle(Adjust::Refund(1))
+            .charged(locally.charged(0))])
+        .await
+        .unwrap();
+    s.primary.store.check_sync(&peek("bea"), &mut out).unwrap();
+    assert_eq!(out[0].remaining, 1000, "the primary was credited nothing");
+    s.store.local().check_sync(&peek("bea"), &mut out).unwrap();
+    assert_eq!(out[0].remaining, 1000, "the local charge was refunded");
+
+    // Ana's debt reached the primary once it answered, as of then: her
+    // estimate of 1 had come back in the 2 s, the 299 more are spent.
+    for _ in 0..200 {
+        if s.store.pending_settlements() == 0
+            && s.primary.settles.load(Ordering::SeqCst) == 1
+        {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(s.store.pending_settlements(), 0);
+    assert_eq!(s.primary.settles.load(Ordering::SeqCst), 1);
+    s.primary.store.check_sync(&peek("ana"), &mut out).unwrap();
+    assert_eq!(out[0].remaining, 701);
 }
 
 // ---------------------------------------------------------------------------
@@ -788,12 +860,19 @@ async fn each_failure_domain_has_its_own_breaker() {
     }
     assert_eq!(s.primary.calls[0].load(Ordering::SeqCst), a_calls + 5);
     assert_eq!(s.primary.calls[1].load(Ordering::SeqCst), b_calls);
-    // A decision over buckets of both nodes is local as a whole.
+    // A decision over buckets of both nodes is mixed: node-a's bucket on
+    // the primary, node-b's locally, one decision.
     let checks = [s.bucket("ana", 1), s.bucket("bea", 1)];
     let mut out = [Decision::default(); 2];
     let decided = s.store.check(&checks, &mut out).await.unwrap();
+    assert!(decided.verdict.allowed);
     assert_eq!(decided.by, "fallback");
-    assert_eq!(s.primary.calls[0].load(Ordering::SeqCst), a_calls + 5);
+    assert_eq!(
+        (decided.charged(0), decided.charged(1)),
+        (Charged::Primary, Charged::Local { share: 1 })
+    );
+    assert_eq!(s.primary.calls[0].load(Ordering::SeqCst), a_calls + 6);
+    assert_eq!(s.primary.calls[1].load(Ordering::SeqCst), b_calls);
 
     // node-a fails too; then it comes back, and its probe closes its own
     // breaker only: node-b's, due as well, waits for a check of its own.

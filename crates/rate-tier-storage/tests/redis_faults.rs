@@ -12,8 +12,8 @@ use gcra_core::{Decision, Quota};
 use rate_tier_storage::clock::FakeClock;
 use rate_tier_storage::key::cluster_slot;
 use rate_tier_storage::{
-    BreakerState, BucketCheck, Decided, FallbackStorage, LimitName, REMEMBERED,
-    RedisStorage, Storage, StorageEvent,
+    Adjust, BreakerState, BucketCheck, Charged, Decided, FallbackStorage,
+    LimitName, REMEMBERED, RedisStorage, Storage, StorageEvent,
 };
 use rate_tier_test_support::{RedisCluster, RedisServer, TcpProxy};
 
@@ -304,4 +304,261 @@ async fn cluster_a_lost_master_sends_only_its_users_local_until_the_failover() {
         (promoted - killed_at).as_secs_f64(),
         promoted.elapsed().as_secs_f64()
     );
+}
+
+/// A partition (of `prefix`) whose buckets live in `slots`.
+fn partition_in(
+    slots: &[std::ops::RangeInclusive<u16>],
+    prefix: &str,
+) -> String {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|p| {
+            let slot = cluster_slot(p, None);
+            slots.iter().any(|range| range.contains(&slot))
+        })
+        .unwrap()
+}
+
+/// The slots of each master, master 0 first (it serves slot 0).
+fn slots_by_master(
+    cluster: &RedisCluster,
+) -> Vec<Vec<std::ops::RangeInclusive<u16>>> {
+    let mut masters: Vec<_> = cluster
+        .topology()
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.master && !n.slots.is_empty())
+        .collect();
+    masters.sort_by_key(|n| n.slots.iter().map(|s| *s.start()).min());
+    masters.into_iter().map(|n| n.slots).collect()
+}
+
+/// A cluster of three masters of its own, each master's slots, and a store
+/// on it (100 ms timeout, every answer from Redis).
+async fn three_masters() -> (
+    RedisCluster,
+    Vec<Vec<std::ops::RangeInclusive<u16>>>,
+    RedisStorage,
+) {
+    let cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3, 0))
+        .await
+        .unwrap();
+    let slots = slots_by_master(&cluster);
+    let store = RedisStorage::from_cluster_urls(cluster.urls())
+        .unwrap()
+        .timeout(Duration::from_millis(100))
+        .remember_refusals(false);
+    (cluster, slots, store)
+}
+
+/// Waits until `store` knows the cluster's slot map.
+async fn slot_map(store: &RedisStorage, name: &LimitName) {
+    let started = Instant::now();
+    let probe =
+        BucketCheck::new(name, "anyone", Quota::per_minute(1), 1).unwrap();
+    while store.failure_domain(&probe).is_none() {
+        assert!(started.elapsed() < Duration::from_secs(10), "no slot map");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Issue 19, 8: a decision over two slots whose second node stops answering.
+/// The first slot was charged; the caller's timeout fires (or its future is
+/// dropped) and it answers without Redis. The charge must not stay: the
+/// decision finishes in a task of its own and refunds it. And a refusal by
+/// the first slot stays a refusal when the read of the second one fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_a_decision_its_caller_gave_up_on_charges_nothing() {
+    let (mut cluster, slots, store) = three_masters().await;
+    let (plan, ip) = (
+        LimitName::new("free").unwrap(),
+        LimitName::new("ip").unwrap(),
+    );
+    slot_map(&store, &plan).await;
+    let user = partition_in(&slots[1], "user");
+    let address = partition_in(&slots[0], "addr");
+    let quota = Quota::per_hour(10);
+    let checks = [
+        BucketCheck::new(&plan, &user, quota, 1).unwrap(),
+        BucketCheck::new(&ip, &address, quota, 1).unwrap(),
+    ];
+    let peek = [BucketCheck::peek(&plan, &user, quota)];
+    let remaining = |store: RedisStorage| async move {
+        let mut out = [Decision::default()];
+        store.check(&peek, &mut out).await.unwrap();
+        out[0].remaining
+    };
+    // Both nodes answer: a decision charges both.
+    let mut out = [Decision::default(); 2];
+    assert!(
+        store
+            .check(&checks, &mut out)
+            .await
+            .unwrap()
+            .verdict
+            .allowed
+    );
+    assert_eq!(remaining(store.clone()).await, 9);
+
+    // Master 0 (the address's) stops answering.
+    let paused = cluster.master_index(0);
+    cluster.node_mut(paused).pause();
+    let timed_out = store.check(&checks, &mut out).await;
+    assert!(timed_out.is_err(), "{timed_out:?}");
+    // A caller that goes away early (its future dropped) too.
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(5),
+        store.check(&checks, &mut out),
+    )
+    .await;
+    assert!(dropped.is_err(), "the check finished in 5 ms");
+    // The plan's slot was charged by both, then refunded by both tasks.
+    let started = Instant::now();
+    loop {
+        let left = remaining(store.clone()).await;
+        if left == 9 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the plan keeps {} charges its callers never saw",
+            9 - left
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The plan refuses (spent), and the address's node cannot be read:
+    // still a refusal, never an error a fallback could answer as a pass.
+    let spent = [BucketCheck::new(&plan, &user, quota, 9).unwrap()];
+    assert!(
+        store
+            .check(&spent, &mut [Decision::default()])
+            .await
+            .unwrap()
+            .verdict
+            .allowed
+    );
+    let refused = store.check(&checks, &mut out).await.unwrap();
+    assert_eq!(refused.verdict.refused_by, Some(0));
+    cluster.node_mut(paused).resume();
+    tokio::task::spawn_blocking(move || drop(cluster))
+        .await
+        .unwrap();
+}
+
+/// Issue 19, 9: losing the master of an address limit's slot opened the
+/// breakers of healthy masters too (a cross-slot failure counted against
+/// every node in it), so every user went local. Only the lost node's
+/// breaker opens now, and a decision over a healthy node's bucket and the
+/// lost node's is mixed: the healthy bucket stays shared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_a_lost_address_master_keeps_every_plan_shared() {
+    let (mut cluster, slots, redis) = three_masters().await;
+    let store = FallbackStorage::builder(Arc::new(redis.clone()))
+        .failure_threshold(2)
+        .cool_down(Duration::from_secs(30), Duration::from_secs(30))
+        .build();
+    let (plan, ip) = (
+        LimitName::new("free").unwrap(),
+        LimitName::new("ip").unwrap(),
+    );
+    slot_map(&redis, &plan).await;
+    let address = partition_in(&slots[0], "addr");
+    let users: Vec<String> = (0..4)
+        .map(|i| partition_in(&slots[1 + i % 2], &format!("user{i}")))
+        .collect();
+    let quota = Quota::per_hour(1000);
+    let paused = cluster.master_index(0);
+    cluster.node_mut(paused).pause();
+
+    let mut last = None;
+    for round in 0..6 {
+        for user in &users {
+            let checks = [
+                BucketCheck::new(&plan, user, quota, 1).unwrap(),
+                BucketCheck::new(&ip, &address, quota, 1).unwrap(),
+            ];
+            let mut out = [Decision::default(); 2];
+            let decided = store.check(&checks, &mut out).await.unwrap();
+            assert!(decided.verdict.allowed, "round {round}");
+            last = Some(decided);
+        }
+    }
+    let open: Vec<_> = store
+        .domain_states()
+        .into_iter()
+        .filter(|(_, state)| *state != BreakerState::Closed)
+        .collect();
+    assert_eq!(
+        open.len(),
+        1,
+        "only the lost master's breaker opens: {open:?}"
+    );
+    let last = last.unwrap();
+    assert_eq!(
+        (last.charged(0), last.charged(1)),
+        (Charged::Primary, Charged::Local { share: 1 }),
+        "the plan left the shared store"
+    );
+    // What the mixed decisions charged the plans is in Redis.
+    let mut out = [Decision::default()];
+    let peek = [BucketCheck::peek(&plan, &users[0], quota)];
+    redis.check(&peek, &mut out).await.unwrap();
+    assert!(out[0].remaining <= 997, "{}", out[0].remaining);
+    cluster.node_mut(paused).resume();
+    tokio::task::spawn_blocking(move || drop(cluster))
+        .await
+        .unwrap();
+}
+
+/// Issue 19, 4 and 5: an instance's own refund forgets the refusal it
+/// remembered for the bucket (it used to stay refused from memory, with no
+/// Redis call, while Redis held a full bucket); and a refusal is remembered
+/// under the bucket's real key, so that two limiters sharing one store with
+/// different key secrets never answer each other's users from memory.
+#[tokio::test]
+async fn remembered_refusals_follow_refunds_and_key_secrets() {
+    let server = RedisServer::start();
+    let store = RedisStorage::from_url(&server.url()).unwrap();
+    let tokens = LimitName::new("tokens").unwrap();
+    let quota = Quota::per_hour(10);
+    let (a, b) = (
+        rate_tier_storage::key::KeySecret::new("service-a").unwrap(),
+        rate_tier_storage::key::KeySecret::new("service-b").unwrap(),
+    );
+    let check = |secret| {
+        [BucketCheck::new(&tokens, "ana", quota, 1)
+            .unwrap()
+            .key_secret(Some(secret))]
+    };
+    let mut out = [Decision::default()];
+    for _ in 0..10 {
+        assert!(
+            store
+                .check(&check(&a), &mut out)
+                .await
+                .unwrap()
+                .verdict
+                .allowed
+        );
+    }
+    let refused = store.check(&check(&a), &mut out).await.unwrap();
+    assert_eq!((refused.verdict.allowed, refused.by), (false, "redis"));
+    assert_eq!(
+        store.check(&check(&a), &mut out).await.unwrap().by,
+        REMEMBERED
+    );
+    // The other service's Ana has a bucket of her own, full.
+    let other = store.check(&check(&b), &mut out).await.unwrap();
+    assert_eq!((other.verdict.allowed, other.by), (true, "redis"));
+
+    // This instance refunds 5: its memory of the refusal goes with them.
+    store
+        .settle(&[check(&a)[0].settle(Adjust::Refund(5))])
+        .await
+        .unwrap();
+    let after = store.check(&check(&a), &mut out).await.unwrap();
+    assert_eq!((after.verdict.allowed, after.by), (true, "redis"));
+    assert_eq!(out[0].remaining, 4);
 }

@@ -1357,13 +1357,26 @@ async fn stalled_server_times_out_and_the_store_recovers() {
     assert_times_out(check_once(&store, one), timeout).await;
     proxy.frozen.store(false, Ordering::SeqCst);
 
-    // The timed-out check reached Redis once the proxy thawed: it was
-    // charged (a timeout never gives a request away). Later answers are
-    // matched to their own requests, not shifted by the late one.
+    // The timed-out check reached Redis once the proxy thawed, and was
+    // charged; but its caller had answered without it (a fallback decides
+    // locally), so the store gives the late charge back: a timeout never
+    // charges twice.
+    let peek = BucketCheck::peek(&tier, "ana", Quota::per_hour(10));
+    let mut refunded = false;
+    for _ in 0..200 {
+        if check(&patient, &peek).await.remaining == 9 {
+            refunded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(refunded, "the late charge stayed");
+    // Later answers are matched to their own requests, not shifted by the
+    // late one.
     let decision = check(&patient, &one).await;
     assert!(decision.allowed);
-    assert_eq!(decision.remaining, 7);
-    assert_eq!(check(&patient, &one).await.remaining, 6);
+    assert_eq!(decision.remaining, 8);
+    assert_eq!(check(&patient, &one).await.remaining, 7);
 }
 
 #[tokio::test]

@@ -6,6 +6,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use gcra_core::Quota;
 use http::StatusCode;
@@ -252,12 +253,25 @@ impl Limit {
         self.name
     }
 
-    /// The quota that applies to a request of `tier`.
+    /// The quota that applies to a request of `tier`. A settled limit
+    /// carries its debts whole (or up to [`Settle::max_debt`]).
+    ///
+    /// ```
+    /// use tower_rate_tier::{Limit, Quota, Settle};
+    /// let tokens = Limit::new("tokens", Quota::per_minute(1000))
+    ///     .settle(Settle::from_header("x-tokens-used"));
+    /// assert_eq!(tokens.quota_for("free"), Quota::per_minute(1000).unbounded_debt());
+    /// ```
     pub fn quota_for(&self, tier: &str) -> Quota {
-        self.per_tier
+        let quota = self
+            .per_tier
             .iter()
             .find(|(t, _)| **t == *tier)
-            .map_or(self.quota, |(_, quota)| *quota)
+            .map_or(self.quota, |(_, quota)| *quota);
+        match &self.settle {
+            None => quota,
+            Some(settle) => settle.debt_of(quota),
+        }
     }
 }
 
@@ -274,12 +288,15 @@ impl Limit {
 pub struct Settle {
     pub(crate) actual: Arc<ActualFn>,
     pub(crate) refund_on: Option<Arc<RefundFn>>,
+    /// `None`: every debt carried whole.
+    max_debt: Option<Duration>,
 }
 
 impl fmt::Debug for Settle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Settle")
             .field("refund_on", &self.refund_on.is_some())
+            .field("max_debt", &self.max_debt)
             .finish_non_exhaustive()
     }
 }
@@ -317,6 +334,40 @@ impl Settle {
         Settle {
             actual: Arc::new(actual),
             refund_on: None,
+            max_debt: None,
+        }
+    }
+
+    /// Bounds the debt a settlement may leave (by default none: 1 000 000
+    /// tokens settled on 1000 per minute wait 1000 minutes).
+    ///
+    /// The bound is what tells a debt from a clock that jumped back (a
+    /// Redis failover to a replica whose clock is behind): a stored bucket
+    /// further ahead than a burst window plus this is capped there. Without
+    /// a bound, a clock that jumps back by an hour makes this limit's users
+    /// wait up to an hour more; with one, debts beyond it are forgiven. See
+    /// [`Quota::allow_debt`]. Bounds beyond 2^50 µs (35.7 years) are that.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_rate_tier::{Limit, Quota, Settle};
+    /// let tokens = Limit::new("tokens", Quota::per_minute(1000))
+    ///     .settle(Settle::from_header("x-tokens-used").max_debt(Duration::from_secs(3600)));
+    /// assert_eq!(tokens.quota_for("free").max_debt_us(), 3_600_000_000);
+    /// ```
+    pub fn max_debt(mut self, debt: Duration) -> Settle {
+        self.max_debt = Some(debt);
+        self
+    }
+
+    /// `quota` with this settlement's bound on debts.
+    fn debt_of(&self, quota: Quota) -> Quota {
+        let most = Duration::from_micros(gcra_core::MAX_WINDOW_US);
+        match self.max_debt {
+            None => quota.unbounded_debt(),
+            Some(debt) => quota
+                .try_allow_debt(debt.min(most))
+                .unwrap_or_else(|_| quota.unbounded_debt()),
         }
     }
 

@@ -5,6 +5,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rate_tier_storage::Charged;
 use smallvec::SmallVec;
 
 /// Every limit of a decision with more than the plan's enforced limit; the
@@ -80,6 +81,9 @@ pub struct LimitState {
     pub shadow: bool,
     /// A shadow limit that would have refused this request.
     pub shadow_limited: bool,
+    /// Where its bucket was charged: a settlement of it goes there
+    /// (see [`Charged`]).
+    pub charged: Charged,
 }
 
 impl LimitState {
@@ -92,6 +96,7 @@ impl LimitState {
         window: Duration::ZERO,
         shadow: false,
         shadow_limited: false,
+        charged: Charged::Primary,
     };
 
     /// Unix time, in whole seconds rounded up, when this bucket is full
@@ -165,6 +170,7 @@ impl RateLimitInfo {
             window: self.window,
             shadow: false,
             shadow_limited: false,
+            charged: Charged::Primary,
         })
     }
 
@@ -413,6 +419,7 @@ impl Limited {
             window: self.window(),
             shadow: false,
             shadow_limited: false,
+            charged: Charged::Primary,
         })
     }
 

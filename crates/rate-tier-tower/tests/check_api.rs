@@ -20,7 +20,7 @@ use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::{
     Adjust, Checked, Error, FallbackStorage, Limit, LimitEvent, LimitReason,
     LimitRequest, MemoryStorage, Observer, OnStorageError, OnUnknownTier,
-    Outcome, Quota, RateTier, Storage, StorageError,
+    Outcome, Quota, RateTier, Settle, Storage, StorageError,
 };
 
 fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
@@ -356,11 +356,12 @@ async fn settle_charges_a_debt_or_refunds_never_below_a_full_bucket() {
         .clock(clock.clone())
         .tier("free", Quota::per_minute(10))
         .build();
-    let tokens = Limit::new("tokens", Quota::per_minute(1000));
+    let tokens = Limit::new("tokens", Quota::per_minute(1000))
+        .settle(Settle::from_header("x-tokens-used"));
     let request = LimitRequest::new("ana", "free", 1).limit(&tokens, 1);
-    limiter.decide(&request).await.unwrap().unwrap();
+    let info = limiter.decide(&request).await.unwrap().unwrap();
     limiter
-        .settle("ana", "free", &tokens, Adjust::between(1, 1200))
+        .settle("ana", &info, &tokens, Adjust::between(1, 1200))
         .await
         .unwrap();
     let refused = limiter.decide(&request).await.unwrap().unwrap_err();
@@ -368,7 +369,7 @@ async fn settle_charges_a_debt_or_refunds_never_below_a_full_bucket() {
     assert_eq!(refused.retry_after(), Duration::from_millis(12_060));
     // A refund gives back at most what was spent.
     limiter
-        .settle("ana", "free", &tokens, Adjust::Refund(5000))
+        .settle("ana", &info, &tokens, Adjust::Refund(5000))
         .await
         .unwrap();
     let peek = LimitRequest::new("ana", "free", 0).limit(&tokens, 0);
@@ -400,4 +401,46 @@ async fn a_refusal_in_any_position_charges_nothing_in_memory() {
         "key_ana",
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_huge_settled_debt_is_waited_for_whole() {
+    // Issue 19, 2: 1,000,000 tokens on 1000 per minute waited 61 s: the
+    // debt was capped at about two bursts. A settled limit carries its
+    // debt whole: about 1000 minutes.
+    let clock = FakeClock::new();
+    let limiter = RateTier::builder()
+        .clock(clock.clone())
+        .tier("free", Quota::per_minute(10_000))
+        .build();
+    let tokens = Limit::new("tokens", Quota::per_minute(1000))
+        .settle(Settle::from_header("x-tokens-used"));
+    let request = LimitRequest::new("ana", "free", 1).limit(&tokens, 1);
+    let info = limiter.decide(&request).await.unwrap().unwrap();
+    limiter
+        .settle("ana", &info, &tokens, Adjust::between(1, 1_000_000))
+        .await
+        .unwrap();
+    let refused = limiter.decide(&request).await.unwrap().unwrap_err();
+    assert_eq!(refused.limit_name(), "tokens");
+    let minutes = refused.retry_after_secs() / 60;
+    assert!((998..=1000).contains(&minutes), "{minutes} min");
+    // Every check on the way keeps the debt (none caps it away).
+    clock.advance(Duration::from_secs(500 * 60));
+    let later = limiter.decide(&request).await.unwrap().unwrap_err();
+    assert!((498..=500).contains(&(later.retry_after_secs() / 60)));
+    // A bound of its own forgives beyond it.
+    let bounded = Limit::new("bounded", Quota::per_minute(1000)).settle(
+        Settle::from_header("x-tokens-used")
+            .max_debt(Duration::from_secs(3600)),
+    );
+    let request = LimitRequest::new("bea", "free", 1).limit(&bounded, 1);
+    let info = limiter.decide(&request).await.unwrap().unwrap();
+    limiter
+        .settle("bea", &info, &bounded, Adjust::between(1, 1_000_000))
+        .await
+        .unwrap();
+    let refused = limiter.decide(&request).await.unwrap().unwrap_err();
+    // At the ceiling (a window and an hour), one token more to wait for.
+    assert_eq!(refused.retry_after_secs(), 3601);
 }

@@ -22,7 +22,7 @@ use support::http::get_as;
 use tower_rate_tier::key::cluster_bucket_key;
 use tower_rate_tier::{
     Adjust, Limit, LimitReason, LimitRequest, Quota, RateTier, RedisStorage,
-    TierIdentity, TierLimitLayer,
+    Settle, TierIdentity, TierLimitLayer,
 };
 
 mod support;
@@ -237,11 +237,12 @@ async fn cluster_limits_in_other_slots_are_refunded_exactly_on_a_refusal() {
 async fn cluster_settle_charges_a_debt_and_a_peek_charges_nothing() {
     let tier = unique("free");
     let tiers = instance(&tier, 1);
-    let tokens = Limit::new(unique("tokens"), Quota::per_minute(1000));
+    let tokens = Limit::new(unique("tokens"), Quota::per_minute(1000))
+        .settle(Settle::from_header("x-tokens-used"));
     let request = LimitRequest::new("key_bea", &tier, 1).limit(&tokens, 1);
-    tiers.decide(&request).await.expect("storage").unwrap();
+    let info = tiers.decide(&request).await.expect("storage").unwrap();
     tiers
-        .settle("key_bea", &tier, &tokens, Adjust::between(1, 1200))
+        .settle("key_bea", &info, &tokens, Adjust::between(1, 1200))
         .await
         .expect("settled");
     for _ in 0..5 {
@@ -255,7 +256,7 @@ async fn cluster_settle_charges_a_debt_and_a_peek_charges_nothing() {
     );
     // A refund gives the debt back, to a full bucket and no further.
     tiers
-        .settle("key_bea", &tier, &tokens, Adjust::Refund(100_000))
+        .settle("key_bea", &info, &tokens, Adjust::Refund(100_000))
         .await
         .expect("settled");
     assert_eq!(read(&tiers, &tier, &[&tokens]).await, [9, 1000]);

@@ -356,12 +356,14 @@ async fn a_smaller_actual_cost_and_a_server_error_are_refunded_on_redis() {
     assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
     check(read(quota_of(&app, "key_ana").await), 8, 970, 470);
     // Refunds never go beyond a full bucket.
-    let tokens = Limit::new(names.tokens.clone(), Quota::per_minute(1000));
+    let tokens = Limit::new(names.tokens.clone(), Quota::per_minute(1000))
+        .settle(Settle::from_header("x-tokens-used"));
+    let read = LimitRequest::new("key_ana", &names.tier, 0).limit(&tokens, 0);
+    let info = tiers.decide(&read).await.unwrap().unwrap();
     tiers
-        .settle("key_ana", &names.tier, &tokens, Adjust::Refund(100_000))
+        .settle("key_ana", &info, &tokens, Adjust::Refund(100_000))
         .await
         .unwrap();
-    let read = LimitRequest::new("key_ana", &names.tier, 0).limit(&tokens, 0);
     let info = tiers.decide(&read).await.unwrap().unwrap();
     assert_eq!(info.limits().nth(1).unwrap().remaining, 1000);
 }

@@ -28,9 +28,24 @@
 //! each bucket's part with [`Storage::failure_domain`]. Each part gets a
 //! breaker of its own: when one node is down, only the buckets it holds are
 //! decided locally, the others stay shared, and a probe of that node
-//! closes only its breaker. A decision over buckets of several parts is
-//! local if any of their breakers is open, and a failure counts against
-//! each of them.
+//! closes only its breaker. A decision over buckets of several parts, some
+//! of them down, is mixed (see `decide.rs`): the buckets of the parts that
+//! are down are decided locally, the others on the primary, still all or
+//! nothing. A failure the primary places in one part
+//! ([`StorageError::InDomain`]) counts against that part's breaker alone;
+//! one it does not place counts against every part of the decision.
+//!
+//! # Settlements
+//!
+//! A settlement goes to the store that charged its estimate
+//! ([`BucketSettle::charged`], from [`Decided::charged`]), not to whichever
+//! the breaker points at when the response ends: charged locally, it is
+//! settled locally; charged by the primary, it is sent there, or, while the
+//! primary's breaker is open, kept (at most [`PENDING_MAX`]) and sent once
+//! the primary answers again, a debt being charged locally meanwhile. A
+//! call that fails is not sent again (it may have been applied): it is
+//! reported as [`StorageEvent::SettlementLost`], like a settlement dropped
+//! from a full queue.
 //!
 //! # During an outage
 //!
@@ -47,16 +62,20 @@
 //! the listeners.
 
 mod breaker;
+mod decide;
+mod settle;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use gcra_core::{Decision, Quota};
-use smallvec::SmallVec;
 
-use self::breaker::{Breaker, Route, Timing, Transition};
+use self::breaker::{Breaker, Timing, Transition};
+use self::decide::Breakers;
+pub use self::settle::PENDING_MAX;
 use crate::bucket::{BucketCheck, BucketSettle};
 use crate::clock::{Clock, MonotonicClock, SharedClock};
 pub use crate::event::BreakerState;
@@ -106,6 +125,12 @@ struct Inner {
     /// The breakers of the parts of a primary that has several.
     domains: RwLock<HashMap<Arc<str>, Arc<Breaker>>>,
     listeners: Listeners<StorageEvent>,
+    /// Settlements of the primary's waiting for it to answer again.
+    pending: Mutex<VecDeque<settle::Pending>>,
+    pending_len: AtomicUsize,
+    replaying: AtomicBool,
+    /// This, for the task that replays `pending`.
+    this: Weak<Inner>,
     /// The primary's and the local store's own events (an eviction during
     /// an outage), passed on to our listeners.
     _forwarding: [Subscription; 2],
@@ -218,6 +243,10 @@ impl FallbackStorageBuilder {
                 whole: Arc::default(),
                 domains: RwLock::default(),
                 listeners: Listeners::default(),
+                pending: Mutex::default(),
+                pending_len: AtomicUsize::new(0),
+                replaying: AtomicBool::new(false),
+                this: weak.clone(),
                 _forwarding: forwarding,
             }
         });
@@ -273,6 +302,12 @@ impl FallbackStorage {
     pub fn local(&self) -> &MemoryStorage {
         &self.inner.local
     }
+
+    /// How many settlements of the primary's wait for it to answer again
+    /// (at most [`PENDING_MAX`]).
+    pub fn pending_settlements(&self) -> usize {
+        self.inner.pending()
+    }
 }
 
 /// `quota` as one of `share` instances applies it alone: the rate divided
@@ -315,26 +350,7 @@ pub fn shared_quota(quota: Quota, share: u32) -> Quota {
         .unwrap_or(quota)
 }
 
-/// The breakers a decision passes through, each with its domain.
-type Breakers = SmallVec<[(Option<Arc<str>>, Arc<Breaker>); 2]>;
-
 impl Inner {
-    fn breakers_for(&self, checks: &[BucketCheck<'_>]) -> Breakers {
-        let mut breakers = Breakers::new();
-        for check in checks {
-            let domain = self.primary.failure_domain(check);
-            if breakers.iter().any(|(d, _)| *d == domain) {
-                continue;
-            }
-            let breaker = match &domain {
-                None => self.whole.clone(),
-                Some(name) => self.domain_breaker(name),
-            };
-            breakers.push((domain, breaker));
-        }
-        breakers
-    }
-
     fn domain_breaker(&self, domain: &Arc<str>) -> Arc<Breaker> {
         let found = self
             .domains
@@ -364,155 +380,6 @@ impl Inner {
             to: transition.to,
             cause: cause.map(ToString::to_string),
         });
-    }
-
-    fn decide_locally(
-        &self,
-        checks: &[BucketCheck<'_>],
-        out: &mut [Decision],
-    ) -> Result<Decided, StorageError> {
-        let share = self.local_share;
-        let local: SmallVec<[BucketCheck<'_>; 4]> = checks
-            .iter()
-            .map(|check| {
-                let quota = shared_quota(check.quota(), share);
-                if check.cost() > quota.burst() {
-                    return Err(StorageError::AboveLocalShare {
-                        cost: check.cost(),
-                        burst: quota.burst(),
-                    });
-                }
-                Ok(check.with_quota(quota))
-            })
-            .collect::<Result<_, _>>()?;
-        let decided = self.local.check_sync(&local, out)?;
-        self.listeners.emit_with(|| StorageEvent::Fallback {
-            limit: checks.first().map_or("", |c| c.name()).to_owned(),
-            allowed: decided.verdict.allowed,
-        });
-        Ok(Decided {
-            by: LOCAL,
-            share,
-            ..decided
-        })
-    }
-
-    async fn decide(
-        &self,
-        checks: &[BucketCheck<'_>],
-        out: &mut [Decision],
-    ) -> Result<Decided, StorageError> {
-        let now = self.clock.now_us();
-        let breakers = self.breakers_for(checks);
-        if breakers.iter().any(|(_, b)| b.is_local(now)) {
-            return self.decide_locally(checks, out);
-        }
-        // Closed, or due for a probe: this call may be the probe of some.
-        let mut probes: SmallVec<[(usize, u8); 2]> = SmallVec::new();
-        let mut local = false;
-        for (i, (domain, breaker)) in breakers.iter().enumerate() {
-            let (route, transition) = breaker.route(now);
-            if let Some(transition) = transition {
-                self.report(domain, transition, None);
-            }
-            match route {
-                Route::Primary => {}
-                Route::Probe(doublings) => probes.push((i, doublings)),
-                Route::Local => local = true,
-            }
-        }
-        if local {
-            // Another call probes one of them: give ours back, unprobed.
-            for &(i, doublings) in &probes {
-                let (domain, breaker) = &breakers[i];
-                self.report(domain, breaker.unprobed(now, doublings), None);
-            }
-            return self.decide_locally(checks, out);
-        }
-
-        // Dropped mid-call (the caller gave up): a probe in flight counts
-        // as a failed one, rather than stay half-open with no probe.
-        let guard = ProbeGuard {
-            inner: self,
-            breakers: &breakers,
-            probes: &probes,
-        };
-        let result = self.primary.check(checks, out).await;
-        std::mem::forget(guard);
-
-        let now = self.clock.now_us();
-        let probing =
-            |i: usize| probes.iter().find(|(p, _)| *p == i).map(|(_, d)| *d);
-        match result {
-            Ok(decided) if !decided.reached_backend => {
-                // Answered from the primary's memory: nothing learned.
-                for &(i, doublings) in &probes {
-                    let (domain, breaker) = &breakers[i];
-                    self.report(domain, breaker.unprobed(now, doublings), None);
-                }
-                Ok(decided)
-            }
-            Ok(decided) => {
-                for (i, (domain, breaker)) in breakers.iter().enumerate() {
-                    match probing(i) {
-                        Some(_) => self.report(domain, breaker.close(), None),
-                        None => breaker.succeeded(),
-                    }
-                }
-                Ok(decided)
-            }
-            Err(error) if error.is_failure() => {
-                for (i, (domain, breaker)) in breakers.iter().enumerate() {
-                    let transition = match probing(i) {
-                        Some(d) => Some(breaker.reopen(&self.timing, now, d)),
-                        None => breaker.failed(&self.timing, now),
-                    };
-                    if let Some(transition) = transition {
-                        self.report(domain, transition, Some(&error));
-                    }
-                }
-                self.decide_locally(checks, out)
-            }
-            Err(error) => {
-                // Refused before reaching the primary: nothing learned.
-                for &(i, doublings) in &probes {
-                    let (domain, breaker) = &breakers[i];
-                    self.report(domain, breaker.unprobed(now, doublings), None);
-                }
-                Err(error)
-            }
-        }
-    }
-}
-
-impl Inner {
-    /// Settles locally while the buckets' breakers are open; `None` when
-    /// the primary settles.
-    fn settle_locally(
-        &self,
-        settles: &[BucketSettle<'_>],
-    ) -> Option<Result<(), StorageError>> {
-        let now = self.clock.now_us();
-        let buckets: SmallVec<[BucketCheck<'_>; 4]> =
-            settles.iter().map(|s| s.bucket).collect();
-        let local = self
-            .breakers_for(&buckets)
-            .iter()
-            .any(|(_, breaker)| breaker.is_local(now));
-        if !local {
-            return None;
-        }
-        let share = self.local_share;
-        let settles: SmallVec<[BucketSettle<'_>; 4]> = settles
-            .iter()
-            .map(|s| BucketSettle {
-                bucket: s
-                    .bucket
-                    .with_quota(shared_quota(s.bucket.quota(), share)),
-                adjust: s.adjust,
-            })
-            .collect();
-        Some(self.local.settle_sync(&settles))
     }
 }
 
@@ -550,51 +417,37 @@ impl Storage for FallbackStorage {
         checks: &[BucketCheck<'_>],
         out: &mut [Decision],
     ) -> Option<Result<Decided, StorageError>> {
-        // Open and not yet due for a probe: a memory-speed decision.
+        // Every breaker open and not yet due for a probe: a memory-speed
+        // decision.
         let inner = &*self.inner;
         let now = inner.clock.now_us();
         let local = inner
-            .breakers_for(checks)
+            .routing(checks)
+            .breakers
             .iter()
-            .any(|(_, breaker)| breaker.is_local(now));
+            .all(|(_, breaker)| breaker.is_local(now));
         local.then(|| {
             validate(checks, out)?;
             inner.decide_locally(checks, out)
         })
     }
 
-    /// Settles where the buckets are decided now: locally while their
-    /// breakers are open, else on the primary, whose failure counts as one
-    /// for its breakers (the settlement itself is lost: the caller is told).
+    /// Settles each bucket where its estimate was charged (see
+    /// [`BucketSettle::charged`]): locally, on the primary, or, while the
+    /// primary's breaker is open, once it answers again (see the
+    /// [module docs](self#settlements)).
     async fn settle(
         &self,
         settles: &[BucketSettle<'_>],
     ) -> Result<(), StorageError> {
-        let inner = &*self.inner;
-        if let Some(settled) = inner.settle_locally(settles) {
-            return settled;
-        }
-        let result = inner.primary.settle(settles).await;
-        if let Err(error) = &result
-            && error.is_failure()
-        {
-            let buckets: SmallVec<[BucketCheck<'_>; 4]> =
-                settles.iter().map(|s| s.bucket).collect();
-            let now = inner.clock.now_us();
-            for (domain, breaker) in inner.breakers_for(&buckets) {
-                if let Some(transition) = breaker.failed(&inner.timing, now) {
-                    inner.report(&domain, transition, Some(error));
-                }
-            }
-        }
-        result
+        self.inner.settle(settles).await
     }
 
     fn settle_local(
         &self,
         settles: &[BucketSettle<'_>],
     ) -> Option<Result<(), StorageError>> {
-        self.inner.settle_locally(settles)
+        self.inner.settle_now(settles)
     }
 
     fn kind(&self) -> &'static str {

@@ -2,24 +2,26 @@
 //! which differ from the single-node ones in their keys (a hash tag), in
 //! how they answer `NOSCRIPT` (an `EVAL` routed by the keys, not a `SCRIPT
 //! LOAD` sent to every node), and in decisions over buckets of several
-//! slots (slot by slot, with refunds). The scripts, their arguments and
-//! replies are shared with the single-node store (`script.rs`).
+//! slots (slot by slot, with refunds, in the decision's own task: see
+//! `job.rs`). The scripts, their arguments and replies are shared with the
+//! single-node store (`script.rs`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use ::redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::cluster_routing::Slot;
 use ::redis::{ErrorKind, RedisError, ServerErrorKind, Value};
-use gcra_core::{Adjust, Decision, Verdict};
+use gcra_core::{Adjust, Charge, Decision, Quota, Verdict};
 use smallvec::SmallVec;
 
+use super::job::{Job, LATE_ANSWER, refund, within};
 use super::link::{Conn, Source};
 use super::script::{Call, read_decisions, read_settled};
 use super::slots::Slots;
-use super::{RedisStorage, backend};
-use crate::bucket::{BucketCheck, BucketSettle};
-use crate::key::KeyLayout;
+use super::{RedisStorage, Shared, backend};
+use crate::bucket::BucketSettle;
+use crate::key;
 use crate::storage::StorageError;
 
 /// Retries of one command inside redis-rs's cluster connection: enough to
@@ -179,9 +181,9 @@ impl RedisStorage {
 
 /// Runs `call`: `EVALSHA`, and on `NOSCRIPT`, `EVAL` with the source. Both
 /// are routed by their first key, to the master that owns its slot.
-async fn run(
+pub(super) async fn run(
     conn: &ClusterConnection,
-    call: &Call,
+    call: &Call<'_>,
 ) -> Result<Value, RedisError> {
     let mut conn = conn.clone();
     match call.command("EVALSHA").query_async(&mut conn).await {
@@ -194,157 +196,183 @@ async fn run(
     }
 }
 
+/// The buckets of one slot: its number, and the positions of its keys.
+pub(super) type Groups = SmallVec<[(u16, SmallVec<[usize; 4]>); 2]>;
+
 /// The positions of `keys`, grouped by slot, each group in the order its
 /// first key was given.
-fn by_slot(
-    keys: impl Iterator<Item = String>,
-) -> SmallVec<[SmallVec<[usize; 4]>; 2]> {
-    let mut groups: SmallVec<[(Slot, SmallVec<[usize; 4]>); 2]> =
-        SmallVec::new();
+pub(super) fn by_slot<'k>(keys: impl Iterator<Item = &'k str>) -> Groups {
+    let mut groups = Groups::new();
     for (i, key) in keys.enumerate() {
-        let slot = Slot::for_key(key.as_bytes());
+        let slot = key::slot_of_key(key);
         match groups.iter_mut().find(|(s, _)| *s == slot) {
             Some((_, group)) => group.push(i),
             None => groups.push((slot, SmallVec::from_elem(i, 1))),
         }
     }
-    groups.into_iter().map(|(_, group)| group).collect()
+    groups
 }
 
-/// Decides `checks` into `out`. One slot: one call, all or nothing. Several:
-/// slot by slot; a refusal refunds the slots already charged and only reads
-/// the ones after it.
-pub(super) async fn decide(
-    conn: &ClusterConnection,
-    checks: &[BucketCheck<'_>],
-    out: &mut [Decision],
-) -> Result<(), StorageError> {
-    let groups = by_slot(checks.iter().map(|c| c.key(KeyLayout::Cluster)));
-    if let [_] = groups.as_slice() {
-        let call = Call::check(checks, KeyLayout::Cluster);
-        let reply = run(conn, &call).await.map_err(backend)?;
-        return read_decisions(call.lua, reply, out);
+/// `error`, named with the master that owns `slot` when the slot map knows
+/// it: a fallback then counts it against that node alone.
+fn in_domain(shared: &Shared, slot: u16, error: StorageError) -> StorageError {
+    match shared.slots.as_ref().and_then(|slots| slots.owner(slot)) {
+        Some(domain) => StorageError::InDomain {
+            domain,
+            error: Box::new(error),
+        },
+        None => error,
     }
-    let mut charged: SmallVec<[usize; 2]> = SmallVec::new();
-    for (g, group) in groups.iter().enumerate() {
-        let part: SmallVec<[BucketCheck<'_>; 4]> =
-            group.iter().map(|&i| checks[i]).collect();
+}
+
+/// Decides `job`. One slot: one call, all or nothing. Several: slot by
+/// slot, each call waited for [`LATE_ANSWER`] at most; a refusal refunds
+/// the slots already charged and only reads the ones after it, and a
+/// failure refunds them and is the answer. Run in the decision's own task
+/// (see `job.rs`): it ends whatever the caller does.
+pub(super) async fn decide(
+    shared: &Shared,
+    conn: &ClusterConnection,
+    job: &Job,
+    timeout: Duration,
+) -> Result<Vec<Decision>, StorageError> {
+    let mut out = vec![Decision::default(); job.keys.len()];
+    let groups = by_slot(job.keys());
+    if let [(slot, _)] = groups.as_slice() {
+        let call = Call::check(job.keys(), &job.charges);
+        let reply = within(LATE_ANSWER, run(conn, &call))
+            .await
+            .map_err(|error| in_domain(shared, *slot, error))?;
+        read_decisions(call.lua, reply, &mut out)?;
+        return Ok(out);
+    }
+    let started = std::time::Instant::now();
+    let whole = Conn::Cluster(conn.clone());
+    let mut charged: SmallVec<[(usize, u32); 4]> = SmallVec::new();
+    for (g, (slot, group)) in groups.iter().enumerate() {
+        let charges: SmallVec<[Charge; 4]> =
+            group.iter().map(|&i| job.charges[i]).collect();
+        let call =
+            Call::check(group.iter().map(|&i| job.keys[i].as_str()), &charges);
         let mut decided: SmallVec<[Decision; 4]> =
-            SmallVec::from_elem(Decision::default(), part.len());
-        let call = Call::check(&part, KeyLayout::Cluster);
-        let result = match run(conn, &call).await {
+            SmallVec::from_elem(Decision::default(), group.len());
+        let result = match within(LATE_ANSWER, run(conn, &call)).await {
             Ok(reply) => read_decisions(call.lua, reply, &mut decided),
-            Err(error) => Err(backend(error)),
+            Err(error) => Err(error),
         };
         if let Err(error) = result {
             // Give back what was taken; the error is the answer.
-            let _ = refund(conn, checks, out, &groups, &charged).await;
-            return Err(error);
+            refund(shared, &whole, job, &charged, timeout).await;
+            return Err(in_domain(shared, *slot, error));
         }
         for (&i, decision) in group.iter().zip(&decided) {
             out[i] = *decision;
         }
-        let verdict = Verdict::of(part.iter().map(|c| c.is_shadow()), &decided);
+        let verdict = Verdict::of(charges.iter().map(|c| c.shadow), &decided);
         if !verdict.allowed {
-            refund(conn, checks, out, &groups, &charged).await?;
-            return read_only(conn, checks, out, &groups[g + 1..]).await;
+            // A refusal, whatever happens next: the charges go back (what
+            // cannot be is reported), and the slots after it are read.
+            for (i, remaining, reset_after_us) in
+                refund(shared, &whole, job, &charged, timeout).await
+            {
+                out[i] = Decision {
+                    allowed: true,
+                    remaining,
+                    retry_after_us: 0,
+                    reset_after_us,
+                    store: None,
+                };
+            }
+            // Within the caller's wait: a read is worth nothing once the
+            // caller has answered without it.
+            let left = (timeout * 3 / 4).saturating_sub(started.elapsed());
+            read_only(conn, job, &mut out, &groups[g + 1..], left).await;
+            return Ok(out);
         }
-        charged.push(g);
+        charged.extend(
+            group
+                .iter()
+                .zip(&decided)
+                .filter(|(i, d)| job.charges[**i].cost > 0 && d.allowed)
+                .map(|(&i, _)| (i, job.charges[i].cost)),
+        );
     }
-    Ok(())
-}
-
-/// Gives back the charges of the `charged` groups, and says so in `out`:
-/// those buckets passed, but are not charged.
-async fn refund(
-    conn: &ClusterConnection,
-    checks: &[BucketCheck<'_>],
-    out: &mut [Decision],
-    groups: &[SmallVec<[usize; 4]>],
-    charged: &[usize],
-) -> Result<(), StorageError> {
-    for &g in charged {
-        let taken: SmallVec<[usize; 4]> = groups[g]
-            .iter()
-            .copied()
-            .filter(|&i| checks[i].cost() > 0 && out[i].allowed)
-            .collect();
-        if taken.is_empty() {
-            continue;
-        }
-        let settles: SmallVec<[BucketSettle<'_>; 4]> = taken
-            .iter()
-            .map(|&i| checks[i].settle(Adjust::Refund(checks[i].cost())))
-            .collect();
-        let call = Call::settle(&settles, KeyLayout::Cluster);
-        let reply = run(conn, &call).await.map_err(backend)?;
-        let settled = read_settled(call.lua, reply, settles.len())?;
-        for (&i, (remaining, reset_after_us)) in taken.iter().zip(settled) {
-            out[i] = Decision {
-                allowed: true,
-                remaining,
-                retry_after_us: 0,
-                reset_after_us,
-                store: None,
-            };
-        }
-    }
-    Ok(())
+    Ok(out)
 }
 
 /// Reads the buckets of `groups` without charging them, and says of each
 /// what its charge would have met: GCRA is the same at any origin of time,
 /// so the bucket read `reset_after` ahead is checked at 0. A bucket that
 /// would refuse too is reported refusing, with its wait, so that the
-/// decision's wait is the longest, as one call would have told it.
+/// decision's wait is the longest, as one call would have told it. A read
+/// that fails leaves its buckets reported passing with their state unknown:
+/// the decision is a refusal whatever they hold.
 async fn read_only(
     conn: &ClusterConnection,
-    checks: &[BucketCheck<'_>],
+    job: &Job,
     out: &mut [Decision],
-    groups: &[SmallVec<[usize; 4]>],
-) -> Result<(), StorageError> {
-    for group in groups {
-        let peeks: SmallVec<[BucketCheck<'_>; 4]> =
-            group.iter().map(|&i| checks[i].as_peek()).collect();
+    groups: &[(u16, SmallVec<[usize; 4]>)],
+    within_time: Duration,
+) {
+    let deadline = tokio::time::Instant::now() + within_time;
+    for (_, group) in groups {
+        let peeks: SmallVec<[Charge; 4]> = group
+            .iter()
+            .map(|&i| Charge {
+                cost: 0,
+                ..job.charges[i]
+            })
+            .collect();
+        let call =
+            Call::check(group.iter().map(|&i| job.keys[i].as_str()), &peeks);
         let mut decided: SmallVec<[Decision; 4]> =
             SmallVec::from_elem(Decision::default(), peeks.len());
-        let call = Call::check(&peeks, KeyLayout::Cluster);
-        let reply = run(conn, &call).await.map_err(backend)?;
-        read_decisions(call.lua, reply, &mut decided)?;
+        let left =
+            deadline.saturating_duration_since(tokio::time::Instant::now());
+        let read = match within(left, run(conn, &call)).await {
+            Ok(reply) => read_decisions(call.lua, reply, &mut decided),
+            Err(error) => Err(error),
+        };
         for (&i, peek) in group.iter().zip(&decided) {
-            let check = &checks[i];
-            out[i] = match check.cost() {
-                0 => *peek,
-                cost => match check.quota().check(
-                    Some(peek.reset_after_us),
-                    0,
-                    cost,
-                ) {
-                    Ok(would) if !would.allowed => Decision {
-                        store: None,
-                        ..would
-                    },
-                    _ => *peek,
+            let charge = &job.charges[i];
+            out[i] = match (&read, charge.cost) {
+                (Err(_), _) => Decision {
+                    allowed: true,
+                    ..Decision::default()
                 },
+                (Ok(()), 0) => *peek,
+                (Ok(()), cost) => {
+                    match charge.quota.check(Some(peek.reset_after_us), 0, cost)
+                    {
+                        Ok(would) if !would.allowed => Decision {
+                            store: None,
+                            ..would
+                        },
+                        _ => *peek,
+                    }
+                }
             };
         }
     }
-    Ok(())
 }
 
-/// Settles `settles`, one call per slot.
+/// Settles `settles`, one call per slot, each within `timeout`.
 pub(super) async fn settle(
     conn: &ClusterConnection,
+    keys: &[String],
     settles: &[BucketSettle<'_>],
+    timeout: Duration,
 ) -> Result<(), StorageError> {
-    let groups =
-        by_slot(settles.iter().map(|s| s.bucket.key(KeyLayout::Cluster)));
-    for group in &groups {
-        let part: SmallVec<[BucketSettle<'_>; 4]> =
-            group.iter().map(|&i| settles[i]).collect();
-        let call = Call::settle(&part, KeyLayout::Cluster);
-        let reply = run(conn, &call).await.map_err(backend)?;
-        read_settled(call.lua, reply, part.len())?;
+    let groups = by_slot(keys.iter().map(String::as_str));
+    for (_, group) in &groups {
+        let adjusts: SmallVec<[(Quota, Adjust); 4]> = group
+            .iter()
+            .map(|&i| (settles[i].bucket.quota(), settles[i].adjust))
+            .collect();
+        let call =
+            Call::settle(group.iter().map(|&i| keys[i].as_str()), &adjusts);
+        let reply = within(timeout, run(conn, &call)).await?;
+        read_settled(call.lua, reply, adjusts.len())?;
     }
     Ok(())
 }

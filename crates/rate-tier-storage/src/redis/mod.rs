@@ -4,6 +4,7 @@
 //! the one public item; what is particular to a cluster is in `cluster.rs`.
 
 mod cluster;
+mod job;
 mod link;
 mod refusals;
 mod script;
@@ -16,9 +17,10 @@ use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{Client, IntoConnectionInfo, RedisError, Value};
 use gcra_core::{Decision, Verdict};
 
+use self::job::Job;
 use self::link::{Conn, Link, Source};
 use self::refusals::Refusals;
-use self::script::{Call, read_decisions, read_settled};
+use self::script::{Call, read_settled};
 use self::slots::Slots;
 use crate::bucket::{BucketCheck, BucketSettle};
 use crate::clock::{Clock, MonotonicClock, SharedClock};
@@ -118,9 +120,17 @@ pub const REMEMBERED: &str = "remembered";
 /// Every check, including a `NOSCRIPT` reload and the wait for a connection,
 /// runs under [`tokio::time::timeout`]: past [`RedisStorage::timeout`]
 /// (default [`RedisStorage::DEFAULT_TIMEOUT`], 100 ms) it fails with
-/// [`StorageError::Timeout`]. A cancelled check may still have run in Redis
-/// (the request was sent, the answer came late): it is then charged but
-/// reported as a failure, never the other way round.
+/// [`StorageError::Timeout`].
+///
+/// A check runs in a task of its own, and its caller waits for it within
+/// the timeout. A caller that stops waiting (its timeout, or its future
+/// dropped) answered without Redis (a fallback decided locally, or a
+/// policy did), so whatever Redis decides for it must not stay charged:
+/// when the answer comes after the caller left (within 1 s), every charge
+/// it made is refunded (`gcra_settle.lua`), and what cannot be refunded is
+/// reported as [`StorageEvent::Unrefunded`]. A call whose answer never
+/// comes (the connection died after sending it) may have been charged,
+/// and nothing can tell.
 ///
 /// A check needs a Tokio runtime with the time driver enabled (as
 /// `#[tokio::main]` builds it).
@@ -177,11 +187,17 @@ pub const REMEMBERED: &str = "remembered";
 ///   so their decision is one script call on one node, all or nothing, as
 ///   on a single Redis. Buckets that cannot share a slot (a limit per
 ///   address, a global limit) are decided slot by slot, in the order they
-///   are given: when a later slot refuses, each bucket already charged gets
-///   back exactly what it was charged (`gcra_settle.lua`, never below a full
-///   bucket), and the slots after it are only read. Between the charge and
-///   the refund another request may see the charge: such a decision is
-///   all or nothing in what it leaves, not in what others see meanwhile.
+///   are given: when a later slot refuses or fails, each bucket already
+///   charged gets back exactly what it was charged (`gcra_settle.lua`,
+///   never below a full bucket, tried three times, and reported as
+///   [`StorageEvent::Unrefunded`] if it cannot be), and after a refusal the
+///   slots after it are only read (a read that fails leaves the decision a
+///   refusal). The sequence runs in the decision's task: a caller that
+///   gives up cannot cut it in half. Between the charge and the refund
+///   another request may see the charge: such a decision is all or nothing
+///   in what it leaves, not in what others see meanwhile. A failure names
+///   the node that failed ([`StorageError::InDomain`]), so that a fallback
+///   counts it against that node alone.
 /// - **Routing**: redis-rs's cluster connection sends each `EVALSHA` to the
 ///   master that owns the key's slot (it reads the key after the key count),
 ///   whichever node the connection was seeded with; it follows `MOVED` and
@@ -381,9 +397,15 @@ impl RedisStorage {
     /// same request could pass, it, and any costlier one on the same
     /// bucket, is refused without a call to Redis, and the decision says
     /// [`REMEMBERED`]. A client hammering past its limit then costs nothing
-    /// to Redis. A cheaper request is sent (it may fit). The memory is
-    /// bounded (65 536 refusals). A refund settled by another instance can
-    /// make a bucket pass before a remembered refusal ends.
+    /// to Redis. A cheaper request is sent (it may fit), and so is a
+    /// request with a bucket that was not in the refused decision. The
+    /// other buckets of an answer from memory are reported as they stood
+    /// when the refusal was made. Refusals are kept under the buckets' real
+    /// keys (a [`KeySecret`](crate::key::KeySecret) is part of them). The
+    /// memory is bounded (65 536 refusals). A refund this store makes
+    /// forgets the bucket's refusal at once; one settled by another
+    /// instance can make a bucket pass before a remembered refusal ends (by
+    /// at most the time left of that refusal's wait).
     #[must_use]
     pub fn remember_refusals(mut self, remember: bool) -> Self {
         self.remember_refusals = remember;
@@ -454,37 +476,46 @@ impl RedisStorage {
         self.shared.cluster
     }
 
-    async fn decide(
-        &self,
-        checks: &[BucketCheck<'_>],
-        out: &mut [Decision],
-    ) -> Result<(), StorageError> {
-        let conn = self.shared.link.current();
-        match &*conn {
-            Conn::Single(conn) => {
-                let call = Call::check(checks, KeyLayout::Single);
-                let reply = run_single(conn, &call).await.map_err(backend)?;
-                read_decisions(call.lua, reply, out)
-            }
-            Conn::Cluster(conn) => cluster::decide(conn, checks, out).await,
+    /// How this store lays out its keys.
+    fn layout(&self) -> KeyLayout {
+        if self.shared.cluster {
+            KeyLayout::Cluster
+        } else {
+            KeyLayout::Single
         }
     }
 
+    /// Settles `settles` (their keys in `keys`), each call within the
+    /// store's timeout; a refund forgets the bucket's remembered refusal.
     async fn settle_all(
         &self,
+        keys: &[String],
         settles: &[BucketSettle<'_>],
     ) -> Result<(), StorageError> {
         let conn = self.shared.link.current();
         match &*conn {
             Conn::Single(conn) => {
-                let call = Call::settle(settles, KeyLayout::Single);
-                let reply = run_single(conn, &call).await.map_err(backend)?;
-                read_settled(call.lua, reply, settles.len()).map(drop)
+                let adjusts: Vec<(gcra_core::Quota, gcra_core::Adjust)> =
+                    settles
+                        .iter()
+                        .map(|s| (s.bucket.quota(), s.adjust))
+                        .collect();
+                let call =
+                    Call::settle(keys.iter().map(String::as_str), &adjusts);
+                let reply =
+                    job::within(self.timeout, run_single(conn, &call)).await?;
+                read_settled(call.lua, reply, settles.len()).map(drop)?;
             }
             Conn::Cluster(conn) => {
-                cluster::settle(conn, settles).await.map(drop)
+                cluster::settle(conn, keys, settles, self.timeout).await?;
             }
         }
+        for (key, settle) in keys.iter().zip(settles) {
+            if matches!(settle.adjust, gcra_core::Adjust::Refund(n) if n > 0) {
+                self.shared.refusals.forget(key);
+            }
+        }
+        Ok(())
     }
 
     /// Runs `call` within the store's timeout, keeping count of the
@@ -533,7 +564,7 @@ impl RedisStorage {
 /// `SCRIPT LOAD` and `EVALSHA` again.
 async fn run_single(
     conn: &ConnectionManager,
-    call: &Call,
+    call: &Call<'_>,
 ) -> Result<Value, RedisError> {
     let mut conn = conn.clone();
     match call.invocation().invoke_async(&mut conn).await {
@@ -564,10 +595,12 @@ impl Storage for RedisStorage {
         out: &mut [Decision],
     ) -> Result<Decided, StorageError> {
         validate(checks, out)?;
+        let job = Job::of(checks, self.layout());
         let refusals = &self.shared.refusals;
         let sent_us = self.clock.now_us();
         if self.remember_refusals
-            && let Some(index) = refusals.answer(checks, sent_us, out)
+            && let Some(index) =
+                refusals.answer(checks, &job.keys, sent_us, out)
         {
             let verdict = Verdict {
                 allowed: false,
@@ -578,12 +611,16 @@ impl Storage for RedisStorage {
                 Decided::new(verdict, None, REMEMBERED).without_backend()
             );
         }
-        self.bounded(self.decide(checks, out)).await?;
+        let keys = job.keys.clone();
+        let decided = self
+            .bounded(job::decide(&self.shared, job, self.timeout))
+            .await?;
+        out.copy_from_slice(&decided);
         let verdict = Verdict::of(checks.iter().map(|c| c.is_shadow()), out);
         if self.remember_refusals
             && let Some(index) = verdict.refused_by
         {
-            refusals.remember(&checks[index], &out[index], sent_us);
+            refusals.remember(checks, &keys, out, index, sent_us);
         }
         Ok(Decided::new(verdict, None, "redis"))
     }
@@ -593,7 +630,10 @@ impl Storage for RedisStorage {
         &self,
         settles: &[BucketSettle<'_>],
     ) -> Result<(), StorageError> {
-        self.bounded(self.settle_all(settles)).await
+        let layout = self.layout();
+        let keys: Vec<String> =
+            settles.iter().map(|s| s.bucket.key(layout)).collect();
+        self.bounded(self.settle_all(&keys, settles)).await
     }
 
     /// On a Redis Cluster, the master that owns the bucket's slot

@@ -11,9 +11,13 @@
 //! sent (it may fit). The memory is bounded: a fixed number of entries per
 //! shard, the oldest replaced when full.
 //!
-//! A settlement's refund made elsewhere can let a bucket pass before the
-//! remembered time: the memory then refuses for at most the time left of
-//! that refusal's wait.
+//! A refusal is remembered under the bucket's real key (the one sent to
+//! Redis, so a key secret is part of it): two limiters that share a store
+//! but not a secret never answer each other's users. A refund this store
+//! makes (a settlement, or the undoing of a charge on a Redis Cluster)
+//! forgets the bucket's refusal at once. A refund made by another instance
+//! can let a bucket pass before the remembered time: the memory then
+//! refuses for at most the time left of that refusal's wait.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -27,13 +31,32 @@ const SHARDS: usize = 16;
 const PER_SHARD: usize = 4096;
 
 /// One remembered refusal.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Refusal {
+    /// The quota it was decided under (a reload that changes it makes the
+    /// refusal moot).
+    quota: (u64, u64, u64),
     /// Until when (local µs) the same request is refused.
     until_us: u64,
     /// The smallest cost refused.
     cost: u32,
     /// The bucket's reset, as of `until_us`.
+    reset_at_us: u64,
+    /// The other buckets of the refused decision, as they stood: a request
+    /// over them is answered from memory with their state, and a request
+    /// over any bucket not among them goes to Redis. Empty (no allocation)
+    /// for a decision of one bucket.
+    others: Box<[Other]>,
+}
+
+/// A bucket of a remembered refused decision, beside the one that refused.
+#[derive(Debug, Clone, Copy)]
+struct Other {
+    /// [`Refusals::key`] of its bucket key.
+    key: u64,
+    decision: Decision,
+    /// When its wait (if it refused too) and its reset end, local µs.
+    until_us: u64,
     reset_at_us: u64,
 }
 
@@ -58,49 +81,58 @@ impl Default for Refusals {
     }
 }
 
+/// What a refusal depends on of a bucket's quota.
+fn quota_of(check: &BucketCheck<'_>) -> (u64, u64, u64) {
+    let quota = check.quota();
+    (
+        quota.emission_interval_us(),
+        quota.burst_offset_us(),
+        quota.max_debt_us(),
+    )
+}
+
 impl Refusals {
-    /// The bucket under its quota (a reload that changes the quota is a
-    /// different entry); keyed, so ids cannot be aimed at one entry.
-    fn key(&self, check: &BucketCheck<'_>) -> u64 {
-        let quota = check.quota();
-        self.hasher.hash_one((
-            check.name(),
-            check.partition(),
-            quota.emission_interval_us(),
-            quota.burst_offset_us(),
-        ))
+    /// The bucket's entry: its real key, hashed under a random key of this
+    /// process (ids cannot be aimed at one entry).
+    fn key(&self, bucket_key: &str) -> u64 {
+        self.hasher.hash_one(bucket_key)
     }
 
     fn shard(&self, key: u64) -> &Mutex<HashMap<u64, Refusal>> {
         &self.shards[(key as usize) % SHARDS]
     }
 
-    /// Answers `checks` from memory if an enforced bucket among them is
-    /// remembered refused for a cost no larger than its cost now: `out`
-    /// then holds that refusal (the refusing bucket's wait and reset; the
-    /// others are reported passing, their state unknown here) and the
-    /// refusing index is returned.
+    /// Answers `checks` (whose keys are `keys`) from memory if an enforced
+    /// bucket among them is remembered refused for a cost no larger than
+    /// its cost now, under the same quota, and every other bucket of the
+    /// request was in that refused decision: `out` then holds each bucket
+    /// as it stood then (times counted from `now_us`) and the refusing
+    /// index is returned.
     pub(super) fn answer(
         &self,
         checks: &[BucketCheck<'_>],
+        keys: &[String],
         now_us: u64,
         out: &mut [Decision],
     ) -> Option<usize> {
-        let (index, refusal) =
-            checks.iter().enumerate().find_map(|(i, check)| {
+        let (index, refusal) = checks.iter().zip(keys).enumerate().find_map(
+            |(i, (check, bucket_key))| {
                 if check.cost() == 0 || check.is_shadow() {
                     return None;
                 }
-                let key = self.key(check);
+                let key = self.key(bucket_key);
                 let shard = self
                     .shard(key)
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner);
-                let found = shard.get(&key).copied()?;
-                (found.until_us > now_us && found.cost <= check.cost())
-                    .then_some((i, found))
-            })?;
-        for (i, slot) in out.iter_mut().enumerate() {
+                let found = shard.get(&key)?;
+                (found.until_us > now_us
+                    && found.cost <= check.cost()
+                    && found.quota == quota_of(check))
+                .then(|| (i, found.clone()))
+            },
+        )?;
+        for (i, (slot, bucket_key)) in out.iter_mut().zip(keys).enumerate() {
             *slot = if i == index {
                 Decision {
                     allowed: false,
@@ -110,31 +142,59 @@ impl Refusals {
                     store: None,
                 }
             } else {
+                let key = self.key(bucket_key);
+                let other = refusal.others.iter().find(|o| o.key == key)?;
                 Decision {
-                    allowed: true,
-                    ..Decision::default()
+                    retry_after_us: match other.decision.allowed {
+                        true => 0,
+                        false => other.until_us.saturating_sub(now_us).max(1),
+                    },
+                    reset_after_us: other.reset_at_us.saturating_sub(now_us),
+                    ..other.decision
                 }
             };
         }
         Some(index)
     }
 
-    /// Remembers the refusal of `checks[index]`, decided by a call sent at
+    /// Remembers the refusal of `checks[index]` in a decision whose buckets'
+    /// keys are `keys` and whose parts are `out`, decided by a call sent at
     /// `sent_us` (local clock).
     pub(super) fn remember(
         &self,
-        check: &BucketCheck<'_>,
-        decision: &Decision,
+        checks: &[BucketCheck<'_>],
+        keys: &[String],
+        out: &[Decision],
+        index: usize,
         sent_us: u64,
     ) {
+        let (Some(check), Some(bucket_key), Some(decision)) =
+            (checks.get(index), keys.get(index), out.get(index))
+        else {
+            return;
+        };
         if decision.allowed || check.cost() == 0 || check.is_shadow() {
             return;
         }
-        let key = self.key(check);
+        let key = self.key(bucket_key);
+        let others = keys
+            .iter()
+            .zip(out)
+            .enumerate()
+            .filter(|&(i, _)| i != index)
+            .map(|(_, (other_key, decision))| Other {
+                key: self.key(other_key),
+                decision: *decision,
+                until_us: sent_us.saturating_add(decision.retry_after_us),
+                reset_at_us: sent_us.saturating_add(decision.reset_after_us),
+            })
+            .collect();
         let refusal = Refusal {
+            quota: quota_of(check),
             until_us: sent_us.saturating_add(decision.retry_after_us),
             cost: check.cost(),
             reset_at_us: sent_us.saturating_add(decision.reset_after_us),
+            others,
         };
         let mut shard = self
             .shard(key)
@@ -142,7 +202,10 @@ impl Refusals {
             .unwrap_or_else(PoisonError::into_inner);
         if let Some(slot) = shard.get_mut(&key) {
             // The cheapest refused cost is the most useful to remember.
-            if refusal.cost <= slot.cost || slot.until_us <= sent_us {
+            if refusal.cost <= slot.cost
+                || slot.until_us <= sent_us
+                || slot.quota != refusal.quota
+            {
                 *slot = refusal;
             }
             return;
@@ -159,6 +222,16 @@ impl Refusals {
             }
         }
         shard.insert(key, refusal);
+    }
+
+    /// Forgets the refusal of the bucket whose key is `bucket_key` (it was
+    /// refunded here: it may pass now).
+    pub(super) fn forget(&self, bucket_key: &str) {
+        let key = self.key(bucket_key);
+        self.shard(key)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&key);
     }
 
     /// How many refusals are remembered.
@@ -187,31 +260,125 @@ mod tests {
         }
     }
 
+    fn key_of(check: &BucketCheck<'_>) -> Vec<String> {
+        vec![check.key(crate::KeyLayout::Single)]
+    }
+
     #[test]
     fn a_refusal_answers_equal_or_costlier_requests_until_it_ends() {
         let refusals = Refusals::default();
         let name = LimitName::new("free").unwrap();
         let quota = Quota::per_minute(10);
         let two = BucketCheck::new(&name, "ana", quota, 2).unwrap();
-        refusals.remember(&two, &refused(1_000), 10_000);
+        let key = key_of(&two);
+        refusals.remember(&[two], &key, &[refused(1_000)], 0, 10_000);
         let mut out = [Decision::default()];
-        assert_eq!(refusals.answer(&[two], 10_400, &mut out), Some(0));
+        assert_eq!(refusals.answer(&[two], &key, 10_400, &mut out), Some(0));
         assert_eq!(out[0].retry_after_us, 600);
         let three = BucketCheck::new(&name, "ana", quota, 3).unwrap();
-        assert_eq!(refusals.answer(&[three], 10_400, &mut out), Some(0));
+        assert_eq!(refusals.answer(&[three], &key, 10_400, &mut out), Some(0));
         // Cheaper: it may fit, so it is not answered from memory.
         let one = BucketCheck::new(&name, "ana", quota, 1).unwrap();
-        assert_eq!(refusals.answer(&[one], 10_400, &mut out), None);
-        // Ended; another quota is another entry; a shadow limit is never
-        // answered from memory.
-        assert_eq!(refusals.answer(&[two], 11_000, &mut out), None);
+        assert_eq!(refusals.answer(&[one], &key, 10_400, &mut out), None);
+        // Ended; another quota is moot; a shadow limit is never answered
+        // from memory.
+        assert_eq!(refusals.answer(&[two], &key, 11_000, &mut out), None);
         let other =
             BucketCheck::new(&name, "ana", Quota::per_minute(20), 2).unwrap();
-        assert_eq!(refusals.answer(&[other], 10_400, &mut out), None);
+        assert_eq!(refusals.answer(&[other], &key, 10_400, &mut out), None);
+        let debtor =
+            BucketCheck::new(&name, "ana", quota.unbounded_debt(), 2).unwrap();
+        assert_eq!(refusals.answer(&[debtor], &key, 10_400, &mut out), None);
         assert_eq!(
-            refusals.answer(&[two.shadow(true)], 10_400, &mut out),
+            refusals.answer(&[two.shadow(true)], &key, 10_400, &mut out),
             None
         );
+    }
+
+    #[test]
+    fn another_key_secret_is_another_bucket_and_a_refund_forgets() {
+        use crate::key::KeySecret;
+        let refusals = Refusals::default();
+        let name = LimitName::new("free").unwrap();
+        let (a, b) =
+            (KeySecret::new("a").unwrap(), KeySecret::new("b").unwrap());
+        let quota = Quota::per_minute(10);
+        let under_a = BucketCheck::new(&name, "ana", quota, 1)
+            .unwrap()
+            .key_secret(Some(&a));
+        let under_b = under_a.key_secret(Some(&b));
+        refusals.remember(
+            &[under_a],
+            &key_of(&under_a),
+            &[refused(1_000)],
+            0,
+            0,
+        );
+        let mut out = [Decision::default()];
+        assert_eq!(
+            refusals.answer(&[under_a], &key_of(&under_a), 10, &mut out),
+            Some(0)
+        );
+        assert_eq!(
+            refusals.answer(&[under_b], &key_of(&under_b), 10, &mut out),
+            None,
+            "a limiter with another secret is answered from its refusal"
+        );
+        refusals.forget(&key_of(&under_a)[0]);
+        assert_eq!(
+            refusals.answer(&[under_a], &key_of(&under_a), 10, &mut out),
+            None
+        );
+    }
+
+    #[test]
+    fn the_other_buckets_are_answered_as_they_stood_or_not_at_all() {
+        // Issue 19, 11: the other buckets of a remembered refusal used to be
+        // reported passing with 0 remaining and a reset of 0.
+        let refusals = Refusals::default();
+        let (plan, ip) = (
+            LimitName::new("free").unwrap(),
+            LimitName::new("ip").unwrap(),
+        );
+        let quota = Quota::per_minute(10);
+        let checks = [
+            BucketCheck::new(&ip, "203.0.113.7", quota, 1).unwrap(),
+            BucketCheck::new(&plan, "ana", quota, 1).unwrap(),
+        ];
+        let keys: Vec<String> = checks
+            .iter()
+            .map(|c| c.key(crate::KeyLayout::Single))
+            .collect();
+        let passing = Decision {
+            allowed: true,
+            remaining: 7,
+            reset_after_us: 18_000,
+            ..Decision::default()
+        };
+        refusals.remember(&checks, &keys, &[passing, refused(6_000)], 1, 1_000);
+        let mut out = [Decision::default(); 2];
+        assert_eq!(refusals.answer(&checks, &keys, 3_000, &mut out), Some(1));
+        assert_eq!(
+            (out[0].allowed, out[0].remaining, out[0].reset_after_us),
+            (true, 7, 16_000)
+        );
+        assert_eq!(out[1].retry_after_us, 4_000);
+        // The plan alone was part of it too; another bucket was not.
+        let mut one = [Decision::default()];
+        assert_eq!(
+            refusals.answer(&checks[1..], &keys[1..], 3_000, &mut one),
+            Some(0)
+        );
+        let search = LimitName::new("search").unwrap();
+        let wider = [
+            checks[1],
+            BucketCheck::new(&search, "ana", quota, 1).unwrap(),
+        ];
+        let wider_keys: Vec<String> = wider
+            .iter()
+            .map(|c| c.key(crate::KeyLayout::Single))
+            .collect();
+        assert_eq!(refusals.answer(&wider, &wider_keys, 3_000, &mut out), None);
     }
 
     #[test]
@@ -222,7 +389,13 @@ mod tests {
         for i in 0..4 * SHARDS * PER_SHARD {
             let user = format!("user-{i}");
             let check = BucketCheck::new(&name, &user, quota, 1).unwrap();
-            refusals.remember(&check, &refused(1_000_000), 0);
+            refusals.remember(
+                &[check],
+                &key_of(&check),
+                &[refused(1_000_000)],
+                0,
+                0,
+            );
         }
         assert!(refusals.len() <= SHARDS * PER_SHARD, "{}", refusals.len());
     }

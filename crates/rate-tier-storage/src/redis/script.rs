@@ -10,10 +10,10 @@
 use std::sync::LazyLock;
 
 use ::redis::{Cmd, Script, Value};
-use gcra_core::{Adjust, Decision};
+use gcra_core::{Adjust, Charge, Decision, Quota};
+use smallvec::SmallVec;
 
-use crate::bucket::{BucketCheck, BucketSettle};
-use crate::key::KeyLayout;
+use crate::bucket::script_args;
 use crate::storage::StorageError;
 
 /// The source of `gcra.lua`.
@@ -47,20 +47,23 @@ pub(super) static GCRA_SETTLE: Lua = Lua {
 };
 
 /// One script call: which script, its keys and its arguments.
-pub(super) struct Call {
+pub(super) struct Call<'k> {
     pub(super) lua: &'static Lua,
-    pub(super) keys: Vec<String>,
+    pub(super) keys: SmallVec<[&'k str; 4]>,
     pub(super) args: Vec<i64>,
 }
 
-impl Call {
-    /// The decision over `checks`: `gcra.lua` for the common case of one
-    /// enforced charge, `gcra_all.lua` otherwise.
-    pub(super) fn check(checks: &[BucketCheck<'_>], layout: KeyLayout) -> Call {
-        let keys = checks.iter().map(|c| c.key(layout)).collect();
-        match checks {
-            [one] if one.cost() > 0 && !one.is_shadow() => {
-                let [t, tau, cost, _, debt] = one.script_args();
+impl<'k> Call<'k> {
+    /// The decision over the buckets `keys` under `charges`: `gcra.lua` for
+    /// the common case of one enforced charge, `gcra_all.lua` otherwise.
+    pub(super) fn check(
+        keys: impl IntoIterator<Item = &'k str>,
+        charges: &[Charge],
+    ) -> Call<'k> {
+        let keys = keys.into_iter().collect();
+        match charges {
+            [one] if one.cost > 0 && !one.shadow => {
+                let [t, tau, cost, _, debt] = script_args(one);
                 let mut args = vec![signed(t), signed(tau), signed(cost)];
                 // The common case sends the three arguments SPEC names.
                 if debt != tau {
@@ -75,31 +78,35 @@ impl Call {
             _ => Call {
                 lua: &GCRA_ALL,
                 keys,
-                args: checks
+                args: charges
                     .iter()
-                    .flat_map(|c| c.script_args().map(signed))
+                    .flat_map(|c| script_args(c).map(signed))
                     .collect(),
             },
         }
     }
 
-    /// The settlement of `settles`.
+    /// The settlement of the buckets `keys`, each under its quota.
     pub(super) fn settle(
-        settles: &[BucketSettle<'_>],
-        layout: KeyLayout,
-    ) -> Call {
+        keys: impl IntoIterator<Item = &'k str>,
+        adjusts: &[(Quota, Adjust)],
+    ) -> Call<'k> {
         Call {
             lua: &GCRA_SETTLE,
-            keys: settles.iter().map(|s| s.bucket.key(layout)).collect(),
-            args: settles
+            keys: keys.into_iter().collect(),
+            args: adjusts
                 .iter()
-                .flat_map(|s| {
-                    let [t, tau, _, _, debt] = s.bucket.script_args();
-                    let units = match s.adjust {
+                .flat_map(|&(quota, adjust)| {
+                    let units = match adjust {
                         Adjust::Charge(units) => i64::from(units),
                         Adjust::Refund(units) => -i64::from(units),
                     };
-                    [signed(t), signed(tau), units, signed(debt)]
+                    [
+                        signed(quota.emission_interval_us()),
+                        signed(quota.burst_offset_us()),
+                        units,
+                        signed(quota.max_debt_us()),
+                    ]
                 })
                 .collect(),
         }
@@ -112,7 +119,9 @@ impl Call {
             "EVAL" => cmd.arg(self.lua.source),
             _ => cmd.arg(self.lua.script.get_hash()),
         };
-        cmd.arg(self.keys.len()).arg(&self.keys).arg(&self.args);
+        cmd.arg(self.keys.len())
+            .arg(self.keys.as_slice())
+            .arg(&self.args);
         cmd
     }
 
@@ -121,7 +130,7 @@ impl Call {
     pub(super) fn invocation(&self) -> ::redis::ScriptInvocation<'static> {
         let mut invocation = self.lua.script.prepare_invoke();
         for key in &self.keys {
-            invocation.key(key);
+            invocation.key(*key);
         }
         for arg in &self.args {
             invocation.arg(arg);
@@ -279,8 +288,8 @@ mod tests {
 
     #[test]
     fn a_call_sends_each_bucket_as_the_scripts_read_it() {
-        use crate::bucket::LimitName;
-        use gcra_core::Quota;
+        use crate::bucket::{BucketCheck, LimitName};
+        use crate::key::KeyLayout;
 
         let plan = LimitName::new("free").unwrap();
         let search = LimitName::new("search").unwrap();
@@ -288,25 +297,32 @@ mod tests {
         let three = Quota::per_minute(3);
         let one = BucketCheck::new(&plan, "ana", ten, 2).unwrap();
         let other = BucketCheck::new(&search, "ana", three, 1).unwrap();
+        let check = |checks: &[BucketCheck<'_>], layout| {
+            let keys: Vec<String> =
+                checks.iter().map(|c| c.key(layout)).collect();
+            let charges: Vec<Charge> =
+                checks.iter().map(BucketCheck::charge).collect();
+            let call = Call::check(keys.iter().map(String::as_str), &charges);
+            let owned: Vec<String> =
+                call.keys.iter().map(|k| k.to_string()).collect();
+            (call.lua.name, owned, call.args)
+        };
 
         // One enforced charge: gcra.lua, T, tau and the cost.
-        let call = Call::check(&[one], KeyLayout::Single);
-        assert_eq!(call.lua.name, "gcra.lua");
-        assert_eq!(call.keys, [one.key(KeyLayout::Single)]);
-        assert_eq!(call.args, [6_000_000, 60_000_000, 2]);
+        let (lua, keys, args) = check(&[one], KeyLayout::Single);
+        assert_eq!(lua, "gcra.lua");
+        assert_eq!(keys, [one.key(KeyLayout::Single)]);
+        assert_eq!(args, [6_000_000, 60_000_000, 2]);
         // A max debt of its own is the fourth.
         let debtor =
             BucketCheck::new(&plan, "ana", ten.unbounded_debt(), 2).unwrap();
-        let call = Call::check(&[debtor], KeyLayout::Single);
-        assert_eq!(
-            call.args,
-            [6_000_000, 60_000_000, 2, 1_125_899_906_842_624]
-        );
+        let (_, _, args) = check(&[debtor], KeyLayout::Single);
+        assert_eq!(args, [6_000_000, 60_000_000, 2, 1_125_899_906_842_624]);
 
         // Anything else: gcra_all.lua, 5 per bucket (T, tau, cost, shadow,
         // max debt), in the order of the checks.
         let peek = BucketCheck::peek(&plan, "ana", ten);
-        for (checks, args) in [
+        for (checks, expected) in [
             (vec![peek], vec![6_000_000, 60_000_000, 0, 0, 60_000_000]),
             (
                 vec![one.shadow(true)],
@@ -320,32 +336,27 @@ mod tests {
                 ],
             ),
         ] {
-            let call = Call::check(&checks, KeyLayout::Cluster);
-            assert_eq!(call.lua.name, "gcra_all.lua");
-            let keys: Vec<String> =
+            let (lua, keys, args) = check(&checks, KeyLayout::Cluster);
+            assert_eq!(lua, "gcra_all.lua");
+            let expected_keys: Vec<String> =
                 checks.iter().map(|c| c.key(KeyLayout::Cluster)).collect();
-            assert_eq!(call.keys, keys);
-            assert_eq!(call.args, args);
+            assert_eq!(keys, expected_keys);
+            assert_eq!(args, expected);
             let from_checks: Vec<i64> = checks
                 .iter()
                 .flat_map(|c| c.script_args().map(signed))
                 .collect();
-            assert_eq!(call.args, from_checks);
+            assert_eq!(args, from_checks);
         }
 
         // Settlements: T, tau, the units (negative for a refund), max debt.
+        let keys = [one.key(KeyLayout::Cluster), other.key(KeyLayout::Cluster)];
         let call = Call::settle(
-            &[
-                one.settle(Adjust::Refund(3)),
-                other.settle(Adjust::Charge(u32::MAX)),
-            ],
-            KeyLayout::Cluster,
+            keys.iter().map(String::as_str),
+            &[(ten, Adjust::Refund(3)), (three, Adjust::Charge(u32::MAX))],
         );
         assert_eq!(call.lua.name, "gcra_settle.lua");
-        assert_eq!(
-            call.keys,
-            [one.key(KeyLayout::Cluster), other.key(KeyLayout::Cluster)]
-        );
+        assert_eq!(call.keys.as_slice(), [keys[0].as_str(), keys[1].as_str()]);
         assert_eq!(
             call.args,
             [

@@ -388,6 +388,7 @@ impl Config {
                     name: limit.name,
                     partition: partition.as_ref().map(|p| p.to_string()),
                     estimate: limit_cost,
+                    charged: rate_tier_storage::Charged::Primary,
                 });
             }
             extra.push(Extra {

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use gcra_core::Adjust;
-use rate_tier_storage::{BucketCheck, BucketSettle, StorageError};
+use rate_tier_storage::{BucketCheck, BucketSettle, Charged, StorageError};
 use smallvec::SmallVec;
 
 use super::future::BoxFuture;
@@ -22,6 +22,8 @@ pub(crate) struct SettleItem {
     /// Its partition, when not the user's.
     pub(crate) partition: Option<String>,
     pub(crate) estimate: u32,
+    /// Where the estimate was charged (known once decided).
+    pub(crate) charged: Charged,
 }
 
 /// The settlements a request may need once its response is known.
@@ -50,10 +52,14 @@ impl SettlePlan {
             Cow::Borrowed(tier) => tier,
             Cow::Owned(_) => "",
         };
-        self.items.retain(|item| {
-            !info
-                .limits()
-                .any(|state| state.name == item.name && state.shadow_limited)
+        self.items.retain_mut(|item| {
+            let Some(state) =
+                info.limits().find(|state| state.name == item.name)
+            else {
+                return true;
+            };
+            item.charged = state.charged;
+            !state.shadow_limited
         });
         self
     }
@@ -117,7 +123,7 @@ impl SettlePlan {
                     limit.quota_for(self.tier),
                 )
                 .key_secret(secret);
-                Some(bucket.settle(adjust))
+                Some(bucket.settle(adjust).charged(item.charged))
             })
             .collect()
     }

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use gcra_core::{CheckError, Decision, Quota, Verdict};
 use http::StatusCode;
-use rate_tier_storage::{BucketCheck, Decided, LimitName, StorageError};
+use rate_tier_storage::{
+    BucketCheck, Charged, Decided, LimitName, StorageError,
+};
 use smallvec::SmallVec;
 
 use super::RateTier;
@@ -550,7 +552,7 @@ impl RateTier {
                     // A fallback's local share, during an outage.
                     let applied = match decided.share {
                         0 | 1 => quota,
-                        _ => decided.applied(quota),
+                        _ => decided.applied(0, quota),
                     };
                     let now =
                         decided.now_us.unwrap_or_else(|| inner.clock.now_us());
@@ -661,16 +663,20 @@ impl RateTier {
         .ok()?;
         let now_us = decided.now_us.unwrap_or_else(|| inner.clock.now_us());
         let mut states = [LimitState::EMPTY; FEW];
-        for ((state_of, (&key, check)), decision) in
-            states.iter_mut().zip(keys.iter().zip(checks)).zip(&*out)
+        for (i, ((state_of, (&key, check)), decision)) in states
+            .iter_mut()
+            .zip(keys.iter().zip(checks))
+            .zip(&*out)
+            .enumerate()
         {
             let (quota, shadow) = (check.quota(), check.is_shadow());
             // A fallback's local share, during an outage (else not called).
             let applied = match decided.share {
                 0 | 1 => quota,
-                _ => decided.applied(quota),
+                _ => decided.applied(i, quota),
             };
-            *state_of = state(key, applied, decision, shadow);
+            *state_of =
+                state(key, applied, decision, shadow, decided.charged(i));
         }
         let states = &states[..count];
         match self.rule(tier, user, cost, &decided, states, now_us, None) {
@@ -702,9 +708,17 @@ impl RateTier {
             .or(local_now)
             .unwrap_or_else(|| self.inner.clock.now_us());
         let mut limits: SmallVec<[LimitState; 3]> = SmallVec::new();
-        for (bucket, decision) in prepared.buckets.iter().zip(out) {
-            let applied = decided.applied(bucket.quota);
-            limits.push(state(bucket.key, applied, decision, bucket.shadow));
+        for (i, (bucket, decision)) in
+            prepared.buckets.iter().zip(out).enumerate()
+        {
+            let applied = decided.applied(i, bucket.quota);
+            limits.push(state(
+                bucket.key,
+                applied,
+                decision,
+                bucket.shadow,
+                decided.charged(i),
+            ));
             if bucket.shadow && !decision.allowed {
                 report(emit, || LimitEvent::ShadowLimited {
                     user_id: UserId::from(&*prepared.user),
@@ -719,7 +733,13 @@ impl RateTier {
                 retry_after_us: 0,
                 ..Decision::default()
             };
-            limits.push(state(bucket.key, bucket.quota, &never, true));
+            limits.push(state(
+                bucket.key,
+                bucket.quota,
+                &never,
+                true,
+                Charged::Primary,
+            ));
         }
         let ruling = self.rule(
             prepared.tier,
@@ -838,8 +858,10 @@ fn state(
     applied: Quota,
     decision: &Decision,
     shadow: bool,
+    charged: Charged,
 ) -> LimitState {
     LimitState {
+        charged,
         name: key.as_str_static(),
         limit: applied.burst(),
         remaining: decision.remaining,

@@ -281,22 +281,25 @@ impl RateTier {
     }
 
     /// Adjusts `limit`'s bucket of `user` (a per-user limit) after the
-    /// request, by `adjust`: the debt of an estimate below the actual cost,
-    /// or a refund (see [`gcra_core::Quota::settle`]). Unknown tiers use
-    /// the quota of the default tier.
+    /// request `info` answered, by `adjust`: the debt of an estimate below
+    /// the actual cost, or a refund (see [`gcra_core::Quota::settle`]). The
+    /// quota is the one of `info`'s tier, and the settlement goes to the
+    /// store that charged the estimate (during an outage, a fallback's local
+    /// store; see [`FallbackStorage`](rate_tier_storage::FallbackStorage)).
     ///
     /// ```
-    /// use tower_rate_tier::{Adjust, Limit, LimitRequest, Quota, RateTier, clock::FakeClock};
+    /// use tower_rate_tier::{Adjust, Limit, LimitRequest, Quota, RateTier, Settle, clock::FakeClock};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let limiter = RateTier::builder()
     ///     .clock(FakeClock::new())
     ///     .tier("free", Quota::per_minute(10))
     ///     .build();
-    /// let tokens = Limit::new("tokens", Quota::per_minute(1000));
+    /// let tokens = Limit::new("tokens", Quota::per_minute(1000))
+    ///     .settle(Settle::from_header("x-tokens-used"));
     /// let request = LimitRequest::new("ana", "free", 1).limit(&tokens, 1);
-    /// limiter.decide(&request).await.unwrap().unwrap();
+    /// let info = limiter.decide(&request).await.unwrap().unwrap();
     /// // The answer used 1200 tokens: 1199 more, a debt of about 12 s.
-    /// limiter.settle("ana", "free", &tokens, Adjust::between(1, 1200)).await.unwrap();
+    /// limiter.settle("ana", &info, &tokens, Adjust::between(1, 1200)).await.unwrap();
     /// let refused = limiter.decide(&request).await.unwrap().unwrap_err();
     /// assert_eq!(refused.limit_name(), "tokens");
     /// assert_eq!(refused.retry_after_secs(), 13);
@@ -305,19 +308,21 @@ impl RateTier {
     pub async fn settle(
         &self,
         user: &str,
-        tier: &str,
+        info: &crate::RateLimitInfo,
         limit: &Limit,
         adjust: Adjust,
     ) -> Result<(), Error> {
-        let plans = self.inner.plans.load_full();
-        let tier = plans
-            .find(tier)
-            .or_else(|| plans.default_entry())
-            .map_or(tier, |t| t.name);
-        let quota = limit.quota_for(tier);
+        let charged = info
+            .limits()
+            .find(|state| state.name == limit.name())
+            .map_or(rate_tier_storage::Charged::Primary, |state| state.charged);
+        let quota = limit.quota_for(&info.tier);
         let bucket = BucketCheck::peek(limit.key, user, quota)
             .key_secret(self.inner.key_secret.as_ref());
-        self.inner.storage.settle(&[bucket.settle(adjust)]).await?;
+        self.inner
+            .storage
+            .settle(&[bucket.settle(adjust).charged(charged)])
+            .await?;
         Ok(())
     }
 
