@@ -45,6 +45,37 @@ impl Charge {
             ..self
         }
     }
+
+    /// What this charge would have met, from a read of its bucket (`peek`,
+    /// what [`Quota::peek`] answered): for a store that read a bucket
+    /// instead of charging it (another bucket of the decision had refused)
+    /// and must say whether it would have refused too, and after what wait.
+    /// GCRA is the same at any origin of time, so the bucket read
+    /// `reset_after` ahead is checked at 0. A peek (cost 0) is itself.
+    ///
+    /// ```
+    /// use gcra_core::{Charge, Quota};
+    /// let quota = Quota::per_minute(10);
+    /// // Read with 54 s to full: one left, and a charge of 2 waits 6 s.
+    /// let peek = quota.peek(Some(54_000_000), 0)?;
+    /// let would = Charge::new(quota, 2).would_meet(&peek);
+    /// assert!(!would.allowed);
+    /// assert_eq!(would.retry_after_us, 6_000_000);
+    /// assert_eq!(Charge::new(quota, 1).would_meet(&peek), peek);
+    /// # Ok::<(), gcra_core::CheckError>(())
+    /// ```
+    pub fn would_meet(&self, peek: &Decision) -> Decision {
+        if self.cost == 0 {
+            return *peek;
+        }
+        match self.quota.check(Some(peek.reset_after_us), 0, self.cost) {
+            Ok(would) if !would.allowed => Decision {
+                store: None,
+                ..would
+            },
+            _ => *peek,
+        }
+    }
 }
 
 /// The summary of [`check_all`]; each bucket's part is in its [`Decision`].

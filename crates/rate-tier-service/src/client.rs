@@ -49,9 +49,13 @@
 //!   reliable way to give units back (`is_negative_hits` is ignored by
 //!   envoyproxy/ratelimit): `StorageError::Unsupported`.
 //! - **shadow checks**: RLS has no per-descriptor shadow flag. Shadow
-//!   checks are sent in a second call, one descriptor each, after the
-//!   enforced ones: a refusal there is reported (the decision's part says
-//!   refused) and never refuses the decision.
+//!   checks are sent in calls of their own, one descriptor each, after the
+//!   enforced ones: charged if those passed, only read if they refused. A
+//!   refusal there is reported (the decision's part says refused) and never
+//!   refuses the decision; a failure there never fails it.
+//! - **a late answer**: a call that times out may still be decided by the
+//!   server, and RLS cannot give units back: such a call may be charged
+//!   there while the caller (a fallback) decides locally.
 //! - **retry after**: the response has `duration_until_reset` (this
 //!   service: until the bucket is full again) but no retry time. The wait
 //!   of a refused check is derived from it with GCRA (`reset - (tau - T *
@@ -236,11 +240,13 @@ fn override_of(quota: Quota) -> Option<RateLimitOverride> {
 /// A descriptor's status as the check's [`Decision`].
 fn decision_of(check: &BucketCheck<'_>, status: &DescriptorStatus) -> Decision {
     let quota = check.quota();
+    // A remote reply: any number may come, none may overflow.
     let reset_after_us = status.duration_until_reset.as_ref().map_or(0, |d| {
         u64::try_from(d.seconds)
             .unwrap_or(0)
             .saturating_mul(1_000_000)
-            + u64::try_from(d.nanos).unwrap_or(0) / 1_000
+            .saturating_add(u64::try_from(d.nanos).unwrap_or(0) / 1_000)
+            .min(gcra_core::MAX_TIME_US)
     });
     let allowed = status.code != Code::OverLimit as i32;
     let remaining = match (&status.current_limit, status.limit_remaining) {
@@ -273,7 +279,11 @@ fn decision_of(check: &BucketCheck<'_>, status: &DescriptorStatus) -> Decision {
 #[async_trait::async_trait]
 impl Storage for RlsStorage {
     /// One `ShouldRateLimit` call for the enforced checks (all or nothing
-    /// on this service), then one per shadow check.
+    /// on this service), then one per shadow check: charged when the
+    /// enforced ones passed, only read (a cost of 0) when they refused, as
+    /// every store decides a shadow limit. A shadow call that fails never
+    /// fails the decision (it refuses nothing, and the enforced checks are
+    /// charged already): its part says it passed, its state unknown.
     async fn check(
         &self,
         checks: &[BucketCheck<'_>],
@@ -292,8 +302,27 @@ impl Storage for RlsStorage {
         if !enforced.is_empty() {
             server_allowed = self.decide(checks, &enforced, out).await?;
         }
+        let enforced_passed =
+            server_allowed && enforced.iter().all(|&i| out[i].allowed);
         for i in (0..checks.len()).filter(|&i| checks[i].is_shadow()) {
-            self.decide(checks, &[i], out).await?;
+            let shadow = if enforced_passed {
+                checks[i]
+            } else {
+                // Refused: no bucket of the decision is charged.
+                checks[i].as_peek()
+            };
+            let peeked = shadow.cost() == 0 && checks[i].cost() > 0;
+            let mut part = [Decision::default()];
+            match self.decide(&[shadow], &[0], &mut part).await {
+                Ok(_) if peeked => out[i] = checks[i].would_meet(&part[0]),
+                Ok(_) => out[i] = part[0],
+                Err(_) => {
+                    out[i] = Decision {
+                        allowed: true,
+                        ..Decision::default()
+                    };
+                }
+            }
         }
         let mut verdict =
             Verdict::of(checks.iter().map(BucketCheck::is_shadow), out);

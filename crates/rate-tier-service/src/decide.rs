@@ -55,35 +55,35 @@ use crate::config::{Config, Domain, Rule, RuleLimit, Unit, quota_for};
 use crate::headers::{self, HeaderMode, Limited};
 use crate::metrics::{Metrics, RuleStats};
 
-/// The bounds of a request: beyond them it is refused with
-/// `INVALID_ARGUMENT` (HTTP 400, or 413 for the body), and nothing is
-/// charged.
+/// The bounds of a request. A request beyond one is refused: answered
+/// `OVER_LIMIT` for every descriptor (HTTP 429 on `/json`), never with an
+/// error, because a gateway that fails open (Envoy's `failure_mode_deny:
+/// false`) lets a request through when its rate limit service answers an
+/// error, past every one of its limits. Lengths of domains, keys and values
+/// are not bounded (values are hashed into keys): only what the bounds
+/// below say is.
 ///
 /// ```
 /// let limits = rate_tier_service::RequestLimits::default();
-/// assert_eq!(limits.max_descriptors, 64);
-/// assert_eq!(limits.max_request_bytes, 64 * 1024);
+/// assert_eq!(limits.max_descriptors, 256);
+/// assert_eq!(limits.max_request_bytes, 1024 * 1024);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestLimits {
-    /// Descriptors in one request (default 64; Envoy sends a handful).
+    /// Descriptors in one request (default 256; Envoy sends a handful, as
+    /// many as its config's actions): each is a bucket of one decision.
     pub max_descriptors: usize,
-    /// Entries in one descriptor (default 32).
-    pub max_entries: usize,
-    /// Bytes of one domain, key or value (default 4096).
-    pub max_text_bytes: usize,
-    /// Bytes of the encoded request (default 64 KiB): the protobuf message
-    /// on gRPC, the body on `/json`.
+    /// Bytes of the encoded request (default 1 MiB): the protobuf message
+    /// on gRPC, the body on `/json`. At most
+    /// [`DECODE_CAP_BYTES`](crate::grpc::DECODE_CAP_BYTES) is read at all.
     pub max_request_bytes: usize,
 }
 
 impl Default for RequestLimits {
     fn default() -> Self {
         RequestLimits {
-            max_descriptors: 64,
-            max_entries: 32,
-            max_text_bytes: 4096,
-            max_request_bytes: 64 * 1024,
+            max_descriptors: 256,
+            max_request_bytes: 1024 * 1024,
         }
     }
 }
@@ -192,16 +192,6 @@ fn ceil_secs(us: u64) -> u64 {
     us.div_ceil(1_000_000)
 }
 
-fn text_check(what: &str, text: &str, max: usize) -> Result<(), DecideError> {
-    if text.len() > max {
-        return Err(DecideError::InvalidArgument(format!(
-            "{what} is {} bytes; at most {max} are accepted",
-            text.len()
-        )));
-    }
-    Ok(())
-}
-
 impl Decider {
     /// A decider over `config` and `store`.
     pub fn new(
@@ -254,8 +244,10 @@ impl Decider {
         &self.store
     }
 
+    /// What no gateway's client can cause: an empty domain or descriptor
+    /// list (upstream refuses them too), an override with an unknown unit
+    /// (Envoy sends its config's). Answered `INVALID_ARGUMENT`.
     fn validate(&self, request: &RateLimitRequest) -> Result<(), DecideError> {
-        let limits = &self.options.limits;
         if request.domain.is_empty() {
             return Err(DecideError::InvalidArgument(
                 "rate limit domain must not be empty".into(),
@@ -266,34 +258,7 @@ impl Decider {
                 "rate limit descriptor list must not be empty".into(),
             ));
         }
-        if request.descriptors.len() > limits.max_descriptors {
-            return Err(DecideError::InvalidArgument(format!(
-                "the request has {} descriptors; at most {} are accepted",
-                request.descriptors.len(),
-                limits.max_descriptors
-            )));
-        }
-        text_check("the domain", &request.domain, limits.max_text_bytes)?;
         for (i, descriptor) in request.descriptors.iter().enumerate() {
-            if descriptor.entries.len() > limits.max_entries {
-                return Err(DecideError::InvalidArgument(format!(
-                    "descriptor {i} has {} entries; at most {} are accepted",
-                    descriptor.entries.len(),
-                    limits.max_entries
-                )));
-            }
-            for (j, entry) in descriptor.entries.iter().enumerate() {
-                text_check(
-                    &format!("the key of descriptor {i}, entry {j},"),
-                    &entry.key,
-                    limits.max_text_bytes,
-                )?;
-                text_check(
-                    &format!("the value of descriptor {i}, entry {j},"),
-                    &entry.value,
-                    limits.max_text_bytes,
-                )?;
-            }
             if let Some(limit) = &descriptor.limit
                 && Unit::from_proto(limit.unit).is_none()
             {
@@ -305,6 +270,35 @@ impl Decider {
             }
         }
         Ok(())
+    }
+
+    /// The answer to a request beyond the [`RequestLimits`]: refused,
+    /// every descriptor `OVER_LIMIT` (with `--shadow`, `OK`: nothing is
+    /// refused), counted as `oversized`. `transport` labels the call in
+    /// the metrics.
+    pub fn oversized(
+        &self,
+        request: &RateLimitRequest,
+        transport: &'static str,
+    ) -> RateLimitResponse {
+        self.metrics.call(transport, "oversized");
+        let code = if self.options.shadow {
+            Code::Ok
+        } else {
+            Code::OverLimit
+        };
+        RateLimitResponse {
+            overall_code: code as i32,
+            statuses: request
+                .descriptors
+                .iter()
+                .map(|_| DescriptorStatus {
+                    code: code as i32,
+                    ..DescriptorStatus::default()
+                })
+                .collect(),
+            ..RateLimitResponse::default()
+        }
     }
 
     /// Decides `request`. `transport` labels the call in the metrics
@@ -319,6 +313,9 @@ impl Decider {
         request: &RateLimitRequest,
         transport: &'static str,
     ) -> Result<RateLimitResponse, DecideError> {
+        if request.descriptors.len() > self.options.limits.max_descriptors {
+            return Ok(self.oversized(request, transport));
+        }
         let result = self.decide_inner(request).await;
         let code = match &result {
             Ok(r) if r.overall_code == Code::OverLimit as i32 => "over_limit",
@@ -375,7 +372,8 @@ impl Decider {
         }
 
         // 2. `replaces`: rules named by another matched rule of the request
-        //    (unlimited ones included) are dropped.
+        //    are dropped. An unlimited rule replaces, but stays unlimited
+        //    itself (upstream marks unlimited descriptors first).
         let replaced: SmallVec<[&str; 4]> = plans
             .iter()
             .filter_map(|p| match p {
@@ -395,6 +393,7 @@ impl Decider {
             for plan in &mut plans {
                 if let Plan::Limited { applied, .. } = plan
                     && !applied.name.is_empty()
+                    && applied.limit != RuleLimit::Unlimited
                     && replaced.contains(&applied.name)
                 {
                     *plan = Plan::NoLimit;

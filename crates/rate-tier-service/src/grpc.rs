@@ -1,23 +1,51 @@
 //! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` on tonic.
+//!
+//! The method is served here rather than by the server `envoy-types`
+//! generates, for one reason: the request is decoded with its strings as
+//! bytes ([`WireRequest`]), so that a header value that is not UTF-8 is a
+//! bucket like any other instead of an undecodable request (see
+//! [`wire`](crate::wire)). The response is Envoy's own message.
 
+use std::convert::Infallible;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
-    RateLimitService, RateLimitServiceServer,
+use envoy_types::pb::envoy::service::ratelimit::v3::{
+    RateLimitRequest, RateLimitResponse,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use prost::Message;
+use tonic::body::Body;
+use tonic::codegen::{BoxFuture, StdError};
+use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
+use tonic_prost::ProstCodec;
 
 use crate::decide::{DecideError, Decider};
+use crate::wire::WireRequest;
 
-/// The hard cap tonic applies to a request message before it is decoded,
-/// above [`RequestLimits::max_request_bytes`](crate::RequestLimits): a
-/// request between the two is refused with `INVALID_ARGUMENT` and a clear
-/// message; beyond this one tonic refuses it (`OUT_OF_RANGE`).
-pub const DECODE_CAP_BYTES: usize = 4 * 1024 * 1024;
+/// The hard cap tonic applies to a request message before it is decoded:
+/// twice Envoy's own largest request headers (`max_request_headers_kb`,
+/// at most 8 MiB), so that nothing Envoy can send is refused undecoded. A
+/// request between
+/// [`RequestLimits::max_request_bytes`](crate::RequestLimits) and this is
+/// answered `OVER_LIMIT` (refused, never an error); beyond it tonic
+/// refuses it (`OUT_OF_RANGE`).
+pub const DECODE_CAP_BYTES: usize = 16 * 1024 * 1024;
 
-/// The gRPC service: [`Decider`] behind tonic.
+/// The gRPC method's full path.
+pub const SHOULD_RATE_LIMIT: &str =
+    "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+/// The gRPC service: [`Decider`] behind tonic, as
+/// `envoy.service.ratelimit.v3.RateLimitService`.
+///
+/// ```
+/// use tonic::server::NamedService;
+/// assert_eq!(
+///     rate_tier_service::grpc::RlsService::NAME,
+///     "envoy.service.ratelimit.v3.RateLimitService"
+/// );
+/// ```
 #[derive(Debug, Clone)]
 pub struct RlsService {
     decider: Arc<Decider>,
@@ -28,22 +56,19 @@ impl RlsService {
     pub fn new(decider: Arc<Decider>) -> Self {
         RlsService { decider }
     }
+}
 
-    /// The tonic server of this service, with the decode cap set.
-    pub fn into_server(self) -> RateLimitServiceServer<RlsService> {
-        let cap = DECODE_CAP_BYTES
-            .max(self.decider.options().limits.max_request_bytes);
-        RateLimitServiceServer::new(self).max_decoding_message_size(cap)
-    }
+impl NamedService for RlsService {
+    const NAME: &'static str = "envoy.service.ratelimit.v3.RateLimitService";
 }
 
 /// Turns tonic's answer to a request it could not decode (`INTERNAL`,
-/// "failed to decode Protobuf message": a string that is not UTF-8, a
-/// malformed message) into `INVALID_ARGUMENT`: the caller sent it, the
-/// server is fine. The message is kept.
+/// "failed to decode Protobuf message": a malformed message) into
+/// `INVALID_ARGUMENT`: the caller sent it, the server is fine. The message
+/// is kept.
 pub fn undecodable_is_invalid_argument(
-    mut response: http::Response<tonic::body::Body>,
-) -> http::Response<tonic::body::Body> {
+    mut response: http::Response<Body>,
+) -> http::Response<Body> {
     let headers = response.headers_mut();
     let internal = headers.get("grpc-status").is_some_and(|v| v == "13");
     let undecodable = headers
@@ -70,29 +95,65 @@ pub fn status_of(error: &DecideError) -> Status {
     }
 }
 
-#[tonic::async_trait]
-impl RateLimitService for RlsService {
-    async fn should_rate_limit(
-        &self,
-        request: Request<RateLimitRequest>,
-    ) -> Result<Response<RateLimitResponse>, Status> {
-        let request = request.into_inner();
-        let max = self.decider.options().limits.max_request_bytes;
-        let size = request.encoded_len();
-        if size > max {
-            self.decider.metrics().call("grpc", "invalid_argument");
-            return Err(Status::invalid_argument(format!(
-                "the request is {size} bytes; at most {max} are accepted"
-            )));
-        }
-        match self.decider.decide(&request, "grpc").await {
-            Ok(response) => Ok(Response::new(response)),
-            Err(error) => {
-                if let DecideError::Store(store) = &error {
-                    tracing::warn!(error = %store, "no decision from the store");
-                }
-                Err(status_of(&error))
+/// The unary method.
+struct ShouldRateLimit(Arc<Decider>);
+
+impl UnaryService<WireRequest> for ShouldRateLimit {
+    type Response = RateLimitResponse;
+    type Future = BoxFuture<Response<RateLimitResponse>, Status>;
+
+    fn call(&mut self, request: Request<WireRequest>) -> Self::Future {
+        let decider = self.0.clone();
+        Box::pin(async move {
+            let wire = request.into_inner();
+            let size = wire.encoded_len();
+            let request = RateLimitRequest::from(wire);
+            if size > decider.options().limits.max_request_bytes {
+                // Refused, never an error: a gateway that fails open would
+                // let an error through, past every limit.
+                return Ok(Response::new(decider.oversized(&request, "grpc")));
             }
+            match decider.decide(&request, "grpc").await {
+                Ok(response) => Ok(Response::new(response)),
+                Err(error) => {
+                    if let DecideError::Store(store) = &error {
+                        tracing::warn!(error = %store, "no decision from the store");
+                    }
+                    Err(status_of(&error))
+                }
+            }
+        })
+    }
+}
+
+impl<B> tower::Service<http::Request<B>> for RlsService
+where
+    B: http_body::Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        if request.uri().path() != SHOULD_RATE_LIMIT {
+            return Box::pin(async {
+                Ok(Status::unimplemented("no such method").into_http())
+            });
         }
+        let method = ShouldRateLimit(self.decider.clone());
+        Box::pin(async move {
+            let codec = ProstCodec::<RateLimitResponse, WireRequest>::default();
+            let mut grpc = Grpc::new(codec)
+                .apply_max_message_size_config(Some(DECODE_CAP_BYTES), None);
+            Ok(grpc.unary(method, request).await)
+        })
     }
 }

@@ -50,12 +50,15 @@ struct HttpState {
 
 /// The HTTP routes over `decider`.
 pub fn router(decider: Arc<Decider>, health: Health) -> Router {
-    let limit = decider.options().limits.max_request_bytes;
+    // Read up to the hard cap: a body beyond the request bound is answered
+    // (refused), not dropped with a 413 a gateway may let through.
+    let cap = crate::grpc::DECODE_CAP_BYTES
+        .max(decider.options().limits.max_request_bytes);
     Router::new()
         .route("/json", post(json_endpoint))
         .route("/healthcheck", get(healthcheck))
         .route("/metrics", get(metrics))
-        .layer(DefaultBodyLimit::max(limit))
+        .layer(DefaultBodyLimit::max(cap))
         .with_state(HttpState { decider, health })
 }
 
@@ -85,7 +88,13 @@ async fn json_endpoint(
             );
         }
     };
-    match state.decider.decide(&request, "json").await {
+    let decided =
+        if body.len() > state.decider.options().limits.max_request_bytes {
+            Ok(state.decider.oversized(&request, "json"))
+        } else {
+            state.decider.decide(&request, "json").await
+        };
+    match decided {
         Ok(response) => {
             let status = if response.overall_code == Code::OverLimit as i32 {
                 StatusCode::TOO_MANY_REQUESTS

@@ -26,9 +26,14 @@
 //!   fails or is slow (100 ms) opens a circuit breaker and the instance
 //!   limits on its own until Redis answers again (upstream answers with an
 //!   error, and Envoy's `failure_mode_deny` decides).
-//! - **Errors.** An empty domain, no descriptors, or a request beyond the
-//!   bounds of [`RequestLimits`] is `INVALID_ARGUMENT` (upstream: `UNKNOWN`);
-//!   a store failure is `UNAVAILABLE`; on `/json`, 400 and 503.
+//! - **No input a gateway's client controls turns a limit off.** Values of
+//!   any length and bytes that are not UTF-8 are decided like any other
+//!   ([`wire`]); a request beyond the bounds of [`RequestLimits`] is
+//!   refused (`OVER_LIMIT`), never an error: a gateway that fails open lets
+//!   a request through on an error.
+//! - **Errors.** An empty domain or no descriptors (what only a broken
+//!   gateway sends) is `INVALID_ARGUMENT` (upstream: `UNKNOWN`); a store
+//!   failure is `UNAVAILABLE`; on `/json`, 400 and 503.
 //! - **Config.** The same format, checked by the same rules with the same
 //!   messages, plus the line; `quota_mode`, `detailed_metric`,
 //!   `value_to_metric` and `metadata` are accepted and ignored (see
@@ -99,6 +104,7 @@ pub mod json;
 mod metrics;
 mod reload;
 pub mod server;
+pub mod wire;
 
 pub use config::{Config, ConfigError};
 pub use decide::{DecideError, DecideOptions, Decider, RequestLimits};

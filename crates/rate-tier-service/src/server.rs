@@ -213,9 +213,7 @@ impl Service {
 
         let (reporter, health_service) =
             tonic_health::server::health_reporter();
-        reporter
-            .set_serving::<envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer<RlsService>>()
-            .await;
+        reporter.set_serving::<RlsService>().await;
         reporter
             .set_service_status(
                 "ratelimit",
@@ -229,7 +227,7 @@ impl Service {
                 crate::grpc::undecodable_is_invalid_argument,
             ))
             .add_service(health_service)
-            .add_service(RlsService::new(decider.clone()).into_server());
+            .add_service(RlsService::new(decider.clone()));
         let incoming =
             TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
         let grpc_stop = until_stop(stop.clone());

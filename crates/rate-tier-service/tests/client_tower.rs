@@ -196,3 +196,100 @@ async fn the_fallback_limits_while_the_service_is_unreachable() {
         "no call to the service"
     );
 }
+
+/// Issue 19, 10: the shadow checks were charged even when the enforced
+/// call refused, and a failure of their call, after the enforced call had
+/// charged, failed the decision, so a fallback charged it again locally.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_checks_follow_the_decision_and_never_fail_it() {
+    let svc = service().await;
+    let store = rls(&svc);
+    let (plan, search) = (
+        LimitName::new("free").expect("name"),
+        LimitName::new("search").expect("name"),
+    );
+    let both = [
+        BucketCheck::new(&plan, "ana", Quota::per_minute(1), 1).expect("check"),
+        BucketCheck::new(&search, "ana", Quota::per_minute(3), 1)
+            .expect("check")
+            .shadow(true),
+    ];
+    let mut out = [Decision::default(); 2];
+    assert!(store.check(&both, &mut out).await.unwrap().verdict.allowed);
+    assert_eq!(out[1].remaining, 2, "passed: the shadow limit is charged");
+    let refused = store.check(&both, &mut out).await.unwrap();
+    assert!(!refused.verdict.allowed);
+    assert!(out[1].allowed, "it would have passed");
+    let peek = [BucketCheck::peek(&search, "ana", Quota::per_minute(3))];
+    let mut one = [Decision::default()];
+    store.check(&peek, &mut one).await.unwrap();
+    assert_eq!(
+        one[0].remaining, 2,
+        "a refused decision charged a shadow limit"
+    );
+
+    // A server whose answer to a shadow check fails.
+    let fake = failing_shadow_server().await;
+    let store = RlsStorage::connect_lazy(&format!("http://{fake}"), "api")
+        .expect("URI")
+        .timeout(TEST_TIMEOUT);
+    let decided = store.check(&both, &mut out).await.expect("a decision");
+    assert!(decided.verdict.allowed);
+    assert!(out[1].allowed, "its part says it passed, state unknown");
+}
+
+/// An RLS server that answers OK to every descriptor, and UNAVAILABLE to a
+/// call with a descriptor of the limit `search`.
+async fn failing_shadow_server() -> std::net::SocketAddr {
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+        Code, DescriptorStatus,
+    };
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+        RateLimitService, RateLimitServiceServer,
+    };
+    use envoy_types::pb::envoy::service::ratelimit::v3::{
+        RateLimitRequest, RateLimitResponse,
+    };
+
+    struct Fake;
+    #[tonic::async_trait]
+    impl RateLimitService for Fake {
+        async fn should_rate_limit(
+            &self,
+            request: tonic::Request<RateLimitRequest>,
+        ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+            let request = request.into_inner();
+            if request
+                .descriptors
+                .iter()
+                .any(|d| d.entries.iter().any(|e| e.value == "search"))
+            {
+                return Err(tonic::Status::unavailable("down for shadows"));
+            }
+            Ok(tonic::Response::new(RateLimitResponse {
+                overall_code: Code::Ok as i32,
+                statuses: request
+                    .descriptors
+                    .iter()
+                    .map(|_| DescriptorStatus {
+                        code: Code::Ok as i32,
+                        ..DescriptorStatus::default()
+                    })
+                    .collect(),
+                ..RateLimitResponse::default()
+            }))
+        }
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(RateLimitServiceServer::new(Fake))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(
+                listener,
+            )),
+    );
+    addr
+}

@@ -10,7 +10,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use gcra_core::{Adjust, Charge, CheckError, Quota};
+use gcra_core::{Adjust, Charge, CheckError, Decision, Quota};
 use siphasher::sip::SipHasher13;
 
 use crate::key::{self, InvalidTierName, KeyLayout, KeySecret};
@@ -207,9 +207,24 @@ impl<'a> BucketCheck<'a> {
     }
 
     /// The same bucket, read only (a cost of 0).
-    pub(crate) fn as_peek(mut self) -> Self {
+    ///
+    /// ```
+    /// use rate_tier_storage::{BucketCheck, LimitName};
+    /// use gcra_core::Quota;
+    /// let free = LimitName::new("free")?;
+    /// let check = BucketCheck::new(&free, "ana", Quota::per_minute(10), 3)?;
+    /// assert_eq!(check.as_peek().cost(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn as_peek(mut self) -> Self {
         self.cost = 0;
         self
+    }
+
+    /// What this check's charge would have met, from a read of its bucket
+    /// ([`Charge::would_meet`]).
+    pub fn would_meet(&self, peek: &Decision) -> Decision {
+        self.charge().would_meet(peek)
     }
 
     /// The same bucket under another quota (a fallback's local share), the

@@ -492,6 +492,25 @@ pub async fn replaces(backend: &Backend) {
         alone.statuses[0].limit_remaining, 9,
         "the replaced rule was not charged"
     );
+
+    // Issue 19, 11: an unlimited rule that is replaced stays unlimited
+    // (upstream marks unlimited descriptors before it applies `replaces`):
+    // it used to report no limit and 0 remaining.
+    let svc = Svc::start(
+        backend,
+        concat!(
+            "  - key: user\n    rate_limit: {name: generic, unlimited: true}\n",
+            "  - key: vip\n    rate_limit:\n      name: special\n      unit: hour\n      requests_per_unit: 100\n      replaces: [{name: generic}]\n",
+        ),
+        |_| {},
+    )
+    .await;
+    let r = svc
+        .ask(vec![desc(&[("user", "ana")]), desc(&[("vip", "ana")])])
+        .await;
+    assert_eq!(r.overall_code, OK);
+    assert_eq!(r.statuses[0].limit_remaining, u32::MAX, "{r:?}");
+    assert_eq!(r.statuses[1].limit_remaining, 99);
 }
 
 /// Two descriptors of one request in the same bucket: charged twice, in

@@ -277,7 +277,7 @@ impl Inner {
                 });
             }
             for (slot, check) in remote_out.iter_mut().zip(&remote_checks) {
-                *slot = would(check, slot);
+                *slot = check.would_meet(slot);
             }
             let now = self.clock.now_us();
             for (domain, route) in remote_breakers.iter().zip(&remote_routes) {
@@ -362,21 +362,5 @@ impl Inner {
                     );
             }
         }
-    }
-}
-
-/// What `check`'s charge would have met, from a read of its bucket
-/// (`peek`): GCRA is the same at any origin of time, so the bucket read
-/// `reset_after` ahead is checked at 0.
-fn would(check: &BucketCheck<'_>, peek: &Decision) -> Decision {
-    match check.cost() {
-        0 => *peek,
-        cost => match check.quota().check(Some(peek.reset_after_us), 0, cost) {
-            Ok(would) if !would.allowed => Decision {
-                store: None,
-                ..would
-            },
-            _ => *peek,
-        },
     }
 }

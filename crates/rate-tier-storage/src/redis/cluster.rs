@@ -334,23 +334,12 @@ async fn read_only(
             Err(error) => Err(error),
         };
         for (&i, peek) in group.iter().zip(&decided) {
-            let charge = &job.charges[i];
-            out[i] = match (&read, charge.cost) {
-                (Err(_), _) => Decision {
+            out[i] = match &read {
+                Err(_) => Decision {
                     allowed: true,
                     ..Decision::default()
                 },
-                (Ok(()), 0) => *peek,
-                (Ok(()), cost) => {
-                    match charge.quota.check(Some(peek.reset_after_us), 0, cost)
-                    {
-                        Ok(would) if !would.allowed => Decision {
-                            store: None,
-                            ..would
-                        },
-                        _ => *peek,
-                    }
-                }
+                Ok(()) => job.charges[i].would_meet(peek),
             };
         }
     }
