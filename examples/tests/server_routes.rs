@@ -250,7 +250,8 @@ fn fixed_keys(cluster: bool) -> Vec<String> {
     for (user, tier) in
         [("key_ana", "free"), ("key_bea", "pro"), ("key_eva", "free")]
     {
-        for name in [tier, "search", "tokens"] {
+        // A limit's buckets are in the limits' namespace: `limit/<name>`.
+        for name in [tier, "limit/search", "limit/tokens"] {
             keys.push(if cluster {
                 cluster_bucket_key(name, user, None)
             } else {
@@ -294,8 +295,8 @@ fn server_routes_on_two_servers_sharing_redis() {
         .get_connection()
         .unwrap();
     let exists: i64 = redis::cmd("EXISTS")
-        .arg(bucket_key("search", "key_ana", None))
-        .arg(bucket_key("tokens", "key_ana", None))
+        .arg(bucket_key("limit/search", "key_ana", None))
+        .arg(bucket_key("limit/tokens", "key_ana", None))
         .query(&mut conn)
         .unwrap();
     assert_eq!(exists, 2);
@@ -326,7 +327,7 @@ fn server_routes_on_two_servers_sharing_a_redis_cluster() {
     // One user's buckets share the user's hash tag: one slot, one node.
     let client = redis::cluster::ClusterClient::new(urls.clone()).unwrap();
     let mut conn = client.get_connection().unwrap();
-    for name in ["free", "search", "tokens"] {
+    for name in ["free", "limit/search", "limit/tokens"] {
         let key = cluster_bucket_key(name, "key_ana", None);
         let exists: i64 =
             redis::cmd("EXISTS").arg(&key).query(&mut conn).unwrap();

@@ -160,7 +160,7 @@ impl RlsStorage {
             entries: vec![
                 Entry {
                     key: LIMIT_KEY.to_owned(),
-                    value: check.name().to_owned(),
+                    value: check.limit_name().key_part().to_owned(),
                 },
                 Entry {
                     key: PARTITION_KEY.to_owned(),

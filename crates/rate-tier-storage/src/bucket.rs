@@ -20,34 +20,63 @@ use crate::storage::Charged;
 /// so that the `:` that ends it in a key is unambiguous and two buckets can
 /// never share a key.
 ///
+/// Names live in two namespaces, so that a tier and a limit of the same
+/// name never share buckets (a plan reload may add a tier named like a
+/// limit): a tier's name ([`LimitName::new`]) is its key part as it is,
+/// `trt:free:...`; a limit's of its own ([`LimitName::of_limit`]) is
+/// prefixed, `trt:limit/search:...` (`/` is no name's character).
+///
 /// Validated once, when a configuration is built; a [`BucketCheck`]
 /// borrows it, at no cost per request.
 ///
 /// ```
 /// use rate_tier_storage::LimitName;
 /// let free = LimitName::new("free")?;
-/// assert_eq!(free.as_str(), "free");
+/// assert_eq!((free.as_str(), free.key_part()), ("free", "free"));
+/// let search = LimitName::of_limit("search")?;
+/// assert_eq!((search.as_str(), search.key_part()), ("search", "limit/search"));
+/// assert_ne!(LimitName::new("search")?, search);
 /// assert!(LimitName::new("a:b").is_err());
 /// # Ok::<(), rate_tier_storage::key::InvalidTierName>(())
 /// ```
 #[derive(Clone)]
 pub struct LimitName {
     name: Cow<'static, str>,
-    /// A fixed 64-bit hash of the name, made once: an in-process store
+    /// What keys and in-process names are made of.
+    key_part: Cow<'static, str>,
+    /// A fixed 64-bit hash of the key part, made once: an in-process store
     /// mixes it into a bucket's name instead of hashing the name per check.
     id: u64,
 }
 
 impl LimitName {
-    /// Validates `name` (see [`key::validate_tier_name`]).
+    /// A tier's name (see [`key::validate_tier_name`]).
     pub fn new(
         name: impl Into<Cow<'static, str>>,
     ) -> Result<LimitName, InvalidTierName> {
         let name = name.into();
         key::validate_tier_name(&name)?;
+        Ok(Self::with_key_part(name.clone(), name))
+    }
+
+    /// The name of a limit of its own (an endpoint's, an address's), in
+    /// the limits' namespace: never a tier's buckets.
+    pub fn of_limit(
+        name: impl Into<Cow<'static, str>>,
+    ) -> Result<LimitName, InvalidTierName> {
+        let name = name.into();
+        key::validate_tier_name(&name)?;
+        let key_part = Cow::Owned(format!("limit/{name}"));
+        Ok(Self::with_key_part(name, key_part))
+    }
+
+    fn with_key_part(
+        name: Cow<'static, str>,
+        key_part: Cow<'static, str>,
+    ) -> LimitName {
         let id = SipHasher13::new_with_keys(0x7472_745f, 0x6c69_6d69)
-            .hash(name.as_bytes());
-        Ok(LimitName { name, id })
+            .hash(key_part.as_bytes());
+        LimitName { name, key_part, id }
     }
 
     /// The name.
@@ -55,7 +84,13 @@ impl LimitName {
         &self.name
     }
 
-    /// The name's fixed hash (not keyed: names come from configuration).
+    /// What keys are made of: the name, or `limit/` and the name for a
+    /// limit of its own.
+    pub fn key_part(&self) -> &str {
+        &self.key_part
+    }
+
+    /// The key part's fixed hash (not keyed: names come from configuration).
     pub(crate) fn id(&self) -> u64 {
         self.id
     }
@@ -63,7 +98,7 @@ impl LimitName {
 
 impl PartialEq for LimitName {
     fn eq(&self, other: &Self) -> bool {
-        self.name == other.name
+        self.key_part == other.key_part
     }
 }
 
@@ -71,7 +106,7 @@ impl Eq for LimitName {}
 
 impl std::hash::Hash for LimitName {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.name.hash(state);
+        self.key_part.hash(state);
     }
 }
 
@@ -246,7 +281,12 @@ impl<'a> BucketCheck<'a> {
     /// The bucket's key in a shared store laid out as `layout`: see
     /// [`key::bucket_key`] and [`key::cluster_bucket_key`].
     pub fn key(&self, layout: KeyLayout) -> String {
-        key::shared_key(layout, self.name(), self.partition, self.key_secret)
+        key::shared_key(
+            layout,
+            self.name.key_part(),
+            self.partition,
+            self.key_secret,
+        )
     }
 
     /// The secret of its shared keys, if any.

@@ -3,7 +3,9 @@
 //!
 //! A bucket is one (limit, partition) pair: a tier and a user, an endpoint
 //! limit and a user, a limit and an address. In a shared store (Redis) its
-//! key is `trt:<limit>:<sha1_hex(partition)>`, or with a [`KeySecret`]
+//! key is `trt:<limit>:<sha1_hex(partition)>` (`<limit>` a tier's name, or
+//! `limit/<name>` for a limit of its own: see
+//! [`LimitName`](crate::LimitName)), or with a [`KeySecret`]
 //! `trt:<limit>:<hmac_sha1_hex(secret, partition)>`: the user id never
 //! leaves the process in clear. Names are restricted to `[A-Za-z0-9_.-]`,
 //! so the `:` that ends the name is unambiguous and two pairs can never

@@ -18,9 +18,9 @@ pub enum ConfigError {
     /// The same tier was configured twice.
     #[error("tier {0:?} is configured twice")]
     DuplicateTier(String),
-    /// Two limits of one layer have the same name (or a limit has a tier's
-    /// name): they would share buckets.
-    #[error("limit {0:?} is configured twice, or has a tier's name")]
+    /// Two limits of one layer have the same name: they would share
+    /// buckets.
+    #[error("limit {0:?} is configured twice")]
     DuplicateLimit(String),
     /// The default tier is not one of the configured tiers.
     #[error("default tier {0:?} is not a configured tier")]

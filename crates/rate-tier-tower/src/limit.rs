@@ -14,7 +14,7 @@ use http::request::Parts;
 use rate_tier_storage::LimitName;
 
 use crate::error::ConfigError;
-use crate::plans::{StaticName, intern};
+use crate::plans::{Namespace, StaticName, intern};
 
 type KeyFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 type WhenFn = dyn Fn(&Parts) -> bool + Send + Sync;
@@ -113,8 +113,9 @@ impl fmt::Debug for Limit {
 }
 
 impl Limit {
-    /// A limit named `name` (1 to 64 `[A-Za-z0-9_.-]`, not a tier's name),
-    /// per user, of `quota` in every tier.
+    /// A limit named `name` (1 to 64 `[A-Za-z0-9_.-]`), per user, of
+    /// `quota` in every tier. Its buckets are its own, even beside a tier of
+    /// the same name (keys `trt:limit/<name>:...`).
     ///
     /// # Panics
     ///
@@ -141,7 +142,7 @@ impl Limit {
         name: impl Into<String>,
         quota: Quota,
     ) -> Result<Limit, ConfigError> {
-        let key = intern(&name.into())?;
+        let key = intern(&name.into(), Namespace::Limit)?;
         Ok(Limit {
             name: key.as_str_static(),
             key,

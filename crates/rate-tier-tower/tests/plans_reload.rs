@@ -257,3 +257,58 @@ async fn a_reload_keeps_the_policies_it_does_not_set() {
         OnStorageError::Deny(StatusCode::SERVICE_UNAVAILABLE)
     );
 }
+
+#[tokio::test]
+async fn a_reload_may_add_a_tier_named_like_a_limit() {
+    // Issue 19, 6: a reload that added tier `search` made its users' plan
+    // bucket the `search` limit's bucket: every /search of theirs was a 503
+    // (the same bucket twice in one decision). Tiers and limits now live in
+    // separate namespaces.
+    let clock = FakeClock::new();
+    let tiers = limiter(&clock);
+    let layer = TierLimitLayer::new(tiers.clone())
+        .identifier_fn(|headers| {
+            let key = headers.get("x-api-key")?.to_str().ok()?;
+            Some(TierIdentity::new(
+                key,
+                if key == "key_sam" { "search" } else { "free" },
+            ))
+        })
+        .limit(
+            tower_rate_tier::Limit::new("search", Quota::per_minute(3))
+                .when(|req| req.uri.path() == "/search"),
+        );
+    let app = Router::new()
+        .route("/search", get(|| async { "found\n" }))
+        .layer(layer);
+    let status = |key: &'static str| {
+        let app = app.clone();
+        async move {
+            let request = Request::get("/search")
+                .header("x-api-key", key)
+                .body(Body::empty())
+                .unwrap();
+            app.oneshot(request).await.unwrap().status().as_u16()
+        }
+    };
+    tiers.reload(
+        Plans::builder()
+            .tier("free", Quota::per_minute(10))
+            .tier("search", Quota::per_minute(100))
+            .default_tier("free")
+            .build()
+            .unwrap(),
+    );
+    // Sam's plan is the tier `search` (100/min); the endpoint limit
+    // `search` (3/min) is a bucket of its own: three pass, the fourth is
+    // refused by the limit, never a 503.
+    let answers = [
+        status("key_sam").await,
+        status("key_sam").await,
+        status("key_sam").await,
+        status("key_sam").await,
+    ];
+    assert_eq!(answers, [200, 200, 200, 429]);
+    let plan = tiers.peek("key_sam", "search").await.unwrap();
+    assert_eq!(plan.remaining, 97, "the plan was charged apart");
+}

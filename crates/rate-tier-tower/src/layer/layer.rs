@@ -200,20 +200,22 @@ impl<R> TierLimitLayer<R> {
         }
     }
 
-    /// Like [`TierLimitLayer::limit`], with a typed error.
+    /// Like [`TierLimitLayer::limit`], with a typed error: two limits of
+    /// one layer with one name would share buckets. (A limit and a tier may
+    /// share a name: their buckets never meet.)
     ///
     /// ```
     /// use tower_rate_tier::{ConfigError, Limit, Quota, RateTier, TierLimitLayer};
     /// let tiers = RateTier::builder().tier("free", Quota::per_minute(10)).build();
     /// let err = TierLimitLayer::new(tiers)
-    ///     .try_limit(Limit::new("free", Quota::per_minute(3)))
+    ///     .limit(Limit::new("search", Quota::per_minute(3)))
+    ///     .try_limit(Limit::new("search", Quota::per_minute(5)))
     ///     .unwrap_err();
-    /// assert_eq!(err, ConfigError::DuplicateLimit("free".into()));
+    /// assert_eq!(err, ConfigError::DuplicateLimit("search".into()));
     /// ```
     pub fn try_limit(self, limit: Limit) -> Result<Self, ConfigError> {
         let config = &self.config;
-        let taken = config.limits.iter().any(|l| l.name == limit.name)
-            || config.tiers.plans().quota(limit.name).is_some();
+        let taken = config.limits.iter().any(|l| l.name == limit.name);
         if taken {
             return Err(ConfigError::DuplicateLimit(limit.name.to_owned()));
         }

@@ -227,7 +227,7 @@ impl PlansBuilder {
         }
         let mut tiers: Vec<Tier> = Vec::with_capacity(self.tiers.len());
         for (name, quota) in self.tiers {
-            let key = intern(&name)?;
+            let key = intern(&name, Namespace::Tier)?;
             if tiers.iter().any(|t| t.name == name) {
                 return Err(ConfigError::DuplicateTier(name));
             }
@@ -298,6 +298,14 @@ impl PlansBuilder {
     }
 }
 
+/// Which namespace a name is in: a tier's buckets and a limit's never meet
+/// (see [`LimitName::of_limit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Namespace {
+    Tier,
+    Limit,
+}
+
 /// The `&'static` validated copy of a tier or limit name, made once per
 /// distinct name for the life of the process (names come from
 /// configuration, never from requests, so the set is small and bounded,
@@ -305,19 +313,24 @@ impl PlansBuilder {
 /// no atomic operation.
 pub(crate) fn intern(
     name: &str,
+    namespace: Namespace,
 ) -> Result<&'static Interned, rate_tier_storage::key::InvalidTierName> {
-    static NAMES: Mutex<BTreeMap<&'static str, &'static Interned>> =
-        Mutex::new(BTreeMap::new());
+    static NAMES: Mutex<
+        BTreeMap<(Namespace, &'static str), &'static Interned>,
+    > = Mutex::new(BTreeMap::new());
     let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(interned) = names.get(name) {
+    if let Some(interned) = names.get(&(namespace, name)) {
         return Ok(interned);
     }
     // Validated before interning: only valid names are kept.
     rate_tier_storage::key::validate_tier_name(name)?;
     let text: &'static str = Box::leak(name.into());
-    let interned: &'static Interned =
-        Box::leak(Box::new(LimitName::new(text)?));
-    names.insert(text, interned);
+    let made = match namespace {
+        Namespace::Tier => LimitName::new(text)?,
+        Namespace::Limit => LimitName::of_limit(text)?,
+    };
+    let interned: &'static Interned = Box::leak(Box::new(made));
+    names.insert((namespace, text), interned);
     Ok(interned)
 }
 
