@@ -192,6 +192,17 @@ fn routes_scenario(a: &Server, b: &Server) {
             ]
         )
     );
+    // Issue 19, 2: 1,000,000 tokens on free (1000 a minute) are a debt of
+    // about 1000 minutes, waited for whole on every server (it was capped
+    // at two bursts: the next generation waited 61 s).
+    let r = a.get("/generate?tokens=1000000", Some("key_eva"));
+    assert_eq!(r.status, 200, "{r:?}");
+    for server in [b, a] {
+        let refused = server.get("/generate?tokens=1", Some("key_eva"));
+        assert_eq!(refused.status, 429, "{refused:?}");
+        let minutes = retry_after(&refused) / 60;
+        assert!((998..=1000).contains(&minutes), "{refused:?}");
+    }
 }
 
 /// `--shadow`: nothing is refused for rate; `/metrics` counts what would

@@ -7,6 +7,9 @@
 //!   (429 with `retry-after`, or 403 when no wait helps).
 //! - [`api_key`]: the common identity rule, "this header holds an API key,
 //!   this function gives its plan", as one line.
+//! - [`CONNECT_INFO`]: the connection's peer address for a limit per
+//!   address ([`Limit::per_client_ip`](tower_rate_tier::Limit::per_client_ip))
+//!   when no proxy stands in front of the service.
 //!
 //! ```
 //! use axum::{Router, routing::get};
@@ -38,7 +41,7 @@
 
 use std::borrow::Cow;
 
-use axum::extract::{FromRequestParts, OptionalFromRequestParts};
+use axum::extract::{ConnectInfo, FromRequestParts, OptionalFromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -180,3 +183,27 @@ where
         Some(TierIdentity::new(key, plan))
     }
 }
+
+/// The connection's peer, from axum's `ConnectInfo<SocketAddr>` (serve the
+/// app with `into_make_service_with_connect_info::<SocketAddr>()`): the
+/// client address for a limit per address when the service faces clients
+/// directly. Behind a proxy, every request's peer is the proxy: read the
+/// address it writes instead (see [`tower_rate_tier::client_ip`]).
+///
+/// ```
+/// use std::net::SocketAddr;
+/// use axum::extract::ConnectInfo;
+/// use axum::http::Request;
+/// use rate_tier_axum::CONNECT_INFO;
+///
+/// let (mut parts, ()) = Request::get("/").body(()).unwrap().into_parts();
+/// parts.extensions.insert(ConnectInfo("203.0.113.7:41000".parse::<SocketAddr>().unwrap()));
+/// assert_eq!(CONNECT_INFO.partition(&parts), "203.0.113.7");
+/// ```
+pub const CONNECT_INFO: tower_rate_tier::ClientIp =
+    tower_rate_tier::ClientIp::from_fn("axum ConnectInfo", |parts| {
+        parts
+            .extensions
+            .get::<ConnectInfo<std::net::SocketAddr>>()
+            .map(|ConnectInfo(peer)| peer.ip())
+    });

@@ -123,6 +123,7 @@
 
 #[cfg(feature = "identity-cache")]
 mod cache;
+pub mod client_ip;
 mod error;
 mod event;
 mod identity;
@@ -145,6 +146,7 @@ pub mod clock {
 #[cfg(feature = "identity-cache")]
 #[cfg_attr(docsrs, doc(cfg(feature = "identity-cache")))]
 pub use cache::CachedIdentifier;
+pub use client_ip::ClientIp;
 pub use error::{ConfigError, Error};
 pub use event::LimitEvent;
 pub use gcra_core::{Adjust, Decision, Quota, QuotaError, Verdict};

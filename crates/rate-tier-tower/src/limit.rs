@@ -30,7 +30,7 @@ type RefundFn = dyn Fn(StatusCode) -> bool + Send + Sync;
 /// | method | what |
 /// |---|---|
 /// | [`Limit::tier`] | a quota for one tier (the first quota is for the others) |
-/// | [`Limit::global`], [`Limit::keyed_by`] | one bucket for everyone, or one per key of the request (an address, a tenant) |
+/// | [`Limit::global`], [`Limit::keyed_by`], [`Limit::per_client_ip`] | one bucket for everyone, one per key of the request (a tenant), or one per client address |
 /// | [`Limit::when`] | only some requests (a route) |
 /// | [`Limit::cost`], [`Limit::cost_fn`], [`Limit::plan_cost`] | what a request costs it |
 /// | [`Limit::shadow`] | decided and reported, never refusing |
@@ -40,7 +40,7 @@ type RefundFn = dyn Fn(StatusCode) -> bool + Send + Sync;
 /// per endpoint for expensive operations) as one decision:
 ///
 /// ```
-/// use tower_rate_tier::{Limit, Quota, RateTier, TierIdentity, TierLimitLayer};
+/// use tower_rate_tier::{ClientIp, Limit, Quota, RateTier, TierIdentity, TierLimitLayer};
 ///
 /// let tiers = RateTier::builder()
 ///     .tier("free", Quota::per_minute(60))
@@ -51,9 +51,7 @@ type RefundFn = dyn Fn(StatusCode) -> bool + Send + Sync;
 ///         let key = headers.get("x-api-key")?.to_str().ok()?;
 ///         Some(TierIdentity::new(key, if key == "key_bea" { "pro" } else { "free" }))
 ///     })
-///     .limit(Limit::new("ip", Quota::per_minute(1000)).keyed_by(|req| {
-///         Some(req.headers.get("x-forwarded-for")?.to_str().ok()?.to_owned())
-///     }))
+///     .limit(Limit::new("ip", Quota::per_minute(1000)).per_client_ip(ClientIp::RIGHTMOST_X_FORWARDED_FOR))
 ///     .limit(Limit::new("search", Quota::per_minute(10)).when(|req| req.uri.path() == "/search"))
 ///     .limit(Limit::new("export", Quota::per_minute(5)).when(|req| req.uri.path() == "/export"));
 /// # let _ = layer;
@@ -187,6 +185,22 @@ impl Limit {
     {
         self.scope = Scope::Keyed(Arc::new(key));
         self
+    }
+
+    /// One bucket per client address, read from `source`: what a limit per
+    /// address at the edge needs. Never the raw `X-Forwarded-For`, which
+    /// the client writes: see [`client_ip`](crate::client_ip). A request
+    /// whose address cannot be read shares one bucket, `unknown`, with the
+    /// others like it (it is not let off).
+    ///
+    /// ```
+    /// use tower_rate_tier::{ClientIp, Limit, Quota};
+    /// let per_address = Limit::new("ip", Quota::per_minute(1000))
+    ///     .per_client_ip(ClientIp::RIGHTMOST_X_FORWARDED_FOR);
+    /// # let _ = per_address;
+    /// ```
+    pub fn per_client_ip(self, source: crate::ClientIp) -> Limit {
+        self.keyed_by(move |parts| Some(source.partition(parts)))
     }
 
     /// Only requests for which `applies` holds (a route, a method). A peek

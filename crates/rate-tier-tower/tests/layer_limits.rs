@@ -22,8 +22,8 @@ use support::http::{Events, get, get_as};
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::layer::HeaderStyle;
 use tower_rate_tier::{
-    Limit, LimitEvent, OnMissing, Quota, RateLimitInfo, RateTier, Settle,
-    TierIdentity, TierLimitLayer,
+    ClientIp, Limit, LimitEvent, OnMissing, Quota, RateLimitInfo, RateTier,
+    Settle, TierIdentity, TierLimitLayer,
 };
 
 /// 2026-10-02 13:17:14.25 UTC: a quarter second past a whole second, so
@@ -895,4 +895,66 @@ async fn no_event_and_no_identity_prints_the_user_in_debug() {
         "{logged}"
     );
     assert!(!format!("{:?}", who.clone().into_owned()).contains("key_ana"));
+}
+
+#[tokio::test]
+async fn a_limit_per_client_ip_cannot_be_escaped_or_aimed_by_the_client() {
+    // Issue 19, 12: the docs' example keyed a per-address limit on the raw
+    // X-Forwarded-For: rotating it escaped the limit, and naming a victim's
+    // address spent theirs. The proxy appends the real address on the
+    // right; only that one is read.
+    let clock = FakeClock::new();
+    let tiers = RateTier::builder()
+        .clock(clock.clone())
+        .tier("free", Quota::per_minute(1000))
+        .build();
+    let layer = TierLimitLayer::new(tiers)
+        .identifier_fn(|_| Some(TierIdentity::new("anyone", "free")))
+        .limit(
+            Limit::new("ip", Quota::per_minute(3))
+                .per_client_ip(ClientIp::RIGHTMOST_X_FORWARDED_FOR),
+        );
+    let app = Router::new()
+        .route("/data", axum::routing::get(|| async { "data\n" }))
+        .layer(layer);
+    // The attacker, at 198.51.100.9 behind the proxy, writes a new address
+    // (and then the victim's) before the one the proxy appends.
+    let mut statuses = Vec::new();
+    for i in 0..5 {
+        let forged = format!("10.0.0.{i}, 198.51.100.9");
+        statuses.push(
+            get(&app, "/data", &[("x-forwarded-for", &forged)])
+                .await
+                .status,
+        );
+    }
+    for _ in 0..3 {
+        let aimed = "203.0.113.7, 198.51.100.9";
+        statuses.push(
+            get(&app, "/data", &[("x-forwarded-for", aimed)])
+                .await
+                .status,
+        );
+    }
+    assert_eq!(
+        statuses,
+        [200, 200, 200, 429, 429, 429, 429, 429],
+        "rotating the header escaped the limit"
+    );
+    // The victim, whose proxy-appended address is 203.0.113.7, lost nothing.
+    for _ in 0..3 {
+        let victim =
+            get(&app, "/data", &[("x-forwarded-for", "203.0.113.7")]).await;
+        assert_eq!(victim.status, StatusCode::OK);
+    }
+    // No readable address: one shared bucket, never a pass.
+    let mut unknown = Vec::new();
+    for _ in 0..4 {
+        unknown.push(
+            get(&app, "/data", &[("x-forwarded-for", "garbage")])
+                .await
+                .status,
+        );
+    }
+    assert_eq!(unknown, [200, 200, 200, 429]);
 }
