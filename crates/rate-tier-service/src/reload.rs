@@ -6,7 +6,11 @@
 //! file, its directory is watched; for a directory, the directory
 //! recursively (and its parent too when it is a symbolic link, so that a
 //! swap of the link is seen). Any event schedules a reload after a quiet
-//! period (`debounce`); a slow periodic rescan catches what events miss
+//! period (`debounce`), and at the latest [`MOST_WAITS`] debounces after the
+//! first event, so that a steady stream of events (a log written beside
+//! the config) neither starves the reload nor hides a shutdown; events
+//! coalesce, so no queue grows with them. A slow periodic rescan catches
+//! what events miss
 //! (network file systems, overflowed queues). A reload reads every file
 //! again and installs the new config only if it is valid and differs from
 //! the one in use; an invalid one is logged and counted, and the old config
@@ -17,8 +21,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use notify::{RecursiveMode, Watcher};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// A reload waits for a quiet period of one debounce, but never more than
+/// this many debounces after the event that started the wait.
+pub const MOST_WAITS: u32 = 10;
 
 use crate::config::Config;
 use crate::decide::Decider;
@@ -66,12 +75,14 @@ pub(crate) fn spawn(
     rescan: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<JoinHandle<()>, notify::Error> {
-    let (tx, mut rx) = mpsc::unbounded_channel::<()>();
+    // One pending wake-up, however many events: nothing queues.
+    let changed = Arc::new(Notify::new());
+    let notify = changed.clone();
     let mut watcher = notify::recommended_watcher(
         move |event: notify::Result<notify::Event>| {
             // Errors (a queue overflow) also call for a rescan.
             let _ = event;
-            let _ = tx.send(());
+            notify.notify_one();
         },
     )?;
     let is_dir = std::fs::metadata(&path)
@@ -96,19 +107,27 @@ pub(crate) fn spawn(
         let _watcher = watcher;
         let mut every = tokio::time::interval(rescan);
         every.tick().await;
+        let stopped = |shutdown: &mut watch::Receiver<bool>| {
+            let mut shutdown = shutdown.clone();
+            async move {
+                let _ = shutdown.wait_for(|stop| *stop).await;
+            }
+        };
         loop {
             tokio::select! {
                 biased;
-                _ = async { shutdown.wait_for(|stop| *stop).await.map(|_| ()) } => break,
-                event = rx.recv() => {
-                    if event.is_none() {
-                        break;
-                    }
-                    // Quiet period: an update is often several events.
+                () = stopped(&mut shutdown) => break,
+                () = changed.notified() => {
+                    // Quiet period: an update is often several events; a
+                    // stream of them waits MOST_WAITS debounces at most.
+                    let latest = Instant::now() + debounce * MOST_WAITS;
                     loop {
                         tokio::select! {
-                            _ = tokio::time::sleep(debounce) => break,
-                            more = rx.recv() => if more.is_none() { break },
+                            biased;
+                            () = stopped(&mut shutdown) => return,
+                            () = tokio::time::sleep(debounce) => break,
+                            () = tokio::time::sleep_until(latest) => break,
+                            () = changed.notified() => {}
                         }
                     }
                     reload(&path, &decider).await;
