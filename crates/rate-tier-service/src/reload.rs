@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 /// A reload waits for a quiet period of one debounce, but never more than
 /// this many debounces after the event that started the wait.
-pub const MOST_WAITS: u32 = 10;
+pub(crate) const MOST_WAITS: u32 = 10;
 
 use crate::config::Config;
 use crate::decide::Decider;

@@ -155,7 +155,7 @@ pub use identity::{IdentityError, TierIdentifier, TierIdentity, UserId};
 #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
 pub use layer::{GrpcTierLimit, GrpcTierLimitLayer};
 pub use layer::{TierLimit, TierLimitLayer, tier_cost};
-pub use limit::{ActualCost, Limit, Settle};
+pub use limit::{ActualCost, Limit, Settle, Usage};
 pub use limiter::{CheckFuture, LimitRequest, RateTier, RateTierBuilder};
 pub use observe::{Checked, Observer, Outcome};
 pub use outcome::{LimitReason, LimitState, Limited, RateLimitInfo, ceil_secs};

@@ -293,6 +293,14 @@ impl Limit {
 /// How a limit's estimated cost is settled after the response: where the
 /// actual cost is read, and when everything is refunded.
 ///
+/// The settlement is made when the response **body ends** (or is dropped,
+/// the client gone): a streamed answer (server-sent events, where a model
+/// reports its usage at the end) is settled with what it really cost, from
+/// a trailer ([`Settle::from_trailer`]) or a meter the handler fills as it
+/// streams ([`Settle::from_usage`]). The end of the body waits for a
+/// settlement on a remote store (one more call); one left by a dropped body
+/// is made in the background.
+///
 /// ```
 /// use tower_rate_tier::{Limit, Quota, Settle};
 /// let tokens = Limit::new("tokens", Quota::per_minute(1000))
@@ -301,35 +309,100 @@ impl Limit {
 /// ```
 #[derive(Clone)]
 pub struct Settle {
-    pub(crate) actual: Arc<ActualFn>,
+    pub(crate) actual: Actual,
     pub(crate) refund_on: Option<Arc<RefundFn>>,
     /// `None`: every debt carried whole.
     max_debt: Option<Duration>,
 }
 
+/// Where a settlement reads the actual cost.
+#[derive(Clone)]
+pub(crate) enum Actual {
+    /// From the response head.
+    Head(Arc<ActualFn>),
+    /// From a trailer of the body.
+    Trailer(http::HeaderName),
+    /// From the request's [`Usage`] meter, at the end of the body.
+    Usage,
+}
+
 impl fmt::Debug for Settle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let actual = match &self.actual {
+            Actual::Head(_) => "response head",
+            Actual::Trailer(_) => "trailer",
+            Actual::Usage => "usage meter",
+        };
         f.debug_struct("Settle")
+            .field("actual", &actual)
             .field("refund_on", &self.refund_on.is_some())
             .field("max_debt", &self.max_debt)
             .finish_non_exhaustive()
     }
 }
 
+/// The integer in `value`, if it is one.
+fn cost_in(value: &http::HeaderValue) -> Option<u32> {
+    value.to_str().ok()?.trim().parse().ok()
+}
+
 impl Settle {
     /// The actual cost is the integer in the response header `name` (the
     /// handler writes it). A response without it keeps the estimate.
     pub fn from_header(name: &'static str) -> Settle {
-        Settle::from_fn(move |response| {
-            response
-                .headers
-                .get(name)?
-                .to_str()
-                .ok()?
-                .trim()
-                .parse()
-                .ok()
-        })
+        Settle::from_fn(move |response| cost_in(response.headers.get(name)?))
+    }
+
+    /// The actual cost is the integer in the trailer `name` of the response
+    /// body (HTTP/2, gRPC: a stream that reports its cost at its end). A
+    /// body without it, or dropped before its end, keeps the estimate.
+    ///
+    /// # Panics
+    ///
+    /// If `name` is not a valid header name.
+    ///
+    /// ```
+    /// use tower_rate_tier::{Limit, Quota, Settle};
+    /// let tokens = Limit::new("tokens", Quota::per_minute(1000))
+    ///     .settle(Settle::from_trailer("x-tokens-used"));
+    /// # let _ = tokens;
+    /// ```
+    #[track_caller]
+    pub fn from_trailer(name: &'static str) -> Settle {
+        Settle {
+            actual: Actual::Trailer(http::HeaderName::from_static(name)),
+            refund_on: None,
+            max_debt: None,
+        }
+    }
+
+    /// The actual cost is what the handler records in the request's
+    /// [`Usage`] meter (an extension of the request) while it answers,
+    /// read when the body ends or is dropped (a client that goes away pays
+    /// for what was generated). A meter left empty keeps the estimate.
+    ///
+    /// ```
+    /// use axum::{Extension, Router, routing::get};
+    /// use tower_rate_tier::{Limit, Quota, RateTier, Settle, TierIdentity, TierLimitLayer, Usage};
+    ///
+    /// async fn generate(Extension(usage): Extension<Usage>) -> String {
+    ///     // ... stream the answer, and count as it goes:
+    ///     usage.add(120);
+    ///     "generated\n".into()
+    /// }
+    ///
+    /// let tiers = RateTier::builder().tier("free", Quota::per_minute(10)).build();
+    /// let layer = TierLimitLayer::new(tiers)
+    ///     .identifier_fn(|_| Some(TierIdentity::new("ana", "free")))
+    ///     .limit(Limit::new("tokens", Quota::per_minute(1000)).settle(Settle::from_usage()));
+    /// let app: Router = Router::new().route("/generate", get(generate)).layer(layer);
+    /// ```
+    pub fn from_usage() -> Settle {
+        Settle {
+            actual: Actual::Usage,
+            refund_on: None,
+            max_debt: None,
+        }
     }
 
     /// The actual cost is an extension of the response (the handler
@@ -340,14 +413,14 @@ impl Settle {
         })
     }
 
-    /// The actual cost as `actual` reads it from the response; `None`
+    /// The actual cost as `actual` reads it from the response head; `None`
     /// keeps the estimate.
     pub fn from_fn<F>(actual: F) -> Settle
     where
         F: Fn(&http::response::Parts) -> Option<u32> + Send + Sync + 'static,
     {
         Settle {
-            actual: Arc::new(actual),
+            actual: Actual::Head(Arc::new(actual)),
             refund_on: None,
             max_debt: None,
         }
@@ -401,8 +474,15 @@ impl Settle {
         self
     }
 
-    /// The cost to settle to, from the response: `None` keeps the estimate.
-    pub(crate) fn actual(
+    /// Whether the cost is read from the request's [`Usage`] meter.
+    pub(crate) fn uses_meter(&self) -> bool {
+        matches!(self.actual, Actual::Usage)
+    }
+
+    /// What the response head says of the cost: refund everything (a
+    /// refusing status), the cost read from the head, or (`None`) not known
+    /// before the body ends, or never.
+    pub(crate) fn at_head(
         &self,
         response: &http::response::Parts,
     ) -> Option<u32> {
@@ -413,7 +493,70 @@ impl Settle {
         {
             return Some(0);
         }
-        (self.actual)(response)
+        match &self.actual {
+            Actual::Head(actual) => actual(response),
+            Actual::Trailer(_) | Actual::Usage => None,
+        }
+    }
+
+    /// The cost in `trailers`, for a trailer-read settlement.
+    pub(crate) fn in_trailers(
+        &self,
+        trailers: &http::HeaderMap,
+    ) -> Option<u32> {
+        match &self.actual {
+            Actual::Trailer(name) => cost_in(trailers.get(name)?),
+            _ => None,
+        }
+    }
+}
+
+/// A meter of what a request really cost, for [`Settle::from_usage`]: the
+/// layer puts one in the request's extensions; the handler adds to it (or
+/// sets it) as it answers, and the settlement reads it when the response
+/// body ends. Clones share the count.
+///
+/// ```
+/// let usage = tower_rate_tier::Usage::default();
+/// assert_eq!(usage.get(), None);
+/// usage.add(100);
+/// usage.clone().add(20);
+/// assert_eq!(usage.get(), Some(120));
+/// usage.set(7);
+/// assert_eq!(usage.get(), Some(7));
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Usage(Arc<std::sync::atomic::AtomicU64>);
+
+/// [`Usage`]'s count when nothing was recorded.
+const UNRECORDED: u64 = 0;
+/// Set on a recorded count: 0 is a count too.
+const RECORDED: u64 = 1 << 32;
+
+impl Usage {
+    /// Adds `units` to the count (saturating at `u32::MAX`).
+    pub fn add(&self, units: u32) {
+        use std::sync::atomic::Ordering;
+        let _ =
+            self.0
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
+                    let count = (now & u64::from(u32::MAX)) as u32;
+                    Some(RECORDED | u64::from(count.saturating_add(units)))
+                });
+    }
+
+    /// Sets the count to `units`.
+    pub fn set(&self, units: u32) {
+        self.0.store(
+            RECORDED | u64::from(units),
+            std::sync::atomic::Ordering::Release,
+        );
+    }
+
+    /// The count, if anything was recorded.
+    pub fn get(&self) -> Option<u32> {
+        let now = self.0.load(std::sync::atomic::Ordering::Acquire);
+        (now != UNRECORDED).then_some((now & u64::from(u32::MAX)) as u32)
     }
 }
 

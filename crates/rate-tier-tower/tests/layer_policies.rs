@@ -20,6 +20,7 @@ use tower::{ServiceBuilder, ServiceExt};
 use tower_rate_tier::RateTierBuilder;
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::key::InvalidTierName;
+use tower_rate_tier::layer::LimitBody;
 use tower_rate_tier::{
     ConfigError, LimitEvent, MemoryStorage, OnIdentityError, OnMissing,
     OnStorageError, OnUnknownTier, Plans, Quota, RateLimitInfo, RateTier,
@@ -416,7 +417,7 @@ fn a_refusal_policy_needs_an_error_status() {
 }
 
 #[test]
-fn a_limit_cannot_share_a_name_with_another_limit_or_a_tier() {
+fn a_limit_cannot_share_a_name_with_another_limit_but_may_with_a_tier() {
     use tower_rate_tier::Limit;
     let tiers = RateTier::builder().tier("free", q()).build();
     let layer = TierLimitLayer::new(tiers)
@@ -426,10 +427,13 @@ fn a_limit_cannot_share_a_name_with_another_limit_or_a_tier() {
         .try_limit(Limit::new("search", Quota::per_minute(5)))
         .unwrap_err();
     assert_eq!(again, ConfigError::DuplicateLimit("search".into()));
-    let tier = layer
-        .try_limit(Limit::new("free", Quota::per_minute(5)))
-        .unwrap_err();
-    assert_eq!(tier, ConfigError::DuplicateLimit("free".into()));
+    // A tier and a limit of one name are in separate namespaces: their
+    // buckets never meet.
+    assert!(
+        layer
+            .try_limit(Limit::new("free", Quota::per_minute(5)))
+            .is_ok()
+    );
     assert!(matches!(
         Limit::try_new("a b", q()),
         Err(ConfigError::InvalidTierName(_))
@@ -647,7 +651,7 @@ async fn the_inner_error_type_passes_through_unchanged() {
             .unwrap()
     };
     for _ in 0..3 {
-        let result: Result<Response<String>, MyError> =
+        let result: Result<Response<LimitBody<String>>, MyError> =
             service.clone().oneshot(req()).await;
         assert_eq!(result.unwrap_err(), MyError(42));
     }
@@ -987,7 +991,7 @@ fn a_response_future_polled_after_completion_panics() {
     let std::task::Poll::Ready(response) = poll_once(&mut future) else {
         panic!("an in-memory decision waited");
     };
-    assert_eq!(response.unwrap().body(), "inner");
+    assert_eq!(response.unwrap().body().get_ref(), "inner");
     let _ = poll_once(&mut future);
 }
 

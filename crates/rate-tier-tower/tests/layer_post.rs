@@ -677,7 +677,7 @@ async fn works_on_a_plain_service_fn_with_a_string_body() {
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(response.headers()["x-ratelimit-limit"], "10");
     assert_eq!(response.headers()["x-ratelimit-remaining"], "9");
-    assert_eq!(response.body(), "echo hi");
+    assert_eq!(response.body().get_ref(), "echo hi");
     assert_eq!(*events.lock().unwrap(), vec![eva_unknown()]);
 
     let response = service
@@ -687,7 +687,11 @@ async fn works_on_a_plain_service_fn_with_a_string_body() {
         .unwrap();
     assert_eq!(response.status(), StatusCode::FORBIDDEN);
     assert!(response.headers().get("retry-after").is_none());
-    assert!(response.body().contains("cost"), "{}", response.body());
+    assert!(
+        response.body().get_ref().contains("cost"),
+        "{}",
+        response.body().get_ref()
+    );
 }
 
 /// `Layer::layer`, spelled as a method for readability above.

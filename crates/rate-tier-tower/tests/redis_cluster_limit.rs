@@ -210,7 +210,12 @@ async fn cluster_a_users_limits_share_one_slot() {
     let request = LimitRequest::new("key_bea", &tier, 1).limit(&search, 1);
     tiers.decide(&request).await.expect("storage").unwrap();
     let plan_key = cluster_bucket_key(&tier, "key_bea", None);
-    let search_key = cluster_bucket_key(search.name(), "key_bea", None);
+    // A limit of its own is keyed in the limits' namespace.
+    let search_key = cluster_bucket_key(
+        &format!("limit/{}", search.name()),
+        "key_bea",
+        None,
+    );
     let tag = |key: &str| key.split_once('{').unwrap().1.to_owned();
     assert_eq!(tag(&plan_key), tag(&search_key));
     let (plan, limit) = (

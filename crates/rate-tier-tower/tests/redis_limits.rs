@@ -222,8 +222,9 @@ async fn a_peek_leaves_the_stored_tat_and_its_pttl_untouched() {
     let app = app(layer(tiers.clone(), &names, &events));
     let mut conn = connect().await;
     let plan_key = bucket_key(&names.tier, "key_ana", None);
-    let search_key = bucket_key(&names.search, "key_ana", None);
-    let tokens_key = bucket_key(&names.tokens, "key_ana", None);
+    // Limits of their own are keyed in the limits' namespace.
+    let search_key = bucket_key(&limit_key(&names.search), "key_ana", None);
+    let tokens_key = bucket_key(&limit_key(&names.tokens), "key_ana", None);
 
     assert_eq!(get_as(&app, Some("key_ana"), "/search").await.status, 200);
     let plan_tat = value(&mut conn, &plan_key).await.expect("plan key");
@@ -292,8 +293,11 @@ async fn a_settled_debt_on_redis_makes_the_next_generate_wait_about_12_s() {
     let mut conn = connect().await;
     // 1200 tokens at 60 ms each: the TAT 72 s ahead (beyond the 60 s
     // bucket: a debt), and the key lives that long.
-    let ttl =
-        pttl(&mut conn, &bucket_key(&names.tokens, "key_ana", None)).await;
+    let ttl = pttl(
+        &mut conn,
+        &bucket_key(&limit_key(&names.tokens), "key_ana", None),
+    )
+    .await;
     assert!((70_000..=72_000).contains(&ttl), "PTTL {ttl}");
     let refused = get_as(&app, Some("key_ana"), "/generate?tokens=1").await;
     assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
@@ -394,4 +398,9 @@ async fn a_shadow_limit_on_redis_refuses_nothing_and_counts_exactly() {
         get_as(&app, Some("key_ana"), "/data").await.status,
         StatusCode::TOO_MANY_REQUESTS
     );
+}
+
+/// The key part of a limit of its own named `name`.
+fn limit_key(name: &str) -> String {
+    format!("limit/{name}")
 }

@@ -1,8 +1,9 @@
 //! [`ResponseFuture`]: what a [`TierLimit`](super::TierLimit) returns, a
 //! pin-projected state machine. A decision made in `call` (a header
 //! identity and an in-process store) allocates nothing; only an async
-//! identifier or a remote store puts the decision in a boxed future, and
-//! only a settlement on a remote store puts the settlement in one.
+//! identifier or a remote store puts the decision in a boxed future. What
+//! waits for the end of the response (a settlement) rides in its body
+//! ([`LimitBody`]).
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -15,6 +16,7 @@ use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
+use super::body::LimitBody;
 use super::judge::Judgement;
 use super::layer::Config;
 use super::refusal::Refusal;
@@ -50,6 +52,7 @@ pin_project! {
     pub struct ResponseFuture<S, ReqBody, B, R>
     where
         S: Service<Request<ReqBody>, Response = Response<B>>,
+        B: http_body::Body,
     {
         #[pin]
         state: State<S, S::Future, ReqBody, B>,
@@ -60,7 +63,7 @@ pin_project! {
 
 pin_project! {
     #[project = StateProj]
-    enum State<S, F, ReqBody, B> {
+    enum State<S, F, ReqBody, B: http_body::Body> {
         /// The decision needs I/O (an async identifier, a remote store).
         Deciding {
             decision: BoxFuture<(Judgement, Option<Parts>)>,
@@ -72,15 +75,9 @@ pin_project! {
             future: F,
             after: Option<After>,
         },
-        /// Served; a settlement on a remote store runs before the response
-        /// goes out.
-        Settling {
-            settle: BoxFuture<()>,
-            response: Option<Response<B>>,
-        },
         /// Answered already (a refusal).
         Answered {
-            response: Option<Response<B>>,
+            response: Option<Response<LimitBody<B>>>,
         },
         Done,
     }
@@ -89,6 +86,7 @@ pin_project! {
 impl<S, ReqBody, B, R> ResponseFuture<S, ReqBody, B, R>
 where
     S: Service<Request<ReqBody>, Response = Response<B>>,
+    B: http_body::Body,
     R: Refusal<B>,
 {
     pub(super) fn deciding(
@@ -135,7 +133,7 @@ where
     ) -> Self {
         ResponseFuture {
             state: State::Answered {
-                response: Some(response),
+                response: Some(response.map(LimitBody::new)),
             },
             headers,
             refusal: PhantomData,
@@ -146,9 +144,10 @@ where
 impl<S, ReqBody, B, R> Future for ResponseFuture<S, ReqBody, B, R>
 where
     S: Service<Request<ReqBody>, Response = Response<B>>,
+    B: http_body::Body,
     R: Refusal<B>,
 {
-    type Output = Result<Response<B>, S::Error>;
+    type Output = Result<Response<LimitBody<B>>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -175,7 +174,7 @@ where
                             after: Some(after),
                         },
                         Err(response) => State::Answered {
-                            response: Some(response),
+                            response: Some(response.map(LimitBody::new)),
                         },
                     };
                     this.state.set(next);
@@ -194,31 +193,15 @@ where
                             *this.headers,
                         );
                     }
-                    let Some(settle) = after.settle else {
-                        this.state.set(State::Done);
-                        return Poll::Ready(Ok(response));
-                    };
                     let (head, body) = response.into_parts();
-                    let pending = settle.run(&head);
-                    let response = Response::from_parts(head, body);
-                    match pending {
-                        None => {
-                            this.state.set(State::Done);
-                            return Poll::Ready(Ok(response));
-                        }
-                        Some(settling) => this.state.set(State::Settling {
-                            settle: settling,
-                            response: Some(response),
-                        }),
-                    }
-                }
-                StateProj::Settling { settle, response } => {
-                    ready!(settle.as_mut().poll(cx));
-                    let response = response.take();
+                    // What waits for the end of the body rides in it.
+                    let body = match after.settle.and_then(|s| s.at_head(&head))
+                    {
+                        Some(finish) => LimitBody::finishing(body, finish),
+                        None => LimitBody::new(body),
+                    };
                     this.state.set(State::Done);
-                    return Poll::Ready(Ok(response.unwrap_or_else(|| {
-                        panic!("`ResponseFuture` polled after completion")
-                    })));
+                    return Poll::Ready(Ok(Response::from_parts(head, body)));
                 }
                 StateProj::Answered { response } => {
                     let response = response.take();

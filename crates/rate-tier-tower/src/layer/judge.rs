@@ -456,9 +456,13 @@ impl Judgement {
         let refused = match &self.ruling {
             Ruling::Allowed(info) => {
                 parts.extensions.insert(info.clone());
-                let settle = self
-                    .settle
-                    .map(|plan| Box::new(plan.with_config(config.clone())));
+                let settle = self.settle.map(|plan| {
+                    let mut plan = plan.with_config(config.clone());
+                    if let Some(meter) = plan.meter() {
+                        parts.extensions.insert(meter);
+                    }
+                    Box::new(plan)
+                });
                 let Ruling::Allowed(info) = self.ruling else {
                     unreachable!("matched just above")
                 };

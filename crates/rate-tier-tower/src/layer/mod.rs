@@ -27,6 +27,7 @@
 //! [`cost_fn`]: TierLimitLayer::cost_fn
 //! [`Limit`]: crate::Limit
 
+mod body;
 mod cost;
 mod future;
 #[cfg(feature = "grpc")]
@@ -40,6 +41,7 @@ mod response;
 mod service;
 mod settle;
 
+pub use body::LimitBody;
 pub use cost::{RouteCost, TierCost, TierCostLayer, tier_cost};
 pub use future::ResponseFuture;
 #[cfg(feature = "grpc")]

@@ -6,6 +6,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
+use super::body::LimitBody;
 use super::cost::RouteCost;
 use super::future::{After, ResponseFuture};
 use super::judge::{Now, Quick};
@@ -73,9 +74,10 @@ impl<S: fmt::Debug, R> fmt::Debug for TierLimit<S, R> {
 impl<S, R, ReqBody, ResBody> Service<Request<ReqBody>> for TierLimit<S, R>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    ResBody: http_body::Body,
     R: Refusal<ResBody>,
 {
-    type Response = Response<ResBody>;
+    type Response = Response<LimitBody<ResBody>>;
     type Error = S::Error;
     type Future = ResponseFuture<S, ReqBody, ResBody, R>;
 

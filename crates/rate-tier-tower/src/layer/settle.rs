@@ -1,5 +1,6 @@
 //! Settling a limit's estimated cost after the response: the difference is
-//! charged (a debt) or refunded, one more atomic call on the store.
+//! charged (a debt) or refunded, one more atomic call on the store, when
+//! the response body ends (or is dropped): see `body.rs`.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use smallvec::SmallVec;
 use super::future::BoxFuture;
 use super::layer::Config;
 use crate::event::LimitEvent;
+use crate::limit::Usage;
 use crate::outcome::RateLimitInfo;
 
 /// A limit charged an estimate by this request.
@@ -32,6 +34,8 @@ pub(crate) struct SettlePlan {
     user: String,
     tier: &'static str,
     config: Option<Arc<Config>>,
+    /// The meter the handler fills, for limits that read one.
+    usage: Option<Usage>,
 }
 
 impl SettlePlan {
@@ -41,6 +45,7 @@ impl SettlePlan {
             user: user.to_owned(),
             tier: "",
             config: None,
+            usage: None,
         }
     }
 
@@ -69,42 +74,140 @@ impl SettlePlan {
         self
     }
 
-    /// Settles from the response: at once on an in-process store, or the
-    /// future that does it on a remote one.
-    pub(super) fn run(
+    /// The meter the request's handler fills, if a limit reads one: put in
+    /// the request's extensions.
+    pub(super) fn meter(&mut self) -> Option<Usage> {
+        let config = self.config.as_ref()?;
+        let metered = self.items.iter().any(|item| {
+            config
+                .limits
+                .get(item.index)
+                .and_then(|limit| limit.settle.as_ref())
+                .is_some_and(|settle| settle.uses_meter())
+        });
+        metered.then(|| self.usage.get_or_insert_with(Usage::default).clone())
+    }
+
+    /// What the response head tells: the settlement to make when the body
+    /// ends.
+    pub(super) fn at_head(
         self,
         response: &http::response::Parts,
-    ) -> Option<BoxFuture<()>> {
+    ) -> Option<Finish> {
         let config = self.config.clone()?;
-        let adjusted: SmallVec<[(usize, Adjust); 1]> = self
+        let actuals = self
             .items
             .iter()
+            .map(|item| {
+                config
+                    .limits
+                    .get(item.index)
+                    .and_then(|limit| limit.settle.as_ref())
+                    .and_then(|settle| settle.at_head(response))
+            })
+            .collect();
+        Some(Finish {
+            plan: self,
+            config,
+            actuals,
+        })
+    }
+}
+
+/// A settlement waiting for the end of the response body: each item's
+/// actual cost as known so far (`None`: not yet, which keeps the estimate
+/// if it stays so).
+pub(crate) struct Finish {
+    plan: SettlePlan,
+    config: Arc<Config>,
+    actuals: SmallVec<[Option<u32>; 1]>,
+}
+
+impl Finish {
+    /// Reads the actual costs a body's trailers carry.
+    pub(super) fn trailers(&mut self, trailers: &http::HeaderMap) {
+        for (item, actual) in
+            self.plan.items.iter().zip(self.actuals.iter_mut())
+        {
+            let read = self
+                .config
+                .limits
+                .get(item.index)
+                .and_then(|limit| limit.settle.as_ref())
+                .and_then(|settle| settle.in_trailers(trailers));
+            if actual.is_none() {
+                *actual = read;
+            }
+        }
+    }
+
+    /// Settles: at once on an in-process store (`None`), or the future that
+    /// does it on a remote one.
+    pub(super) fn settle(mut self) -> Option<BoxFuture<()>> {
+        if let Some(recorded) = self.plan.usage.as_ref().and_then(Usage::get) {
+            for (item, actual) in
+                self.plan.items.iter().zip(self.actuals.iter_mut())
+            {
+                let metered = self
+                    .config
+                    .limits
+                    .get(item.index)
+                    .and_then(|limit| limit.settle.as_ref())
+                    .is_some_and(|settle| settle.uses_meter());
+                if metered && actual.is_none() {
+                    *actual = Some(recorded);
+                }
+            }
+        }
+        let adjusted: SmallVec<[(usize, Adjust); 1]> = self
+            .plan
+            .items
+            .iter()
+            .zip(&self.actuals)
             .enumerate()
-            .filter_map(|(i, item)| {
-                let settle = config.limits.get(item.index)?.settle.as_ref()?;
-                let actual = settle.actual(response)?;
-                let adjust = Adjust::between(item.estimate, actual);
+            .filter_map(|(i, (item, actual))| {
+                let adjust = Adjust::between(item.estimate, (*actual)?);
                 (adjust != Adjust::Charge(0)).then_some((i, adjust))
             })
             .collect();
         if adjusted.is_empty() {
             return None;
         }
+        let config = self.config.clone();
         let storage = config.tiers.storage().clone();
         {
-            let settles = self.settles(&config, &adjusted);
+            let settles = self.plan.settles(&config, &adjusted);
             if let Some(result) = storage.settle_local(&settles) {
                 report(&config, result);
                 return None;
             }
         }
+        let plan = self.plan;
         Some(Box::pin(async move {
-            let settles = self.settles(&config, &adjusted);
+            let settles = plan.settles(&config, &adjusted);
             let result = storage.settle(&settles).await;
             report(&config, result);
         }))
     }
 
+    /// The body was dropped before its end (the client went away): settle
+    /// with what is known, in the background if the store needs I/O.
+    pub(super) fn abandon(self) {
+        if let Some(settling) = self.settle() {
+            spawn(settling);
+        }
+    }
+}
+
+/// Runs a settlement nobody waits for, on the current Tokio runtime; none
+/// (a body dropped outside any): it is lost, and reported so.
+pub(super) fn spawn(settling: BoxFuture<()>) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(settling);
+    }
+}
+
+impl SettlePlan {
     fn settles<'a>(
         &'a self,
         config: &'a Config,
