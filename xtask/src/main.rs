@@ -22,6 +22,7 @@ const USAGE: &str = "\
 cargo xtask: the tasks of the tower-rate-tier workspace
 
 Usage: cargo xtask <TASK> [--docker] [--full] [-- <ARGS>...]
+       cargo xtask fuzz [TARGET] [--seconds N]
 
 Tasks:
   ci            cargo fmt --all -- --check; cargo clippy --workspace --all-targets
@@ -57,6 +58,17 @@ Tasks:
                 --full runs longer. Needs
                 redis-server, redis-cli, redis-benchmark (else the Redis part is
                 skipped) and wrk (else a built-in Rust HTTP client is used)
+  fuzz          runs the fuzz targets of fuzz/ (cargo fuzz, libFuzzer, on the
+                nightly toolchain) one after the other, each for --seconds N
+                (default 600) on its committed corpus, which it grows; a crash
+                stops the task (the input is in fuzz/artifacts/TARGET/: add it to
+                fuzz/regressions/TARGET/, which cargo test replays). TARGET: one
+                of them only. Needs `rustup toolchain install nightly` and
+                `cargo install cargo-fuzz`
+  loom          the model checker (loom) over the memory store's lock bits and the
+                breaker's state word: rate-tier-storage's loom_model tests, built
+                with --cfg trt_loom in target/loom (TRT_LOOM_PREEMPTIONS bounds the
+                three-thread model; default 1)
   help          prints this message (also -h, --help)
 
 Flags:
@@ -64,6 +76,7 @@ Flags:
                 containers (testcontainers), for the task and for the tests'
                 own servers, even where redis-server is installed
   --full        (bench) the long run
+  --seconds N   (fuzz) how long each target runs
 
 Arguments after `--` are added to the cargo test command (test, test-redis,
 test-cluster) or given to the criterion benchmarks (bench), for example
@@ -103,6 +116,8 @@ enum Task {
     RedisImage,
     NoStd,
     Bench,
+    Fuzz,
+    Loom,
 }
 
 impl Task {
@@ -117,6 +132,8 @@ impl Task {
             "redis-image" => Self::RedisImage,
             "no-std" => Self::NoStd,
             "bench" => Self::Bench,
+            "fuzz" => Self::Fuzz,
+            "loom" => Self::Loom,
             _ => return None,
         })
     }
@@ -143,6 +160,10 @@ struct Args {
     full: bool,
     /// `--docker` (test, test-redis, test-cluster): Redis in Docker.
     docker: bool,
+    /// `fuzz TARGET`: one target only.
+    target: Option<String>,
+    /// `--seconds N` (fuzz): each target's run.
+    seconds: Option<u64>,
     /// Everything after the first `--`.
     extra: Vec<OsString>,
 }
@@ -160,11 +181,23 @@ fn parse_args(args: Vec<OsString>) -> std::result::Result<Args, String> {
     let mut help = false;
     let mut full = false;
     let mut docker = false;
+    let mut target = None;
+    let mut seconds = None;
     while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
         match arg {
             Short('h') | Long("help") => help = true,
             Long("full") => full = true,
             Long("docker") => docker = true,
+            Long("seconds") => {
+                let value = parser.value().map_err(|e| e.to_string())?;
+                let value = value.string().map_err(|e| e.to_string())?;
+                seconds = Some(value.parse::<u64>().map_err(|_| {
+                    format!("--seconds takes a whole number, not `{value}`")
+                })?);
+            }
+            Value(name) if task == Some(Task::Fuzz) && target.is_none() => {
+                target = Some(name.string().map_err(|e| e.to_string())?);
+            }
             Value(name) if task.is_none() => {
                 let name = name.string().map_err(|e| e.to_string())?;
                 task = Some(
@@ -193,6 +226,9 @@ fn parse_args(args: Vec<OsString>) -> std::result::Result<Args, String> {
     if full && !matches!(task, Task::Bench | Task::Help) {
         return Err("--full is a flag of `bench` only".to_owned());
     }
+    if seconds.is_some() && !matches!(task, Task::Fuzz | Task::Help) {
+        return Err("--seconds is a flag of `fuzz` only".to_owned());
+    }
     if docker && !task.starts_redis() && task != Task::Help {
         return Err(
             "--docker is a flag of `test`, `test-redis` and `test-cluster`"
@@ -203,6 +239,8 @@ fn parse_args(args: Vec<OsString>) -> std::result::Result<Args, String> {
         task,
         full,
         docker,
+        target,
+        seconds,
         extra,
     })
 }
@@ -230,6 +268,8 @@ fn main() -> ExitCode {
         Task::RedisImage => tasks::redis_image(),
         Task::NoStd => tasks::no_std(),
         Task::Bench => tasks::bench(args.full, extra),
+        Task::Fuzz => tasks::fuzz(args.target.as_deref(), args.seconds),
+        Task::Loom => tasks::loom(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -296,6 +336,21 @@ mod tests {
         assert_eq!(parse(&["redis-image"]).unwrap().task, Task::RedisImage);
         assert!(parse(&["features", "--", "x"]).is_err());
         assert!(parse(&["redis-image", "--", "x"]).is_err());
+    }
+
+    #[test]
+    fn fuzz_takes_a_target_and_seconds() {
+        let all = parse(&["fuzz"]).unwrap();
+        assert_eq!(
+            (all.task, all.target, all.seconds),
+            (Task::Fuzz, None, None)
+        );
+        let one = parse(&["fuzz", "json_body", "--seconds", "30"]).unwrap();
+        assert_eq!(one.target.as_deref(), Some("json_body"));
+        assert_eq!(one.seconds, Some(30));
+        assert!(parse(&["fuzz", "--seconds", "soon"]).is_err());
+        assert!(parse(&["fuzz", "a", "b"]).is_err());
+        assert!(parse(&["test", "--seconds", "3"]).is_err());
     }
 
     #[test]

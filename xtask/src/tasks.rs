@@ -253,3 +253,61 @@ fn bare_metal_target_installed() -> bool {
 pub(crate) fn bench(full: bool, criterion_args: &[OsString]) -> Result<()> {
     crate::bench::bench(full, criterion_args)
 }
+
+/// How long each fuzz target runs unless `--seconds` says.
+const FUZZ_SECONDS: u64 = 600;
+
+/// `cargo fuzz run` of each target (or `target`) for `seconds` each, on the
+/// nightly toolchain, growing its committed corpus.
+pub(crate) fn fuzz(target: Option<&str>, seconds: Option<u64>) -> Result<()> {
+    let nightly = || Cmd::new("rustup").args(["run", "nightly", "cargo"]);
+    if !nightly().args(["fuzz", "--version"]).succeeds_quietly() {
+        return Err("cargo fuzz on the nightly toolchain is needed: \
+                    `rustup toolchain install nightly` and `cargo install cargo-fuzz`"
+            .to_owned());
+    }
+    let root = project_root();
+    let mut targets: Vec<String> = fs::read_dir(root.join("fuzz/fuzz_targets"))
+        .map_err(|e| format!("fuzz/fuzz_targets: {e}"))?
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name().into_string().ok()?;
+            name.strip_suffix(".rs").map(str::to_owned)
+        })
+        .collect();
+    targets.sort();
+    if let Some(one) = target {
+        if !targets.iter().any(|t| t == one) {
+            return Err(format!("no fuzz target `{one}`: one of {targets:?}"));
+        }
+        targets.retain(|t| t == one);
+    }
+    let seconds = seconds.unwrap_or(FUZZ_SECONDS);
+    for target in &targets {
+        let corpus = root.join("fuzz/corpus").join(target);
+        fs::create_dir_all(&corpus)
+            .map_err(|e| format!("{}: {e}", corpus.display()))?;
+        nightly()
+            .args(["fuzz", "run", target])
+            .arg(&corpus)
+            .arg("--")
+            .arg(format!("-max_total_time={seconds}"))
+            .args(["-print_final_stats=1", "-rss_limit_mb=4096"])
+            .run()?;
+    }
+    println!(
+        "xtask: {} fuzz target(s) ran {seconds} s each with no crash",
+        targets.len()
+    );
+    Ok(())
+}
+
+/// The loom models of rate-tier-storage, in a build of their own.
+pub(crate) fn loom() -> Result<()> {
+    let target = project_root().join("target/loom");
+    Cmd::cargo()
+        .args(["test", "-p", "rate-tier-storage", "--lib", "--release"])
+        .args(["loom_model", "--", "--test-threads=1"])
+        .env("RUSTFLAGS", "--cfg trt_loom")
+        .env("CARGO_TARGET_DIR", target)
+        .run()
+}

@@ -52,6 +52,7 @@ mod memory;
 #[cfg(feature = "redis")]
 mod redis;
 mod storage;
+mod sync;
 
 pub use bucket::{BucketCheck, BucketSettle, LimitName};
 pub use event::{BreakerState, StorageEvent, StorageListener, Subscription};

@@ -1,7 +1,7 @@
 //! One circuit breaker: its whole state in one atomic word, so that every
 //! transition is a single compare-and-swap.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 use crate::event::BreakerState;
 
@@ -264,5 +264,99 @@ mod tests {
         ] {
             assert_eq!(Word::unpack(word.pack()), word);
         }
+    }
+}
+
+/// The breaker's one-word state under the model checker (`cargo xtask
+/// loom`): every interleaving of two or three threads.
+#[cfg(all(test, trt_loom))]
+mod loom_model {
+    use loom::sync::Arc;
+    use loom::thread;
+
+    use super::*;
+
+    const TIMING: Timing = Timing {
+        failure_threshold: 2,
+        cool_down_us: 1_000,
+        max_cool_down_us: 8_000,
+    };
+
+    /// Every interleaving, up to 4 preemptions.
+    fn model(test: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(4);
+        builder.check(test);
+    }
+
+    /// An open breaker due for a probe at 1 000 µs.
+    fn due() -> Arc<Breaker> {
+        let breaker = Arc::new(Breaker::default());
+        breaker.failed(&TIMING, 0);
+        breaker.failed(&TIMING, 0);
+        assert_eq!(breaker.state(), BreakerState::Open);
+        breaker
+    }
+
+    #[test]
+    fn one_probe_at_a_time() {
+        model(|| {
+            let breaker = due();
+            let other = {
+                let breaker = breaker.clone();
+                thread::spawn(move || breaker.route(1_000).0)
+            };
+            let mine = breaker.route(1_000).0;
+            let theirs = other.join().unwrap();
+            let probes = [mine, theirs]
+                .iter()
+                .filter(|r| matches!(r, Route::Probe(_)))
+                .count();
+            assert_eq!(probes, 1, "{mine:?} {theirs:?}");
+            assert_eq!(breaker.state(), BreakerState::HalfOpen);
+        });
+    }
+
+    #[test]
+    fn the_threshold_opens_it_once() {
+        model(|| {
+            let breaker = Arc::new(Breaker::default());
+            let other = {
+                let breaker = breaker.clone();
+                thread::spawn(move || breaker.failed(&TIMING, 0))
+            };
+            let mine = breaker.failed(&TIMING, 0);
+            let theirs = other.join().unwrap();
+            let opened = [mine, theirs].iter().filter(|t| t.is_some()).count();
+            assert_eq!(opened, 1, "{mine:?} {theirs:?}");
+            assert_eq!(breaker.state(), BreakerState::Open);
+        });
+    }
+
+    #[test]
+    fn a_closing_probe_and_checks_beside_it() {
+        model(|| {
+            let breaker = due();
+            let (Route::Probe(_), _) = breaker.route(1_000) else {
+                panic!("the probe")
+            };
+            let checks: Vec<_> = (0..2)
+                .map(|_| {
+                    let breaker = breaker.clone();
+                    thread::spawn(move || breaker.route(1_000).0)
+                })
+                .collect();
+            breaker.close();
+            for check in checks {
+                let route = check.join().unwrap();
+                // Half-open: local; closed: the primary. Never a second
+                // probe while the first is out.
+                assert!(
+                    matches!(route, Route::Local | Route::Primary),
+                    "{route:?}"
+                );
+            }
+            assert_eq!(breaker.state(), BreakerState::Closed);
+        });
     }
 }

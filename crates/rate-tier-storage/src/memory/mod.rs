@@ -52,6 +52,8 @@ mod trim;
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use crate::sync::{self, spin};
 use std::sync::{
     Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak,
 };
@@ -723,7 +725,7 @@ fn decide_alone(
 /// was made from is still the stored one.
 #[inline(always)]
 fn decide_in_place(
-    tat: &AtomicU64,
+    tat: &sync::AtomicU64,
     check: &BucketCheck<'_>,
     now: u64,
     out: &mut Decision,
@@ -734,7 +736,7 @@ fn decide_in_place(
     loop {
         if current & LOCKED != 0 {
             // A joint decision holds the bucket for a few instructions.
-            std::hint::spin_loop();
+            spin(0);
             current = tat.load(Ordering::Acquire);
             continue;
         }
@@ -759,7 +761,7 @@ fn decide_in_place(
 }
 
 fn settle_in_place(
-    tat: &AtomicU64,
+    tat: &sync::AtomicU64,
     settle: &BucketSettle<'_>,
     now: u64,
 ) -> Result<(), StorageError> {
@@ -767,7 +769,7 @@ fn settle_in_place(
     let mut current = tat.load(Ordering::Acquire);
     loop {
         if current & LOCKED != 0 {
-            std::hint::spin_loop();
+            spin(0);
             current = tat.load(Ordering::Acquire);
             continue;
         }

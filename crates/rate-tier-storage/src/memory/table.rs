@@ -2,7 +2,7 @@
 //! the two ways they leave: swept once dead, or evicted when the store is
 //! full.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 
 use hashbrown::HashTable;
 
