@@ -455,3 +455,22 @@ fn a_refund_never_moves_a_tat_below_now() {
         })
     );
 }
+
+#[test]
+fn a_settlement_at_the_end_of_time_is_a_typed_error_and_up_to_it_is_not() {
+    // T = tau = 1 s. At now = 2^53 - 3 s a charge of 2 lands at 2^53 - 1 s
+    // (fine), a charge of 4 beyond the ceiling stops at now + 2 s = 2^53 - 1 s
+    // too; now = 2^53 - 1 s and a charge of 1 lands exactly on 2^53.
+    use gcra_core::MAX_TIME_US;
+    let quota = Quota::per_second(1);
+    let now = MAX_TIME_US - 3 * SECOND;
+    let fits = quota.settle(None, now, Adjust::Charge(2)).unwrap();
+    assert_eq!(fits.reset_after_us, 2 * SECOND);
+    let edge = MAX_TIME_US - SECOND;
+    let exactly = quota.settle(None, edge, Adjust::Charge(1)).unwrap();
+    assert_eq!(exactly.reset_after_us, SECOND, "a TAT of exactly 2^53");
+    let beyond = quota
+        .unbounded_debt()
+        .settle(None, edge, Adjust::Charge(2));
+    assert_eq!(beyond, Err(CheckError::TimeOutOfRange));
+}
