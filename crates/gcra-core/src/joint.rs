@@ -68,11 +68,10 @@ impl Charge {
         if self.cost == 0 {
             return *peek;
         }
+        // A bucket read ahead of 0 by its reset is never beyond the
+        // ceiling: a refusal there writes nothing.
         match self.quota.check(Some(peek.reset_after_us), 0, self.cost) {
-            Ok(would) if !would.allowed => Decision {
-                store: None,
-                ..would
-            },
+            Ok(would) if !would.allowed => would,
             _ => *peek,
         }
     }

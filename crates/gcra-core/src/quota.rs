@@ -166,9 +166,8 @@ impl Quota {
         if period_us == 0 {
             return Err(QuotaError::ZeroPeriod);
         }
-        if period_us > MAX_TIME_US {
-            return Err(QuotaError::OutOfRange);
-        }
+        // Beyond MAX_TIME_US, a period is refused by `new`; the `per_*`
+        // constructors pass a day at most.
         // Rounded up: a quota never allows more than its rate.
         if (limit as u64) > period_us {
             return Err(QuotaError::IntervalTooSmall);
@@ -323,6 +322,8 @@ impl Quota {
     /// let tokens = gcra_core::Quota::per_minute(1000).allow_debt(Duration::from_secs(3600));
     /// assert_eq!(tokens.max_debt_us(), 3_600_000_000);
     /// assert_eq!(tokens.ceiling_us(), 60_000_000 + 3_600_000_000);
+    /// // A burst set afterwards keeps the bound.
+    /// assert_eq!(tokens.allow_burst(10).max_debt_us(), 3_600_000_000);
     /// ```
     pub const fn allow_debt(self, debt: Duration) -> Quota {
         or_panic(self.try_allow_debt(debt))

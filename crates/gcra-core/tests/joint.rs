@@ -469,8 +469,6 @@ fn a_settlement_at_the_end_of_time_is_a_typed_error_and_up_to_it_is_not() {
     let edge = MAX_TIME_US - SECOND;
     let exactly = quota.settle(None, edge, Adjust::Charge(1)).unwrap();
     assert_eq!(exactly.reset_after_us, SECOND, "a TAT of exactly 2^53");
-    let beyond = quota
-        .unbounded_debt()
-        .settle(None, edge, Adjust::Charge(2));
+    let beyond = quota.unbounded_debt().settle(None, edge, Adjust::Charge(2));
     assert_eq!(beyond, Err(CheckError::TimeOutOfRange));
 }

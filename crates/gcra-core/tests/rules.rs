@@ -860,3 +860,23 @@ fn extreme_inputs_never_panic() {
     }
     assert!(decided > 100, "only {decided} decisions");
 }
+
+#[test]
+fn the_last_instant_is_decided_and_the_next_is_a_typed_error() {
+    // 2^53 µs itself is a time; one µs past it is not (for every call).
+    use gcra_core::{Adjust, MAX_TIME_US};
+    let quota = Quota::per_second(1);
+    assert!(quota.peek(None, MAX_TIME_US).is_ok());
+    assert_eq!(
+        quota.peek(None, MAX_TIME_US + 1),
+        Err(CheckError::TimeOutOfRange)
+    );
+    assert_eq!(
+        quota.check(None, MAX_TIME_US + 1, 1),
+        Err(CheckError::TimeOutOfRange)
+    );
+    assert_eq!(
+        quota.settle(None, MAX_TIME_US + 1, Adjust::Refund(1)),
+        Err(CheckError::TimeOutOfRange)
+    );
+}
