@@ -80,7 +80,7 @@ fn quota(bytes: &mut Bytes<'_>) -> Option<Quota> {
     let limit = bytes.u32() % 2_000 + 1;
     let period = std::time::Duration::from_micros(bytes.u64() % (1 << 40));
     let mut quota = Quota::new(limit, period).ok()?;
-    if bytes.u8() % 2 == 0 {
+    if bytes.u8().is_multiple_of(2) {
         quota = quota.try_allow_burst(bytes.u32() % 5_000).ok()?;
     }
     match bytes.u8() % 4 {

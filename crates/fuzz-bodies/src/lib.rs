@@ -19,8 +19,11 @@ pub use gcra::gcra_check_all;
 pub use layer::layer_headers;
 pub use service::{json_body, plans_toml, rls_request, service_config};
 
+/// A fuzz target's body: any bytes in, a panic on a defect.
+pub type Target = fn(&[u8]);
+
 /// Every target, by the name of its `fuzz/fuzz_targets/<name>.rs`.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("gcra_check_all", gcra_check_all),
     ("json_body", json_body),
     ("layer_headers", layer_headers),
