@@ -421,6 +421,45 @@ impl Quota {
         self.burst_offset_us.saturating_add(self.max_debt_us())
     }
 
+    /// This quota as one of `share` instances applies it alone (a
+    /// fallback's local share while a shared store is down): the rate
+    /// divided exactly (a period `share` times longer), the burst divided
+    /// down to at least 1, the debt bound as it was (a debt is time to
+    /// wait, whatever the share). `share` 0 or 1: the quota itself.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gcra_core::Quota;
+    ///
+    /// let local = Quota::per_minute(10).divided(2);
+    /// assert_eq!((local.limit(), local.burst()), (10, 5));
+    /// assert_eq!(local.period(), Duration::from_secs(120));
+    ///
+    /// // A burst below the share: one request at once, at a third of the rate.
+    /// let local = Quota::per_minute(2).divided(3);
+    /// assert_eq!(local.burst(), 1);
+    /// assert_eq!(local.emission_interval_us(), 90_000_000);
+    ///
+    /// let tokens = Quota::per_minute(1000).unbounded_debt();
+    /// assert_eq!(tokens.divided(4).max_debt_us(), tokens.max_debt_us());
+    /// ```
+    pub fn divided(self, share: u32) -> Quota {
+        if share <= 1 {
+            return self;
+        }
+        // share >= 2 here: no division by zero.
+        let burst = self.burst.checked_div(share).unwrap_or(1).max(1);
+        let debt = Duration::from_micros(self.max_debt_us());
+        self.period()
+            .checked_mul(share)
+            .and_then(|period| Quota::new(self.limit, period).ok())
+            .and_then(|divided| divided.try_allow_burst(burst).ok())
+            .and_then(|divided| divided.try_allow_debt(debt).ok())
+            // A window too long to divide: at least no burst beyond 1.
+            .or_else(|| self.try_allow_burst(1).ok())
+            .unwrap_or(self)
+    }
+
     /// Whether a request of this cost can pass at all, after any wait:
     /// `cost >= 1` and `T * cost <= tau`.
     ///

@@ -14,7 +14,6 @@ use gcra_core::{Adjust, Charge, CheckError, Decision, Quota};
 use siphasher::sip::SipHasher13;
 
 use crate::key::{self, InvalidTierName, KeyLayout, KeySecret};
-use crate::storage::Charged;
 
 /// A validated limit (or tier) name: 1 to 64 bytes of `[A-Za-z0-9_.-]`,
 /// so that the `:` that ends it in a key is unambiguous and two buckets can
@@ -369,4 +368,19 @@ pub(crate) fn distinct(checks: &[BucketCheck<'_>]) -> bool {
             .iter()
             .all(|b| a.name != b.name || a.partition != b.partition)
     })
+}
+
+/// Where a bucket was charged, so that a settlement of it goes to the same
+/// store: a refund to a store that never charged would hand out quota, and
+/// a debt sent elsewhere would be lost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Charged {
+    /// By the store itself (the primary of a fallback: Redis).
+    #[default]
+    Primary,
+    /// By a fallback's local store, under quotas divided by `share`.
+    Local {
+        /// The fallback's local share when it decided.
+        share: u32,
+    },
 }

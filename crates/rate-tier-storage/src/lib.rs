@@ -52,9 +52,10 @@ mod memory;
 #[cfg(feature = "redis")]
 mod redis;
 mod storage;
+mod store;
 mod sync;
 
-pub use bucket::{BucketCheck, BucketSettle, LimitName};
+pub use bucket::{BucketCheck, BucketSettle, Charged, LimitName};
 pub use event::{BreakerState, StorageEvent, StorageListener, Subscription};
 pub use fallback::FallbackStorage;
 pub use gcra_core::{
@@ -78,4 +79,5 @@ pub use redis::{REMEMBERED, RedisStorage};
 pub fn redis_user_timeout() -> std::time::Duration {
     redis::USER_TIMEOUT
 }
-pub use storage::{Charged, Decided, Storage, StorageError};
+pub use storage::{Decided, Storage, StorageError};
+pub use store::Store;

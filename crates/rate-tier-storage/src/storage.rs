@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use gcra_core::{CheckError, Decision, Quota, Verdict};
 
-use crate::bucket::{BucketCheck, BucketSettle};
+use crate::bucket::{BucketCheck, BucketSettle, Charged};
 use crate::event::{StorageListener, Subscription};
 
 /// A store of GCRA buckets.
@@ -138,7 +138,8 @@ pub struct Decided {
     /// The quotas of the buckets decided locally were divided by this many
     /// instances (a fallback's
     /// [`local_share`](crate::fallback::FallbackStorageBuilder::local_share)
-    /// during an outage); 1: the quotas as given. See [`Decided::applied`].
+    /// during an outage, [`Quota::divided`]); 1: the quotas as given. See
+    /// [`Decided::applied`].
     pub share: u32,
     /// Which buckets were decided by a fallback's local store, one bit per
     /// position (bit `i` for `checks[i]`; every bit when the whole decision
@@ -183,24 +184,6 @@ impl Decided {
         self
     }
 
-    /// The same decision, every bucket decided locally by a fallback whose
-    /// quotas are divided by `share`.
-    ///
-    /// ```
-    /// use rate_tier_storage::{Charged, Decided};
-    /// use gcra_core::Verdict;
-    /// let verdict = Verdict { allowed: true, retry_after_us: 0, refused_by: None };
-    /// let decided = Decided::new(verdict, Some(0), "memory").locally(2);
-    /// assert_eq!(decided.charged(7), Charged::Local { share: 2 });
-    /// ```
-    #[must_use]
-    pub fn locally(mut self, share: u32) -> Self {
-        self.by = crate::fallback::LOCAL;
-        self.share = share;
-        self.local = u64::MAX;
-        self
-    }
-
     /// Where `checks[index]` was charged: what a settlement of it must be
     /// sent to ([`BucketSettle::charged`]).
     ///
@@ -210,7 +193,11 @@ impl Decided {
     /// let verdict = Verdict { allowed: true, retry_after_us: 0, refused_by: None };
     /// assert_eq!(Decided::new(verdict, None, "redis").charged(0), Charged::Primary);
     /// ```
+    #[inline]
     pub fn charged(&self, index: usize) -> Charged {
+        if self.local == 0 {
+            return Charged::Primary;
+        }
         let bit = u32::try_from(index)
             .map_or(0, |i| 1u64.checked_shl(i).unwrap_or(0));
         if self.local == u64::MAX || self.local & bit != 0 {
@@ -233,29 +220,13 @@ impl Decided {
     /// );
     /// assert_eq!(decided.applied(0, Quota::per_minute(10)), Quota::per_minute(10));
     /// ```
+    #[inline]
     pub fn applied(&self, index: usize, quota: Quota) -> Quota {
         match self.charged(index) {
-            Charged::Local { share } => {
-                crate::fallback::shared_quota(quota, share)
-            }
+            Charged::Local { share } => quota.divided(share),
             Charged::Primary => quota,
         }
     }
-}
-
-/// Where a bucket was charged, so that a settlement of it goes to the same
-/// store: a refund to a store that never charged would hand out quota, and
-/// a debt sent elsewhere would be lost.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub enum Charged {
-    /// By the store itself (the primary of a fallback: Redis).
-    #[default]
-    Primary,
-    /// By a fallback's local store, under quotas divided by `share`.
-    Local {
-        /// The fallback's local share when it decided.
-        share: u32,
-    },
 }
 
 /// Why a store gave no decision.

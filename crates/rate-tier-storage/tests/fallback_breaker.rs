@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use BreakerState::{Closed, HalfOpen, Open};
 use rate_tier_storage::clock::FakeClock;
-use rate_tier_storage::fallback::shared_quota;
 use rate_tier_storage::{
     Adjust, BreakerState, BucketCheck, BucketSettle, Charged, CheckError,
     Decided, Decision, FallbackStorage, LimitName, MemoryStorage, Quota,
@@ -532,7 +531,7 @@ async fn local_share_divides_the_quota() {
     let s = setup(2);
     s.primary.set_down(true);
     let quota = Quota::per_minute(10);
-    let local = shared_quota(quota, 2);
+    let local = quota.divided(2);
     assert_eq!(
         (local.burst(), local.emission_interval_us()),
         (5, 12 * SECOND)
@@ -741,7 +740,7 @@ async fn settle_goes_to_the_primary_when_closed_and_to_the_local_store_when_open
         1,
         "primary untouched"
     );
-    let local = shared_quota(quota, 2);
+    let local = quota.divided(2);
     s.store
         .local()
         .check_sync(&[BucketCheck::peek(&tokens, "bea", local)], &mut out)

@@ -21,7 +21,7 @@ use gcra_core::{Adjust, Decision, Verdict};
 use smallvec::SmallVec;
 
 use super::breaker::{Breaker, Route};
-use super::{Inner, LOCAL, ProbeGuard, shared_quota};
+use super::{Inner, LOCAL, ProbeGuard};
 use crate::bucket::BucketCheck;
 use crate::event::StorageEvent;
 use crate::storage::{Decided, StorageError};
@@ -74,7 +74,7 @@ impl Inner {
         checks
             .into_iter()
             .map(|check| {
-                let quota = shared_quota(check.quota(), share);
+                let quota = check.quota().divided(share);
                 if check.cost() > quota.burst() {
                     return Err(StorageError::AboveLocalShare {
                         cost: check.cost(),
@@ -97,7 +97,7 @@ impl Inner {
             limit: checks.first().map_or("", |c| c.name()).to_owned(),
             allowed: decided.verdict.allowed,
         });
-        Ok(decided.locally(self.local_share))
+        Ok(locally(decided, self.local_share))
     }
 
     pub(super) async fn decide(
@@ -363,4 +363,12 @@ impl Inner {
             }
         }
     }
+}
+
+/// `decided`, every bucket decided locally under quotas divided by `share`.
+pub(super) fn locally(mut decided: Decided, share: u32) -> Decided {
+    decided.by = LOCAL;
+    decided.share = share;
+    decided.local = u64::MAX;
+    decided
 }

@@ -71,7 +71,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
-use gcra_core::{Decision, Quota};
+use gcra_core::Decision;
 
 use self::breaker::{Breaker, Timing, Transition};
 use self::decide::Breakers;
@@ -308,46 +308,6 @@ impl FallbackStorage {
     pub fn pending_settlements(&self) -> usize {
         self.inner.pending()
     }
-}
-
-/// `quota` as one of `share` instances applies it alone: the rate divided
-/// exactly (a period `share` times longer), the burst divided down to at
-/// least 1. `share` 0 or 1: `quota` itself.
-///
-/// ```
-/// use rate_tier_storage::fallback::shared_quota;
-/// use gcra_core::Quota;
-/// use std::time::Duration;
-///
-/// let local = shared_quota(Quota::per_minute(10), 2);
-/// assert_eq!((local.limit(), local.burst()), (10, 5));
-/// assert_eq!(local.period(), Duration::from_secs(120));
-///
-/// // A burst below the share: one request at once, at a third of the rate.
-/// let local = shared_quota(Quota::per_minute(2), 3);
-/// assert_eq!(local.burst(), 1);
-/// assert_eq!(local.emission_interval_us(), 90_000_000);
-///
-/// // A debt to wait for is the same time on every instance.
-/// let tokens = Quota::per_minute(1000).unbounded_debt();
-/// assert_eq!(shared_quota(tokens, 4).max_debt_us(), tokens.max_debt_us());
-/// ```
-pub fn shared_quota(quota: Quota, share: u32) -> Quota {
-    if share <= 1 {
-        return quota;
-    }
-    let burst = (quota.burst() / share).max(1);
-    // A debt is time to wait, whatever the share: it stays as it was.
-    let debt = Duration::from_micros(quota.max_debt_us());
-    quota
-        .period()
-        .checked_mul(share)
-        .and_then(|period| Quota::new(quota.limit(), period).ok())
-        .and_then(|divided| divided.try_allow_burst(burst).ok())
-        .and_then(|divided| divided.try_allow_debt(debt).ok())
-        // A window too long to divide: at least no burst beyond 1.
-        .or_else(|| quota.try_allow_burst(1).ok())
-        .unwrap_or(quota)
 }
 
 impl Inner {

@@ -21,11 +21,12 @@ use std::sync::{Arc, PoisonError};
 use gcra_core::{Adjust, Quota};
 use smallvec::SmallVec;
 
-use super::{Inner, shared_quota};
+use super::Inner;
+use crate::bucket::Charged;
 use crate::bucket::{BucketCheck, BucketSettle, LimitName};
 use crate::event::StorageEvent;
 use crate::key::KeySecret;
-use crate::storage::{Charged, StorageError};
+use crate::storage::StorageError;
 
 /// The most settlements kept for a primary that is down.
 pub const PENDING_MAX: usize = 10_000;
@@ -80,7 +81,7 @@ impl Inner {
         for settle in settles {
             match settle.charged {
                 Charged::Local { share } => {
-                    let quota = shared_quota(settle.bucket.quota(), share);
+                    let quota = settle.bucket.quota().divided(share);
                     split.local.push(BucketSettle {
                         bucket: settle.bucket.with_quota(quota),
                         ..*settle
@@ -154,7 +155,7 @@ impl Inner {
         if let Adjust::Charge(units) = settle.adjust
             && units > 0
         {
-            let quota = shared_quota(settle.bucket.quota(), self.local_share);
+            let quota = settle.bucket.quota().divided(self.local_share);
             let local = BucketSettle {
                 bucket: settle.bucket.with_quota(quota),
                 ..*settle

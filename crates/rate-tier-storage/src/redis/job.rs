@@ -19,24 +19,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ::redis::Value;
+use ::redis::cluster_async::ClusterConnection;
 use gcra_core::{Adjust, Charge, Decision, Quota, Verdict};
 use smallvec::SmallVec;
 
 use super::cluster;
 use super::link::Conn;
-use super::script::{Call, read_decisions, read_settled};
-use super::{Shared, backend, run_single};
+use super::script::{Call, LATE_ANSWER, read_decisions, read_settled, within};
+use super::{Shared, run_single};
 use crate::bucket::BucketCheck;
 use crate::event::StorageEvent;
 use crate::key::{self, KeyLayout};
 use crate::storage::StorageError;
-
-/// How long a decision's task waits for an answer its caller may have given
-/// up on: long enough for a slow Redis, short enough that a silent one does
-/// not pile up tasks (a fallback's breaker stops the calls after a few
-/// failures).
-pub(super) const LATE_ANSWER: Duration = Duration::from_secs(1);
 
 /// Refunds are tried this many times before the charge is reported
 /// [`StorageEvent::Unrefunded`].
@@ -125,23 +119,8 @@ async fn run(
             Ok(out)
         }
         Conn::Cluster(cluster) => {
-            cluster::decide(shared, cluster, job, timeout).await
+            decide_cluster(shared, cluster, job, timeout).await
         }
-    }
-}
-
-/// Runs a call within `bound`, its errors as the store's.
-pub(super) async fn within(
-    bound: Duration,
-    call: impl Future<Output = Result<Value, ::redis::RedisError>>,
-) -> Result<Value, StorageError> {
-    match tokio::time::timeout(bound, call).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(error)) if error.is_timeout() => {
-            Err(StorageError::Timeout(bound))
-        }
-        Ok(Err(error)) => Err(backend(error)),
-        Err(_) => Err(StorageError::Timeout(bound)),
     }
 }
 
@@ -216,4 +195,125 @@ pub(super) async fn refund(
         }
     }
     states
+}
+
+/// Decides `job`. One slot: one call, all or nothing. Several: slot by
+/// slot, each call waited for [`LATE_ANSWER`] at most; a refusal refunds
+/// the slots already charged and only reads the ones after it, and a
+/// failure refunds them and is the answer. Run in the decision's own task
+/// (see `job.rs`): it ends whatever the caller does.
+async fn decide_cluster(
+    shared: &Shared,
+    conn: &ClusterConnection,
+    job: &Job,
+    timeout: Duration,
+) -> Result<Vec<Decision>, StorageError> {
+    let mut out = vec![Decision::default(); job.keys.len()];
+    let groups = cluster::by_slot(job.keys());
+    if let [(slot, _)] = groups.as_slice() {
+        let call = Call::check(job.keys(), &job.charges);
+        let reply = within(LATE_ANSWER, cluster::run(conn, &call))
+            .await
+            .map_err(|error| cluster::in_domain(shared, *slot, error))?;
+        read_decisions(call.lua, reply, &mut out)?;
+        return Ok(out);
+    }
+    let started = std::time::Instant::now();
+    let whole = Conn::Cluster(conn.clone());
+    let mut charged: SmallVec<[(usize, u32); 4]> = SmallVec::new();
+    for (g, (slot, group)) in groups.iter().enumerate() {
+        let charges: SmallVec<[Charge; 4]> =
+            group.iter().map(|&i| job.charges[i]).collect();
+        let call =
+            Call::check(group.iter().map(|&i| job.keys[i].as_str()), &charges);
+        let mut decided: SmallVec<[Decision; 4]> =
+            SmallVec::from_elem(Decision::default(), group.len());
+        let result = match within(LATE_ANSWER, cluster::run(conn, &call)).await
+        {
+            Ok(reply) => read_decisions(call.lua, reply, &mut decided),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = result {
+            // Give back what was taken; the error is the answer.
+            refund(shared, &whole, job, &charged, timeout).await;
+            return Err(cluster::in_domain(shared, *slot, error));
+        }
+        for (&i, decision) in group.iter().zip(&decided) {
+            out[i] = *decision;
+        }
+        let verdict = Verdict::of(charges.iter().map(|c| c.shadow), &decided);
+        if !verdict.allowed {
+            // A refusal, whatever happens next: the charges go back (what
+            // cannot be is reported), and the slots after it are read.
+            for (i, remaining, reset_after_us) in
+                refund(shared, &whole, job, &charged, timeout).await
+            {
+                out[i] = Decision {
+                    allowed: true,
+                    remaining,
+                    retry_after_us: 0,
+                    reset_after_us,
+                    store: None,
+                };
+            }
+            // Within the caller's wait: a read is worth nothing once the
+            // caller has answered without it.
+            let left = (timeout * 3 / 4).saturating_sub(started.elapsed());
+            read_only(conn, job, &mut out, &groups[g + 1..], left).await;
+            return Ok(out);
+        }
+        charged.extend(
+            group
+                .iter()
+                .zip(&decided)
+                .filter(|(i, d)| job.charges[**i].cost > 0 && d.allowed)
+                .map(|(&i, _)| (i, job.charges[i].cost)),
+        );
+    }
+    Ok(out)
+}
+
+/// Reads the buckets of `groups` without charging them, and says of each
+/// what its charge would have met: GCRA is the same at any origin of time,
+/// so the bucket read `reset_after` ahead is checked at 0. A bucket that
+/// would refuse too is reported refusing, with its wait, so that the
+/// decision's wait is the longest, as one call would have told it. A read
+/// that fails leaves its buckets reported passing with their state unknown:
+/// the decision is a refusal whatever they hold.
+async fn read_only(
+    conn: &ClusterConnection,
+    job: &Job,
+    out: &mut [Decision],
+    groups: &[(u16, SmallVec<[usize; 4]>)],
+    within_time: Duration,
+) {
+    let deadline = tokio::time::Instant::now() + within_time;
+    for (_, group) in groups {
+        let peeks: SmallVec<[Charge; 4]> = group
+            .iter()
+            .map(|&i| Charge {
+                cost: 0,
+                ..job.charges[i]
+            })
+            .collect();
+        let call =
+            Call::check(group.iter().map(|&i| job.keys[i].as_str()), &peeks);
+        let mut decided: SmallVec<[Decision; 4]> =
+            SmallVec::from_elem(Decision::default(), peeks.len());
+        let left =
+            deadline.saturating_duration_since(tokio::time::Instant::now());
+        let read = match within(left, cluster::run(conn, &call)).await {
+            Ok(reply) => read_decisions(call.lua, reply, &mut decided),
+            Err(error) => Err(error),
+        };
+        for (&i, peek) in group.iter().zip(&decided) {
+            out[i] = match &read {
+                Err(_) => Decision {
+                    allowed: true,
+                    ..Decision::default()
+                },
+                Ok(()) => job.charges[i].would_meet(peek),
+            };
+        }
+    }
 }

@@ -503,7 +503,8 @@ impl RedisStorage {
                 let call =
                     Call::settle(keys.iter().map(String::as_str), &adjusts);
                 let reply =
-                    job::within(self.timeout, run_single(conn, &call)).await?;
+                    script::within(self.timeout, run_single(conn, &call))
+                        .await?;
                 read_settled(call.lua, reply, settles.len()).map(drop)?;
             }
             Conn::Cluster(conn) => {

@@ -9,10 +9,13 @@
 
 use std::sync::LazyLock;
 
+use std::time::Duration;
+
 use ::redis::{Cmd, Script, Value};
 use gcra_core::{Adjust, Charge, Decision, Quota};
 use smallvec::SmallVec;
 
+use super::backend;
 use crate::bucket::script_args;
 use crate::storage::StorageError;
 
@@ -45,6 +48,27 @@ pub(super) static GCRA_SETTLE: Lua = Lua {
     source: GCRA_SETTLE_SOURCE,
     name: "gcra_settle.lua",
 };
+
+/// How long a decision's task waits for an answer its caller may have given
+/// up on: long enough for a slow Redis, short enough that a silent one does
+/// not pile up tasks (a fallback's breaker stops the calls after a few
+/// failures).
+pub(super) const LATE_ANSWER: Duration = Duration::from_secs(1);
+
+/// Runs a call within `bound`, its errors as the store's.
+pub(super) async fn within(
+    bound: Duration,
+    call: impl Future<Output = Result<Value, ::redis::RedisError>>,
+) -> Result<Value, StorageError> {
+    match tokio::time::timeout(bound, call).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(error)) if error.is_timeout() => {
+            Err(StorageError::Timeout(bound))
+        }
+        Ok(Err(error)) => Err(backend(error)),
+        Err(_) => Err(StorageError::Timeout(bound)),
+    }
+}
 
 /// One script call: which script, its keys and its arguments.
 pub(super) struct Call<'k> {

@@ -1,0 +1,123 @@
+//! [`Store`]: the store a limiter holds, its in-process fast path behind
+//! the contract.
+
+use std::sync::Arc;
+
+use gcra_core::Decision;
+
+use crate::bucket::{BucketCheck, BucketSettle};
+use crate::event::{StorageListener, Subscription};
+use crate::memory::MemoryStorage;
+use crate::storage::{Decided, Storage, StorageError};
+
+/// A store, as a limiter holds it: the memory store by value, so that its
+/// decision is inlined into the caller (no virtual call, nothing boxed), or
+/// any other [`Storage`] through its trait object. Every method is the
+/// [`Storage`] contract's.
+///
+/// ```
+/// use std::sync::Arc;
+/// use rate_tier_storage::{BucketCheck, LimitName, MemoryStorage, Store};
+/// use gcra_core::{Decision, Quota};
+///
+/// let store = Store::from(MemoryStorage::new());
+/// let free = LimitName::new("free")?;
+/// let check = [BucketCheck::new(&free, "ana", Quota::per_minute(10), 1)?];
+/// let mut out = [Decision::default()];
+/// let decided = store.check_local(&check, &mut out).expect("in process")?;
+/// assert!(decided.verdict.allowed);
+/// assert_eq!(store.kind(), "memory");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub enum Store {
+    /// The in-process store.
+    Memory(MemoryStorage),
+    /// Any other.
+    Other(Arc<dyn Storage>),
+}
+
+impl From<MemoryStorage> for Store {
+    fn from(memory: MemoryStorage) -> Self {
+        Store::Memory(memory)
+    }
+}
+
+impl From<Arc<dyn Storage>> for Store {
+    fn from(storage: Arc<dyn Storage>) -> Self {
+        Store::Other(storage)
+    }
+}
+
+impl Store {
+    /// [`Storage::check_local`]: the memory store's decision inlined.
+    #[inline(always)]
+    pub fn check_local(
+        &self,
+        checks: &[BucketCheck<'_>],
+        out: &mut [Decision],
+    ) -> Option<Result<Decided, StorageError>> {
+        match self {
+            Store::Memory(memory) => Some(memory.check_sync(checks, out)),
+            Store::Other(storage) => storage.check_local(checks, out),
+        }
+    }
+
+    /// [`Storage::check`].
+    pub async fn check(
+        &self,
+        checks: &[BucketCheck<'_>],
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        match self {
+            Store::Memory(memory) => memory.check_sync(checks, out),
+            Store::Other(storage) => storage.check(checks, out).await,
+        }
+    }
+
+    /// [`Storage::settle_local`].
+    pub fn settle_local(
+        &self,
+        settles: &[BucketSettle<'_>],
+    ) -> Option<Result<(), StorageError>> {
+        match self {
+            Store::Memory(memory) => Some(memory.settle_sync(settles)),
+            Store::Other(storage) => storage.settle_local(settles),
+        }
+    }
+
+    /// [`Storage::settle`].
+    pub async fn settle(
+        &self,
+        settles: &[BucketSettle<'_>],
+    ) -> Result<(), StorageError> {
+        match self {
+            Store::Memory(memory) => memory.settle_sync(settles),
+            Store::Other(storage) => storage.settle(settles).await,
+        }
+    }
+
+    /// [`Storage::kind`].
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Store::Memory(_) => "memory",
+            Store::Other(storage) => storage.kind(),
+        }
+    }
+
+    /// [`Storage::subscribe`].
+    pub fn subscribe(&self, listener: StorageListener) -> Subscription {
+        match self {
+            Store::Memory(memory) => Storage::subscribe(memory, listener),
+            Store::Other(storage) => storage.subscribe(listener),
+        }
+    }
+
+    /// The store as a trait object.
+    pub fn as_storage(&self) -> Arc<dyn Storage> {
+        match self {
+            Store::Memory(memory) => Arc::new(memory.clone()),
+            Store::Other(storage) => storage.clone(),
+        }
+    }
+}
