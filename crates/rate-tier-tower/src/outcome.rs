@@ -87,18 +87,6 @@ pub struct LimitState {
 }
 
 impl LimitState {
-    /// A filler for arrays of states.
-    pub(crate) const EMPTY: LimitState = LimitState {
-        name: "",
-        limit: 0,
-        remaining: 0,
-        reset_after: Duration::ZERO,
-        window: Duration::ZERO,
-        shadow: false,
-        shadow_limited: false,
-        charged: Charged::Primary,
-    };
-
     /// Unix time, in whole seconds rounded up, when this bucket is full
     /// again, for a decision made at `now_us` (as
     /// [`RateLimitInfo::now_us`] says).

@@ -14,8 +14,7 @@ use bytes::Buf;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use super::future::BoxFuture;
-use super::settle::{self, Finish};
+use super::settle::{self, BoxFuture, Finish};
 
 pin_project! {
     /// The body of a response through [`TierLimit`](super::TierLimit): the

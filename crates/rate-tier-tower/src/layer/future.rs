@@ -17,23 +17,37 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::body::LimitBody;
-use super::judge::Judgement;
+use super::judge::{After, Judgement};
 use super::layer::Config;
 use super::refusal::Refusal;
 use super::response::{self, HeaderStyle};
-use super::settle::SettlePlan;
-use crate::outcome::RateLimitInfo;
+use super::settle::BoxFuture;
 
-pub(super) type BoxFuture<T> =
-    Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+/// A decision that needs I/O.
+pub(super) enum Decision {
+    /// The store's: the request's parts wait beside it.
+    Store(BoxFuture<Judgement>),
+    /// An async identifier's: the future holds the parts, and hands them
+    /// back.
+    Identify(BoxFuture<(Judgement, Parts)>),
+}
 
-/// What the request's decision leaves for after the response: the headers
-/// to add, and a settlement to make.
-pub(super) struct After {
-    pub(super) info: Option<RateLimitInfo>,
-    /// Boxed: rare, and the future that carries it is moved (boxed) on
-    /// every request.
-    pub(super) settle: Option<Box<SettlePlan>>,
+impl Decision {
+    fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<(Judgement, Option<Parts>)> {
+        match self {
+            Decision::Store(decision) => decision
+                .as_mut()
+                .poll(cx)
+                .map(|judgement| (judgement, None)),
+            Decision::Identify(decision) => decision
+                .as_mut()
+                .poll(cx)
+                .map(|(judgement, parts)| (judgement, Some(parts))),
+        }
+    }
 }
 
 /// What a decision that needs I/O keeps for when it is made: boxed, so
@@ -66,7 +80,7 @@ pin_project! {
     enum State<S, F, ReqBody, B: http_body::Body> {
         /// The decision needs I/O (an async identifier, a remote store).
         Deciding {
-            decision: BoxFuture<(Judgement, Option<Parts>)>,
+            decision: Decision,
             waiting: Option<Box<Waiting<S, ReqBody>>>,
         },
         /// Passed: the inner service answers.
@@ -91,7 +105,7 @@ where
 {
     pub(super) fn deciding(
         config: Arc<Config>,
-        decision: BoxFuture<(Judgement, Option<Parts>)>,
+        decision: Decision,
         inner: S,
         parts: Option<Parts>,
         body: ReqBody,
@@ -154,7 +168,7 @@ where
         loop {
             match this.state.as_mut().project() {
                 StateProj::Deciding { decision, waiting } => {
-                    let (judgement, moved) = ready!(decision.as_mut().poll(cx));
+                    let (judgement, moved) = ready!(decision.poll(cx));
                     let Some(waiting) = waiting.take() else {
                         panic!("`ResponseFuture` polled after completion");
                     };
@@ -164,11 +178,13 @@ where
                         parts,
                         body,
                     } = *waiting;
-                    let Some(parts) = moved.or(parts) else {
+                    let Some(mut parts) = moved.or(parts) else {
                         panic!("`ResponseFuture` polled after completion");
                     };
-                    let next = match judgement.respond::<R, _>(&config, parts) {
-                        Ok((parts, after)) => State::Calling {
+                    let respond = judgement
+                        .respond::<R, _>(&config, &mut parts.extensions);
+                    let next = match respond {
+                        Ok(after) => State::Calling {
                             future: inner
                                 .call(Request::from_parts(parts, body)),
                             after: Some(after),

@@ -12,22 +12,24 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
-use http::Response;
 use http::request::Parts;
+use http::{Extensions, HeaderMap, Response};
 use smallvec::SmallVec;
 
 use super::cost::RouteCost;
-use super::future::{After, BoxFuture};
 use super::layer::{Config, Identifier};
 use super::refusal::{Refusal, Refused};
-use super::settle::{SettleItem, SettlePlan};
+use super::settle::{BoxFuture, SettleItem, SettlePlan};
 use crate::error::Error;
 use crate::event::LimitEvent;
 use crate::identity::TierIdentity;
 use crate::limit::{LimitCost, Scope};
-use crate::limiter::decide::{Ask, Emit, Extra, Prepared, Ruling, report};
+use crate::limiter::LimitRequest;
+use crate::limiter::ask::{Ask, Extra};
+use crate::limiter::ruling::{Events, Judged, Ruling};
+use crate::limiter::step::Step;
 use crate::observe::Checked;
-use crate::outcome::{Limited, RateLimitInfo};
+use crate::outcome::RateLimitInfo;
 use crate::policy::OnIdentityError;
 
 /// A request's decision, and what it leaves for after the response.
@@ -36,49 +38,39 @@ pub(crate) struct Judgement {
     settle: Option<SettlePlan>,
 }
 
-/// What `call` decided from the headers alone (see [`Config::judge_quick`]).
-pub(super) enum Quick {
-    /// Passed: the request goes on with this in its extensions.
-    Passed(RateLimitInfo),
-    /// Refused by the plan's limit.
-    Refused(Limited),
-    /// The store failed: its policy's ruling.
-    Ruled(Judgement),
+/// What the request's decision leaves for after the response: the headers
+/// to add, and a settlement to make.
+pub(super) struct After {
+    pub(super) info: Option<RateLimitInfo>,
+    /// Boxed: rare, and the future that carries it is moved (boxed) on
+    /// every request.
+    pub(super) settle: Option<Box<SettlePlan>>,
 }
 
 /// What `call` could do at once.
+// Consumed in the same `call` that built it: boxing the common variant would
+// cost an allocation per request to save a move.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Now {
     /// Decided.
     Judged(Judgement),
-    /// The store needs I/O: the rest runs in a future that owns this.
-    /// (Boxed: the common variants stay small.)
-    Remote(Box<Prepared<'static>>, Pending),
-    /// The identifier is async: everything runs in a future.
+    /// The store needs I/O: the rest of the decision runs in this future.
+    Deciding(BoxFuture<Judgement>),
+    /// The identifier is async: the whole decision runs in a future of
+    /// [`Config::identify`].
     Identify,
 }
 
-/// What a decision carries into its future.
-pub(super) struct Pending {
-    started: Option<Instant>,
-    settle: Option<SettlePlan>,
-    #[cfg(feature = "tracing")]
-    span: Option<tracing::Span>,
-}
-
 impl Config {
-    /// The common case, decided from the headers alone, without taking the
-    /// request apart: an identity from the headers, the plan's limit alone
-    /// at the route's cost or 1, no observer to time it for. `None`:
-    /// anything else (no identity, an unknown tier, a cost function, limits
-    /// of the layer's own, a store that needs I/O), which [`judge_now`]
-    /// decides and reports.
-    ///
-    /// [`judge_now`]: Config::judge_now
-    pub(super) fn judge_quick(
+    /// The common case's identity and cost, from the headers alone, without
+    /// taking the request apart: an identity from the headers, the plan's
+    /// limit alone at the route's cost or 1, no observer to time it for.
+    /// `None`: anything else, which [`Config::judge_parts`] decides.
+    pub(super) fn quick<'h>(
         &self,
-        headers: &http::HeaderMap,
+        headers: &'h HeaderMap,
         route_cost: Option<RouteCost>,
-    ) -> Option<Quick> {
+    ) -> Option<(TierIdentity<'h>, u32)> {
         let Identifier::Headers(identify) = &self.identifier else {
             return None;
         };
@@ -92,33 +84,52 @@ impl Config {
         if !plain || cost == 0 || self.timed() {
             return None;
         }
-        let identity = identify(headers)?;
-        if identity.user().is_empty() {
-            return None;
-        }
-        let emit = |event: LimitEvent| self.emit(event);
-        let emit: Emit<'_> = self.listening().then_some(&emit);
-        let mut failed = None;
-        let decided = self.tiers.decide_plan_now(
-            identity.user(),
-            identity.tier(),
-            cost,
-            emit,
-            &mut failed,
-        );
-        match (decided, failed) {
-            (Some(decided), _) => Some(match decided.outcome() {
-                Ok(info) => Quick::Passed(info),
-                Err(limited) => Quick::Refused(limited),
-            }),
-            (None, Some(failed)) => {
-                let (ruling, _) = self.tiers.failed_ruling(failed, emit);
-                Some(Quick::Ruled(Judgement {
-                    ruling,
-                    settle: None,
-                }))
+        identify(headers)
+            .filter(|identity| !identity.user().is_empty())
+            .map(|identity| (identity, cost))
+    }
+
+    /// Events for this layer's listeners, or for no one.
+    pub(super) fn events(&self) -> Events {
+        Events::new(self.listening())
+    }
+
+    /// Decides `ask`: the one call into the limiter's
+    /// [`step`](crate::RateTier) for every way a request comes in.
+    pub(super) fn judge(
+        self: &Arc<Self>,
+        ask: &Ask<'_>,
+        events: Events,
+        settle: Option<SettlePlan>,
+        started: Option<Instant>,
+    ) -> Now {
+        match self.tiers.step(ask, events) {
+            Step::Plan(decided) => Now::Judged(self.judged(
+                decided.into_judged(),
+                ask.cost,
+                settle,
+                started,
+            )),
+            Step::Ruled(judged) => {
+                Now::Judged(self.judged(judged, ask.cost, settle, started))
             }
-            (None, None) => None,
+            Step::Pending { pending, events } => {
+                self.report(events);
+                let config = self.clone();
+                let cost = pending.cost();
+                let decision = async move {
+                    let judged = pending.finish(&config.tiers).await;
+                    config.judged(judged, cost, settle, started)
+                };
+                Now::Deciding(in_current_span(decision))
+            }
+        }
+    }
+
+    /// Reports a decision's events to everyone who takes them.
+    pub(super) fn report(&self, events: Events) {
+        for event in events.drain() {
+            self.emit(event);
         }
     }
 
@@ -158,9 +169,10 @@ impl Config {
         self.observer.is_some() || self.tiers.observed()
     }
 
-    /// Decides at once if the identity and the store allow it.
-    pub(super) fn judge_now(
-        &self,
+    /// Decides a request taken apart: at once if the identity and the
+    /// store allow it.
+    pub(super) fn judge_parts(
+        self: &Arc<Self>,
         parts: &Parts,
         route_cost: Option<RouteCost>,
     ) -> Now {
@@ -174,91 +186,13 @@ impl Config {
         #[cfg(feature = "tracing")]
         let _entered = span.as_ref().map(tracing::Span::enter);
         let started = self.timed().then(Instant::now);
-        let emit = |event: LimitEvent| self.emit(event);
-        let emit: Emit<'_> = self.listening().then_some(&emit);
-        let (ask, settle) =
-            match self.ask(identity.as_ref(), parts, route_cost, emit) {
-                Ok(asked) => asked,
-                Err(ruling) => {
-                    return Now::Judged(
-                        self.judged(ruling, "none", 0, None, started),
-                    );
-                }
-            };
-        if let (Some((user, tier)), [], false) =
-            (ask.identity, ask.extra.as_slice(), ask.shadow)
-            && ask.cost > 0
-        {
-            let mut failed = None;
-            let decided = self.tiers.decide_plan_now(
-                user,
-                tier,
-                ask.cost,
-                emit,
-                &mut failed,
-            );
-            let judged = match (decided, failed) {
-                (Some(decided), _) => Some((decided.into_ruling(), decided.by)),
-                (None, Some(failed)) => {
-                    Some(self.tiers.failed_ruling(failed, emit))
-                }
-                (None, None) => None,
-            };
-            if let Some((ruling, by)) = judged {
-                return Now::Judged(
-                    self.judged(ruling, by, ask.cost, settle, started),
-                );
+        let mut events = self.events();
+        match self.ask(identity.as_ref(), parts, route_cost, &mut events) {
+            Ok((request, settle)) => {
+                self.judge(&request.ask(), events, settle, started)
             }
+            Err(ruling) => Now::Judged(self.ruled(ruling, events, started)),
         }
-        let prepared = match self.tiers.prepare(&ask, emit) {
-            Ok(prepared) => prepared,
-            Err(ruling) => {
-                return Now::Judged(
-                    self.judged(ruling, "none", ask.cost, None, started),
-                );
-            }
-        };
-        match self.tiers.decide_local(&prepared, emit) {
-            Some((ruling, by)) => {
-                Now::Judged(self.judged(ruling, by, ask.cost, settle, started))
-            }
-            None => {
-                let pending = Pending {
-                    started,
-                    settle,
-                    #[cfg(feature = "tracing")]
-                    span: span.clone(),
-                };
-                Now::Remote(Box::new(prepared.into_owned()), pending)
-            }
-        }
-    }
-
-    /// The decision of [`Now::Remote`], through the store's I/O.
-    pub(super) fn remote(
-        self: Arc<Self>,
-        prepared: Box<Prepared<'static>>,
-        pending: Pending,
-    ) -> BoxFuture<(Judgement, Option<Parts>)> {
-        let Pending {
-            started,
-            settle,
-            #[cfg(feature = "tracing")]
-            span,
-        } = pending;
-        let decision = async move {
-            let emit = |event: LimitEvent| self.emit(event);
-            let emit: Emit<'_> = self.listening().then_some(&emit);
-            let (ruling, by) = self.tiers.decide_remote(&prepared, emit).await;
-            let judged =
-                self.judged(ruling, by, prepared.cost(), settle, started);
-            (judged, None)
-        };
-        #[cfg(feature = "tracing")]
-        if let Some(span) = span {
-            return Box::pin(tracing::Instrument::instrument(decision, span));
-        }
-        Box::pin(decision)
     }
 
     /// The whole decision with an async identifier; the parts come back
@@ -267,10 +201,10 @@ impl Config {
         self: Arc<Self>,
         parts: Parts,
         route_cost: Option<RouteCost>,
-    ) -> BoxFuture<(Judgement, Option<Parts>)> {
+    ) -> BoxFuture<(Judgement, Parts)> {
         let decision = async move {
-            let judged = self.judge_async(&parts, route_cost).await;
-            (judged, Some(parts))
+            let judgement = self.judge_identified(&parts, route_cost).await;
+            (judgement, parts)
         };
         #[cfg(feature = "tracing")]
         if let Some(span) = rate_limit_span() {
@@ -279,72 +213,59 @@ impl Config {
         Box::pin(decision)
     }
 
-    async fn judge_async(
-        &self,
+    async fn judge_identified(
+        self: &Arc<Self>,
         parts: &Parts,
         route_cost: Option<RouteCost>,
     ) -> Judgement {
         let started = self.timed().then(Instant::now);
-        let emit = |event: LimitEvent| self.emit(event);
-        let emit: Emit<'_> = self.listening().then_some(&emit);
-        let identity = match &self.identifier {
-            Identifier::Async(identifier) => match identifier
-                .identify(parts)
-                .await
-            {
-                Ok(identity) => identity,
-                Err(error) => {
-                    let policy = self.tiers.plans().on_identity_error();
-                    report(emit, || LimitEvent::IdentityFailed {
-                        error: error.to_string(),
-                        policy,
-                    });
-                    let ruling = match policy {
-                        OnIdentityError::Allow => Ruling::Unlimited,
-                        OnIdentityError::Deny(status) => Ruling::Unavailable {
-                            status,
-                            error: None,
-                        },
-                    };
-                    return self.judged(ruling, "none", 0, None, started);
-                }
-            },
-            Identifier::None => None,
-            Identifier::Headers(identify) => identify(&parts.headers),
+        let mut events = self.events();
+        let Identifier::Async(identifier) = &self.identifier else {
+            unreachable!("only an async identifier is awaited")
         };
-        let (ask, settle) =
-            match self.ask(identity.as_ref(), parts, route_cost, emit) {
-                Ok(asked) => asked,
-                Err(ruling) => {
-                    return self.judged(ruling, "none", 0, None, started);
-                }
-            };
-        let prepared = match self.tiers.prepare(&ask, emit) {
-            Ok(prepared) => prepared,
-            Err(ruling) => {
-                return self.judged(ruling, "none", ask.cost, None, started);
+        let identity = match identifier.identify(parts).await {
+            Ok(identity) => identity,
+            Err(error) => {
+                let policy = self.tiers.plans().on_identity_error();
+                events.push(|| LimitEvent::IdentityFailed {
+                    error: error.to_string(),
+                    policy,
+                });
+                let ruling = match policy {
+                    OnIdentityError::Allow => Ruling::Unlimited,
+                    OnIdentityError::Deny(status) => Ruling::Unavailable {
+                        status,
+                        error: None,
+                    },
+                };
+                return self.ruled(ruling, events, started);
             }
         };
-        let (ruling, by) = match self.tiers.decide_local(&prepared, emit) {
-            Some(decided) => decided,
-            None => self.tiers.decide_remote(&prepared, emit).await,
-        };
-        self.judged(ruling, by, ask.cost, settle, started)
+        let (request, settle) =
+            match self.ask(identity.as_ref(), parts, route_cost, &mut events) {
+                Ok(asked) => asked,
+                Err(ruling) => return self.ruled(ruling, events, started),
+            };
+        match self.judge(&request.ask(), events, settle, started) {
+            Now::Judged(judgement) => judgement,
+            Now::Deciding(decision) => decision.await,
+            Now::Identify => unreachable!("identified already"),
+        }
     }
 
     /// The costs and limits of a request, and the settlement it may need;
-    /// or the answer, early (moved once, not boxed: see `limiter::decide`).
+    /// or the answer, early (moved once, not boxed: see `limiter::prepare`).
     #[allow(clippy::result_large_err)]
     fn ask<'p>(
         &'p self,
         identity: Option<&'p TierIdentity<'p>>,
         parts: &'p Parts,
         route_cost: Option<RouteCost>,
-        emit: Emit<'_>,
-    ) -> Result<(Ask<'p>, Option<SettlePlan>), Ruling> {
+        events: &mut Events,
+    ) -> Result<(LimitRequest<'p>, Option<SettlePlan>), Ruling> {
         let peek = self.peek.as_ref().is_some_and(|peek| peek(parts));
-        let invalid = || {
-            report(emit, || LimitEvent::InvalidCost);
+        let mut invalid = || {
+            events.push(|| LimitEvent::InvalidCost);
             Ruling::Invalid(Error::ZeroCost)
         };
         let cost = if peek {
@@ -359,7 +280,9 @@ impl Config {
             return Err(invalid());
         }
         let identity = identity.filter(|i| !i.user().is_empty());
-        let mut extra: SmallVec<[Extra<'p>; 2]> = SmallVec::new();
+        let mut request =
+            LimitRequest::of(identity.map(|i| (i.user(), i.tier())), cost)
+                .shadowed(self.shadow);
         let mut settle: SmallVec<[SettleItem; 1]> = SmallVec::new();
         for (index, limit) in self.limits.iter().enumerate() {
             if !peek && limit.when.as_ref().is_some_and(|when| !when(parts)) {
@@ -391,39 +314,52 @@ impl Config {
                     charged: rate_tier_storage::Charged::Primary,
                 });
             }
-            extra.push(Extra {
+            request = request.with(Extra {
                 limit,
                 partition,
                 cost: limit_cost,
             });
         }
-        let ask = Ask {
-            identity: identity.map(|i| (i.user(), i.tier())),
-            cost,
-            extra,
-            shadow: self.shadow,
-        };
         let settle = (!settle.is_empty()).then(|| {
             SettlePlan::new(settle, identity.map_or("", |i| i.user()))
         });
-        Ok((ask, settle))
+        Ok((request, settle))
     }
 
-    /// The judgement of a ruling, reported to the observers.
-    fn judged(
+    /// The judgement of a ruling reached before the limiter was asked.
+    fn ruled(
         &self,
         ruling: Ruling,
-        storage: &'static str,
+        events: Events,
+        started: Option<Instant>,
+    ) -> Judgement {
+        let judged = Judged {
+            ruling,
+            by: "none",
+            events,
+        };
+        self.judged(judged, 0, None, started)
+    }
+
+    /// The judgement of a decision, its events reported and the check to
+    /// the observers.
+    fn judged(
+        &self,
+        judged: Judged,
         cost: u32,
         settle: Option<SettlePlan>,
         started: Option<Instant>,
     ) -> Judgement {
+        let Judged { ruling, by, events } = judged;
+        if events.listening() {
+            self.report(events);
+        }
         if let Some(started) = started {
             let checked = Checked {
                 tier: ruling.tier(),
                 outcome: ruling.outcome(),
                 cost,
-                storage,
+                storage: by,
                 elapsed: started.elapsed(),
             };
             #[cfg(feature = "tracing")]
@@ -443,58 +379,70 @@ impl Config {
 }
 
 impl Judgement {
-    /// The request to pass on (with its [`RateLimitInfo`] in the
-    /// extensions) and what to do after, or the refusal.
-    ///
-    /// [`RateLimitInfo`]: crate::RateLimitInfo
+    /// What to do after the response, the request's [`RateLimitInfo`] put
+    /// in its `extensions`; or the refusal.
     pub(super) fn respond<R: Refusal<B>, B>(
         self,
         config: &Arc<Config>,
-        mut parts: Parts,
-    ) -> Result<(Parts, After), Response<B>> {
-        let style = config.headers;
-        let refused = match &self.ruling {
+        extensions: &mut Extensions,
+    ) -> Result<After, Response<B>> {
+        let refused = match self.ruling {
             Ruling::Allowed(info) => {
-                parts.extensions.insert(info.clone());
+                extensions.insert(info.clone());
                 let settle = self.settle.map(|plan| {
                     let mut plan = plan.with_config(config.clone());
                     if let Some(meter) = plan.meter() {
-                        parts.extensions.insert(meter);
+                        extensions.insert(meter);
                     }
                     Box::new(plan)
                 });
-                let Ruling::Allowed(info) = self.ruling else {
-                    unreachable!("matched just above")
-                };
-                return Ok((
-                    parts,
-                    After {
-                        info: Some(info),
-                        settle,
-                    },
-                ));
+                return Ok(After {
+                    info: Some(info),
+                    settle,
+                });
             }
             Ruling::Unlimited => {
-                return Ok((
-                    parts,
-                    After {
-                        info: None,
-                        settle: None,
-                    },
-                ));
+                return Ok(After {
+                    info: None,
+                    settle: None,
+                });
             }
-            Ruling::Limited(limited) => Refused::Limited(limited),
-            Ruling::Denied(status) => Refused::NoIdentity(*status),
-            Ruling::Unavailable { status, .. } => Refused::Unavailable(*status),
-            Ruling::Invalid(error) => Refused::Invalid(match error {
-                Error::ZeroCost => "invalid request cost",
-                Error::Check(_) => "rate limiter clock out of range",
-                Error::Storage(_) => "rate limiter failed",
-                Error::NoIdentity => "identity required",
-            }),
+            ruling => ruling,
         };
-        Err(R::refuse(refused, style))
+        Err(refuse::<R, B>(&refused, config))
     }
+}
+
+/// The response to a refusal.
+fn refuse<R: Refusal<B>, B>(ruling: &Ruling, config: &Config) -> Response<B> {
+    let refused = match ruling {
+        Ruling::Limited(limited) => Refused::Limited(limited),
+        Ruling::Denied(status) => Refused::NoIdentity(*status),
+        Ruling::Unavailable { status, .. } => Refused::Unavailable(*status),
+        Ruling::Invalid(error) => Refused::Invalid(match error {
+            Error::ZeroCost => "invalid request cost",
+            Error::Check(_) => "rate limiter clock out of range",
+            Error::Storage(_) => "rate limiter failed",
+            Error::NoIdentity => "identity required",
+        }),
+        Ruling::Allowed(_) | Ruling::Unlimited => {
+            unreachable!("a passed request is not refused")
+        }
+    };
+    R::refuse(refused, config.headers)
+}
+
+/// The rest of a decision, in the span of its check (the current one)
+/// when DEBUG is wanted.
+fn in_current_span<T>(
+    decision: impl std::future::Future<Output = T> + Send + 'static,
+) -> BoxFuture<T> {
+    #[cfg(feature = "tracing")]
+    if debug_wanted() {
+        let span = tracing::Span::current();
+        return Box::pin(tracing::Instrument::instrument(decision, span));
+    }
+    Box::pin(decision)
 }
 
 /// The `tracing` target of the limiter's events.

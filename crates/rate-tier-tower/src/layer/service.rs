@@ -8,10 +8,11 @@ use tower_service::Service;
 
 use super::body::LimitBody;
 use super::cost::RouteCost;
-use super::future::{After, ResponseFuture};
-use super::judge::{Now, Quick};
+use super::future::{Decision, ResponseFuture};
+use super::judge::Now;
 use super::layer::Config;
-use super::refusal::{HttpRefusal, Refusal, Refused};
+use super::refusal::{HttpRefusal, Refusal};
+use crate::limiter::ask::Ask;
 
 /// The service made by [`TierLimitLayer`](super::TierLimitLayer): one
 /// service for every protocol, `R` saying how a refusal is answered.
@@ -92,59 +93,86 @@ where
         // A route's cost is this limiter's alone: a limiter nested inside
         // must not charge it again.
         let route_cost = request.extensions_mut().remove::<RouteCost>();
+        let config = &self.config;
         // The common case: decided from the headers, the request passed on
         // whole (not taken apart and put back together).
-        let style = self.config.headers;
-        if let Some(quick) =
-            self.config.judge_quick(request.headers(), route_cost)
-        {
-            let judgement = match quick {
-                Quick::Passed(info) => {
-                    request.extensions_mut().insert(info.clone());
-                    let future = self.inner.call(request);
-                    let after = After {
-                        info: Some(info),
-                        settle: None,
-                    };
-                    return ResponseFuture::calling(style, future, after);
-                }
-                Quick::Refused(limited) => {
-                    let response = R::refuse(Refused::Limited(&limited), style);
-                    return ResponseFuture::answered(style, response);
-                }
-                Quick::Ruled(judgement) => judgement,
-            };
-            let (parts, body) = request.into_parts();
-            return match judgement.respond::<R, ResBody>(&self.config, parts) {
-                Ok((parts, after)) => {
-                    let future =
-                        self.inner.call(Request::from_parts(parts, body));
-                    ResponseFuture::calling(style, future, after)
-                }
-                Err(refusal) => ResponseFuture::answered(style, refusal),
-            };
+        let quick = config.quick(request.headers(), route_cost).map(
+            |(identity, cost)| {
+                let ask = Ask::plan(identity.user(), identity.tier(), cost);
+                config.judge(&ask, config.events(), None, None)
+            },
+        );
+        if let Some(now) = quick {
+            return self.go_on(now, request, route_cost);
         }
         let (parts, body) = request.into_parts();
-        let config = self.config.clone();
-        let (decision, parts) = match config.judge_now(&parts, route_cost) {
+        let now = config.judge_parts(&parts, route_cost);
+        self.go_on(now, Request::from_parts(parts, body), route_cost)
+    }
+}
+
+impl<S, R> TierLimit<S, R> {
+    /// What follows what `call` could decide: the inner service called, a
+    /// refusal answered, or the decision awaited.
+    #[inline(always)]
+    fn go_on<ReqBody, ResBody>(
+        &mut self,
+        now: Now,
+        mut request: Request<ReqBody>,
+        route_cost: Option<RouteCost>,
+    ) -> ResponseFuture<S, ReqBody, ResBody, R>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+        ResBody: http_body::Body,
+        R: Refusal<ResBody>,
+    {
+        let style = self.config.headers;
+        let decision = match now {
             Now::Judged(judgement) => {
-                return match judgement.respond::<R, ResBody>(&config, parts) {
-                    Ok((parts, after)) => {
-                        let future =
-                            self.inner.call(Request::from_parts(parts, body));
-                        ResponseFuture::calling(style, future, after)
-                    }
+                return match judgement.respond::<R, ResBody>(
+                    &self.config,
+                    request.extensions_mut(),
+                ) {
+                    Ok(after) => ResponseFuture::calling(
+                        style,
+                        self.inner.call(request),
+                        after,
+                    ),
                     Err(refusal) => ResponseFuture::answered(style, refusal),
                 };
             }
-            Now::Remote(prepared, pending) => {
-                (config.clone().remote(prepared, pending), Some(parts))
+            Now::Deciding(decision) => Decision::Store(decision),
+            Now::Identify => {
+                let (parts, body) = request.into_parts();
+                let config = self.config.clone();
+                let decision = config.identify(parts, route_cost);
+                return self.deciding(Decision::Identify(decision), None, body);
             }
-            Now::Identify => (config.clone().identify(parts, route_cost), None),
         };
+        let (parts, body) = request.into_parts();
+        self.deciding(decision, Some(parts), body)
+    }
+
+    fn deciding<ReqBody, ResBody>(
+        &mut self,
+        decision: Decision,
+        parts: Option<http::request::Parts>,
+        body: ReqBody,
+    ) -> ResponseFuture<S, ReqBody, ResBody, R>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+        ResBody: http_body::Body,
+        R: Refusal<ResBody>,
+    {
         // The clone is not ready; the one that was polled ready is taken.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::deciding(config, decision, inner, parts, body)
+        ResponseFuture::deciding(
+            self.config.clone(),
+            decision,
+            inner,
+            parts,
+            body,
+        )
     }
 }

@@ -9,11 +9,15 @@ use gcra_core::Adjust;
 use rate_tier_storage::{BucketCheck, BucketSettle, Charged, StorageError};
 use smallvec::SmallVec;
 
-use super::future::BoxFuture;
 use super::layer::Config;
 use crate::event::LimitEvent;
 use crate::limit::Usage;
 use crate::outcome::RateLimitInfo;
+
+/// A boxed future of the layer's (a decision awaiting the store, a
+/// settlement).
+pub(super) type BoxFuture<T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'static>>;
 
 /// A limit charged an estimate by this request.
 #[derive(Debug)]

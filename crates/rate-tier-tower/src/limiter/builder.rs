@@ -8,7 +8,7 @@ use gcra_core::Quota;
 use rate_tier_storage::clock::{Clock, MonotonicClock, SharedClock};
 use rate_tier_storage::event::Listeners;
 use rate_tier_storage::key::KeySecret;
-use rate_tier_storage::{MemoryStorage, Storage};
+use rate_tier_storage::{MemoryStorage, Storage, Store};
 
 use super::{Inner, RateTier};
 use crate::error::ConfigError;
@@ -192,18 +192,15 @@ impl RateTierBuilder {
     pub fn try_build(self) -> Result<RateTier, ConfigError> {
         let plans = self.plans.build()?;
         let key_secret = self.key_secret.map(KeySecret::new).transpose()?;
-        let memory = match (&self.storage, &self.clock) {
-            (Some(_), _) => None,
-            (None, Some(clock)) => Some(
-                MemoryStorage::builder().shared_clock(clock.clone()).build(),
-            ),
-            // The store's own default clock: read without a virtual call.
-            (None, None) => Some(MemoryStorage::new()),
-        };
-        let storage = match (self.storage, &memory) {
-            (Some(storage), _) => storage,
-            (None, Some(memory)) => Arc::new(memory.clone()),
-            (None, None) => unreachable!("a memory store is made without one"),
+        let store = match self.storage {
+            Some(storage) => Store::Other(storage),
+            None => Store::Memory(match &self.clock {
+                Some(clock) => {
+                    MemoryStorage::builder().shared_clock(clock.clone()).build()
+                }
+                // The store's own default clock: read without a virtual call.
+                None => MemoryStorage::new(),
+            }),
         };
         let clock = self.clock.unwrap_or_else(|| Arc::new(MonotonicClock));
         let listeners = Listeners::default();
@@ -221,8 +218,7 @@ impl RateTierBuilder {
             plans: ArcSwap::from_pointee(plans),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             generation: AtomicU64::new(0),
-            storage,
-            memory,
+            store,
             clock,
             key_secret,
             listeners,

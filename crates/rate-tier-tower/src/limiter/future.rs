@@ -1,4 +1,5 @@
-//! [`CheckFuture`]: a decision as a small lazy future.
+//! [`CheckFuture`]: a decision as a small lazy future, driving
+//! [`RateTier::step`].
 
 use std::fmt;
 use std::future::Future;
@@ -6,16 +7,17 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use smallvec::SmallVec;
-
-use super::decide::{Ask, Failed, Prepared, Ruling};
-use super::{AskFor, RateTier};
+use super::RateTier;
+use super::ask::Ask;
+use super::ruling::{Events, Judged, Ruling};
+use super::step::Step;
 use crate::error::Error;
-use crate::event::LimitEvent;
 use crate::observe::Checked;
 use crate::outcome::{Limited, RateLimitInfo};
 
 type Output = Result<Result<RateLimitInfo, Limited>, Error>;
+
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The future of [`RateTier::check`] and [`RateTier::decide`].
 ///
@@ -23,35 +25,36 @@ type Output = Result<Result<RateLimitInfo, Limited>, Error>;
 /// in-process store the first poll decides (no allocation, no await); only
 /// a store that needs I/O puts the rest of the work in a boxed future.
 /// Like any future, it must not be polled after it completed: it panics.
+///
+/// ```
+/// use tower_rate_tier::{Quota, RateTier};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let limiter = RateTier::builder().tier("free", Quota::per_minute(10)).build();
+/// let future = limiter.check("ana", "free", 1);
+/// // Nothing is charged before the future is polled.
+/// assert_eq!(limiter.peek("ana", "free").await.unwrap().remaining, 10);
+/// assert_eq!(future.await.unwrap().unwrap().remaining, 9);
+/// # }
+/// ```
 #[must_use = "futures do nothing unless polled"]
 pub struct CheckFuture<'a> {
     tiers: &'a RateTier,
-    /// [`RateTier::check`]'s user, tier and cost, beside the state rather
-    /// than in it: the common path builds and reads plain fields, and no
-    /// [`Ask`] is built, moved or dropped.
-    user: &'a str,
-    tier: &'a str,
-    cost: u32,
     state: State<'a>,
 }
 
-/// Small on purpose: a future is moved (pinned, returned) before it is
-/// polled, and every byte of it is copied each time.
 enum State<'a> {
-    /// [`RateTier::check`]: the plan's limit alone, from the fields above.
-    Plan,
-    /// [`RateTier::decide`]: the request, read when polled.
-    Request(&'a (dyn AskFor<'a> + Sync + 'a)),
+    /// Not polled yet: what the decision is asked.
+    Start(Ask<'a>),
     /// A cost of 0 to [`RateTier::check`].
     ZeroCost,
-    Remote(Pin<Box<dyn Future<Output = Output> + Send + 'a>>),
+    Remote(BoxFuture<'a, Output>),
     Done,
 }
 
 impl fmt::Debug for CheckFuture<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match self.state {
-            State::Plan | State::Request(_) => "start",
+            State::Start(_) => "start",
             State::ZeroCost => "failed",
             State::Remote(_) => "waiting for the store",
             State::Done => "done",
@@ -63,40 +66,17 @@ impl fmt::Debug for CheckFuture<'_> {
 }
 
 impl<'a> CheckFuture<'a> {
-    pub(super) fn plan(
-        tiers: &'a RateTier,
-        user: &'a str,
-        tier: &'a str,
-        cost: u32,
-    ) -> Self {
+    #[inline]
+    pub(super) fn new(tiers: &'a RateTier, ask: Ask<'a>) -> Self {
         CheckFuture {
             tiers,
-            user,
-            tier,
-            cost,
-            state: State::Plan,
-        }
-    }
-
-    pub(super) fn request(
-        tiers: &'a RateTier,
-        request: &'a (dyn AskFor<'a> + Sync + 'a),
-    ) -> Self {
-        CheckFuture {
-            tiers,
-            user: "",
-            tier: "",
-            cost: 0,
-            state: State::Request(request),
+            state: State::Start(ask),
         }
     }
 
     pub(super) fn zero_cost(tiers: &'a RateTier) -> Self {
         CheckFuture {
             tiers,
-            user: "",
-            tier: "",
-            cost: 0,
             state: State::ZeroCost,
         }
     }
@@ -107,144 +87,72 @@ impl Future for CheckFuture<'_> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Output> {
         let this = &mut *self;
-        // The common case first, on its own: the plan's limit alone,
-        // nobody to tell, an in-process store.
-        let (tiers, user, tier, cost) =
-            (this.tiers, this.user, this.tier, this.cost);
-        if matches!(this.state, State::Plan)
-            && !tiers.observed()
-            && !tiers.listening()
-        {
-            // `Plan` holds nothing to drop: forgetting it spares a call to
-            // the drop glue of every state.
-            std::mem::forget(std::mem::replace(&mut this.state, State::Done));
-            let mut failed = None;
-            if let Some(decided) =
-                tiers.decide_plan_now(user, tier, cost, None, &mut failed)
-            {
-                return Poll::Ready(Ok(decided.outcome()));
-            }
-            if let Some(failed) = failed {
-                return Poll::Ready(failed_answer(tiers, tier, cost, failed));
-            }
-            this.state = State::Plan;
-        }
-        // `decide` and nobody to tell: its own path too.
-        if let State::Request(request) = this.state
-            && let Some(decided) = request.decide_quiet(this.tiers)
-        {
-            this.state = State::Done;
-            return Poll::Ready(Ok(decided));
-        }
-        this.poll_slow(cx)
-    }
-}
-
-/// The answer to a store's failure on the common path.
-#[cold]
-#[inline(never)]
-fn failed_answer(
-    tiers: &RateTier,
-    tier: &str,
-    cost: u32,
-    failed: Failed,
-) -> Output {
-    let (ruling, by) = tiers.failed_ruling(failed, None);
-    answer(tiers, tier, cost, ruling, by, None)
-}
-
-impl CheckFuture<'_> {
-    /// Everything but the common case: observers or listeners to tell,
-    /// other limits, a store that fails or needs I/O.
-    #[inline(never)]
-    fn poll_slow(&mut self, cx: &mut Context<'_>) -> Poll<Output> {
-        let tiers = self.tiers;
-        let ask = match std::mem::replace(&mut self.state, State::Done) {
-            State::Plan => Ask {
-                identity: Some((self.user, self.tier)),
-                cost: self.cost,
-                extra: SmallVec::new(),
-                shadow: false,
-            },
-            State::Request(request) => request.ask(),
-            State::ZeroCost => return Poll::Ready(Err(Error::ZeroCost)),
-            State::Remote(mut remote) => {
+        let tiers = this.tiers;
+        let ask = match &mut this.state {
+            State::Start(ask) => *ask,
+            State::Remote(remote) => {
                 let output = remote.as_mut().poll(cx);
-                if output.is_pending() {
-                    self.state = State::Remote(remote);
+                if output.is_ready() {
+                    this.state = State::Done;
                 }
                 return output;
             }
+            State::ZeroCost => {
+                this.state = State::Done;
+                return Poll::Ready(Err(Error::ZeroCost));
+            }
             State::Done => panic!("`CheckFuture` polled after completion"),
         };
+        // `Start` holds nothing to drop: overwriting it skips the drop glue
+        // of every state.
+        this.state = State::Done;
         let started = tiers.observed().then(Instant::now);
-        let emit = |event: LimitEvent| tiers.emit(|| event);
-        let emit = tiers
-            .listening()
-            .then_some(&emit as &(dyn Fn(LimitEvent) + Sync));
-        let tier = ask.identity.map_or("", |(_, tier)| tier);
-        // The plan's limit alone: its own path, the tier looked up once.
-        if let (Some((user, _)), [], false) =
-            (ask.identity, ask.extra.as_slice(), ask.shadow)
-        {
-            let mut failed = None;
-            let decided =
-                tiers.decide_plan_now(user, tier, ask.cost, emit, &mut failed);
-            let judged = match (decided, failed) {
-                (Some(decided), _) => Some((decided.into_ruling(), decided.by)),
-                (None, Some(failed)) => Some(tiers.failed_ruling(failed, emit)),
-                (None, None) => None,
-            };
-            if let Some((ruling, by)) = judged {
-                return Poll::Ready(answer(
-                    tiers, tier, ask.cost, ruling, by, started,
-                ));
+        let events = Events::new(tiers.listening());
+        let (tier, cost) = (ask.tier(), ask.cost);
+        match tiers.step(&ask, events) {
+            Step::Plan(decided) if started.is_none() => {
+                let outcome = decided.outcome();
+                if decided.events.listening() {
+                    tiers.report(decided.events);
+                }
+                Poll::Ready(Ok(outcome))
+            }
+            Step::Plan(decided) => Poll::Ready(answer(
+                tiers,
+                tier,
+                cost,
+                decided.into_judged(),
+                started,
+            )),
+            Step::Ruled(judged) => {
+                Poll::Ready(answer(tiers, tier, cost, judged, started))
+            }
+            Step::Pending { pending, events } => {
+                tiers.report(events);
+                this.state = State::Remote(Box::pin(async move {
+                    let judged = pending.finish(tiers).await;
+                    answer(tiers, tier, cost, judged, started)
+                }));
+                self.poll(cx)
             }
         }
-        let prepared = match tiers.prepare(&ask, emit) {
-            Ok(prepared) => prepared,
-            Err(ruling) => {
-                return Poll::Ready(answer(
-                    tiers, tier, ask.cost, ruling, "none", started,
-                ));
-            }
-        };
-        if let Some((ruling, by)) = tiers.decide_local(&prepared, emit) {
-            return Poll::Ready(answer(
-                tiers, tier, ask.cost, ruling, by, started,
-            ));
-        }
-        self.state =
-            State::Remote(Box::pin(remote(tiers, ask, prepared, started)));
-        self.poll_slow(cx)
     }
 }
-
-async fn remote<'a>(
-    tiers: &'a RateTier,
-    ask: Ask<'a>,
-    prepared: Prepared<'a>,
-    started: Option<Instant>,
-) -> Output {
-    let emit = |event: LimitEvent| tiers.emit(|| event);
-    let emit = tiers
-        .listening()
-        .then_some(&emit as &(dyn Fn(LimitEvent) + Sync));
-    let (ruling, by) = tiers.decide_remote(&prepared, emit).await;
-    let tier = ask.identity.map_or("", |(_, tier)| tier);
-    answer(tiers, tier, ask.cost, ruling, by, started)
-}
-
-/// The direct API's answer to a ruling on a request for `tier` (the
-/// claimed one) at `cost`, reported to the limiter's observers.
+/// The direct API's answer to a decision on a request for `tier` (the
+/// claimed one) at `cost`, its events reported to the limiter's listeners
+/// and the check to its observers.
+#[inline(always)]
 fn answer(
     tiers: &RateTier,
     tier: &str,
     cost: u32,
-    ruling: Ruling,
-    by: &'static str,
+    judged: Judged,
     started: Option<Instant>,
 ) -> Output {
+    let Judged { ruling, by, events } = judged;
+    if events.listening() {
+        tiers.report(events);
+    }
     if let Some(started) = started {
         tiers.checked(&Checked {
             tier: ruling.tier(),
@@ -256,12 +164,23 @@ fn answer(
     }
     match ruling {
         Ruling::Allowed(info) => Ok(Ok(info)),
+        Ruling::Limited(limited) => Ok(Err(limited)),
+        ruling => unusual(tiers, tier, cost, ruling),
+    }
+}
+
+/// Every answer but a pass or a refusal by a limit.
+#[cold]
+#[inline(never)]
+fn unusual(tiers: &RateTier, tier: &str, cost: u32, ruling: Ruling) -> Output {
+    match ruling {
+        Ruling::Allowed(info) => Ok(Ok(info)),
+        Ruling::Limited(limited) => Ok(Err(limited)),
         Ruling::Unlimited => Ok(Ok(RateLimitInfo::unlimited(
             tier,
             cost,
             tiers.inner.clock.now_us(),
         ))),
-        Ruling::Limited(limited) => Ok(Err(limited)),
         Ruling::Unavailable {
             error: Some(error), ..
         } => Err(Error::Storage(error)),

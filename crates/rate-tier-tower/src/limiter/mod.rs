@@ -1,13 +1,20 @@
 //! The limiter: [`RateTier`], the plans it applies, the store it asks, and
 //! who hears what it does.
 //!
-//! - `builder.rs`: [`RateTierBuilder`];
-//! - `decide.rs`: the decision, the one path every request takes;
-//! - `future.rs`: [`CheckFuture`], the decision as a small lazy future.
+//! - `ask.rs`: what a decision is asked, and [`LimitRequest`];
+//! - `prepare.rs`: the identity, tier and cost policies, and the buckets;
+//! - `step.rs`: [`RateTier::step`], the one function every request's
+//!   decision goes through;
+//! - `ruling.rs`: what a decision came to, and the events it tells;
+//! - `future.rs`: [`CheckFuture`], the decision as a small lazy future;
+//! - `builder.rs`: [`RateTierBuilder`].
 
+pub(crate) mod ask;
 mod builder;
-pub(crate) mod decide;
 mod future;
+mod prepare;
+pub(crate) mod ruling;
+pub(crate) mod step;
 
 use std::cell::RefCell;
 use std::fmt;
@@ -19,13 +26,14 @@ use gcra_core::{Adjust, Quota};
 use rate_tier_storage::clock::SharedClock;
 use rate_tier_storage::event::Listeners;
 use rate_tier_storage::key::KeySecret;
-use rate_tier_storage::{BucketCheck, Storage, Subscription};
-use smallvec::SmallVec;
+use rate_tier_storage::{BucketCheck, Store, Subscription};
 
+pub use ask::LimitRequest;
 pub use builder::RateTierBuilder;
 pub use future::CheckFuture;
 
-use self::decide::{Answer, Ask, Extra};
+use self::ask::Ask;
+use self::ruling::Events;
 use crate::error::Error;
 use crate::event::LimitEvent;
 use crate::limit::Limit;
@@ -62,10 +70,8 @@ pub(crate) struct Inner {
     pub(crate) id: u64,
     /// Bumped after every reload: a thread's copy of older plans is stale.
     pub(crate) generation: AtomicU64,
-    pub(crate) storage: Arc<dyn Storage>,
-    /// The same store when it is the default memory one: its hot path is
-    /// then called directly (inlined), not through the trait object.
-    pub(crate) memory: Option<rate_tier_storage::MemoryStorage>,
+    /// The memory store by value (its decision inlined), or any other.
+    pub(crate) store: Store,
     pub(crate) clock: SharedClock,
     pub(crate) key_secret: Option<KeySecret>,
     /// Who hears every event, the store's included, each once.
@@ -81,7 +87,7 @@ impl fmt::Debug for RateTier {
         let inner = &*self.inner;
         f.debug_struct("RateTier")
             .field("plans", &*inner.plans.load())
-            .field("storage", &inner.storage)
+            .field("store", &inner.store)
             .field("key_secret", &inner.key_secret)
             .finish_non_exhaustive()
     }
@@ -109,8 +115,14 @@ impl RateTier {
     }
 
     /// The store the limiter uses.
-    pub fn storage(&self) -> &Arc<dyn Storage> {
-        &self.inner.storage
+    ///
+    /// ```
+    /// use tower_rate_tier::{Quota, RateTier};
+    /// let limiter = RateTier::builder().tier("free", Quota::per_minute(10)).build();
+    /// assert_eq!(limiter.storage().kind(), "memory");
+    /// ```
+    pub fn storage(&self) -> &Store {
+        &self.inner.store
     }
 
     /// Replaces the plans, for every clone of this limiter, without a
@@ -215,7 +227,7 @@ impl RateTier {
         if cost == 0 {
             return CheckFuture::zero_cost(self);
         }
-        CheckFuture::plan(self, user, tier, cost)
+        CheckFuture::new(self, Ask::plan(user, tier, cost))
     }
 
     /// Decides a request against its plan and other limits, as one
@@ -248,7 +260,7 @@ impl RateTier {
         &'a self,
         request: &'a LimitRequest<'r>,
     ) -> CheckFuture<'a> {
-        CheckFuture::request(self, request)
+        CheckFuture::new(self, request.ask())
     }
 
     /// Reads the plan's bucket of `user` in `tier` without charging it.
@@ -320,7 +332,7 @@ impl RateTier {
         let bucket = BucketCheck::peek(limit.key, user, quota)
             .key_secret(self.inner.key_secret.as_ref());
         self.inner
-            .storage
+            .store
             .settle(&[bucket.settle(adjust).charged(charged)])
             .await?;
         Ok(())
@@ -335,6 +347,13 @@ impl RateTier {
     /// Whether the limiter's listeners want events.
     pub(crate) fn listening(&self) -> bool {
         !self.inner.listeners.is_empty()
+    }
+
+    /// Reports a decision's events to the limiter's listeners.
+    pub(crate) fn report(&self, events: Events) {
+        for event in events.drain() {
+            self.emit(|| event);
+        }
     }
 
     /// Reports a check to the limiter's observers.
@@ -361,6 +380,7 @@ thread_local! {
 impl Inner {
     /// Runs `f` on the plans in force, from this thread's copy when it is
     /// current: no atomic read-modify-write on a shared counter.
+    #[inline(always)]
     pub(crate) fn with_plans<R>(&self, f: impl FnOnce(&Plans) -> R) -> R {
         let generation = self.generation.load(Ordering::Acquire);
         let mut f = Some(f);
@@ -391,114 +411,9 @@ impl Inner {
     fn forward_store_events(&self) {
         self.store_events.get_or_init(|| {
             let listeners = self.listeners.clone();
-            self.storage.subscribe(Arc::new(move |event| {
+            self.store.subscribe(Arc::new(move |event| {
                 listeners.emit_with(|| LimitEvent::Storage(event.clone()));
             }))
         });
-    }
-}
-
-/// A request for [`RateTier::decide`]: a user on a tier, the plan's cost,
-/// and other limits with their costs.
-///
-/// ```
-/// use tower_rate_tier::{Limit, LimitRequest, Quota};
-/// let search = Limit::new("search", Quota::per_minute(3));
-/// let per_ip = Limit::new("ip", Quota::per_minute(1000));
-/// let request = LimitRequest::new("key_ana", "free", 1)
-///     .limit(&search, 1)
-///     .limit_keyed(&per_ip, "203.0.113.7", 1);
-/// # let _ = request;
-/// ```
-#[derive(Debug, Clone)]
-pub struct LimitRequest<'a> {
-    user: &'a str,
-    tier: &'a str,
-    cost: u32,
-    limits: SmallVec<[(&'a Limit, Option<&'a str>, u32); 2]>,
-    shadow: bool,
-}
-
-/// A request that becomes a decision's [`Ask`] when polled: a
-/// [`LimitRequest`] of any lifetime that outlives `'a` (it is invariant in
-/// its own), behind one reference in a [`CheckFuture`].
-pub(crate) trait AskFor<'a> {
-    fn ask(&'a self) -> Ask<'a>;
-
-    /// [`RateTier::decide_quiet`] of the request.
-    fn decide_quiet(&'a self, tiers: &RateTier) -> Option<Answer>;
-}
-
-impl<'a, 'r: 'a> AskFor<'a> for LimitRequest<'r> {
-    fn decide_quiet(&'a self, tiers: &RateTier) -> Option<Answer> {
-        tiers.decide_quiet(
-            self.user,
-            self.tier,
-            self.cost,
-            self.shadow,
-            &self.limits,
-        )
-    }
-
-    fn ask(&'a self) -> Ask<'a> {
-        let mut extra = SmallVec::new();
-        for &(limit, key, cost) in &self.limits {
-            extra.push(Extra {
-                limit,
-                partition: key.map(std::borrow::Cow::Borrowed),
-                cost,
-            });
-        }
-        Ask {
-            identity: Some((self.user, self.tier)),
-            cost: self.cost,
-            extra,
-            shadow: self.shadow,
-        }
-    }
-}
-
-impl<'a> LimitRequest<'a> {
-    /// `user` on `tier`, costing the plan `cost` (0: a peek, every bucket
-    /// read and none charged).
-    #[inline]
-    pub fn new(user: &'a str, tier: &'a str, cost: u32) -> Self {
-        LimitRequest {
-            user,
-            tier,
-            cost,
-            limits: SmallVec::new(),
-            shadow: false,
-        }
-    }
-
-    /// Adds `limit`, charged `cost`, in the user's bucket (a
-    /// [global](Limit::global) limit: in its one bucket).
-    #[inline]
-    pub fn limit(mut self, limit: &'a Limit, cost: u32) -> Self {
-        let key = match limit.scope {
-            crate::limit::Scope::Global => Some(""),
-            _ => None,
-        };
-        self.limits.push((limit, key, cost));
-        self
-    }
-
-    /// Adds `limit`, charged `cost`, in the bucket of `key` (an address, a
-    /// tenant).
-    pub fn limit_keyed(
-        mut self,
-        limit: &'a Limit,
-        key: &'a str,
-        cost: u32,
-    ) -> Self {
-        self.limits.push((limit, Some(key), cost));
-        self
-    }
-
-    /// Every limit in shadow mode: decided and reported, nothing refused.
-    pub fn shadow(mut self) -> Self {
-        self.shadow = true;
-        self
     }
 }

@@ -1,0 +1,164 @@
+//! What a decision is asked ([`Ask`]), and [`LimitRequest`], the public way
+//! to ask it.
+
+use std::borrow::Cow;
+
+use smallvec::SmallVec;
+
+use crate::limit::{Limit, Scope};
+
+/// What one decision is asked: the identity, the plan's cost, the limits of
+/// their own. Every way in (the layer, [`RateTier::check`],
+/// [`RateTier::decide`]) makes one; it borrows everything, and is copied
+/// freely.
+///
+/// [`RateTier::check`]: crate::RateTier::check
+/// [`RateTier::decide`]: crate::RateTier::decide
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ask<'a> {
+    /// The user and the tier they claim; `None`: no identity.
+    pub(crate) identity: Option<(&'a str, &'a str)>,
+    /// The plan's cost; 0 reads the buckets (a peek).
+    pub(crate) cost: u32,
+    /// Other limits that apply, each with its partition and cost.
+    pub(crate) extra: &'a [Extra<'a>],
+    /// Every limit in shadow mode.
+    pub(crate) shadow: bool,
+}
+
+impl<'a> Ask<'a> {
+    /// The plan's limit alone: `user` on `tier` at `cost`.
+    #[inline]
+    pub(crate) fn plan(user: &'a str, tier: &'a str, cost: u32) -> Self {
+        Ask {
+            identity: Some((user, tier)),
+            cost,
+            extra: &[],
+            shadow: false,
+        }
+    }
+
+    /// Whether it asks for the plan's enforced limit alone, and charges it:
+    /// the common case, decided on a path of its own.
+    #[inline]
+    pub(crate) fn plan_alone(&self) -> Option<(&'a str, &'a str, u32)> {
+        match (self.identity, self.extra.is_empty(), self.shadow) {
+            (Some((user, tier)), true, false) if self.cost > 0 => {
+                Some((user, tier, self.cost))
+            }
+            _ => None,
+        }
+    }
+
+    /// The claimed tier ("" without an identity).
+    pub(crate) fn tier(&self) -> &'a str {
+        self.identity.map_or("", |(_, tier)| tier)
+    }
+}
+
+/// A limit of its own in a decision.
+#[derive(Debug, Clone)]
+pub(crate) struct Extra<'a> {
+    pub(crate) limit: &'a Limit,
+    /// `None`: the request's user (per-user limits).
+    pub(crate) partition: Option<Cow<'a, str>>,
+    pub(crate) cost: u32,
+}
+
+/// A request for [`RateTier::decide`](crate::RateTier::decide): a user on a
+/// tier, the plan's cost, and other limits with their costs.
+///
+/// ```
+/// use tower_rate_tier::{Limit, LimitRequest, Quota};
+/// let search = Limit::new("search", Quota::per_minute(3));
+/// let per_ip = Limit::new("ip", Quota::per_minute(1000));
+/// let request = LimitRequest::new("key_ana", "free", 1)
+///     .limit(&search, 1)
+///     .limit_keyed(&per_ip, "203.0.113.7", 1);
+/// # let _ = request;
+/// ```
+#[derive(Debug, Clone)]
+pub struct LimitRequest<'a> {
+    identity: Option<(&'a str, &'a str)>,
+    cost: u32,
+    extra: SmallVec<[Extra<'a>; 2]>,
+    shadow: bool,
+}
+
+impl<'a> LimitRequest<'a> {
+    /// `user` on `tier`, costing the plan `cost` (0: a peek, every bucket
+    /// read and none charged).
+    #[inline]
+    pub fn new(user: &'a str, tier: &'a str, cost: u32) -> Self {
+        LimitRequest::of(Some((user, tier)), cost)
+    }
+
+    /// A request of `identity` (`None`: none was found) at `cost`.
+    pub(crate) fn of(identity: Option<(&'a str, &'a str)>, cost: u32) -> Self {
+        LimitRequest {
+            identity,
+            cost,
+            extra: SmallVec::new(),
+            shadow: false,
+        }
+    }
+
+    /// Adds `limit`, charged `cost`, in the user's bucket (a
+    /// [global](Limit::global) limit: in its one bucket).
+    #[inline]
+    pub fn limit(self, limit: &'a Limit, cost: u32) -> Self {
+        let partition = match limit.scope {
+            Scope::Global => Some(Cow::Borrowed("")),
+            _ => None,
+        };
+        self.with(Extra {
+            limit,
+            partition,
+            cost,
+        })
+    }
+
+    /// Adds `limit`, charged `cost`, in the bucket of `key` (an address, a
+    /// tenant).
+    pub fn limit_keyed(
+        self,
+        limit: &'a Limit,
+        key: &'a str,
+        cost: u32,
+    ) -> Self {
+        self.with(Extra {
+            limit,
+            partition: Some(Cow::Borrowed(key)),
+            cost,
+        })
+    }
+
+    /// Every limit in shadow mode: decided and reported, nothing refused.
+    pub fn shadow(mut self) -> Self {
+        self.shadow = true;
+        self
+    }
+
+    /// Adds a limit of its own, as the layer found it.
+    pub(crate) fn with(mut self, extra: Extra<'a>) -> Self {
+        self.extra.push(extra);
+        self
+    }
+
+    /// The same, shadow or not.
+    pub(crate) fn shadowed(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
+    }
+
+    /// What the decision is asked.
+    #[inline]
+    pub(crate) fn ask(&self) -> Ask<'_> {
+        Ask {
+            identity: self.identity,
+            cost: self.cost,
+            extra: &self.extra,
+            shadow: self.shadow,
+        }
+    }
+}

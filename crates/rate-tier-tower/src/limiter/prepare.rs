@@ -1,0 +1,311 @@
+//! From an [`Ask`] to a [`Prepared`] decision: the identity, tier and cost
+//! policies applied, every bucket known, nothing asked of the store yet.
+//!
+//! A [`Ruling`] in an `Err` is an answer reached early (a cost above the
+//! burst, a denied tier): it is moved once, and boxing it would allocate
+//! on every such refusal.
+#![allow(clippy::result_large_err)]
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use gcra_core::Quota;
+use http::StatusCode;
+use rate_tier_storage::key::KeySecret;
+use rate_tier_storage::{BucketCheck, LimitName};
+use smallvec::SmallVec;
+
+use super::RateTier;
+use super::ask::Ask;
+use super::ruling::{Events, Ruling};
+use crate::event::LimitEvent;
+use crate::identity::UserId;
+use crate::outcome::{LimitReason, Limited};
+use crate::plans::StaticName;
+use crate::plans::{Plans, Tier};
+use crate::policy::{OnMissing, OnStorageError, OnUnknownTier};
+
+/// Buckets of one decision held without spilling to the heap: the plan and
+/// three limits of its own.
+pub(crate) const INLINE: usize = 4;
+
+/// A decision with every policy applied and every bucket's check built,
+/// ready for the store. It borrows the ask's names and partitions: nothing
+/// is copied on the way.
+#[derive(Debug)]
+pub(crate) struct Prepared<'a> {
+    pub(crate) tier: &'static str,
+    pub(crate) user: &'a str,
+    pub(crate) cost: u32,
+    /// Each check's limit name, `'static` for the states.
+    pub(crate) keys: SmallVec<[&'static LimitName; INLINE]>,
+    pub(crate) checks: SmallVec<[BucketCheck<'a>; INLINE]>,
+    /// Shadow limits whose cost is above their burst: never checked, always
+    /// reported as would-be refusals.
+    pub(crate) never: Vec<(&'static LimitName, Quota)>,
+    pub(crate) on_storage_error: OnStorageError,
+}
+
+impl Prepared<'_> {
+    /// Nothing prepared yet.
+    pub(crate) fn new() -> Self {
+        Prepared {
+            tier: "",
+            user: "",
+            cost: 0,
+            keys: SmallVec::new(),
+            checks: SmallVec::new(),
+            never: Vec::new(),
+            on_storage_error: OnStorageError::default(),
+        }
+    }
+
+    /// The same decision, owning what it borrowed, to await the store in a
+    /// future of its own.
+    pub(crate) fn to_owned(&self) -> Owned {
+        let user = self.user.to_owned();
+        let buckets = self
+            .checks
+            .iter()
+            .zip(&self.keys)
+            .map(|(check, &key)| OwnedBucket {
+                key,
+                partition: (check.partition() != self.user)
+                    .then(|| check.partition().to_owned()),
+                quota: check.quota(),
+                cost: check.cost(),
+                shadow: check.is_shadow(),
+            })
+            .collect();
+        Owned {
+            tier: self.tier,
+            user,
+            cost: self.cost,
+            buckets,
+            never: self.never.clone(),
+            on_storage_error: self.on_storage_error,
+        }
+    }
+}
+
+/// A [`Prepared`] decision that owns its partitions.
+#[derive(Debug)]
+pub(crate) struct Owned {
+    tier: &'static str,
+    user: String,
+    pub(crate) cost: u32,
+    buckets: SmallVec<[OwnedBucket; INLINE]>,
+    never: Vec<(&'static LimitName, Quota)>,
+    on_storage_error: OnStorageError,
+}
+
+#[derive(Debug)]
+struct OwnedBucket {
+    key: &'static LimitName,
+    /// `None`: the user's.
+    partition: Option<String>,
+    quota: Quota,
+    cost: u32,
+    shadow: bool,
+}
+
+impl Owned {
+    /// The decision again, its checks borrowing from here.
+    pub(crate) fn prepared<'p>(
+        &'p self,
+        secret: Option<&'p KeySecret>,
+    ) -> Prepared<'p> {
+        let mut keys = SmallVec::new();
+        let mut checks = SmallVec::new();
+        for bucket in &self.buckets {
+            let partition = bucket.partition.as_deref().unwrap_or(&self.user);
+            // Built from a check that was valid: it still is.
+            if let Ok(check) = BucketCheck::new(
+                bucket.key,
+                partition,
+                bucket.quota,
+                bucket.cost,
+            ) {
+                keys.push(bucket.key);
+                checks.push(check.shadow(bucket.shadow).key_secret(secret));
+            }
+        }
+        Prepared {
+            tier: self.tier,
+            user: &self.user,
+            cost: self.cost,
+            keys,
+            checks,
+            never: self.never.clone(),
+            on_storage_error: self.on_storage_error,
+        }
+    }
+}
+
+/// What a decision needs of the plans: the tier that applies, and the
+/// store's failure policy.
+#[derive(Debug, Clone, Copy)]
+struct Resolved {
+    name: &'static str,
+    key: &'static LimitName,
+    quota: Quota,
+    on_storage_error: OnStorageError,
+}
+
+impl Resolved {
+    fn of(plans: &Plans, tier: &Tier) -> Self {
+        Resolved {
+            name: tier.name,
+            key: tier.key,
+            quota: tier.quota,
+            on_storage_error: plans.on_storage_error,
+        }
+    }
+}
+
+/// A bucket as the policies find it: its limit, partition, quota, cost,
+/// and whether it is in shadow mode.
+type Bucket<'a> = (&'static LimitName, &'a str, Quota, u32, bool);
+
+impl RateTier {
+    /// Applies the identity and tier policies and builds the buckets.
+    pub(crate) fn prepare<'p>(
+        &'p self,
+        ask: &Ask<'p>,
+        prepared: &mut Prepared<'p>,
+        events: &mut Events,
+    ) -> Result<(), Ruling> {
+        // What the decision needs of the plans, copied out of the snapshot
+        // (names are interned): a few words cross it, not the decision.
+        let (user, tier) = self
+            .inner
+            .with_plans(|plans| self.resolve(plans, ask, events))?;
+        prepared.tier = tier.name;
+        prepared.user = user;
+        prepared.cost = ask.cost;
+        prepared.on_storage_error = tier.on_storage_error;
+        let secret = self.inner.key_secret.as_ref();
+        self.admit(
+            prepared,
+            (tier.key, user, tier.quota, ask.cost, ask.shadow),
+            secret,
+            events,
+        )?;
+        for extra in ask.extra {
+            let limit = extra.limit;
+            let bucket = (
+                limit.key,
+                extra.partition.as_deref().unwrap_or(user),
+                limit.quota_for(tier.name),
+                extra.cost,
+                ask.shadow || limit.shadow,
+            );
+            self.admit(prepared, bucket, secret, events)?;
+        }
+        Ok(())
+    }
+
+    /// Adds a bucket's check, or refuses the decision when its cost can
+    /// never pass (403, without touching the store). A shadow limit never
+    /// refuses: its impossible cost is a would-be refusal to report.
+    fn admit<'a>(
+        &self,
+        prepared: &mut Prepared<'a>,
+        (key, partition, quota, cost, shadow): Bucket<'a>,
+        secret: Option<&'a KeySecret>,
+        events: &mut Events,
+    ) -> Result<(), Ruling> {
+        if let Ok(check) = BucketCheck::new(key, partition, quota, cost) {
+            prepared.keys.push(key);
+            prepared
+                .checks
+                .push(check.shadow(shadow).key_secret(secret));
+            return Ok(());
+        }
+        let (tier, label) = (prepared.tier, key.as_str_static());
+        if shadow {
+            events.push(|| LimitEvent::ShadowLimited {
+                user_id: UserId::from(prepared.user),
+                tier,
+                limit: label,
+                retry_after: Duration::ZERO,
+            });
+            prepared.never.push((key, quota));
+            return Ok(());
+        }
+        let burst = quota.burst();
+        events.push(|| LimitEvent::CostExceedsBurst {
+            user_id: UserId::from(prepared.user),
+            tier,
+            limit: label,
+            cost,
+            burst,
+        });
+        Err(Ruling::Limited(Limited {
+            tier: Cow::Borrowed(tier),
+            name: Some(label),
+            limit: burst,
+            window_us: quota.burst_offset_us(),
+            reason: LimitReason::CostExceedsBurst { cost },
+            retry_after_us: 0,
+            reset_after_us: 0,
+            now_us: self.inner.clock.now_us(),
+            limits: None,
+        }))
+    }
+
+    /// The user, and the configured tier whose quota applies, by the
+    /// identity and unknown-tier policies.
+    fn resolve<'a>(
+        &self,
+        plans: &Plans,
+        ask: &Ask<'a>,
+        events: &mut Events,
+    ) -> Result<(&'a str, Resolved), Ruling> {
+        let (user, claimed) = match ask.identity {
+            Some(identity) => identity,
+            None => {
+                events.push(|| LimitEvent::MissingIdentity);
+                match (plans.on_missing, plans.default_entry()) {
+                    (OnMissing::Deny(status), _) => {
+                        return Err(Ruling::Denied(status));
+                    }
+                    // One shared bucket: `user` "" is never an identity.
+                    (OnMissing::UseDefault, Some(default)) => {
+                        return Ok(("", Resolved::of(plans, default)));
+                    }
+                    (OnMissing::UseDefault, None) => {
+                        return Err(Ruling::Denied(StatusCode::UNAUTHORIZED));
+                    }
+                }
+            }
+        };
+        if let Some(found) = plans.find(claimed) {
+            return Ok((user, Resolved::of(plans, found)));
+        }
+        let policy = plans.on_unknown_tier;
+        events.push(|| LimitEvent::UnknownTier {
+            user_id: UserId::from(user),
+            tier: claimed.to_owned(),
+            policy,
+        });
+        match (policy, plans.default_entry()) {
+            (OnUnknownTier::UseDefault, Some(default)) => {
+                Ok((user, Resolved::of(plans, default)))
+            }
+            (OnUnknownTier::Allow, _) => Err(Ruling::Unlimited),
+            // Deny, or UseDefault without a default (refused at build time).
+            _ => Err(Ruling::Limited(Limited {
+                tier: Cow::Owned(claimed.to_owned()),
+                name: None,
+                limit: 0,
+                window_us: 0,
+                reason: LimitReason::UnknownTier,
+                retry_after_us: 0,
+                reset_after_us: 0,
+                now_us: self.inner.clock.now_us(),
+                limits: None,
+            })),
+        }
+    }
+}

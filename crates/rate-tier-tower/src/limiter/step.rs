@@ -1,0 +1,484 @@
+//! The decision, in one step: [`RateTier::step`] answers an [`Ask`] at
+//! once when the store decides in process, or hands back the [`Pending`]
+//! work that awaits it. Every way in (the HTTP and gRPC layer,
+//! [`RateTier::check`], [`RateTier::decide`], [`RateTier::peek`]) drives
+//! this one function, and reports the events it returns.
+//!
+//! [`RateTier::check`]: crate::RateTier::check
+//! [`RateTier::decide`]: crate::RateTier::decide
+//! [`RateTier::peek`]: crate::RateTier::peek
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use gcra_core::{CheckError, Decision, Quota, Verdict};
+use rate_tier_storage::{
+    BucketCheck, Charged, Decided, LimitName, StorageError,
+};
+use smallvec::SmallVec;
+
+use super::RateTier;
+use super::ask::Ask;
+use super::prepare::{INLINE, Owned, Prepared};
+use super::ruling::{Events, Judged, Ruling};
+use crate::error::Error;
+use crate::event::LimitEvent;
+use crate::identity::UserId;
+use crate::outcome::{
+    LimitReason, LimitState, Limited, RateLimitInfo, States, most_constraining,
+    shared_states,
+};
+use crate::plans::StaticName;
+use crate::policy::OnStorageError;
+
+/// What one step of a decision came to.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// The plan's limit alone, decided in process: the common case, in a
+    /// plain decision that stays in registers (no ruling built; see
+    /// [`PlanDecided::outcome`] and [`PlanDecided::into_judged`]).
+    Plan(PlanDecided),
+    /// Decided, with the events to report.
+    Ruled(Judged),
+    /// The store needs I/O: `pending` finishes the decision. `events` are
+    /// those of the step so far, to report now (they are not repeated).
+    Pending {
+        pending: Box<Pending>,
+        events: Events,
+    },
+}
+
+/// A decision prepared and waiting for the store's I/O; it owns what it
+/// needs, so the future that awaits it may outlive the request.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    prepared: Owned,
+    /// Whether the step's events were wanted (so are the rest).
+    listening: bool,
+}
+
+impl Pending {
+    /// The plan's cost of the request.
+    pub(crate) fn cost(&self) -> u32 {
+        self.prepared.cost
+    }
+
+    /// Decides through the store's I/O.
+    pub(crate) async fn finish(self: Box<Self>, tiers: &RateTier) -> Judged {
+        let mut events = Events::new(self.listening);
+        let prepared = self.prepared.prepared(tiers.inner.key_secret.as_ref());
+        let mut out: SmallVec<[Decision; INLINE]> =
+            SmallVec::from_elem(Decision::default(), prepared.checks.len());
+        // The store's time may be another machine's (Redis's): the reset
+        // times use ours, read before the wait.
+        let now_us = tiers.inner.clock.now_us();
+        let decided = tiers.inner.store.check(&prepared.checks, &mut out).await;
+        let (ruling, by) =
+            tiers.conclude(&prepared, decided, &out, Some(now_us), &mut events);
+        Judged { ruling, by, events }
+    }
+}
+
+/// The plan's limit alone, decided, and the events it told.
+#[derive(Debug)]
+pub(crate) struct PlanDecided {
+    decision: PlanDecision,
+    pub(crate) events: Events,
+}
+
+impl PlanDecided {
+    /// Passed, or refused: what the direct API answers.
+    #[inline(always)]
+    pub(crate) fn outcome(&self) -> Result<RateLimitInfo, Limited> {
+        self.decision.outcome()
+    }
+
+    /// The same decision as any other's.
+    pub(crate) fn into_judged(self) -> Judged {
+        let ruling = match self.decision.outcome() {
+            Ok(info) => Ruling::Allowed(info),
+            Err(limited) => Ruling::Limited(limited),
+        };
+        Judged {
+            ruling,
+            by: self.decision.by,
+            events: self.events,
+        }
+    }
+}
+
+/// The plan's limit alone, decided: what both outcomes are made of, in a
+/// few words that stay in registers.
+#[derive(Debug, Clone, Copy)]
+struct PlanDecision {
+    tier: &'static str,
+    cost: u32,
+    /// The burst applied.
+    limit: u32,
+    window_us: u64,
+    remaining: u64,
+    reset_after_us: u64,
+    /// `None`: allowed.
+    retry_after_us: Option<u64>,
+    now_us: u64,
+    /// The store that decided.
+    by: &'static str,
+}
+
+impl PlanDecision {
+    #[inline(always)]
+    fn outcome(&self) -> Result<RateLimitInfo, Limited> {
+        match self.retry_after_us {
+            None => Ok(RateLimitInfo {
+                tier: Cow::Borrowed(self.tier),
+                limit: self.limit,
+                remaining: self.remaining,
+                reset_after: Duration::from_micros(self.reset_after_us),
+                cost: self.cost,
+                window: Duration::from_micros(self.window_us),
+                now_us: self.now_us,
+                limits: None,
+            }),
+            Some(retry_after_us) => Err(Limited {
+                tier: Cow::Borrowed(self.tier),
+                name: Some(self.tier),
+                limit: self.limit,
+                window_us: self.window_us,
+                reason: LimitReason::RateLimited,
+                retry_after_us,
+                reset_after_us: self.reset_after_us,
+                now_us: self.now_us,
+                limits: None,
+            }),
+        }
+    }
+}
+
+/// A store that failed to decide, and the policy that answers for it.
+#[derive(Debug)]
+struct Failed {
+    error: StorageError,
+    policy: OnStorageError,
+}
+
+impl RateTier {
+    /// Decides `ask` now if the store decides in process, or prepares the
+    /// work that awaits its I/O. The plan's limit alone on a configured
+    /// tier, the common case, takes a path of its own: the plans read and
+    /// the tier looked up once, no vector built.
+    #[inline(always)]
+    pub(crate) fn step(&self, ask: &Ask<'_>, mut events: Events) -> Step {
+        if let Some((user, tier, cost)) = ask.plan_alone()
+            && let Some(decided) = self.plan_now(user, tier, cost)
+        {
+            return match decided {
+                Ok(decision) => {
+                    if let Some(retry_after_us) = decision.retry_after_us {
+                        events.push(|| LimitEvent::Limited {
+                            user_id: UserId::from(user),
+                            tier: decision.tier,
+                            limit: decision.tier,
+                            cost,
+                            retry_after: Duration::from_micros(retry_after_us),
+                        });
+                    }
+                    Step::Plan(PlanDecided { decision, events })
+                }
+                Err(failed) => {
+                    let (ruling, by) = self.failed_plan(failed, &mut events);
+                    Step::Ruled(Judged { ruling, by, events })
+                }
+            };
+        }
+        self.step_prepared(ask, events)
+    }
+
+    /// [`RateTier::step`] for everything but the plan alone decided in
+    /// process: the policies applied, every bucket built.
+    #[inline(never)]
+    fn step_prepared(&self, ask: &Ask<'_>, mut events: Events) -> Step {
+        let mut prepared = Prepared::new();
+        if let Err(ruling) = self.prepare(ask, &mut prepared, &mut events) {
+            return Step::Ruled(Judged {
+                ruling,
+                by: "none",
+                events,
+            });
+        }
+        match self.decide_local(&prepared, &mut events) {
+            Some((ruling, by)) => Step::Ruled(Judged { ruling, by, events }),
+            None => Step::Pending {
+                pending: Box::new(Pending {
+                    prepared: prepared.to_owned(),
+                    listening: events.listening(),
+                }),
+                events,
+            },
+        }
+    }
+
+    /// The plan's limit alone, decided in process. `None` when anything
+    /// else is involved (an unknown tier, a cost above the burst, a store
+    /// that needs I/O): the prepared path then decides, and reports.
+    #[inline(always)]
+    fn plan_now(
+        &self,
+        user: &str,
+        claimed: &str,
+        cost: u32,
+    ) -> Option<Result<PlanDecision, Failed>> {
+        let inner = &*self.inner;
+        // What the decision needs of the plans, copied out of the snapshot
+        // (names are interned): a few words, not a decision, cross it.
+        let (name, key, quota, policy) = inner.with_plans(|plans| {
+            plans
+                .tiers
+                .iter()
+                .find(|t| same_name(t.name, claimed))
+                .map(|t| (t.name, t.key, t.quota, plans.on_storage_error))
+        })?;
+        if cost > quota.burst() {
+            return None;
+        }
+        let check = BucketCheck::new(key, user, quota, cost)
+            .ok()?
+            .key_secret(inner.key_secret.as_ref());
+        let mut out = [Decision::default()];
+        let decided = match inner
+            .store
+            .check_local(std::slice::from_ref(&check), &mut out)?
+        {
+            Ok(decided) => decided,
+            Err(error) => return Some(Err(Failed { error, policy })),
+        };
+        let [decision] = out;
+        // A fallback's local share, during an outage.
+        let applied = match decided.share {
+            0 | 1 => quota,
+            _ => decided.applied(0, quota),
+        };
+        Some(Ok(PlanDecision {
+            tier: name,
+            cost,
+            limit: applied.burst(),
+            window_us: applied.burst_offset_us(),
+            remaining: decision.remaining,
+            reset_after_us: decision.reset_after_us,
+            retry_after_us: decided
+                .verdict
+                .refused_by
+                .map(|_| decided.verdict.retry_after_us),
+            now_us: decided.now_us.unwrap_or_else(|| inner.clock.now_us()),
+            by: decided.by,
+        }))
+    }
+
+    /// The ruling on a store's failure on the plan's path: rare, and kept
+    /// out of the common one.
+    #[cold]
+    #[inline(never)]
+    fn failed_plan(
+        &self,
+        failed: Failed,
+        events: &mut Events,
+    ) -> (Ruling, &'static str) {
+        let Failed { error, policy } = failed;
+        (self.failed(policy, error, events), self.inner.store.kind())
+    }
+
+    /// Decides without awaiting, if the store decides in process; `None`
+    /// when it needs I/O.
+    fn decide_local(
+        &self,
+        prepared: &Prepared<'_>,
+        events: &mut Events,
+    ) -> Option<(Ruling, &'static str)> {
+        let checks = &prepared.checks;
+        let mut out: SmallVec<[Decision; INLINE]> =
+            SmallVec::from_elem(Decision::default(), checks.len());
+        let decided = if checks.is_empty() {
+            // Only shadow limits that can never pass: nothing to ask.
+            Ok(Decided::new(Verdict::of([], &[]), None, "none"))
+        } else {
+            self.inner.store.check_local(checks, &mut out)?
+        };
+        Some(self.conclude(prepared, decided, &out, None, events))
+    }
+
+    /// The store's answer, as a ruling; and the store that decided.
+    fn conclude(
+        &self,
+        prepared: &Prepared<'_>,
+        decided: Result<Decided, StorageError>,
+        out: &[Decision],
+        local_now: Option<u64>,
+        events: &mut Events,
+    ) -> (Ruling, &'static str) {
+        let decided = match decided {
+            Ok(decided) => decided,
+            Err(error) => {
+                let ruling =
+                    self.failed(prepared.on_storage_error, error, events);
+                return (ruling, self.inner.store.kind());
+            }
+        };
+        let now_us = decided
+            .now_us
+            .or(local_now)
+            .unwrap_or_else(|| self.inner.clock.now_us());
+        let mut limits: SmallVec<[LimitState; INLINE]> = SmallVec::new();
+        let buckets = prepared.keys.iter().zip(&prepared.checks);
+        for (i, ((&key, check), decision)) in buckets.zip(out).enumerate() {
+            let shadow = check.is_shadow();
+            let applied = decided.applied(i, check.quota());
+            limits.push(state(
+                key,
+                applied,
+                decision,
+                shadow,
+                decided.charged(i),
+            ));
+            if shadow && !decision.allowed {
+                events.push(|| LimitEvent::ShadowLimited {
+                    user_id: UserId::from(prepared.user),
+                    tier: prepared.tier,
+                    limit: key.as_str_static(),
+                    retry_after: Duration::from_micros(decision.retry_after_us),
+                });
+            }
+        }
+        for &(key, quota) in &prepared.never {
+            let never = Decision {
+                retry_after_us: 0,
+                ..Decision::default()
+            };
+            limits.push(state(key, quota, &never, true, Charged::Primary));
+        }
+        let ruling = self.rule(prepared, &decided, &limits, now_us, events);
+        (ruling, decided.by)
+    }
+
+    /// Allowed, with the most constraining limit in front; or limited by
+    /// the limit that refused with the longest wait, reported.
+    fn rule(
+        &self,
+        prepared: &Prepared<'_>,
+        decided: &Decided,
+        states: &[LimitState],
+        now_us: u64,
+        events: &mut Events,
+    ) -> Ruling {
+        let (tier, cost) = (prepared.tier, prepared.cost);
+        // The plan's enforced limit alone is told by the outcome's fields.
+        let limits: States = match states {
+            [plan] if !plan.shadow => None,
+            _ => Some(shared_states(states)),
+        };
+        match decided.verdict.refused_by {
+            None => {
+                let most = states.get(most_constraining(states)).copied();
+                Ruling::Allowed(RateLimitInfo {
+                    tier: Cow::Borrowed(tier),
+                    limit: most.map_or(u32::MAX, |s| s.limit),
+                    remaining: most.map_or(u64::MAX, |s| s.remaining),
+                    reset_after: most.map_or(Duration::ZERO, |s| s.reset_after),
+                    cost,
+                    window: most.map_or(Duration::ZERO, |s| s.window),
+                    now_us,
+                    limits,
+                })
+            }
+            Some(index) => {
+                let refusing = states.get(index).copied();
+                let retry_after =
+                    Duration::from_micros(decided.verdict.retry_after_us);
+                let name = refusing.map_or(tier, |s| s.name);
+                events.push(|| LimitEvent::Limited {
+                    user_id: UserId::from(prepared.user),
+                    tier,
+                    limit: name,
+                    cost,
+                    retry_after,
+                });
+                Ruling::Limited(Limited {
+                    tier: Cow::Borrowed(tier),
+                    name: Some(name),
+                    limit: refusing.map_or(0, |s| s.limit),
+                    window_us: refusing.map_or(0, |s| micros(s.window)),
+                    reason: LimitReason::RateLimited,
+                    retry_after_us: decided.verdict.retry_after_us,
+                    reset_after_us: refusing
+                        .map_or(0, |s| micros(s.reset_after)),
+                    now_us,
+                    limits,
+                })
+            }
+        }
+    }
+
+    /// A store that gave no decision: the storage error policy, unless the
+    /// inputs or the clock are at fault.
+    fn failed(
+        &self,
+        policy: OnStorageError,
+        error: StorageError,
+        events: &mut Events,
+    ) -> Ruling {
+        match error {
+            StorageError::Check(CheckError::TimeOutOfRange) => {
+                Ruling::Invalid(Error::Check(CheckError::TimeOutOfRange))
+            }
+            StorageError::Check(CheckError::ZeroCost) => {
+                Ruling::Invalid(Error::ZeroCost)
+            }
+            // Anything else the store says, these included, is its failure
+            // to decide: the policy answers, never a silent pass.
+            error => {
+                events.push(|| LimitEvent::StorageError {
+                    storage: self.inner.store.kind(),
+                    error: error.to_string(),
+                    policy,
+                });
+                match policy {
+                    OnStorageError::Allow => Ruling::Unlimited,
+                    OnStorageError::Deny(status) => Ruling::Unavailable {
+                        status,
+                        error: Some(error),
+                    },
+                }
+            }
+        }
+    }
+}
+
+/// A bucket's state after a decision, under the quota the store applied.
+fn state(
+    key: &'static LimitName,
+    applied: Quota,
+    decision: &Decision,
+    shadow: bool,
+    charged: Charged,
+) -> LimitState {
+    LimitState {
+        charged,
+        name: key.as_str_static(),
+        limit: applied.burst(),
+        remaining: decision.remaining,
+        reset_after: Duration::from_micros(decision.reset_after_us),
+        window: Duration::from_micros(applied.burst_offset_us()),
+        shadow,
+        shadow_limited: shadow && !decision.allowed,
+    }
+}
+
+/// Whether two names are the same, byte by byte: names are short, and a
+/// call to `memcmp` costs more than the loop.
+#[inline]
+fn same_name(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
+}
+
+/// A duration made from µs, in µs again.
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
