@@ -1,6 +1,7 @@
 //! `MemoryStorage` on its own: atomicity under threads (one bucket, and the
 //! buckets of one decision), peek, settle, shadow limits, bucket identity,
-//! sweeping, the capacity bound and eviction, refused inputs.
+//! sweeping, the capacity bound and eviction, refused inputs; and random
+//! decisions against a model of gcra-core over a map.
 //!
 //! Plain threads and a fake clock: no runtime while a store is built (so no
 //! background sweeper), no sleep. Tests that could hang (a deadlock, a
@@ -1371,4 +1372,151 @@ fn new_buckets_in_a_full_store_find_room_under_contention() {
         }
     });
     assert!(store.len() <= 64);
+}
+
+// ---------------------------------------------------------------------------
+// Against a model
+
+/// `MemoryStorage` against a model: a map of TATs decided by gcra-core's
+/// `check_all`. Random decisions of one to seven buckets (over the store's
+/// few-bucket path and its general one), of several users and limits in any
+/// order, with shadow limits, peeks and repeated buckets, at random times:
+/// every answer, and every bucket afterwards, is the model's.
+mod model {
+    use std::collections::{HashMap, HashSet};
+
+    use gcra_core::{Charge, check_all};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// The limits a check may name, each with its own quota.
+    fn limits() -> Vec<(LimitName, Quota)> {
+        vec![
+            (LimitName::new("free").unwrap(), Quota::per_minute(10)),
+            (
+                LimitName::of_limit("search").unwrap(),
+                Quota::per_minute(3).try_allow_burst(2).unwrap(),
+            ),
+            (LimitName::new("pro").unwrap(), Quota::per_second(5)),
+            (LimitName::of_limit("upload").unwrap(), Quota::per_hour(4)),
+        ]
+    }
+
+    /// Users: short ones, and one past any inline hashing buffer.
+    const USERS: [&str; 4] = [
+        "ana",
+        "bo",
+        "carmen",
+        "a-user-id-long-enough-to-be-hashed-in-blocks-not-inline",
+    ];
+
+    #[derive(Debug, Clone)]
+    struct Check {
+        limit: usize,
+        user: usize,
+        cost: u32,
+        shadow: bool,
+    }
+
+    fn check() -> impl Strategy<Value = Check> {
+        (
+            0..4usize,
+            0..USERS.len(),
+            0..=2u32,
+            proptest::bool::weighted(0.2),
+        )
+            .prop_map(|(limit, user, cost, shadow)| Check {
+                limit,
+                user,
+                cost,
+                shadow,
+            })
+    }
+
+    /// A decision and the time that passed before it.
+    fn step() -> impl Strategy<Value = (u64, Vec<Check>)> {
+        (
+            prop_oneof![Just(0u64), 0..2_000_000u64, 0..90_000_000u64],
+            proptest::collection::vec(check(), 1..=7),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn every_decision_is_the_models(steps in proptest::collection::vec(step(), 1..40)) {
+            let limits = limits();
+            let clock = FakeClock::at_us(START_US);
+            let store = MemoryStorage::with_clock(clock.clone());
+            let mut model: HashMap<(usize, usize), u64> = HashMap::new();
+            let mut now = START_US;
+            for (elapsed, checks) in steps {
+                now += elapsed;
+                clock.set_us(now);
+                // One String per check: a check's partition is compared by
+                // string, not by where it lives.
+                let users: Vec<String> =
+                    checks.iter().map(|c| USERS[c.user].to_owned()).collect();
+                let built: Vec<BucketCheck<'_>> = checks
+                    .iter()
+                    .zip(&users)
+                    .map(|(c, user)| {
+                        let (name, quota) = &limits[c.limit];
+                        BucketCheck::new(name, user, *quota, c.cost)
+                            .unwrap()
+                            .shadow(c.shadow)
+                    })
+                    .collect();
+                let mut out = vec![Decision::default(); built.len()];
+                let answer = store.check_sync(&built, &mut out);
+
+                let mut seen = HashSet::new();
+                let repeated =
+                    !checks.iter().all(|c| seen.insert((c.limit, c.user)));
+                if repeated {
+                    prop_assert!(matches!(answer, Err(StorageError::DuplicateBucket)), "{answer:?}");
+                    continue;
+                }
+                let charges: Vec<Charge> = checks
+                    .iter()
+                    .map(|c| {
+                        let charge = Charge::new(limits[c.limit].1, c.cost);
+                        if c.shadow { charge.shadow() } else { charge }
+                    })
+                    .collect();
+                let stored: Vec<Option<u64>> = checks
+                    .iter()
+                    .map(|c| model.get(&(c.limit, c.user)).copied())
+                    .collect();
+                let mut expected = vec![Decision::default(); checks.len()];
+                let verdict = check_all(&charges, &stored, now, &mut expected);
+                match verdict {
+                    Ok(verdict) => {
+                        let decided = answer.unwrap();
+                        prop_assert_eq!(decided.verdict, verdict);
+                        prop_assert_eq!(&out, &expected);
+                        for (c, decision) in checks.iter().zip(&expected) {
+                            if let Some(write) = decision.store {
+                                model.insert((c.limit, c.user), write.tat_us);
+                            }
+                        }
+                    }
+                    Err(_) => prop_assert!(answer.is_err(), "{answer:?}"),
+                }
+            }
+            // Every bucket as the model holds it, read alone.
+            for limit in 0..limits.len() {
+                for user in 0..USERS.len() {
+                    let (name, quota) = &limits[limit];
+                    let peek = [BucketCheck::new(name, USERS[user], *quota, 0).unwrap()];
+                    let mut out = [Decision::default()];
+                    store.check_sync(&peek, &mut out).unwrap();
+                    let expected = quota.peek(model.get(&(limit, user)).copied(), now).unwrap();
+                    prop_assert_eq!(out[0], expected, "limit {} user {}", limit, user);
+                }
+            }
+        }
+    }
 }

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::StatusCode;
+use support::fixtures::{START_US, plan_of, post_plans};
 use support::stores::TimingOut;
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
@@ -28,34 +29,13 @@ use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::layer::HeaderStyle;
 use tower_rate_tier::{
     FallbackStorage, GrpcTierLimitLayer, IdentityError, Limit, LimitEvent,
-    OnMissing, OnStorageError, OnUnknownTier, Quota, RateTier, RateTierBuilder,
-    TierIdentifier, TierIdentity, TierLimitLayer,
+    OnStorageError, OnUnknownTier, Quota, RateTier, TierIdentifier,
+    TierIdentity, TierLimitLayer,
 };
 
-/// 2026-10-02 13:17:14.25 UTC: a quarter second past a whole second, so that
-/// every `x-ratelimit-reset` has to be rounded up.
-const START_US: u64 = 1_790_947_094_250_000;
 const START_SECS: u64 = 1_790_947_094;
 
 const WATCH: &str = "/grpc.health.v1.Health/Watch";
-
-fn plan_of(api_key: &str) -> Option<&'static str> {
-    match api_key {
-        "key_ana" => Some("free"),
-        "key_bea" => Some("pro"),
-        "key_eva" => Some("gold"), // a plan the limiter does not know
-        _ => None,
-    }
-}
-
-fn plans(clock: &FakeClock) -> RateTierBuilder {
-    RateTier::builder()
-        .clock(clock.clone())
-        .tier("free", Quota::per_minute(10))
-        .tier("pro", Quota::per_minute(100))
-        .default_tier("free")
-        .on_missing(OnMissing::Deny(StatusCode::UNAUTHORIZED))
-}
 
 type Events = Arc<Mutex<Vec<LimitEvent>>>;
 
@@ -141,7 +121,7 @@ fn meta<'a>(metadata: &'a tonic::metadata::MetadataMap, name: &str) -> &'a str {
 async fn ten_checks_pass_then_resource_exhausted_with_retry_info() {
     let clock = FakeClock::at_us(START_US);
     let events = Events::default();
-    let mut client = serve(plans(&clock).build(), &events).await;
+    let mut client = serve(post_plans(&clock).build(), &events).await;
 
     for remaining in (0..10).rev() {
         let response = client.check(check(Some("key_ana"))).await.unwrap();
@@ -201,7 +181,7 @@ async fn ten_checks_pass_then_resource_exhausted_with_retry_info() {
 async fn no_key_or_an_unknown_key_is_unauthenticated() {
     let clock = FakeClock::at_us(START_US);
     let events = Events::default();
-    let mut client = serve(plans(&clock).build(), &events).await;
+    let mut client = serve(post_plans(&clock).build(), &events).await;
 
     for key in [None, Some("key_nobody")] {
         let status = client.check(check(key)).await.unwrap_err();
@@ -223,7 +203,7 @@ async fn no_key_or_an_unknown_key_is_unauthenticated() {
 async fn a_method_above_the_burst_is_failed_precondition_without_retry_info() {
     let clock = FakeClock::at_us(START_US);
     let events = Events::default();
-    let mut client = serve(plans(&clock).build(), &events).await;
+    let mut client = serve(post_plans(&clock).build(), &events).await;
 
     let watch = call(
         HealthCheckRequest {
@@ -264,7 +244,7 @@ async fn a_method_above_the_burst_is_failed_precondition_without_retry_info() {
 async fn each_method_is_charged_its_cost_and_streams_pass() {
     let clock = FakeClock::at_us(START_US);
     let events = Events::default();
-    let mut client = serve(plans(&clock).build(), &events).await;
+    let mut client = serve(post_plans(&clock).build(), &events).await;
 
     let watch = call(
         HealthCheckRequest {
@@ -288,7 +268,7 @@ async fn each_method_is_charged_its_cost_and_streams_pass() {
 async fn the_inner_services_errors_pass_through_with_the_limit_metadata() {
     let clock = FakeClock::at_us(START_US);
     let events = Events::default();
-    let mut client = serve(plans(&clock).build(), &events).await;
+    let mut client = serve(post_plans(&clock).build(), &events).await;
 
     // The health service answers NOT_FOUND for a service it does not know.
     let unknown = call(
@@ -306,7 +286,9 @@ async fn the_inner_services_errors_pass_through_with_the_limit_metadata() {
 async fn an_unknown_tier_denied_is_permission_denied() {
     let clock = FakeClock::at_us(START_US);
     let events = Events::default();
-    let tiers = plans(&clock).on_unknown_tier(OnUnknownTier::Deny).build();
+    let tiers = post_plans(&clock)
+        .on_unknown_tier(OnUnknownTier::Deny)
+        .build();
     let mut client = serve(tiers, &events).await;
 
     let status = client.check(check(Some("key_eva"))).await.unwrap_err();
@@ -315,7 +297,7 @@ async fn an_unknown_tier_denied_is_permission_denied() {
     assert!(status.get_details_retry_info().is_none());
 
     // With the default policy, the default plan's quota in her own bucket.
-    let tiers = plans(&clock).build();
+    let tiers = post_plans(&clock).build();
     let mut client = serve(tiers, &events).await;
     let response = client.check(check(Some("key_eva"))).await.unwrap();
     assert_eq!(meta(response.metadata(), "x-ratelimit-remaining"), "9");
@@ -326,7 +308,7 @@ async fn a_failing_store_is_unavailable_with_a_one_second_retry() {
     let clock = FakeClock::at_us(START_US);
     let events = Events::default();
     let storage = Arc::new(TimingOut::new("failing"));
-    let tiers = plans(&clock)
+    let tiers = post_plans(&clock)
         .storage(storage.clone())
         .on_storage_error(OnStorageError::Deny(StatusCode::SERVICE_UNAVAILABLE))
         .build();
@@ -341,7 +323,7 @@ async fn a_failing_store_is_unavailable_with_a_one_second_retry() {
     assert_eq!(storage.calls(), 1);
 
     // Fail open: the inner service answers, unlimited.
-    let tiers = plans(&clock)
+    let tiers = post_plans(&clock)
         .storage(storage.clone())
         .on_storage_error(OnStorageError::Allow)
         .build();
@@ -355,7 +337,7 @@ async fn a_failing_store_is_unavailable_with_a_one_second_retry() {
 async fn refusals_are_statuses_not_transport_errors() {
     let clock = FakeClock::at_us(START_US);
     let events = Events::default();
-    let mut client = serve(plans(&clock).build(), &events).await;
+    let mut client = serve(post_plans(&clock).build(), &events).await;
     let status: Status = client.check(check(None)).await.unwrap_err();
     // A transport failure would be UNKNOWN / UNAVAILABLE with a source.
     assert_eq!(status.code(), Code::Unauthenticated);
@@ -369,7 +351,8 @@ async fn the_layers_header_style_applies_to_the_metadata() {
     let clock = FakeClock::at_us(START_US);
     let events = Events::default();
     let mut client =
-        serve_with(plans(&clock).build(), &events, HeaderStyle::Ietf).await;
+        serve_with(post_plans(&clock).build(), &events, HeaderStyle::Ietf)
+            .await;
 
     let response = client.check(check(Some("key_ana"))).await.unwrap();
     let metadata = response.metadata();
@@ -411,7 +394,7 @@ async fn serve_with_a_check_limit(
 async fn a_limit_of_its_own_refuses_with_its_name_and_charges_nothing() {
     let clock = FakeClock::at_us(START_US);
     let events = Events::default();
-    let tiers = plans(&clock).build();
+    let tiers = post_plans(&clock).build();
     let mut client = serve_with_a_check_limit(tiers.clone(), &events).await;
 
     for remaining in [2, 1, 0] {
@@ -508,7 +491,8 @@ impl TierIdentifier for DatabaseDown {
 async fn a_failed_identity_lookup_is_unavailable() {
     let clock = FakeClock::at_us(START_US);
     let events = Events::default();
-    let layer = layer(plans(&clock).build(), &events).identifier(DatabaseDown);
+    let layer =
+        layer(post_plans(&clock).build(), &events).identifier(DatabaseDown);
     let mut client = serve_layer(layer.grpc()).await;
     let status = client.check(check(Some("key_ana"))).await.unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
@@ -535,7 +519,7 @@ async fn a_cost_above_the_local_share_is_unavailable_not_failed_precondition() {
         .local_share(4)
         .build();
     // Pro, 100 a minute shared by 4: a local burst of 25, below Watch's 50.
-    let tiers = plans(&clock).storage(Arc::new(storage)).build();
+    let tiers = post_plans(&clock).storage(Arc::new(storage)).build();
     let mut client = serve(tiers, &events).await;
     let watch = call(
         HealthCheckRequest {

@@ -2,6 +2,8 @@
 //! empty user ids, zero costs and quotas, times out of range.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -10,6 +12,7 @@ use axum::body::Body;
 use axum::routing::get;
 use http::{HeaderValue, Request, StatusCode};
 use http_body_util::BodyExt;
+use support::fixtures::{plan_of, post_plans};
 use tower::ServiceExt;
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::key::{KeySecret, bucket_key};
@@ -20,25 +23,6 @@ use tower_rate_tier::{
 
 type Events = Arc<Mutex<Vec<LimitEvent>>>;
 
-fn plan_of(api_key: &str) -> Option<&'static str> {
-    match api_key {
-        "key_ana" => Some("free"),
-        "key_bea" => Some("pro"),
-        "key_eva" => Some("gold"),
-        _ => None,
-    }
-}
-
-fn post_tiers(clock: &FakeClock) -> RateTier {
-    RateTier::builder()
-        .clock(clock.clone())
-        .tier("free", Quota::per_minute(10))
-        .tier("pro", Quota::per_minute(100))
-        .default_tier("free")
-        .on_missing(OnMissing::Deny(StatusCode::UNAUTHORIZED))
-        .build()
-}
-
 fn with_events(layer: TierLimitLayer, events: &Events) -> TierLimitLayer {
     let sink = events.clone();
     layer.on_event(move |e| sink.lock().unwrap().push(e.clone()))
@@ -46,11 +30,12 @@ fn with_events(layer: TierLimitLayer, events: &Events) -> TierLimitLayer {
 
 /// The 0.3 example's app.
 fn post_app(clock: &FakeClock, events: &Events) -> Router {
-    let layer =
-        TierLimitLayer::new(post_tiers(clock)).identifier_fn(|headers| {
+    let layer = TierLimitLayer::new(post_plans(clock).build()).identifier_fn(
+        |headers| {
             let key = headers.get("x-api-key")?.to_str().ok()?;
             Some(TierIdentity::new(key, plan_of(key)?))
-        });
+        },
+    );
     Router::new()
         .route("/data", get(|| async { "data" }))
         .layer(with_events(layer, events))
@@ -58,14 +43,15 @@ fn post_app(clock: &FakeClock, events: &Events) -> Router {
 
 /// Any key is a free user: the identity is the raw header value, lossily.
 fn any_key_app(clock: &FakeClock, events: &Events) -> Router {
-    let layer =
-        TierLimitLayer::new(post_tiers(clock)).identifier_fn(|headers| {
+    let layer = TierLimitLayer::new(post_plans(clock).build()).identifier_fn(
+        |headers| {
             let key = headers.get("x-api-key")?;
             Some(TierIdentity::new(
                 String::from_utf8_lossy(key.as_bytes()),
                 "free",
             ))
-        });
+        },
+    );
     Router::new()
         .route("/data", get(|| async { "data" }))
         .layer(with_events(layer, events))
@@ -178,7 +164,7 @@ async fn an_empty_user_id_counts_as_missing() {
     let clock = FakeClock::new();
     let events: Events = Arc::default();
     // The 0.3 example's policy (401)...
-    let layer = TierLimitLayer::new(post_tiers(&clock))
+    let layer = TierLimitLayer::new(post_plans(&clock).build())
         .identifier_fn(|_| Some(TierIdentity::new("", "pro")));
     let app = Router::new()
         .route("/data", get(|| async { "data" }))
@@ -339,11 +325,12 @@ async fn a_tier_header_that_would_break_json_never_reaches_a_body() {
     // The identity's tier is attacker-controlled; only configured names are
     // written to responses.
     let clock = FakeClock::new();
-    let layer =
-        TierLimitLayer::new(post_tiers(&clock)).identifier_fn(|headers| {
+    let layer = TierLimitLayer::new(post_plans(&clock).build()).identifier_fn(
+        |headers| {
             let tier = headers.get("x-api-key")?.to_str().ok()?;
             Some(TierIdentity::new("mallory", tier))
-        });
+        },
+    );
     let app = Router::new()
         .route("/data", get(|| async { "data" }))
         .layer(layer);

@@ -18,36 +18,14 @@ use axum::extract::Query;
 use axum::response::IntoResponse;
 use axum::{Extension, Router};
 use http::StatusCode;
+use support::fixtures::{START_US, plan_of, post_plans};
 use support::http::{Events, get, get_as};
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::layer::HeaderStyle;
 use tower_rate_tier::{
-    ClientIp, Limit, LimitEvent, OnMissing, Quota, RateLimitInfo, RateTier,
-    Settle, TierIdentity, TierLimitLayer,
+    ClientIp, Limit, LimitEvent, Quota, RateLimitInfo, RateTier, Settle,
+    TierIdentity, TierLimitLayer,
 };
-
-/// 2026-10-02 13:17:14.25 UTC: a quarter second past a whole second, so
-/// that every reset has to be rounded up.
-const START_US: u64 = 1_790_947_094_250_000;
-
-fn plan_of(key: &str) -> Option<&'static str> {
-    match key {
-        "key_ana" => Some("free"),
-        "key_bea" => Some("pro"),
-        "key_eva" => Some("gold"), // a plan the limiter does not know
-        _ => None,
-    }
-}
-
-fn tiers(clock: &FakeClock) -> RateTier {
-    RateTier::builder()
-        .clock(clock.clone())
-        .tier("free", Quota::per_minute(10))
-        .tier("pro", Quota::per_minute(100))
-        .default_tier("free")
-        .on_missing(OnMissing::Deny(StatusCode::UNAUTHORIZED))
-        .build()
-}
 
 fn path_is(path: &'static str) -> impl Fn(&http::request::Parts) -> bool {
     move |req| req.uri.path() == path
@@ -140,7 +118,7 @@ fn server_with(
     change: impl FnOnce(TierLimitLayer) -> TierLimitLayer,
 ) -> Server {
     let clock = FakeClock::at_us(START_US);
-    let tiers = tiers(&clock);
+    let tiers = post_plans(&clock).build();
     let events = Events::default();
     let calls = Arc::new(AtomicUsize::new(0));
     let app =

@@ -8,6 +8,8 @@
 //! `String` body) to show the layer needs no axum.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,26 +21,13 @@ use axum::routing::get;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
+use support::fixtures::{START_US, plan_of, post_plans};
 use tower::ServiceExt;
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::{
-    LimitEvent, MemoryStorage, OnMissing, OnUnknownTier, Quota, RateTier,
-    TierIdentity, TierLimitLayer,
+    LimitEvent, MemoryStorage, OnUnknownTier, RateTier, TierIdentity,
+    TierLimitLayer,
 };
-
-/// 2026-10-02 13:17:14.25 UTC: a quarter second past a whole second, so that
-/// every `x-ratelimit-reset` has to be rounded up.
-const START_US: u64 = 1_790_947_094_250_000;
-
-/// The 0.3 example's "database".
-fn plan_of(api_key: &str) -> Option<&'static str> {
-    match api_key {
-        "key_ana" => Some("free"),
-        "key_bea" => Some("pro"),
-        "key_eva" => Some("gold"), // a plan the limiter does not know
-        _ => None,
-    }
-}
 
 type Events = Arc<Mutex<Vec<LimitEvent>>>;
 
@@ -56,15 +45,6 @@ fn post_layer(tiers: RateTier, events: &Events) -> TierLimitLayer {
             _ => 1,
         })
         .on_event(move |event| sink.lock().unwrap().push(event.clone()))
-}
-
-fn post_tiers(clock: &FakeClock) -> tower_rate_tier::RateTierBuilder {
-    RateTier::builder()
-        .clock(clock.clone())
-        .tier("free", Quota::per_minute(10))
-        .tier("pro", Quota::per_minute(100))
-        .default_tier("free")
-        .on_missing(OnMissing::Deny(StatusCode::UNAUTHORIZED))
 }
 
 /// The 0.3 example's service: the three routes, each counting its calls.
@@ -106,7 +86,7 @@ fn post() -> Post {
     let events: Events = Arc::default();
     let calls = Arc::new(AtomicUsize::new(0));
     let app =
-        routes(&calls).layer(post_layer(post_tiers(&clock).build(), &events));
+        routes(&calls).layer(post_layer(post_plans(&clock).build(), &events));
     Post {
         app,
         clock,
@@ -220,7 +200,7 @@ async fn reset_header_on_a_whole_second_start_is_exact() {
     let events: Events = Arc::default();
     let calls = Arc::new(AtomicUsize::new(0));
     let app =
-        routes(&calls).layer(post_layer(post_tiers(&clock).build(), &events));
+        routes(&calls).layer(post_layer(post_plans(&clock).build(), &events));
     let r = get_path(&app, Some("key_ana"), "/data").await;
     assert_eq!(r.header("x-ratelimit-reset"), Some("1790947100"));
     for _ in 0..9 {
@@ -315,7 +295,7 @@ async fn two_instances_on_one_store_share_one_limit() {
     let events: Events = Arc::default();
     let calls = Arc::new(AtomicUsize::new(0));
     let instance = |events: &Events| {
-        let tiers = post_tiers(&clock).storage(store.clone()).build();
+        let tiers = post_plans(&clock).storage(store.clone()).build();
         routes(&calls).layer(post_layer(tiers, events))
     };
     let ports = [instance(&events), instance(&events)];
@@ -582,7 +562,7 @@ async fn no_key_or_an_unknown_key_is_401_with_a_missing_identity_event() {
 // Without axum: a plain `tower::service_fn`.
 
 fn plain_layer(clock: &FakeClock, events: &Events) -> TierLimitLayer {
-    post_layer(post_tiers(clock).build(), events)
+    post_layer(post_plans(clock).build(), events)
 }
 
 fn request<B>(key: &str, path: &str, body: B) -> Request<B> {

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use prometheus_parse::{LineInfo, Scrape, Value};
+use support::fixtures::plan_of;
 use support::stores::{Flaky, TimingOut};
 use tower::{Layer, ServiceExt, service_fn};
 use tower_rate_tier::clock::FakeClock;
@@ -153,15 +154,6 @@ fn family(expected: &[(&str, f64)]) -> Vec<(String, f64)> {
 
 // ---------------------------------------------------------------------------
 // The layer, as in the 0.3 example.
-
-fn plan_of(api_key: &str) -> Option<&'static str> {
-    match api_key {
-        "key_ana" => Some("free"),
-        "key_bea" => Some("pro"),
-        "key_eva" => Some("gold"), // not configured
-        _ => None,
-    }
-}
 
 /// The 0.3 example's layer, its checks observed by `metrics`.
 fn post_layer(tiers: RateTier, metrics: &RateLimitMetrics) -> TierLimitLayer {
