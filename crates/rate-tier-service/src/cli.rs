@@ -21,8 +21,8 @@ use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use crate::headers::HeaderMode;
 use crate::server::{ServiceOptions, StoreChoice};
+use tower_rate_tier::headers::HeaderStyle;
 
 /// The usage text.
 pub const USAGE: &str = "\
@@ -133,7 +133,7 @@ where
     let mut redis = None;
     let mut cluster = None;
     let mut shadow = false;
-    let mut headers = HeaderMode::None;
+    let mut headers = HeaderStyle::None;
     let mut log_format = LogFormat::Text;
     let mut check = None;
     let error = |e: lexopt::Error| e.to_string();
@@ -159,7 +159,8 @@ where
             Long("shadow") => shadow = true,
             Long("headers") => {
                 headers = text("--headers", parser.value().map_err(error)?)?
-                    .parse()?;
+                    .parse()
+                    .map_err(|unknown| format!("{unknown}"))?;
             }
             Long("log-format") => {
                 log_format =

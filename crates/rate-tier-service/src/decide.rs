@@ -34,7 +34,7 @@
 //! ignores it (the hits are charged).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -50,9 +50,10 @@ use rate_tier_storage::{
     BucketCheck, Decided, LimitName, Storage, StorageError,
 };
 use smallvec::SmallVec;
+use tower_rate_tier::headers::HeaderStyle;
 
 use crate::config::{Config, Domain, Rule, RuleLimit, Unit, quota_for};
-use crate::headers::{self, HeaderMode, Limited};
+use crate::headers::{self, Limited};
 use crate::metrics::{Metrics, RuleStats};
 
 /// The bounds of a request. A request beyond one is refused: answered
@@ -103,14 +104,31 @@ pub enum DecideError {
 }
 
 /// How the service decides, beside the config.
-#[derive(Debug, Clone, Copy, Default)]
+///
+/// ```
+/// use rate_tier_service::DecideOptions;
+/// use tower_rate_tier::headers::HeaderStyle;
+/// // As envoyproxy/ratelimit: no rate-limit headers unless asked for.
+/// assert_eq!(DecideOptions::default().headers, HeaderStyle::None);
+/// ```
+#[derive(Debug, Clone, Copy)]
 pub struct DecideOptions {
     /// `--shadow`: every limit in shadow mode.
     pub shadow: bool,
     /// `--headers`.
-    pub headers: HeaderMode,
+    pub headers: HeaderStyle,
     /// Request bounds.
     pub limits: RequestLimits,
+}
+
+impl Default for DecideOptions {
+    fn default() -> Self {
+        DecideOptions {
+            shadow: false,
+            headers: HeaderStyle::None,
+            limits: RequestLimits::default(),
+        }
+    }
 }
 
 /// The decision engine: the config in use (swapped whole on reload), the
@@ -189,7 +207,7 @@ struct Outcome {
 }
 
 fn ceil_secs(us: u64) -> u64 {
-    us.div_ceil(1_000_000)
+    tower_rate_tier::ceil_secs(Duration::from_micros(us))
 }
 
 impl Decider {

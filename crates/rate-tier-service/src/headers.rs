@@ -1,70 +1,26 @@
 //! The rate-limit headers the service may ask Envoy to add
-//! (`response_headers_to_add`), chosen with `--headers`.
+//! (`response_headers_to_add`), chosen with `--headers`: the workspace's
+//! contract ([`tower_rate_tier::headers`]), the one the Tower layer writes.
+//!
+//! - `none` (the default, as envoyproxy/ratelimit's
+//!   `LIMIT_RESPONSE_HEADERS_ENABLED=false`): none.
+//! - `x`: `x-ratelimit-limit` (the rule's `requests_per_unit`),
+//!   `x-ratelimit-remaining`, `x-ratelimit-reset` of the most constrained
+//!   descriptor: the one that refused (the last, as upstream), else the one
+//!   with the least remaining. A refused request also gets `retry-after`.
+//! - `ietf`: `ratelimit-policy` and `ratelimit`, one item per limited
+//!   descriptor, named after the rule's `name` (or its path in the config):
+//!   `"per_ip";q=60;w=60` and `"per_ip";r=59;t=1`.
+//! - `both`.
 
-use std::str::FromStr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
-
-/// Which headers go into `response_headers_to_add`.
-///
-/// - `None` (the default, as envoyproxy/ratelimit's
-///   `LIMIT_RESPONSE_HEADERS_ENABLED=false`): none.
-/// - `X`: `x-ratelimit-limit` (the rule's `requests_per_unit`),
-///   `x-ratelimit-remaining`, `x-ratelimit-reset` (Unix seconds, rounded up,
-///   when the bucket is full again) of the most constrained descriptor: the
-///   one that refused, else the one with the least remaining. A refused
-///   request also gets `retry-after` (seconds, rounded up). These are the
-///   workspace's HTTP contract (the Tower layer writes the same).
-/// - `Ietf`: `ratelimit-policy` and `ratelimit`
-///   (draft-ietf-httpapi-ratelimit-headers-10), one item per limited
-///   descriptor, named after the rule's `name` (or its path in the config):
-///   `"per_ip";q=60;w=60` and `"per_ip";r=59;t=1`.
-/// - `Both`.
-///
-/// ```
-/// use rate_tier_service::HeaderMode;
-/// assert_eq!("ietf".parse::<HeaderMode>(), Ok(HeaderMode::Ietf));
-/// assert!("all".parse::<HeaderMode>().is_err());
-/// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum HeaderMode {
-    /// No headers.
-    #[default]
-    None,
-    /// `x-ratelimit-*` (and `retry-after` when refused).
-    X,
-    /// The IETF fields.
-    Ietf,
-    /// Both.
-    Both,
-}
-
-impl FromStr for HeaderMode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "none" => Ok(HeaderMode::None),
-            "x" => Ok(HeaderMode::X),
-            "ietf" => Ok(HeaderMode::Ietf),
-            "both" => Ok(HeaderMode::Both),
-            other => Err(format!(
-                "--headers {other:?}: expected one of x, ietf, both, none"
-            )),
-        }
-    }
-}
-
-impl HeaderMode {
-    fn x(self) -> bool {
-        matches!(self, HeaderMode::X | HeaderMode::Both)
-    }
-
-    fn ietf(self) -> bool {
-        matches!(self, HeaderMode::Ietf | HeaderMode::Both)
-    }
-}
+use http::HeaderName;
+use tower_rate_tier::headers::{
+    HeaderStyle, Policy, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT,
+    X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, ietf_fields,
+};
 
 /// One limited descriptor, as the headers see it.
 #[derive(Debug)]
@@ -77,25 +33,9 @@ pub(crate) struct Limited<'a> {
     pub(crate) reset_secs: u64,
 }
 
-/// An sf-string's content: printable ASCII, `"` and `\` escaped.
-fn sf_string(label: &str) -> String {
-    let mut out = String::with_capacity(label.len());
-    for c in label.chars() {
-        match c {
-            '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
-            }
-            ' '..='~' => out.push(c),
-            _ => out.push('?'),
-        }
-    }
-    out
-}
-
-fn header(key: &str, value: String) -> HeaderValue {
+fn header(key: &HeaderName, value: String) -> HeaderValue {
     HeaderValue {
-        key: key.to_owned(),
+        key: key.as_str().to_owned(),
         value,
         ..HeaderValue::default()
     }
@@ -104,15 +44,15 @@ fn header(key: &str, value: String) -> HeaderValue {
 /// The headers of one response. `retry_secs` is the wait of a refused
 /// request (rounded up), when there is one.
 pub(crate) fn headers(
-    mode: HeaderMode,
+    style: HeaderStyle,
     limited: &[Limited<'_>],
     retry_secs: Option<u64>,
 ) -> Vec<HeaderValue> {
     let mut out = Vec::new();
-    if mode == HeaderMode::None || limited.is_empty() {
+    if limited.is_empty() {
         return out;
     }
-    if mode.x() {
+    if style.x() {
         // The last refusing one (as upstream), else the least remaining
         // (the first on a tie).
         let most = limited
@@ -126,49 +66,36 @@ pub(crate) fn headers(
                 .map_or(0, |d| d.as_secs());
             let remaining = if most.passed { most.remaining } else { 0 };
             out.push(header(
-                "x-ratelimit-limit",
+                &X_RATELIMIT_LIMIT,
                 most.requests_per_unit.to_string(),
             ));
-            out.push(header("x-ratelimit-remaining", remaining.to_string()));
+            out.push(header(&X_RATELIMIT_REMAINING, remaining.to_string()));
             out.push(header(
-                "x-ratelimit-reset",
+                &X_RATELIMIT_RESET,
                 now.saturating_add(most.reset_secs).to_string(),
             ));
         }
         if let Some(retry) = retry_secs {
-            out.push(header("retry-after", retry.to_string()));
+            out.push(header(&http::header::RETRY_AFTER, retry.to_string()));
         }
     }
-    if mode.ietf() {
-        let mut policy = String::new();
-        let mut state = String::new();
-        for l in limited {
-            let separator = if policy.is_empty() { "" } else { ", " };
-            let name = sf_string(l.label);
-            let (r, t) = match (l.passed, retry_secs) {
+    if style.ietf() {
+        let (policy, state) = ietf_fields(limited.iter().map(|l| {
+            let (remaining, reset_secs) = match (l.passed, retry_secs) {
                 (true, _) => (l.remaining, l.reset_secs),
                 (false, Some(retry)) => (0, retry),
                 (false, None) => (0, l.reset_secs),
             };
-            policy.push_str(&format!(
-                "{separator}\"{name}\";q={};w={}",
-                l.requests_per_unit, l.window_secs
-            ));
-            state.push_str(&format!("{separator}\"{name}\";r={r};t={t}"));
-        }
-        out.push(header("ratelimit-policy", policy));
-        out.push(header("ratelimit", state));
+            Policy {
+                name: l.label,
+                quota: u64::from(l.requests_per_unit),
+                window_secs: l.window_secs,
+                remaining,
+                reset_secs,
+            }
+        }));
+        out.push(header(&RATELIMIT_POLICY, policy));
+        out.push(header(&RATELIMIT, state));
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn labels_are_valid_sf_strings() {
-        assert_eq!(sf_string("a\"b\\c"), "a\\\"b\\\\c");
-        assert_eq!(sf_string("é"), "?");
-    }
 }

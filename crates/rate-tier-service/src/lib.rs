@@ -108,7 +108,6 @@ pub mod wire;
 
 pub use config::{Config, ConfigError};
 pub use decide::{DecideError, DecideOptions, Decider, RequestLimits};
-pub use headers::HeaderMode;
 pub use metrics::Metrics;
 pub use server::{Running, Service, ServiceOptions, StartError, StoreChoice};
 

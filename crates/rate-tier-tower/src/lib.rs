@@ -126,6 +126,7 @@ mod cache;
 pub mod client_ip;
 mod error;
 mod event;
+pub mod headers;
 mod identity;
 pub mod layer;
 mod limit;

@@ -101,3 +101,20 @@ async fn the_default_is_the_posts_headers_only() {
     assert_eq!(header(&response, "ratelimit"), None);
     assert_eq!(header(&response, "ratelimit-policy"), None);
 }
+
+#[tokio::test]
+async fn no_rate_limit_headers_but_a_refusal_still_says_when_to_retry() {
+    let app = app(HeaderStyle::None);
+    for _ in 0..10 {
+        let passed = get_as(&app, "free").await;
+        assert_eq!(passed.status(), 200);
+        for name in ["x-ratelimit-limit", "ratelimit", "ratelimit-policy"] {
+            assert_eq!(header(&passed, name), None, "{name}");
+        }
+    }
+    let refused = get_as(&app, "free").await;
+    assert_eq!(refused.status(), 429);
+    assert_eq!(header(&refused, "retry-after"), Some("6"));
+    assert_eq!(header(&refused, "x-ratelimit-remaining"), None);
+    assert_eq!(header(&refused, "ratelimit"), None);
+}

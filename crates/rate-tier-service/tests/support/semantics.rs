@@ -547,7 +547,7 @@ pub async fn response_headers(backend: &Backend) {
     let svc = Svc::start(
         backend,
         "  - key: a\n    rate_limit: {name: wide, unit: hour, requests_per_unit: 10}\n  - key: b\n    rate_limit: {name: narrow, unit: hour, requests_per_unit: 2}\n",
-        |o| o.decide.headers = rate_tier_service::HeaderMode::Both,
+        |o| o.decide.headers = tower_rate_tier::headers::HeaderStyle::Both,
     )
     .await;
     let r = svc

@@ -6,66 +6,16 @@ use std::sync::LazyLock;
 use bytes::BytesMut;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 
-use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
+pub use crate::headers::{
+    HeaderStyle, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT,
+    X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+};
+use crate::headers::{Policy, ietf_fields};
 use crate::outcome::{
     LimitReason, LimitState, Limited, RateLimitInfo, ceil_secs,
 };
-
-/// `x-ratelimit-limit`: the burst of the most constraining limit.
-pub const X_RATELIMIT_LIMIT: HeaderName =
-    HeaderName::from_static("x-ratelimit-limit");
-/// `x-ratelimit-remaining`: requests of cost 1 still allowed now.
-pub const X_RATELIMIT_REMAINING: HeaderName =
-    HeaderName::from_static("x-ratelimit-remaining");
-/// `x-ratelimit-reset`: Unix seconds (rounded up) when the bucket is full again.
-pub const X_RATELIMIT_RESET: HeaderName =
-    HeaderName::from_static("x-ratelimit-reset");
-
-/// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers-10).
-pub const RATELIMIT_POLICY: HeaderName =
-    HeaderName::from_static("ratelimit-policy");
-/// `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10).
-pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-
-/// Which rate-limit headers the layer writes.
-///
-/// - `XRateLimit` (the default, 0.3's): `x-ratelimit-limit`,
-///   `x-ratelimit-remaining`, `x-ratelimit-reset` (Unix seconds).
-/// - `Ietf`: the fields of draft-ietf-httpapi-ratelimit-headers-10, one
-///   policy per limit of the decision, named after the tier (and each limit
-///   of its own): `RateLimit-Policy: "free";q=10;w=60, "search";q=3;w=60`
-///   (q: the burst; w: seconds for a full burst to come back) and
-///   `RateLimit: "free";r=9;t=6, "search";r=2;t=20` (r: remaining; t:
-///   seconds until the bucket is full again, or for the limit that refused
-///   a 429 until the request may be retried, so `Retry-After` is never
-///   earlier than `t`). No partition key is sent: it would reveal who the
-///   user is to anything that sees the response.
-///
-/// The `x-ratelimit-*` headers describe the most constraining limit: the
-/// one with the least remaining, or the one that refused.
-/// - `Both`: all of them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum HeaderStyle {
-    /// `x-ratelimit-*` only.
-    #[default]
-    XRateLimit,
-    /// `RateLimit-Policy` and `RateLimit` only.
-    Ietf,
-    /// Both sets.
-    Both,
-}
-
-impl HeaderStyle {
-    pub(crate) fn x(self) -> bool {
-        matches!(self, HeaderStyle::XRateLimit | HeaderStyle::Both)
-    }
-
-    pub(crate) fn ietf(self) -> bool {
-        matches!(self, HeaderStyle::Ietf | HeaderStyle::Both)
-    }
-}
 
 /// The headers whose last value each thread keeps, for [`number_of`]: a
 /// tier's limit and the current second's reset repeat from one response to
@@ -160,39 +110,29 @@ fn cut_number(n: u64) -> HeaderValue {
     cut.ok().flatten().unwrap_or_else(|| HeaderValue::from(n))
 }
 
-/// The IETF fields for `limits`: one policy per limit, in order. Names are
-/// `[A-Za-z0-9_.-]`: valid sf-strings and header values. `t` is each
-/// bucket's time until full; for the refusing limit of a 429 it is the wait
-/// (`wait`), so `Retry-After` is never earlier than `t`.
+/// The IETF fields for `limits`, in order. `t` is each bucket's time until
+/// full; for the refusing limit of a 429 it is the wait (`wait`), so
+/// `Retry-After` is never earlier than `t`.
 fn insert_ietf(
     headers: &mut HeaderMap,
     limits: impl Iterator<Item = LimitState>,
     wait: Option<(&str, u64)>,
 ) {
-    let mut policy = String::new();
-    let mut state = String::new();
-    for limit in limits {
-        let separator = if policy.is_empty() { "" } else { ", " };
-        let t = match wait {
-            Some((name, wait)) if name == limit.name => wait,
-            _ => ceil_secs(limit.reset_after),
-        };
-        let remaining = if wait.is_some_and(|(name, _)| name == limit.name) {
-            0
-        } else {
-            limit.remaining
-        };
-        policy.push_str(&format!(
-            "{separator}\"{}\";q={};w={}",
-            limit.name,
-            limit.limit,
-            ceil_secs(limit.window)
-        ));
-        state.push_str(&format!(
-            "{separator}\"{}\";r={remaining};t={t}",
-            limit.name
-        ));
-    }
+    let (policy, state) = ietf_fields(limits.map(|limit| {
+        let refusing = wait.filter(|&(name, _)| name == limit.name);
+        Policy {
+            name: limit.name,
+            quota: u64::from(limit.limit),
+            window_secs: ceil_secs(limit.window),
+            remaining: if refusing.is_some() {
+                0
+            } else {
+                limit.remaining
+            },
+            reset_secs: refusing
+                .map_or_else(|| ceil_secs(limit.reset_after), |(_, wait)| wait),
+        }
+    }));
     if let Ok(policy) = HeaderValue::try_from(policy) {
         headers.insert(RATELIMIT_POLICY, policy);
     }
