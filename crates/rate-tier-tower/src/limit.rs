@@ -199,7 +199,7 @@ impl Limit {
     ///     .per_client_ip(ClientIp::RIGHTMOST_X_FORWARDED_FOR);
     /// # let _ = per_address;
     /// ```
-    pub fn per_client_ip(self, source: crate::ClientIp) -> Limit {
+    pub fn per_client_ip(self, source: crate::client_ip::ClientIp) -> Limit {
         self.keyed_by(move |parts| Some(source.partition(parts)))
     }
 

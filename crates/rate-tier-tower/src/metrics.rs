@@ -42,7 +42,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use rate_tier_storage::{BreakerState, StorageEvent};
 
-use crate::{Checked, LimitEvent, Observer};
+use crate::event::LimitEvent;
+use crate::observe::{Checked, Observer};
 
 /// The version of prometheus-client this crate encodes with: use its
 /// `Registry` and `encoding::text::encode` to serve the metrics.

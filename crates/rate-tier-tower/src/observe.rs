@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::LimitEvent;
+use crate::event::LimitEvent;
 
 /// What the middleware did with one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -9,10 +9,10 @@ use gcra_core::Quota;
 use rate_tier_storage::LimitName;
 use sha1::{Digest, Sha1};
 
-use super::Unit;
 use super::check::{RawDescriptor, RawRoot};
 use super::error::ConfigError;
 use super::tree::{Domain, Level, Node, Pattern, Rule, RuleLimit};
+use super::unit::Unit;
 
 /// The quota of `requests_per_unit` per `unit`, burst R; clamped to one
 /// request per µs (burst still R) when R is above the unit's µs.

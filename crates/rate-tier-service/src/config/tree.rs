@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 use gcra_core::Quota;
 use rate_tier_storage::LimitName;
 
-use super::Unit;
+use super::unit::Unit;
 use crate::metrics::RuleStats;
 
 /// How a descriptor's limit is decided.

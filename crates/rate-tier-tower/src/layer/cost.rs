@@ -3,10 +3,7 @@
 use std::task::{Context, Poll};
 
 use http::Request;
-use tower_layer::Layer;
 use tower_service::Service;
-
-use super::TierLimit;
 
 /// The cost a [`tier_cost`] layer put on a request, for the limiter it
 /// wraps.
@@ -15,7 +12,7 @@ pub struct RouteCost(pub u32);
 
 /// A layer that makes the limiter it wraps charge `cost` for the plan.
 ///
-/// It only wraps a [`TierLimit`]: placed anywhere else it does not compile.
+/// It only wraps a [`TierLimit`](super::TierLimit): placed anywhere else it does not compile.
 /// That is on purpose. In axum, a layer on a route (`get(h).layer(...)`)
 /// runs *after* a limiter added with `Router::layer`, so a cost set there
 /// would arrive too late and every request would silently cost 1 (the bug of
@@ -58,10 +55,9 @@ pub struct TierCostLayer {
     cost: u32,
 }
 
-impl<S, R> Layer<TierLimit<S, R>> for TierCostLayer {
-    type Service = TierCost<TierLimit<S, R>>;
-
-    fn layer(&self, inner: TierLimit<S, R>) -> Self::Service {
+impl TierCostLayer {
+    /// `inner`, charging this layer's cost.
+    pub(super) fn wrap<S>(&self, inner: S) -> TierCost<S> {
         TierCost {
             inner,
             cost: self.cost,

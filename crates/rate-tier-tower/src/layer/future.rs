@@ -17,11 +17,12 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::body::LimitBody;
+use super::config::Config;
 use super::judge::{After, Judgement};
-use super::layer::Config;
 use super::refusal::Refusal;
-use super::response::{self, HeaderStyle};
+use super::response;
 use super::settle::BoxFuture;
+use crate::headers::HeaderStyle;
 
 /// A decision that needs I/O.
 pub(super) enum Decision {

@@ -8,10 +8,12 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
+use super::layer::TierLimitLayer;
 use super::refusal::{Refusal, Refused};
 use super::response;
-use super::{HeaderStyle, TierLimit, TierLimitLayer};
-use crate::{LimitReason, Limited};
+use super::service::TierLimit;
+use crate::headers::HeaderStyle;
+use crate::outcome::{LimitReason, Limited};
 
 /// [`TierLimitLayer`] for gRPC servers: refusals are `tonic::Status`es
 /// (`RESOURCE_EXHAUSTED` with `google.rpc.RetryInfo`, ...) instead of HTTP
@@ -85,6 +87,15 @@ use crate::{LimitReason, Limited};
 /// # drop(router);
 /// ```
 pub type GrpcTierLimitLayer = TierLimitLayer<GrpcRefusal>;
+
+impl TierLimitLayer {
+    /// The same limiter, identity, cost and limits for a gRPC (tonic)
+    /// server: refusals become gRPC statuses. See
+    /// [`GrpcTierLimitLayer`](GrpcTierLimitLayer).
+    pub fn grpc(self) -> TierLimitLayer<GrpcRefusal> {
+        self.answering()
+    }
+}
 
 /// The service made by [`GrpcTierLimitLayer`].
 pub type GrpcTierLimit<S> = TierLimit<S, GrpcRefusal>;

@@ -16,8 +16,8 @@ use http::request::Parts;
 use http::{Extensions, HeaderMap, Response};
 use smallvec::SmallVec;
 
+use super::config::{Config, Identifier};
 use super::cost::RouteCost;
-use super::layer::{Config, Identifier};
 use super::refusal::{Refusal, Refused};
 use super::settle::{BoxFuture, SettleItem, SettlePlan};
 use crate::error::Error;

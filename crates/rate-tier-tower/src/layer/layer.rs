@@ -6,28 +6,16 @@ use http::HeaderMap;
 use http::request::Parts;
 use tower_layer::Layer;
 
+use super::config::{Config, Identifier};
 use super::refusal::HttpRefusal;
-use super::{HeaderStyle, TierLimit};
+use super::service::TierLimit;
 use crate::error::ConfigError;
 use crate::event::LimitEvent;
+use crate::headers::HeaderStyle;
 use crate::identity::{TierIdentifier, TierIdentity};
 use crate::limit::Limit;
 use crate::limiter::RateTier;
 use crate::observe::Observer;
-
-pub(crate) type IdentifyFn =
-    dyn for<'h> Fn(&'h HeaderMap) -> Option<TierIdentity<'h>> + Send + Sync;
-type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
-type WhenFn = dyn Fn(&Parts) -> bool + Send + Sync;
-type EventFn = dyn Fn(&LimitEvent) + Send + Sync;
-
-#[derive(Clone)]
-pub(crate) enum Identifier {
-    /// No identifier configured: every request is anonymous.
-    None,
-    Headers(Arc<IdentifyFn>),
-    Async(Arc<dyn TierIdentifier>),
-}
 
 /// Applies a [`RateTier`] to every request of the wrapped service: its plan,
 /// and any [`Limit`]s of its own, as one decision per request.
@@ -79,19 +67,6 @@ impl<R> Clone for TierLimitLayer<R> {
     }
 }
 
-#[derive(Clone)]
-pub(crate) struct Config {
-    pub(crate) tiers: RateTier,
-    pub(crate) identifier: Identifier,
-    pub(crate) cost: Option<Arc<CostFn>>,
-    pub(crate) limits: Vec<Limit>,
-    pub(crate) peek: Option<Arc<WhenFn>>,
-    pub(crate) shadow: bool,
-    pub(crate) on_event: Option<Arc<EventFn>>,
-    pub(crate) observer: Option<Arc<dyn Observer>>,
-    pub(crate) headers: HeaderStyle,
-}
-
 impl<R> fmt::Debug for TierLimitLayer<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let config = &*self.config;
@@ -131,21 +106,18 @@ impl TierLimitLayer {
             refusal: PhantomData,
         }
     }
+}
 
-    /// The same limiter, identity, cost and limits for a gRPC (tonic)
-    /// server: refusals become gRPC statuses. See
-    /// [`GrpcTierLimitLayer`](super::GrpcTierLimitLayer).
-    #[cfg(feature = "grpc")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
-    pub fn grpc(self) -> TierLimitLayer<super::GrpcRefusal> {
+impl<R> TierLimitLayer<R> {
+    /// The same layer, answering refusals as `A` does.
+    #[cfg_attr(not(feature = "grpc"), allow(dead_code))]
+    pub(super) fn answering<A>(self) -> TierLimitLayer<A> {
         TierLimitLayer {
             config: self.config,
             refusal: PhantomData,
         }
     }
-}
 
-impl<R> TierLimitLayer<R> {
     fn map(mut self, change: impl FnOnce(&mut Config)) -> Self {
         change(Arc::make_mut(&mut self.config));
         self

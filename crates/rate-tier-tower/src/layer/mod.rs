@@ -28,6 +28,7 @@
 //! [`Limit`]: crate::Limit
 
 mod body;
+mod config;
 mod cost;
 mod future;
 #[cfg(feature = "grpc")]

@@ -3,8 +3,8 @@
 
 use http::{Response, StatusCode};
 
-use super::HeaderStyle;
 use super::response;
+use crate::headers::HeaderStyle;
 use crate::outcome::Limited;
 
 /// Why a request is refused, as a [`Refusal`] answers it.

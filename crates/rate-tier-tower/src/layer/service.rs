@@ -7,10 +7,10 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use super::body::LimitBody;
-use super::cost::RouteCost;
+use super::config::Config;
+use super::cost::{RouteCost, TierCost, TierCostLayer};
 use super::future::{Decision, ResponseFuture};
 use super::judge::Now;
-use super::layer::Config;
 use super::refusal::{HttpRefusal, Refusal};
 use crate::limiter::ask::Ask;
 
@@ -174,5 +174,14 @@ impl<S, R> TierLimit<S, R> {
             parts,
             body,
         )
+    }
+}
+
+// Here, beside the service it wraps: a cost layer wraps a limiter only.
+impl<S, R> tower_layer::Layer<TierLimit<S, R>> for TierCostLayer {
+    type Service = TierCost<TierLimit<S, R>>;
+
+    fn layer(&self, inner: TierLimit<S, R>) -> Self::Service {
+        self.wrap(inner)
     }
 }

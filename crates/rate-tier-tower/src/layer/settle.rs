@@ -9,7 +9,7 @@ use gcra_core::Adjust;
 use rate_tier_storage::{BucketCheck, BucketSettle, Charged, StorageError};
 use smallvec::SmallVec;
 
-use super::layer::Config;
+use super::config::Config;
 use crate::event::LimitEvent;
 use crate::limit::Usage;
 use crate::outcome::RateLimitInfo;

@@ -279,13 +279,13 @@ impl RateTier {
         &self,
         user: &str,
         tier: &str,
-    ) -> Result<crate::RateLimitInfo, Error> {
+    ) -> Result<crate::outcome::RateLimitInfo, Error> {
         let request = LimitRequest::new(user, tier, 0);
         match self.decide(&request).await? {
             Ok(info) => Ok(info),
             // A peek never refuses, but a denied unknown tier has nothing
             // to allow.
-            Err(limited) => Ok(crate::RateLimitInfo::nothing(
+            Err(limited) => Ok(crate::outcome::RateLimitInfo::nothing(
                 limited.tier(),
                 limited.now_us,
             )),
@@ -320,7 +320,7 @@ impl RateTier {
     pub async fn settle(
         &self,
         user: &str,
-        info: &crate::RateLimitInfo,
+        info: &crate::outcome::RateLimitInfo,
         limit: &Limit,
         adjust: Adjust,
     ) -> Result<(), Error> {
