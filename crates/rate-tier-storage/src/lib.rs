@@ -39,6 +39,7 @@
 //! | feature | enables |
 //! |---|---|
 //! | `redis` | `RedisStorage`: one limit shared through Redis or a Redis Cluster |
+//! | `postgres` | `PostgresStorage`: one limit shared through PostgreSQL, for services without Redis |
 #![warn(clippy::unwrap_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -49,6 +50,8 @@ pub mod event;
 pub mod fallback;
 pub mod key;
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
 mod storage;
@@ -63,6 +66,11 @@ pub use gcra_core::{
 };
 pub use key::KeyLayout;
 pub use memory::{MemoryStorage, MemoryStorageBuilder};
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use postgres::{
+    InvalidTable, PostgresConfigError, PostgresStorage, PostgresStorageBuilder,
+};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis::{REMEMBERED, RedisStorage};

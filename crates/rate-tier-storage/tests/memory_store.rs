@@ -1507,10 +1507,9 @@ mod model {
                 }
             }
             // Every bucket as the model holds it, read alone.
-            for limit in 0..limits.len() {
-                for user in 0..USERS.len() {
-                    let (name, quota) = &limits[limit];
-                    let peek = [BucketCheck::new(name, USERS[user], *quota, 0).unwrap()];
+            for (limit, (name, quota)) in limits.iter().enumerate() {
+                for (user, id) in USERS.iter().enumerate() {
+                    let peek = [BucketCheck::new(name, id, *quota, 0).unwrap()];
                     let mut out = [Decision::default()];
                     store.check_sync(&peek, &mut out).unwrap();
                     let expected = quota.peek(model.get(&(limit, user)).copied(), now).unwrap();

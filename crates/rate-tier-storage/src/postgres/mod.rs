@@ -1,0 +1,484 @@
+//! GCRA buckets in PostgreSQL: [`PostgresStorage`].
+
+mod job;
+mod schema;
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use gcra_core::{Decision, Verdict};
+use smallvec::SmallVec;
+use tokio_postgres::NoTls;
+
+pub use self::schema::InvalidTable;
+use self::schema::{DEFAULT_TABLE, MissingSchema, Schema};
+use crate::bucket::{BucketCheck, BucketSettle};
+use crate::key::KeyLayout;
+use crate::storage::{Decided, Storage, StorageError, validate};
+
+/// How long a call may take before its caller gets
+/// [`StorageError::Timeout`], unless the builder says otherwise.
+const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// How often expired rows are removed, and how many at most per statement.
+const DEFAULT_CLEANUP_EVERY: Duration = Duration::from_secs(60);
+const DEFAULT_CLEANUP_BATCH: u32 = 1_000;
+
+/// GCRA buckets in PostgreSQL, shared by every instance that uses the same
+/// database: for the services that run PostgreSQL and no Redis.
+///
+/// - **One statement per decision**: a PL/pgSQL function (see
+///   [`migration_sql`](Self::migration_sql)) locks the buckets, decides them
+///   as one all-or-nothing decision with gcra-core's rules, and writes
+///   them, in one round trip. Several limits of a request are locked in one
+///   fixed order (of their keys' hashes), so two decisions over the same
+///   buckets never deadlock, and a bucket without a row is locked like any
+///   other.
+/// - **The database's clock** (`clock_timestamp()`), as Redis's `TIME`:
+///   every instance measures against one clock.
+/// - **One row per bucket**: the same hashed key as Redis (never a user id
+///   in clear), its TAT in µs, and its expiry. Expired rows are removed in
+///   the background in bounded batches (every minute, 1000 rows a
+///   statement, unless the builder says otherwise); a row read after its
+///   expiry is a full bucket anyway. A TAT that is corrupt or out of range
+///   is treated as absent (in the past) or capped (too far ahead), as in
+///   Redis.
+/// - **Bounded calls**: each call waits at most the builder's
+///   [`timeout`](PostgresStorageBuilder::timeout) (500 ms by default);
+///   behind a [`FallbackStorage`](crate::FallbackStorage), a stopped or
+///   hung PostgreSQL is decided locally. A decision whose caller stopped
+///   waiting is run to its end and its charges refunded, so that no
+///   request is charged twice. Connections come from a pool
+///   (deadpool-postgres); a lost one is replaced.
+/// - **Never silently at start**: the table and its functions are created
+///   by [`migrate`](Self::migrate) (or the SQL of
+///   [`migration_sql`](Self::migration_sql), run by hand);
+///   [`connect`](PostgresStorageBuilder::connect) checks they are there and
+///   fails with an error naming the migration when they are not.
+///
+/// ```no_run
+/// use rate_tier_storage::{BucketCheck, LimitName, PostgresStorage, Storage};
+/// use gcra_core::{Decision, Quota};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let url = "postgres://app@127.0.0.1/app";
+/// // Once, at deploy time:
+/// PostgresStorage::builder(url)?.build()?.migrate().await?;
+/// // In every instance:
+/// let store = PostgresStorage::builder(url)?.connect().await?;
+/// let free = LimitName::new("free")?;
+/// let check = [BucketCheck::new(&free, "ana", Quota::per_minute(10), 1)?];
+/// let mut out = [Decision::default()];
+/// assert!(store.check(&check, &mut out).await?.verdict.allowed);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct PostgresStorage {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(super) struct Inner {
+    pool: Pool,
+    schema: Schema,
+    timeout: Duration,
+    unlogged: bool,
+}
+
+/// Builds a [`PostgresStorage`]: see [`PostgresStorage::builder`].
+#[derive(Debug)]
+pub struct PostgresStorageBuilder {
+    config: tokio_postgres::Config,
+    schema: Schema,
+    timeout: Duration,
+    pool_size: usize,
+    unlogged: bool,
+    cleanup_every: Option<Duration>,
+    cleanup_batch: u32,
+}
+
+/// A URL or a setting that cannot make a store.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PostgresConfigError {
+    /// The connection URL (or `key=value` string) does not parse.
+    #[error("invalid PostgreSQL connection string: {0}")]
+    Url(#[source] tokio_postgres::Error),
+    /// The table's name.
+    #[error(transparent)]
+    Table(#[from] InvalidTable),
+    /// The pool could not be built.
+    #[error("cannot build the connection pool: {0}")]
+    Pool(String),
+}
+
+impl PostgresStorage {
+    /// A builder for the database at `url` (`postgres://user:pass@host/db`,
+    /// or libpq's `key=value` form).
+    ///
+    /// # Errors
+    ///
+    /// A URL that does not parse.
+    ///
+    /// ```
+    /// use rate_tier_storage::PostgresStorage;
+    /// assert!(PostgresStorage::builder("postgres://app@db.internal/app").is_ok());
+    /// assert!(PostgresStorage::builder("postgres://app@db:port/app").is_err());
+    /// ```
+    pub fn builder(
+        url: &str,
+    ) -> Result<PostgresStorageBuilder, PostgresConfigError> {
+        let config = url
+            .parse::<tokio_postgres::Config>()
+            .map_err(PostgresConfigError::Url)?;
+        Ok(PostgresStorageBuilder {
+            config,
+            schema: Schema::new(DEFAULT_TABLE)?,
+            timeout: DEFAULT_TIMEOUT,
+            pool_size: 16,
+            unlogged: false,
+            cleanup_every: Some(DEFAULT_CLEANUP_EVERY),
+            cleanup_batch: DEFAULT_CLEANUP_BATCH,
+        })
+    }
+
+    /// The SQL that [`migrate`](Self::migrate) runs, for a table named
+    /// `table` (`rate_tier_buckets` by default), `UNLOGGED` or not: to read,
+    /// or to run with your own migration tool.
+    ///
+    /// # Errors
+    ///
+    /// A table name that cannot be used.
+    ///
+    /// ```
+    /// use rate_tier_storage::PostgresStorage;
+    /// let sql = PostgresStorage::migration_sql("rate_tier_buckets", false)?;
+    /// assert!(sql.contains("CREATE  TABLE IF NOT EXISTS rate_tier_buckets ("));
+    /// assert!(sql.contains("FUNCTION rate_tier_buckets_check(keys text[], args bigint[])"));
+    /// # Ok::<(), rate_tier_storage::InvalidTable>(())
+    /// ```
+    pub fn migration_sql(
+        table: &str,
+        unlogged: bool,
+    ) -> Result<String, InvalidTable> {
+        Ok(Schema::new(table)?.migration(unlogged))
+    }
+
+    /// Creates the table (if it is not there) and (re)creates its
+    /// functions. Safe to run again; never run by the store by itself.
+    ///
+    /// # Errors
+    ///
+    /// The database refused (a connection that fails, a user without the
+    /// right to create).
+    pub async fn migrate(&self) -> Result<(), StorageError> {
+        let sql = self.inner.schema.migration(self.inner.unlogged);
+        let client = self.inner.client().await?;
+        client.batch_execute(&sql).await.map_err(backend)
+    }
+
+    /// Whether the table and its functions are there.
+    ///
+    /// # Errors
+    ///
+    /// The database cannot be reached.
+    pub async fn is_migrated(&self) -> Result<bool, StorageError> {
+        let client = self.inner.client().await?;
+        let row = client
+            .query_one(&self.inner.schema.exists, &[])
+            .await
+            .map_err(backend)?;
+        row.try_get(0).map_err(backend)
+    }
+
+    /// Removes up to `batch` expired rows, rows being decided skipped;
+    /// returns how many. The store does it by itself every
+    /// [`cleanup_every`](PostgresStorageBuilder::cleanup_every).
+    ///
+    /// # Errors
+    ///
+    /// The database failed.
+    pub async fn cleanup(&self, batch: u32) -> Result<u64, StorageError> {
+        self.inner.cleanup(batch).await
+    }
+
+    /// The table's name.
+    pub fn table(&self) -> &str {
+        &self.inner.schema.table
+    }
+}
+
+impl PostgresStorageBuilder {
+    /// The table of buckets (`rate_tier_buckets` by default; `schema.name`
+    /// for another schema). Its functions are named after it.
+    ///
+    /// # Errors
+    ///
+    /// A name that is not lowercase letters, digits and `_`.
+    pub fn table(mut self, table: &str) -> Result<Self, InvalidTable> {
+        self.schema = Schema::new(table)?;
+        Ok(self)
+    }
+
+    /// How long a call may take (500 ms by default): past it the caller
+    /// gets [`StorageError::Timeout`] (a fallback then decides locally).
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// At most this many connections (16 by default).
+    #[must_use]
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size.max(1);
+        self
+    }
+
+    /// Whether [`migrate`](PostgresStorage::migrate) creates the table
+    /// `UNLOGGED`: faster writes, no WAL, and emptied after a crash of the
+    /// server (every bucket full again) and absent from replicas. Off by
+    /// default.
+    #[must_use]
+    pub fn unlogged(mut self, unlogged: bool) -> Self {
+        self.unlogged = unlogged;
+        self
+    }
+
+    /// How often expired rows are removed in the background (every minute
+    /// by default; `None`: never, for a store that runs
+    /// [`cleanup`](PostgresStorage::cleanup) itself), `batch` rows at most
+    /// per statement, statements repeated while they find full batches.
+    #[must_use]
+    pub fn cleanup_every(
+        mut self,
+        every: Option<Duration>,
+        batch: u32,
+    ) -> Self {
+        self.cleanup_every = every;
+        self.cleanup_batch = batch.max(1);
+        self
+    }
+
+    /// The store, without checking the schema (to [`migrate`](PostgresStorage::migrate)
+    /// it). Connections are made when first needed. Built inside a Tokio
+    /// runtime, it starts its background cleanup there.
+    ///
+    /// # Errors
+    ///
+    /// The pool cannot be built.
+    pub fn build(self) -> Result<PostgresStorage, PostgresConfigError> {
+        let manager = Manager::from_config(
+            self.config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(self.pool_size)
+            .build()
+            .map_err(|e| PostgresConfigError::Pool(e.to_string()))?;
+        let store = PostgresStorage {
+            inner: Arc::new(Inner {
+                pool,
+                schema: self.schema,
+                timeout: self.timeout,
+                unlogged: self.unlogged,
+            }),
+        };
+        if let (Some(every), Ok(runtime)) =
+            (self.cleanup_every, tokio::runtime::Handle::try_current())
+        {
+            runtime.spawn(clean_while_alive(
+                Arc::downgrade(&store.inner),
+                every,
+                self.cleanup_batch,
+            ));
+        }
+        Ok(store)
+    }
+
+    /// The store, once the database answered and the schema is there.
+    ///
+    /// # Errors
+    ///
+    /// The database cannot be reached, or the table or its functions are
+    /// missing ([`StorageError::Backend`], naming the migration to run).
+    pub async fn connect(self) -> Result<PostgresStorage, StorageError> {
+        let store = self
+            .build()
+            .map_err(|e| StorageError::Backend(Box::new(e)))?;
+        if !store.is_migrated().await? {
+            return Err(StorageError::Backend(Box::new(MissingSchema {
+                table: store.inner.schema.table.clone(),
+            })));
+        }
+        Ok(store)
+    }
+}
+
+/// Removes expired rows every `every`, while the store lives.
+async fn clean_while_alive(inner: Weak<Inner>, every: Duration, batch: u32) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        // A full batch: there may be more. Errors wait for the next tick.
+        while let Ok(removed) = inner.cleanup(batch).await {
+            if removed < u64::from(batch) {
+                break;
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// A pooled connection, within the store's timeout.
+    async fn client(&self) -> Result<deadpool_postgres::Client, StorageError> {
+        match tokio::time::timeout(self.timeout, self.pool.get()).await {
+            Ok(Ok(client)) => Ok(client),
+            Ok(Err(error)) => Err(StorageError::Backend(Box::new(error))),
+            Err(_) => Err(StorageError::Timeout(self.timeout)),
+        }
+    }
+
+    /// One call of a function of the schema: its reply, `expected` numbers.
+    pub(super) async fn call(
+        &self,
+        statement: &str,
+        keys: &[String],
+        args: &[i64],
+        expected: usize,
+    ) -> Result<Vec<i64>, StorageError> {
+        let client = self.client().await?;
+        let prepared = client
+            .prepare_cached(statement)
+            .await
+            .map_err(|e| self.error(e))?;
+        let row = client
+            .query_one(&prepared, &[&keys, &args])
+            .await
+            .map_err(|e| self.error(e))?;
+        let reply: Vec<i64> = row.try_get(0).map_err(backend)?;
+        if reply.len() != expected || reply.iter().any(|&n| n < 0) {
+            return Err(StorageError::Protocol(format!(
+                "{statement} returned {reply:?}, expected {expected} non-negative integers"
+            )));
+        }
+        Ok(reply)
+    }
+
+    async fn cleanup(&self, batch: u32) -> Result<u64, StorageError> {
+        let client = self.client().await?;
+        let limit = i64::from(batch);
+        client
+            .execute(&self.schema.cleanup, &[&limit])
+            .await
+            .map_err(|e| self.error(e))
+    }
+
+    /// A database error, the missing schema said as such.
+    fn error(&self, error: tokio_postgres::Error) -> StorageError {
+        use tokio_postgres::error::SqlState;
+        let missing = error.code().is_some_and(|code| {
+            *code == SqlState::UNDEFINED_FUNCTION
+                || *code == SqlState::UNDEFINED_TABLE
+        });
+        if missing {
+            return StorageError::Backend(Box::new(MissingSchema {
+                table: self.schema.table.clone(),
+            }));
+        }
+        backend(error)
+    }
+}
+
+fn backend(error: tokio_postgres::Error) -> StorageError {
+    StorageError::Backend(Box::new(error))
+}
+
+/// The functions' arguments of `checks`: 5 per bucket (see
+/// [`BucketCheck::script_args`]).
+fn check_args(checks: &[BucketCheck<'_>]) -> Result<Vec<i64>, StorageError> {
+    let mut args = Vec::with_capacity(checks.len() * 5);
+    for check in checks {
+        for arg in check.script_args() {
+            // Every argument is at most 2^50 (a window) or 2^32 (a cost).
+            args.push(i64::try_from(arg).map_err(|_| {
+                StorageError::Protocol(format!(
+                    "argument {arg} is beyond PostgreSQL's int8"
+                ))
+            })?);
+        }
+    }
+    Ok(args)
+}
+
+#[async_trait::async_trait]
+impl Storage for PostgresStorage {
+    async fn check(
+        &self,
+        checks: &[BucketCheck<'_>],
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        validate(checks, out)?;
+        let keys: Vec<String> =
+            checks.iter().map(|c| c.key(KeyLayout::Single)).collect();
+        let args = check_args(checks)?;
+        let reply = job::decide(&self.inner, keys, args).await?;
+        for (slot, n) in out.iter_mut().zip(reply.chunks_exact(4)) {
+            let allowed = match n[0] {
+                0 => false,
+                1 => true,
+                other => {
+                    return Err(StorageError::Protocol(format!(
+                        "{}_check returned allowed = {other}",
+                        self.inner.schema.table
+                    )));
+                }
+            };
+            // Non-negative: checked by `call`.
+            let [remaining, retry_after_us, reset_after_us] =
+                [n[1], n[2], n[3]].map(|v| u64::try_from(v).unwrap_or(0));
+            *slot = Decision {
+                allowed,
+                remaining,
+                retry_after_us,
+                reset_after_us,
+                store: None,
+            };
+        }
+        let shadows: SmallVec<[bool; 4]> =
+            checks.iter().map(BucketCheck::is_shadow).collect();
+        Ok(Decided::new(Verdict::of(shadows, out), None, "postgres"))
+    }
+
+    async fn settle(
+        &self,
+        settles: &[BucketSettle<'_>],
+    ) -> Result<(), StorageError> {
+        if settles.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<String> = settles
+            .iter()
+            .map(|s| s.bucket.key(KeyLayout::Single))
+            .collect();
+        let mut args = Vec::with_capacity(settles.len() * 4);
+        for settle in settles {
+            let quota = settle.bucket.quota();
+            args.extend(job::settle_args(quota, job::units(settle.adjust))?);
+        }
+        job::settle(&self.inner, keys, args).await
+    }
+
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+}
