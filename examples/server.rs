@@ -17,6 +17,8 @@
 //! cargo run --example server -- 3000 --redis redis://127.0.0.1:6379/
 //! REDIS_URL=redis://127.0.0.1:6379/ cargo run --example server -- 3001
 //! cargo run --example server -- 3002 --redis-cluster 127.0.0.1:7000,127.0.0.1:7001
+//! cargo run --example server -- 3003 --postgres postgres://app@127.0.0.1/app
+//! DATABASE_URL=postgres://app@127.0.0.1/app cargo run --example server -- 3004
 //! ```
 //!
 //! `--redis-cluster` takes one or more nodes of a Redis Cluster (any of
@@ -33,8 +35,13 @@
 //! refused for its rate, and `/metrics` counts what would have been
 //! (`outcome="shadow_limited"`).
 //!
-//! With Redis, a local limiter behind a circuit breaker takes over while
-//! Redis is down; breaker changes are printed on stderr.
+//! `--postgres URL` (or `DATABASE_URL`) shares the limits through
+//! PostgreSQL instead, for services without Redis: the example creates the
+//! table at start (`PostgresStorage::migrate`; the library never does it by
+//! itself).
+//!
+//! With Redis or PostgreSQL, a local limiter behind a circuit breaker takes
+//! over while the store is down; breaker changes are printed on stderr.
 //!
 //! `GET /metrics` (no key, not limited) serves the limiter's Prometheus
 //! metrics: checks by tier and outcome, latency, store errors, breaker.
@@ -59,8 +66,9 @@ use tower_rate_tier::metrics::prometheus_client::encoding::text::encode;
 use tower_rate_tier::metrics::prometheus_client::registry::Registry;
 use tower_rate_tier::metrics::{self, RateLimitMetrics};
 use tower_rate_tier::{
-    FallbackStorage, Limit, LimitEvent, OnMissing, Plans, PlansBuilder, Quota,
-    RateTier, RedisStorage, Settle, StorageEvent, TierLimitLayer,
+    FallbackStorage, Limit, LimitEvent, OnMissing, Plans, PlansBuilder,
+    PostgresStorage, Quota, RateTier, RedisStorage, Settle, StorageEvent,
+    TierLimitLayer,
 };
 
 // In a real service, this would come from the database.
@@ -77,6 +85,8 @@ const USAGE: &str = "\
 usage: server [PORT] [OPTIONS]
   --redis URL                           share limits through Redis (or REDIS_URL)
   --redis-cluster HOST:PORT[,HOST:PORT] share limits through a Redis Cluster
+  --postgres URL                        share limits through PostgreSQL (or DATABASE_URL);
+                                        creates its table at start if missing
   --plans FILE                          plans from TOML, reloaded on change and SIGHUP
   --plans-poll-ms MS                    how often FILE is checked (default 1000)
   --headers x|ietf|both                 rate-limit headers (default x)
@@ -87,6 +97,7 @@ struct Args {
     redis: Option<String>,
     /// Node URLs of a Redis Cluster; when set, `redis` is not used.
     redis_cluster: Option<Vec<String>>,
+    postgres: Option<String>,
     plans: Option<PathBuf>,
     plans_poll: Duration,
     headers: HeaderStyle,
@@ -121,12 +132,16 @@ fn parse_args() -> Result<Args, String> {
             .ok()
             .filter(|url| !url.is_empty()),
         redis_cluster: None,
+        postgres: std::env::var("DATABASE_URL")
+            .ok()
+            .filter(|url| !url.is_empty()),
         plans: None,
         plans_poll: Duration::from_secs(1),
         headers: HeaderStyle::XRateLimit,
         shadow: false,
     };
     let mut redis_flag = false;
+    let mut postgres_flag = false;
     let mut parser = lexopt::Parser::from_env();
     let text = |value: std::ffi::OsString| -> Result<String, String> {
         value.string().map_err(|e| e.to_string())
@@ -136,6 +151,10 @@ fn parse_args() -> Result<Args, String> {
             Long("redis") => {
                 args.redis = Some(text(value(&mut parser)?)?);
                 redis_flag = true;
+            }
+            Long("postgres") => {
+                args.postgres = Some(text(value(&mut parser)?)?);
+                postgres_flag = true;
             }
             Long("redis-cluster") => {
                 args.redis_cluster =
@@ -172,6 +191,15 @@ fn parse_args() -> Result<Args, String> {
     }
     if redis_flag && args.redis_cluster.is_some() {
         return Err("--redis and --redis-cluster: choose one".into());
+    }
+    if postgres_flag && (redis_flag || args.redis_cluster.is_some()) {
+        return Err(
+            "--postgres and --redis or --redis-cluster: choose one".into()
+        );
+    }
+    // A DATABASE_URL in the environment does not outrank an explicit Redis.
+    if !postgres_flag && (redis_flag || args.redis_cluster.is_some()) {
+        args.postgres = None;
     }
     Ok(args)
 }
@@ -285,8 +313,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             _ => {}
         });
-    let backend = match (&args.redis_cluster, &args.redis) {
-        (Some(urls), _) => {
+    let backend = match (&args.redis_cluster, &args.redis, &args.postgres) {
+        (None, _, Some(url)) => {
+            // An example may create its table at start; the library never
+            // does it by itself. Then, like Redis, a local limiter behind a
+            // circuit breaker decides while PostgreSQL is down.
+            let postgres = PostgresStorage::builder(url)?.build()?;
+            if let Err(error) = postgres.migrate().await {
+                eprintln!(
+                    "postgres: cannot create the table yet ({error}); limiting locally until it answers"
+                );
+            }
+            tiers = tiers.storage(Arc::new(
+                FallbackStorage::builder(Arc::new(postgres)).build(),
+            ));
+            "postgres, with local fallback"
+        }
+        (Some(urls), _, _) => {
             // Connected lazily: the server starts even while the cluster
             // is down, and the fallback limits locally until it is back.
             let redis = Arc::new(RedisStorage::from_cluster_urls(urls)?);
@@ -294,7 +337,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .storage(Arc::new(FallbackStorage::builder(redis).build()));
             "redis cluster, with local fallback"
         }
-        (None, Some(url)) => {
+        (None, Some(url), None) => {
             // Connected lazily, so the server starts while Redis is down;
             // then a local limiter behind a circuit breaker decides instead
             // of making every request wait for a timeout.
@@ -303,7 +346,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .storage(Arc::new(FallbackStorage::builder(redis).build()));
             "redis, with local fallback"
         }
-        (None, None) => "memory",
+        (None, None, None) => "memory",
     };
     let tiers = tiers.try_build()?;
     if let Some(path) = args.plans.clone() {

@@ -2,9 +2,10 @@
 //!
 //! ```text
 //! rate-tier-service --config PATH [--grpc ADDR] [--http ADDR]
-//!         [--redis URL | --redis-cluster HOST:PORT,...] [--shadow]
-//!         [--headers x|ietf|both|none] [--log-format text|json]
+//!         [--redis URL | --redis-cluster HOST:PORT,... | --postgres URL]
+//!         [--shadow] [--headers x|ietf|both|none] [--log-format text|json]
 //! rate-tier-service check-config PATH
+//! rate-tier-service migrate --postgres URL
 //! ```
 //!
 //! ```
@@ -14,6 +15,8 @@
 //! assert_eq!(serve.options.config_path.to_str(), Some("rl.yaml"));
 //! assert!(parse(["--config", "a", "--redis", "redis://x", "--redis-cluster", "y:1"]).is_err());
 //! assert!(matches!(parse(["check-config", "rl.yaml"])?, Command::CheckConfig(_)));
+//! assert!(matches!(parse(["migrate", "--postgres", "postgres://db/app"])?, Command::Migrate(_)));
+//! assert!(parse(["--config", "a", "--redis", "redis://x", "--postgres", "postgres://db/app"]).is_err());
 //! # Ok::<(), String>(())
 //! ```
 
@@ -31,6 +34,7 @@ rate-tier-service: a GCRA drop-in for envoyproxy/ratelimit (Envoy RLS v3)
 USAGE:
     rate-tier-service --config PATH [OPTIONS]
     rate-tier-service check-config PATH
+    rate-tier-service migrate --postgres URL
 
 OPTIONS:
     --config PATH              a YAML file or a directory of them (envoyproxy/ratelimit format)
@@ -38,6 +42,7 @@ OPTIONS:
     --http ADDR                HTTP listener: /json, /healthcheck, /metrics (default 127.0.0.1:8080)
     --redis URL                share the limits through one Redis (with a local fallback)
     --redis-cluster NODES      ... or a Redis Cluster: HOST:PORT,HOST:PORT,... (or redis:// URLs)
+    --postgres URL             ... or PostgreSQL (its table created beforehand by `migrate`)
     --shadow                   decide and count, never refuse
     --headers MODE             response headers: x, ietf, both or none (default none)
     --log-format FORMAT        text or json (default text); the level comes from RUST_LOG (default info)
@@ -45,6 +50,7 @@ OPTIONS:
     -V, --version              the version
 
 check-config PATH exits 0 when the config is valid, 1 with the file and the reason otherwise.
+migrate --postgres URL creates (or updates) the PostgreSQL store's table and functions, then exits.
 ";
 
 /// How to write logs.
@@ -74,6 +80,8 @@ pub enum Command {
     Serve(Box<Serve>),
     /// Validate a config and exit.
     CheckConfig(PathBuf),
+    /// Create the PostgreSQL store's schema at this URL and exit.
+    Migrate(String),
     /// Print the usage.
     Help,
     /// Print the version.
@@ -132,6 +140,8 @@ where
     let mut http = None;
     let mut redis = None;
     let mut cluster = None;
+    let mut postgres = None;
+    let mut migrate = false;
     let mut shadow = false;
     let mut headers = HeaderStyle::None;
     let mut log_format = LogFormat::Text;
@@ -155,6 +165,18 @@ where
                 let list =
                     text("--redis-cluster", parser.value().map_err(error)?)?;
                 cluster = Some(cluster_urls(&list)?);
+            }
+            Long("postgres") => {
+                postgres =
+                    Some(text("--postgres", parser.value().map_err(error)?)?)
+            }
+            Value(value)
+                if !migrate
+                    && check.is_none()
+                    && config.is_none()
+                    && value == "migrate" =>
+            {
+                migrate = true;
             }
             Long("shadow") => shadow = true,
             Long("headers") => {
@@ -194,6 +216,11 @@ where
     if let Some(path) = check {
         return Ok(Command::CheckConfig(path));
     }
+    if migrate {
+        return postgres
+            .map(Command::Migrate)
+            .ok_or_else(|| "migrate: --postgres URL is required".to_owned());
+    }
     let Some(config) = config else {
         return Err("--config PATH is required (see --help)".into());
     };
@@ -204,13 +231,17 @@ where
     if let Some(http) = http {
         options.http_addr = http;
     }
-    options.store = match (redis, cluster) {
-        (Some(_), Some(_)) => {
-            return Err("--redis and --redis-cluster exclude each other".into());
+    options.store = match (redis, cluster, postgres) {
+        (Some(url), None, None) => StoreChoice::Redis(url),
+        (None, Some(urls), None) => StoreChoice::RedisCluster(urls),
+        (None, None, Some(url)) => StoreChoice::Postgres(url),
+        (None, None, None) => StoreChoice::Memory,
+        _ => {
+            return Err(
+                "--redis, --redis-cluster and --postgres exclude each other"
+                    .into(),
+            );
         }
-        (Some(url), None) => StoreChoice::Redis(url),
-        (None, Some(urls)) => StoreChoice::RedisCluster(urls),
-        (None, None) => StoreChoice::Memory,
     };
     options.decide.shadow = shadow;
     options.decide.headers = headers;

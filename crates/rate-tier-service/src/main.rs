@@ -91,6 +91,7 @@ fn main() -> ExitCode {
                 }
             };
         }
+        Command::Migrate(url) => return migrate(&url),
         Command::Serve(serve) => serve,
         _ => return ExitCode::from(2),
     };
@@ -119,4 +120,28 @@ fn main() -> ExitCode {
         tracing::info!("stopped");
         ExitCode::SUCCESS
     })
+}
+
+/// `migrate --postgres URL`: the store's schema, created or updated.
+fn migrate(url: &str) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("rate-tier-service: cannot start a runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(rate_tier_service::server::migrate_postgres(url)) {
+        Ok(table) => {
+            println!("migrated: table {table} and its functions are in place");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("rate-tier-service: migrate: {error}");
+            ExitCode::from(1)
+        }
+    }
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rate_tier_storage::{
-    FallbackStorage, MemoryStorage, RedisStorage, Storage, StorageError,
-    StorageEvent,
+    FallbackStorage, MemoryStorage, PostgresStorage, RedisStorage, Storage,
+    StorageError, StorageEvent,
 };
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -38,6 +38,9 @@ pub enum StoreChoice {
     /// A Redis Cluster, seeded with these node URLs, behind a
     /// [`FallbackStorage`] (a breaker per node).
     RedisCluster(Vec<String>),
+    /// PostgreSQL at this URL, behind a [`FallbackStorage`]: its table must
+    /// exist (`rate-tier-service migrate --postgres URL`).
+    Postgres(String),
     /// A store built by the caller, used as it is.
     Custom(Arc<dyn Storage>),
 }
@@ -133,14 +136,15 @@ fn build_store(
     choice: &StoreChoice,
     redis_timeout: Duration,
 ) -> Result<(Arc<dyn Storage>, Option<FallbackStorage>), StorageError> {
-    let wrap = |primary: RedisStorage| {
-        let fallback =
-            FallbackStorage::builder(Arc::new(primary.timeout(redis_timeout)))
-                .build();
+    let behind = |primary: Arc<dyn Storage>| {
+        let fallback = FallbackStorage::builder(primary).build();
         (
             Arc::new(fallback.clone()) as Arc<dyn Storage>,
             Some(fallback),
         )
+    };
+    let wrap = |primary: RedisStorage| {
+        behind(Arc::new(primary.timeout(redis_timeout)))
     };
     Ok(match choice {
         StoreChoice::Memory => (Arc::new(MemoryStorage::new()), None),
@@ -148,8 +152,57 @@ fn build_store(
         StoreChoice::RedisCluster(urls) => {
             wrap(RedisStorage::from_cluster_urls(urls)?)
         }
+        StoreChoice::Postgres(url) => {
+            behind(Arc::new(postgres(url, redis_timeout)?))
+        }
         StoreChoice::Custom(store) => (store.clone(), None),
     })
+}
+
+/// The PostgreSQL store at `url`, each call bounded by `timeout`.
+fn postgres(
+    url: &str,
+    timeout: Duration,
+) -> Result<PostgresStorage, StorageError> {
+    PostgresStorage::builder(url)
+        .and_then(|builder| builder.timeout(timeout).build())
+        .map_err(|e| StorageError::Backend(Box::new(e)))
+}
+
+/// Creates the PostgreSQL store's table and functions at `url`: the
+/// `migrate` command.
+///
+/// # Errors
+///
+/// A bad URL, or the database refused.
+pub async fn migrate_postgres(url: &str) -> Result<String, StorageError> {
+    let store = postgres(url, Duration::from_secs(30))?;
+    store.migrate().await?;
+    Ok(store.table().to_owned())
+}
+
+/// At start, a PostgreSQL that answers must have its table: a missing one
+/// is an error now, never a failure per request. One that does not answer
+/// yet is decided locally by the fallback until it does.
+async fn check_postgres(
+    choice: &StoreChoice,
+    timeout: Duration,
+) -> Result<(), StorageError> {
+    let StoreChoice::Postgres(url) = choice else {
+        return Ok(());
+    };
+    match postgres(url, timeout)?.is_migrated().await {
+        Ok(true) => Ok(()),
+        Ok(false) => PostgresStorage::builder(url)
+            .map_err(|e| StorageError::Backend(Box::new(e)))?
+            .connect()
+            .await
+            .map(drop),
+        Err(error) => {
+            tracing::warn!(%error, "PostgreSQL does not answer yet: limiting locally until it does");
+            Ok(())
+        }
+    }
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
@@ -176,6 +229,7 @@ impl Service {
         for warning in config.warnings() {
             tracing::warn!(%warning, "config");
         }
+        check_postgres(&options.store, options.redis_timeout).await?;
         let (store, fallback) =
             build_store(&options.store, options.redis_timeout)?;
         let events = store.subscribe(Arc::new(|event: &StorageEvent| {

@@ -111,6 +111,7 @@
 //! | feature | enables |
 //! |---|---|
 //! | `redis` | `RedisStorage`: one limit shared by every instance through Redis or a Redis Cluster |
+//! | `postgres` | `PostgresStorage`: one limit shared by every instance through PostgreSQL, for services without Redis |
 //! | `identity-cache` | `CachedIdentifier`: caches async identity lookups with moka |
 //! | `metrics` | `metrics::RateLimitMetrics`: Prometheus metrics (prometheus-client) for checks, latency, storage errors, fallback, breakers, evictions, shadow refusals |
 //! | `tracing` | `tracing` events on the decision path; next to free when no subscriber listens |
@@ -173,3 +174,6 @@ pub use rate_tier_storage::{
     BucketCheck, BucketSettle, Decided, FallbackStorage, LimitName,
     MemoryStorage, Storage, StorageError, StorageEvent, Subscription, key,
 };
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use rate_tier_storage::{PostgresStorage, PostgresStorageBuilder};

@@ -5,6 +5,11 @@
 -- PostgresStorage::migrate(), or by hand: PostgresStorage::migration_sql()
 -- gives it filled in. Running it again changes nothing but the functions.
 
+-- One transaction: two migrations at once (instances starting together)
+-- wait for each other instead of failing on a function updated by both.
+BEGIN;
+SELECT pg_advisory_xact_lock(__LOCKS__, 0);
+
 -- One row per bucket: its key (the same hashed key as Redis, never a user
 -- id in clear), its TAT, and when it may be forgotten (the TAT rounded up
 -- to the millisecond, as Redis's PX). Neither TAT nor expiry is indexed:
@@ -250,3 +255,5 @@ CREATE OR REPLACE FUNCTION __TABLE___settle(keys text[], args bigint[])
 RETURNS bigint[] LANGUAGE sql AS $$
     SELECT __TABLE___settle_at(keys, args, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
 $$;
+
+COMMIT;

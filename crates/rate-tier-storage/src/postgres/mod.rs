@@ -356,7 +356,13 @@ impl Inner {
         args: &[i64],
         expected: usize,
     ) -> Result<Vec<i64>, StorageError> {
-        let client = self.client().await?;
+        // Bounded by the caller (`job::within`), not by the store's timeout:
+        // a decision whose caller left still runs to its end.
+        let client = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| StorageError::Backend(Box::new(e)))?;
         let prepared = client
             .prepare_cached(statement)
             .await
