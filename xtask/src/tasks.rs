@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use crate::Result;
 use crate::cmd::{Cmd, project_root};
+use crate::postgres::{self, Postgres};
 use crate::redis::{self, Servers, Wanted};
 
 /// The bare-metal target that proves gcra-core builds without `std`.
@@ -23,12 +24,20 @@ fn cargo_test(args: &[OsString]) -> Cmd {
     if chosen { cmd } else { cmd.arg("--workspace") }
 }
 
-/// `cmd` with the tests' environment from `servers`.
-fn with_env(mut cmd: Cmd, servers: &Servers) -> Cmd {
-    for (key, value) in servers.env() {
+/// `cmd` with the tests' environment from the servers (`trt-redis`'s and
+/// `trt-postgres`'s `KEY=VALUE` lines).
+fn with_env(mut cmd: Cmd, env: &[(String, String)]) -> Cmd {
+    for (key, value) in env {
         cmd = cmd.env(key, value);
     }
     cmd
+}
+
+/// A throwaway PostgreSQL (`trt-postgres up`), for the tests that need one
+/// (`TRT_POSTGRES_URL`). No PostgreSQL server binaries: an error that says
+/// what to install, before the long build of the tests.
+fn postgres() -> Result<Postgres> {
+    Postgres::up(&postgres::build_trt_postgres()?)
 }
 
 /// fmt, clippy, docs, every feature alone, then everything `test` runs.
@@ -108,11 +117,12 @@ pub(crate) fn features() -> Result<()> {
     Ok(())
 }
 
-/// Every test: `no-std`, then one `cargo test` pass with a throwaway Redis and
-/// a throwaway Redis Cluster (Docker containers with `docker`).
+/// Every test: `no-std`, then one `cargo test` pass with a throwaway Redis, a
+/// throwaway Redis Cluster (Docker containers with `docker`) and a throwaway
+/// PostgreSQL.
 pub(crate) fn test(docker: bool, cargo_test_args: &[OsString]) -> Result<()> {
-    // The Redis servers first: no Redis (neither redis-server nor Docker)
-    // fails before the long build of the tests.
+    // The servers first: no Redis (neither redis-server nor Docker) or no
+    // PostgreSQL fails before the long build of the tests.
     let trt_redis = redis::build_trt_redis()?;
     let servers = Servers::up(
         &trt_redis,
@@ -122,12 +132,15 @@ pub(crate) fn test(docker: bool, cargo_test_args: &[OsString]) -> Result<()> {
             docker,
         },
     )?;
+    let postgres = postgres()?;
     no_std()?;
-    with_env(cargo_test(cargo_test_args).args(cargo_test_args), &servers).run()
-    // `servers` stops them here, whatever the tests did.
+    let cmd = cargo_test(cargo_test_args).args(cargo_test_args);
+    with_env(with_env(cmd, servers.env()), postgres.env()).run()
+    // `postgres` and `servers` stop them here, whatever the tests did.
 }
 
-/// `cargo test` against a throwaway Redis, skipping the cluster tests.
+/// `cargo test` against a throwaway Redis (and a throwaway PostgreSQL: this
+/// pass runs every test but the cluster's), skipping the cluster tests.
 pub(crate) fn test_redis(
     docker: bool,
     cargo_test_args: &[OsString],
@@ -141,6 +154,7 @@ pub(crate) fn test_redis(
             docker,
         },
     )?;
+    let postgres = postgres()?;
     // No cluster here: its tests (they need TRT_REDIS_CLUSTER_URLS) are
     // `test-cluster`'s, and `test` runs both.
     let mut args = cargo_test_args.to_vec();
@@ -148,7 +162,8 @@ pub(crate) fn test_redis(
         args.push("--".into());
     }
     args.extend(["--skip".into(), "cluster".into()]);
-    with_env(cargo_test(&args).args(&args), &servers).run()
+    let cmd = cargo_test(&args).args(&args);
+    with_env(with_env(cmd, servers.env()), postgres.env()).run()
 }
 
 /// The tests whose names contain `cluster`, against a throwaway Redis Cluster.
@@ -169,7 +184,7 @@ pub(crate) fn test_cluster(
         cargo_test(cargo_test_args)
             .arg("cluster")
             .args(cargo_test_args),
-        &servers,
+        servers.env(),
     )
     .run()
 }

@@ -2,19 +2,24 @@
 //! and names no other test uses.
 //!
 //! Without the variables the tests fail, never pass silently; a URL on port
-//! 6379 (the machine's shared Redis) is refused.
+//! 6379 (the machine's shared Redis) or 5432 (the machine's PostgreSQL) is
+//! refused.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::ports::SHARED_REDIS_PORT;
+use crate::postgres::SHARED_POSTGRES_PORT;
 
 /// The URL of the throwaway Redis of `cargo xtask test-redis` (and `test`).
 pub const REDIS_URL_VAR: &str = "TRT_REDIS_URL";
 /// The comma-separated node URLs of the throwaway Redis Cluster of
 /// `cargo xtask test-cluster` (and `test`).
 pub const CLUSTER_URLS_VAR: &str = "TRT_REDIS_CLUSTER_URLS";
+/// The URL of the throwaway PostgreSQL of `cargo xtask test` (and
+/// `test-redis`): `postgres://postgres@127.0.0.1:<port>/postgres`.
+pub const POSTGRES_URL_VAR: &str = "TRT_POSTGRES_URL";
 
 /// Generous: the shared-server tests are about sharing and atomicity, not
 /// latency, and a loaded 2-core machine with 300 checks in flight can be
@@ -65,6 +70,64 @@ pub fn cluster_urls(nodes: usize) -> Vec<String> {
         refuse_the_shared_redis(CLUSTER_URLS_VAR, url, "test-cluster");
     }
     urls
+}
+
+/// The throwaway PostgreSQL's URL, from `TRT_POSTGRES_URL`.
+///
+/// # Panics
+///
+/// If it is unset (run `cargo xtask test`), not a PostgreSQL URL
+/// (`postgres://` or `postgresql://`), or on port 5432 (or no port: 5432).
+pub fn postgres_url() -> String {
+    let url = match std::env::var(POSTGRES_URL_VAR) {
+        Ok(url) if !url.trim().is_empty() => url.trim().to_owned(),
+        _ => panic!(
+            "{POSTGRES_URL_VAR} is not set: run `cargo xtask test`, which starts a \
+             throwaway PostgreSQL"
+        ),
+    };
+    refuse_the_shared_postgres(&url);
+    url
+}
+
+fn refuse_the_shared_postgres(url: &str) {
+    let var = POSTGRES_URL_VAR;
+    let ports = postgres_url_ports(url).unwrap_or_else(|| {
+        panic!(
+            "{var} holds {url:?}, not a PostgreSQL URL \
+             (postgres://user@host:port/database)"
+        )
+    });
+    if ports.contains(&SHARED_POSTGRES_PORT) {
+        panic!(
+            "{var} holds {url:?}, port 5432, the machine's PostgreSQL: these tests create \
+             and drop tables; run `cargo xtask test` for a throwaway server"
+        );
+    }
+}
+
+/// The port of each host of a `postgres://` URL (5432 where none is
+/// given); `None` if it is not one.
+fn postgres_url_ports(url: &str) -> Option<Vec<u16>> {
+    let rest = url
+        .strip_prefix("postgres://")
+        .or_else(|| url.strip_prefix("postgresql://"))?;
+    let authority = rest.split(['/', '?']).next()?;
+    let hosts = authority.rsplit('@').next()?;
+    hosts
+        .split(',')
+        .map(|host| {
+            // `[::1]:5433`, `127.0.0.1:5433`, `localhost`.
+            let port = match host.rsplit_once(']') {
+                Some((_, after)) => after.strip_prefix(':'),
+                None => host.rsplit_once(':').map(|(_, port)| port),
+            };
+            match port {
+                None | Some("") => Some(SHARED_POSTGRES_PORT),
+                Some(port) => port.parse().ok(),
+            }
+        })
+        .collect()
 }
 
 fn refuse_the_shared_redis(var: &str, url: &str, task: &str) {
@@ -142,6 +205,37 @@ mod tests {
         assert!(
             a.chars()
                 .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+        );
+    }
+
+    #[test]
+    fn postgres_url_ports_are_read() {
+        assert_eq!(
+            postgres_url_ports("postgres://postgres@127.0.0.1:15432/postgres"),
+            Some(vec![15432])
+        );
+        assert_eq!(
+            postgres_url_ports("postgresql://u:p@[::1]:20000,h:5432/db?x=1"),
+            Some(vec![20000, 5432])
+        );
+        assert_eq!(
+            postgres_url_ports("postgres://localhost/db"),
+            Some(vec![SHARED_POSTGRES_PORT])
+        );
+        assert_eq!(postgres_url_ports("redis://127.0.0.1:1/"), None);
+        assert_eq!(postgres_url_ports("postgres://h:port/db"), None);
+    }
+
+    #[test]
+    #[should_panic(expected = "port 5432, the machine's PostgreSQL")]
+    fn the_shared_postgres_is_refused() {
+        refuse_the_shared_postgres("postgres://postgres@127.0.0.1/postgres");
+    }
+
+    #[test]
+    fn a_throwaway_postgres_url_is_accepted() {
+        refuse_the_shared_postgres(
+            "postgres://postgres@127.0.0.1:15432/postgres",
         );
     }
 
