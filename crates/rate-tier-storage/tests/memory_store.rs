@@ -353,14 +353,12 @@ fn joint_and_single_checks_of_one_plan_under_threads_stay_exact() {
 
 #[test]
 fn overlapping_sets_in_any_order_never_deadlock_and_stay_exact() {
-    // Three buckets of one user; each thread checks a set of them, in its
-    // own order: {a,b}, {b,a}, {b,c}, {c,b}, {c,a}, {a,c}, {a,b,c}, {c,b,a}.
-    const NAMES: [&str; 3] = ["a", "b", "c"];
-    let quotas = [
-        Quota::per_minute(30),
-        Quota::per_minute(40),
-        Quota::per_minute(50),
-    ];
+    // Six buckets of one user; each thread checks a set of them, in its
+    // own order: pairs both ways, and sets of five and six, which the store
+    // decides on another path than sets of up to four (both must lock in
+    // one order, or a pair and a six deadlock).
+    const NAMES: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
+    let quotas = [30, 40, 50, 60, 70, 80].map(Quota::per_minute);
     let sets: Vec<Vec<usize>> = vec![
         vec![0, 1],
         vec![1, 0],
@@ -370,6 +368,10 @@ fn overlapping_sets_in_any_order_never_deadlock_and_stay_exact() {
         vec![0, 2],
         vec![0, 1, 2],
         vec![2, 1, 0],
+        vec![5, 4],
+        vec![0, 1, 2, 3, 4],
+        vec![5, 4, 3, 2, 1, 0],
+        vec![3, 0, 5, 1, 4, 2],
     ];
     let (_, store) = store_at_start();
     let passes =
