@@ -39,6 +39,7 @@ impl Server {
             .arg(port.to_string())
             .args(args)
             .env_remove("REDIS_URL")
+            .env_remove("DATABASE_URL")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         for (key, value) in env {

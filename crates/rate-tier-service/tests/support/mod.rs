@@ -53,7 +53,7 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use gcra_core::Decision;
 use rate_tier_service::{Running, Service, ServiceOptions, StoreChoice};
 use rate_tier_storage::{
-    BucketCheck, BucketSettle, Decided, FallbackStorage, MemoryStorage, RedisStorage, Storage,
+    BucketCheck, BucketSettle, Decided, FallbackStorage, MemoryStorage, PostgresStorage, RedisStorage, Storage,
     StorageError, StorageListener, Subscription,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -67,6 +67,7 @@ pub enum Backend {
     Memory,
     Redis,
     Cluster,
+    Postgres,
 }
 
 /// A store that counts the checks it is asked for, around another.
@@ -149,8 +150,40 @@ impl Backend {
                 .timeout(TEST_TIMEOUT);
                 Arc::new(FallbackStorage::builder(Arc::new(redis)).build())
             }
+            // No fallback: a failure of the store fails the test.
+            Backend::Postgres => Arc::new(postgres()),
         }
     }
+}
+
+/// The tests' PostgreSQL store (`TRT_POSTGRES_URL`), its default table
+/// migrated once per process: every test has a domain of its own, so its
+/// buckets never meet another test's.
+pub fn postgres() -> PostgresStorage {
+    static MIGRATED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    let url = rate_tier_test_support::env::postgres_url();
+    MIGRATED.get_or_init(|| {
+        let url = url.clone();
+        // Its own thread and runtime: this may run inside a test's runtime.
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            let store = PostgresStorage::builder(&url)
+                .expect("TRT_POSTGRES_URL")
+                .build()
+                .expect("a pool");
+            runtime.block_on(store.migrate()).expect("the migration");
+        })
+        .join()
+        .expect("the migration thread");
+    });
+    PostgresStorage::builder(&url)
+        .expect("TRT_POSTGRES_URL")
+        .timeout(TEST_TIMEOUT)
+        .build()
+        .expect("a pool")
 }
 
 /// A directory that is removed on drop.

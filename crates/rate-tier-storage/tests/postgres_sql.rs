@@ -1,0 +1,313 @@
+#![cfg(feature = "postgres")]
+//! The PostgreSQL functions of `PostgresStorage` (`src/postgres/migration.sql`)
+//! on a real PostgreSQL, against gcra-core's `check_all` and `Quota::settle`:
+//! the same random cases as the Redis scripts' property test (`lua_all.rs`),
+//! through `<table>_check_at` and `<table>_settle_at` with the case's clock,
+//! requiring the same reply field by field and exactly the rows gcra-core
+//! asks for (`Decision::store`, `Settled::write`), nothing else.
+//!
+//! Run with `cargo xtask test`, which starts a throwaway PostgreSQL and sets
+//! `TRT_POSTGRES_URL`.
+#![allow(clippy::unwrap_used)]
+
+mod cases;
+mod lua_support;
+
+use std::collections::BTreeMap;
+
+use cases::{
+    Case, Op, case_strategy, check_args, decisions, key, names, settle_args,
+};
+use gcra_core::{
+    Adjust, Charge, Decision, Quota, Verdict, Write as Settle, check_all,
+};
+use lua_support::Corrupt;
+use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
+use rate_tier_storage::PostgresStorage;
+use tokio_postgres::{Client, NoTls};
+
+/// Rows as they must be: key -> (TAT, expiry), in µs.
+type Rows = BTreeMap<String, (i64, i64)>;
+
+/// The buckets of a case, in PostgreSQL and in gcra-core's eyes.
+struct World {
+    db: Client,
+    table: String,
+    keys: Vec<String>,
+    quotas: Vec<Quota>,
+    /// What gcra-core is handed for each bucket.
+    model: Vec<Option<u64>>,
+    rows: Rows,
+}
+
+/// A client on the tests' PostgreSQL, with the schema migrated into a
+/// schema of its own.
+async fn connect() -> (Client, String) {
+    let url = rate_tier_test_support::env::postgres_url();
+    let (db, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let schema = rate_tier_test_support::unique("trt_sql").replace('-', "_");
+    let table = format!("{schema}.buckets");
+    db.batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .await
+        .unwrap();
+    let sql = PostgresStorage::migration_sql(&table, false).unwrap();
+    db.batch_execute(&sql).await.unwrap();
+    (db, table)
+}
+
+impl World {
+    async fn rows(&self) -> Rows {
+        self.db
+            .query(
+                &format!("SELECT key, tat_us, expires_us FROM {}", self.table),
+                &[],
+            )
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|row| (row.get(0), (row.get(1), row.get(2))))
+            .collect()
+    }
+
+    /// Writes a corrupted TAT; what gcra-core is handed for it.
+    async fn corrupt(
+        &mut self,
+        k: usize,
+        corrupt: &Corrupt,
+        now: u64,
+    ) -> Option<u64> {
+        let (raw, seen) = match corrupt {
+            // A bigint column holds no garbage: a negative TAT stands for it.
+            Corrupt::Garbage(_) | Corrupt::WrongType => (-1i64, None),
+            Corrupt::Relative(offset) => {
+                let v = now.saturating_add_signed(*offset);
+                (i64::try_from(v).unwrap(), Some(v))
+            }
+            Corrupt::Absolute(v) => {
+                let raw = i64::try_from(*v).unwrap_or(i64::MAX);
+                (raw, Some(raw as u64))
+            }
+        };
+        let expires = raw.saturating_add(1_000);
+        self.db
+            .execute(
+                &format!(
+                    "INSERT INTO {} VALUES ($1, $2, $3) ON CONFLICT (key) DO UPDATE \
+                     SET tat_us = excluded.tat_us, expires_us = excluded.expires_us",
+                    self.table
+                ),
+                &[&self.keys[k], &raw, &expires],
+            )
+            .await
+            .unwrap();
+        self.rows.insert(self.keys[k].clone(), (raw, expires));
+        seen
+    }
+
+    async fn call(
+        &self,
+        function: &str,
+        keys: &[String],
+        args: &[i64],
+        now: u64,
+    ) -> Result<Vec<i64>, String> {
+        let now = i64::try_from(now).unwrap();
+        self.db
+            .query_one(
+                &format!(
+                    "SELECT {}_{function}_at($1::text[], $2::int8[], $3)",
+                    self.table
+                ),
+                &[&keys, &args, &now],
+            )
+            .await
+            .map(|row| row.get(0))
+            .map_err(|e| e.to_string())
+    }
+}
+
+fn stored_row(now: u64, tat: u64, ttl_ms: u64) -> (i64, i64) {
+    let tat = i64::try_from(tat).unwrap();
+    let expires = i64::try_from(now + ttl_ms * 1000).unwrap();
+    (tat, expires)
+}
+
+async fn check_step(
+    w: &mut World,
+    now: u64,
+    chosen: &[(usize, u32, bool)],
+    ctx: &str,
+) -> Result<(), TestCaseError> {
+    let names = names(w.quotas.len());
+    let charges: Vec<Charge> = chosen
+        .iter()
+        .map(|&(i, cost, shadow)| Charge {
+            quota: w.quotas[i],
+            cost,
+            shadow,
+        })
+        .collect();
+    let stored: Vec<Option<u64>> =
+        chosen.iter().map(|&(i, ..)| w.model[i]).collect();
+    let keys: Vec<String> =
+        chosen.iter().map(|&(i, ..)| w.keys[i].clone()).collect();
+    let args: Vec<i64> = chosen
+        .iter()
+        .zip(&charges)
+        .flat_map(|(&(i, ..), charge)| check_args(&names[i], *charge))
+        .collect();
+    let reply = w.call("check", &keys, &args, now).await;
+    let mut out = vec![Decision::default(); chosen.len()];
+    match check_all(&charges, &stored, now, &mut out) {
+        Ok(verdict) => {
+            let reply = reply
+                .map_err(|e| TestCaseError::fail(format!("{ctx}: {e}")))?;
+            let got = decisions(&reply);
+            let expected: Vec<Decision> =
+                out.iter().map(|d| Decision { store: None, ..*d }).collect();
+            prop_assert_eq!(&got, &expected, "{}", ctx);
+            prop_assert_eq!(
+                Verdict::of(charges.iter().map(|c| c.shadow), &got),
+                verdict,
+                "{}",
+                ctx
+            );
+            for (&(i, ..), d) in chosen.iter().zip(&out) {
+                if let Some(s) = d.store {
+                    w.rows.insert(
+                        w.keys[i].clone(),
+                        stored_row(now, s.tat_us, s.ttl_ms),
+                    );
+                    w.model[i] = Some(s.tat_us);
+                }
+            }
+        }
+        Err(e) => {
+            prop_assert!(
+                reply.is_err(),
+                "{}: gcra-core says {:?}, the function {:?}",
+                ctx,
+                e,
+                reply
+            );
+        }
+    }
+    prop_assert_eq!(&w.rows().await, &w.rows, "{}", ctx);
+    Ok(())
+}
+
+async fn settle_step(
+    w: &mut World,
+    now: u64,
+    chosen: &[(usize, Adjust)],
+    ctx: &str,
+) -> Result<(), TestCaseError> {
+    let keys: Vec<String> =
+        chosen.iter().map(|&(i, _)| w.keys[i].clone()).collect();
+    let args: Vec<i64> = chosen
+        .iter()
+        .flat_map(|&(i, adjust)| settle_args(w.quotas[i], adjust))
+        .collect();
+    let reply = w.call("settle", &keys, &args, now).await;
+    let settled: Result<Vec<_>, _> = chosen
+        .iter()
+        .map(|&(i, adjust)| w.quotas[i].settle(w.model[i], now, adjust))
+        .collect();
+    match settled {
+        Ok(settled) => {
+            let reply = reply
+                .map_err(|e| TestCaseError::fail(format!("{ctx}: {e}")))?;
+            let expected: Vec<i64> = settled
+                .iter()
+                .flat_map(|s| [s.remaining as i64, s.reset_after_us as i64])
+                .collect();
+            prop_assert_eq!(&reply, &expected, "{}", ctx);
+            for (&(i, _), s) in chosen.iter().zip(&settled) {
+                match s.write {
+                    Settle::Keep => {}
+                    Settle::Set(store) => {
+                        w.rows.insert(
+                            w.keys[i].clone(),
+                            stored_row(now, store.tat_us, store.ttl_ms),
+                        );
+                        w.model[i] = Some(store.tat_us);
+                    }
+                    Settle::Clear => {
+                        w.rows.remove(&w.keys[i]);
+                        w.model[i] = None;
+                    }
+                }
+            }
+        }
+        Err(e) => {
+            prop_assert!(
+                reply.is_err(),
+                "{}: gcra-core says {:?}, the function {:?}",
+                ctx,
+                e,
+                reply
+            );
+        }
+    }
+    prop_assert_eq!(&w.rows().await, &w.rows, "{}", ctx);
+    Ok(())
+}
+
+async fn run_case(w: &mut World, case: &Case) -> Result<(), TestCaseError> {
+    w.db.batch_execute(&format!("TRUNCATE {}", w.table))
+        .await
+        .unwrap();
+    w.quotas = case.quotas.clone();
+    w.keys = names(case.quotas.len()).iter().map(key).collect();
+    w.model = vec![None; case.quotas.len()];
+    w.rows.clear();
+    let mut now = case.start_us;
+    for (i, step) in case.steps.iter().enumerate() {
+        now = now.saturating_add_signed(step.advance_us).max(1);
+        for (k, corrupt) in step.corrupt.iter().enumerate() {
+            if let Some(corrupt) = corrupt {
+                w.model[k] = w.corrupt(k, corrupt, now).await;
+            }
+        }
+        let ctx =
+            format!("step {i}: now {now}, stored {:?}, {:?}", w.model, step.op);
+        match &step.op {
+            Op::Check(chosen) => check_step(w, now, chosen, &ctx).await?,
+            Op::Settle(chosen) => settle_step(w, now, chosen, &ctx).await?,
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn the_functions_agree_with_gcra_core() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (db, table) = runtime.block_on(connect());
+    let mut world = World {
+        db,
+        table,
+        keys: Vec::new(),
+        quotas: Vec::new(),
+        model: Vec::new(),
+        rows: Rows::new(),
+    };
+    let config = ProptestConfig {
+        cases: 256,
+        failure_persistence: Some(Box::new(
+            FileFailurePersistence::WithSource("proptest-regressions"),
+        )),
+        ..ProptestConfig::default()
+    };
+    let mut runner = proptest::test_runner::TestRunner::new(config);
+    let world = std::cell::RefCell::new(&mut world);
+    runner
+        .run(&case_strategy(), |case| {
+            runtime.block_on(run_case(&mut world.borrow_mut(), &case))
+        })
+        .unwrap();
+}

@@ -1,0 +1,375 @@
+#![cfg(feature = "postgres")]
+//! `PostgresStorage` on a real PostgreSQL: the schema (migrate, the error
+//! when it is missing), exact limits under concurrency across instances,
+//! all-or-nothing decisions, bad stored state, the cleanup, a caller that
+//! stops waiting, and faults behind `FallbackStorage` (a stopped and a hung
+//! server).
+//!
+//! Run with `cargo xtask test`, which starts a throwaway PostgreSQL and sets
+//! `TRT_POSTGRES_URL`; the fault tests start servers of their own. Time is
+//! the database's: the only waits are for real timeouts, kept short.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gcra_core::{Adjust, Decision, Quota};
+use rate_tier_storage::fallback::FallbackStorage;
+use rate_tier_storage::{
+    BucketCheck, BucketSettle, KeyLayout, LimitName, PostgresStorage, Storage,
+    StorageError,
+};
+use rate_tier_test_support::{PostgresServer, env, unique};
+use tokio_postgres::NoTls;
+
+/// A store on `url`, migrated into a table of its own.
+async fn migrated(url: &str) -> PostgresStorage {
+    let table = unique("trt_store").replace('-', "_");
+    let store = PostgresStorage::builder(url)
+        .unwrap()
+        .table(&table)
+        .unwrap()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    store.migrate().await.unwrap();
+    store
+}
+
+/// Another instance on the same table, connected as production does.
+async fn instance(url: &str, table: &str) -> PostgresStorage {
+    PostgresStorage::builder(url)
+        .unwrap()
+        .table(table)
+        .unwrap()
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap()
+}
+
+fn name(prefix: &str) -> LimitName {
+    LimitName::new(unique(prefix)).unwrap()
+}
+
+async fn one(store: &dyn Storage, check: BucketCheck<'_>) -> Decision {
+    let mut out = [Decision::default()];
+    store.check(&[check], &mut out).await.unwrap();
+    out[0]
+}
+
+async fn raw(url: &str) -> tokio_postgres::Client {
+    let (client, connection) =
+        tokio_postgres::connect(url, NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+#[tokio::test]
+async fn a_missing_schema_is_an_error_at_connect_naming_the_migration() {
+    let url = env::postgres_url();
+    let table = unique("trt_absent").replace('-', "_");
+    let builder = PostgresStorage::builder(&url)
+        .unwrap()
+        .table(&table)
+        .unwrap();
+    let error = builder.connect().await.unwrap_err().to_string();
+    assert!(error.contains(&table), "{error}");
+    assert!(error.contains("PostgresStorage::migrate()"), "{error}");
+
+    // Migrated twice: nothing changes, and instances connect.
+    let store = PostgresStorage::builder(&url)
+        .unwrap()
+        .table(&table)
+        .unwrap()
+        .build()
+        .unwrap();
+    assert!(!store.is_migrated().await.unwrap());
+    store.migrate().await.unwrap();
+    store.migrate().await.unwrap();
+    assert!(store.is_migrated().await.unwrap());
+    instance(&url, &table).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_under_300_concurrent_checks_pass_exactly_the_burst() {
+    let url = env::postgres_url();
+    let first = Arc::new(migrated(&url).await);
+    let second = Arc::new(instance(&url, first.table()).await);
+    let free = Arc::new(name("free"));
+    let quota = Quota::per_hour(50);
+    let mut tasks = Vec::new();
+    for i in 0..300 {
+        let store: Arc<PostgresStorage> = if i % 2 == 0 {
+            first.clone()
+        } else {
+            second.clone()
+        };
+        let free = free.clone();
+        tasks.push(tokio::spawn(async move {
+            let check = [BucketCheck::new(&free, "ana", quota, 1).unwrap()];
+            let mut out = [Decision::default()];
+            store.check(&check, &mut out).await.unwrap().verdict.allowed
+        }));
+    }
+    let mut passed = 0;
+    for task in tasks {
+        passed += usize::from(task.await.unwrap());
+    }
+    assert_eq!(passed, 50);
+}
+
+#[tokio::test]
+async fn a_refused_decision_charges_no_bucket_and_settles_carry_a_whole_debt() {
+    let url = env::postgres_url();
+    let store = migrated(&url).await;
+    let (plan, search) = (name("free"), name("search"));
+    let both = |cost| {
+        [
+            BucketCheck::new(&plan, "ana", Quota::per_minute(10), cost)
+                .unwrap(),
+            BucketCheck::new(&search, "ana", Quota::per_minute(1), 1).unwrap(),
+        ]
+    };
+    let mut out = [Decision::default(); 2];
+    assert!(
+        store
+            .check(&both(1), &mut out)
+            .await
+            .unwrap()
+            .verdict
+            .allowed
+    );
+    let refused = store.check(&both(1), &mut out).await.unwrap();
+    assert_eq!(refused.verdict.refused_by, Some(1));
+    // The plan would have passed, and was not charged.
+    assert!(out[0].allowed);
+    assert_eq!(out[0].remaining, 9);
+    let plan_now = one(
+        &store,
+        BucketCheck::peek(&plan, "ana", Quota::per_minute(10)),
+    )
+    .await;
+    assert_eq!(plan_now.remaining, 9);
+
+    // A debt of 1199 tokens on 1000/min is waited for whole (the quota
+    // carries debts whole): 72 s ahead.
+    let tokens = name("tokens");
+    let quota = Quota::per_minute(1000).unbounded_debt();
+    assert!(
+        one(&store, BucketCheck::new(&tokens, "ana", quota, 1).unwrap())
+            .await
+            .allowed
+    );
+    let settle = [
+        BucketCheck::peek(&tokens, "ana", quota).settle(Adjust::Charge(1199))
+    ];
+    store.settle(&settle).await.unwrap();
+    let next =
+        one(&store, BucketCheck::new(&tokens, "ana", quota, 1).unwrap()).await;
+    assert!(!next.allowed);
+    let waits = next.retry_after_us;
+    assert!((11_900_000..=12_060_000).contains(&waits), "{waits}");
+}
+
+#[tokio::test]
+async fn corrupt_or_far_stored_tats_are_absent_or_capped() {
+    let url = env::postgres_url();
+    let store = migrated(&url).await;
+    let db = raw(&url).await;
+    let free = name("free");
+    let quota = Quota::per_minute(10);
+    let check = BucketCheck::new(&free, "ana", quota, 1).unwrap();
+    let key = check.key(KeyLayout::Single);
+    let insert = format!(
+        "INSERT INTO {} VALUES ($1, $2, 0) ON CONFLICT (key) DO UPDATE SET tat_us = excluded.tat_us",
+        store.table()
+    );
+    // Negative, and beyond gcra-core's range: a full bucket.
+    for corrupt in [-1i64, i64::MAX] {
+        db.execute(&insert, &[&key, &corrupt]).await.unwrap();
+        let d = one(&store, check).await;
+        assert!(d.allowed && d.remaining == 9, "{corrupt}: {d:?}");
+    }
+    // A year ahead (a clock that went back): capped to the ceiling, so the
+    // wait is about one window, not a year.
+    let year_ahead = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8 + 31536000000000";
+    let ahead: i64 = db.query_one(year_ahead, &[]).await.unwrap().get(0);
+    db.execute(&insert, &[&key, &ahead]).await.unwrap();
+    let d = one(&store, check).await;
+    assert!(!d.allowed);
+    assert!(d.retry_after_us <= 126_000_000, "{d:?}");
+}
+
+#[tokio::test]
+async fn the_cleanup_removes_expired_rows_and_nothing_live() {
+    let url = env::postgres_url();
+    let store = migrated(&url).await;
+    let db = raw(&url).await;
+    let insert = format!("INSERT INTO {} VALUES ($1, 0, $2)", store.table());
+    let now: i64 = db
+        .query_one(
+            "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    for i in 0..25 {
+        db.execute(&insert, &[&format!("dead{i}"), &(now - 1_000_000)])
+            .await
+            .unwrap();
+    }
+    for i in 0..5 {
+        db.execute(&insert, &[&format!("live{i}"), &(now + 3_600_000_000)])
+            .await
+            .unwrap();
+    }
+    // Bounded batches: 10, 10, 5, then nothing.
+    assert_eq!(store.cleanup(10).await.unwrap(), 10);
+    assert_eq!(store.cleanup(10).await.unwrap(), 10);
+    assert_eq!(store.cleanup(10).await.unwrap(), 5);
+    assert_eq!(store.cleanup(10).await.unwrap(), 0);
+    let left: Vec<String> = db
+        .query(
+            &format!("SELECT key FROM {} ORDER BY key", store.table()),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(left, ["live0", "live1", "live2", "live3", "live4"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_stops_waiting_leaves_no_charge() {
+    let url = env::postgres_url();
+    let table = migrated(&url).await.table().to_owned();
+    // Callers that never wait: each decision runs on, and is refunded.
+    let impatient = PostgresStorage::builder(&url)
+        .unwrap()
+        .table(&table)
+        .unwrap()
+        .timeout(Duration::ZERO)
+        .build()
+        .unwrap();
+    let patient = instance(&url, &table).await;
+    let free = name("free");
+    let quota = Quota::per_hour(10);
+    for _ in 0..20 {
+        let check = [BucketCheck::new(&free, "ana", quota, 1).unwrap()];
+        let mut out = [Decision::default()];
+        let answer = impatient.check(&check, &mut out).await;
+        assert!(
+            matches!(answer, Err(StorageError::Timeout(_))),
+            "{answer:?}"
+        );
+    }
+    // The refunds come after the decisions: wait for them, briefly.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let d = one(&patient, BucketCheck::peek(&free, "ana", quota)).await;
+        if d.remaining == 10 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still charged: {d:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A store on `url`, migrated, behind a fallback that opens after two
+/// failures.
+async fn behind_a_fallback(url: &str) -> (PostgresStorage, FallbackStorage) {
+    let store = PostgresStorage::builder(url)
+        .unwrap()
+        .timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    store.migrate().await.unwrap();
+    let fallback = FallbackStorage::builder(Arc::new(store.clone()))
+        .failure_threshold(2)
+        .cool_down(Duration::from_millis(200), Duration::from_millis(400))
+        .build();
+    (store, fallback)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_server_is_decided_locally_then_shared_again() {
+    let mut server = PostgresServer::start();
+    let (_store, fallback) = behind_a_fallback(&server.url()).await;
+    let free = name("free");
+    let quota = Quota::per_minute(100);
+    let check = || BucketCheck::new(&free, "ana", quota, 1).unwrap();
+    let mut out = [Decision::default()];
+    assert_eq!(
+        fallback.check(&[check()], &mut out).await.unwrap().by,
+        "postgres"
+    );
+    server.kill();
+    for _ in 0..10 {
+        let decided = fallback.check(&[check()], &mut out).await.unwrap();
+        assert!(out[0].allowed);
+        assert_eq!(decided.by, "fallback");
+    }
+    server.restart();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let decided = fallback.check(&[check()], &mut out).await.unwrap();
+        if decided.by == "postgres" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never shared again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_server_answers_fast_once_the_breaker_opens() {
+    // Paused: the server and its backends stopped, sockets open, silent.
+    let mut server = PostgresServer::start();
+    let (_store, fallback) = behind_a_fallback(&server.url()).await;
+    let free = name("free");
+    let quota = Quota::per_minute(100);
+    let check = || BucketCheck::new(&free, "ana", quota, 1).unwrap();
+    let mut out = [Decision::default()];
+    assert_eq!(
+        fallback.check(&[check()], &mut out).await.unwrap().by,
+        "postgres"
+    );
+    server.pause();
+    // Two timeouts open the breaker; then every answer is local and fast.
+    for _ in 0..2 {
+        fallback.check(&[check()], &mut out).await.unwrap();
+    }
+    for _ in 0..20 {
+        let started = Instant::now();
+        let decided = fallback.check(&[check()], &mut out).await.unwrap();
+        assert_eq!(decided.by, "fallback");
+        assert!(
+            started.elapsed() < Duration::from_millis(150),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+}
+
+#[tokio::test]
+async fn settle_of_many_buckets_and_a_refund_to_full_forgets_the_row() {
+    let url = env::postgres_url();
+    let store = migrated(&url).await;
+    let db = raw(&url).await;
+    let tokens = name("tokens");
+    let quota = Quota::per_minute(1000);
+    let check = BucketCheck::new(&tokens, "ana", quota, 5).unwrap();
+    assert!(one(&store, check).await.allowed);
+    let settle: [BucketSettle<'_>; 1] = [check.settle(Adjust::Refund(5))];
+    store.settle(&settle).await.unwrap();
+    let rows: i64 = db
+        .query_one(&format!("SELECT count(*) FROM {}", store.table()), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0, "a full bucket is no row");
+}

@@ -1,0 +1,81 @@
+#![cfg(feature = "postgres")]
+//! The limiter on PostgreSQL: "two lines of code" to share limits, several
+//! limits as one decision (a refusal in any position charges nothing), and
+//! a settled debt carried whole, through the public API.
+//!
+//! Run with `cargo xtask test`, which starts a throwaway PostgreSQL and sets
+//! `TRT_POSTGRES_URL` (without it these tests fail). Every test uses names
+//! of its own in one table.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+mod support;
+
+use std::sync::Arc;
+
+use rate_tier_test_support::{TEST_TIMEOUT, env, unique};
+use tower_rate_tier::{
+    Adjust, Limit, LimitRequest, PostgresStorage, Quota, RateTier,
+};
+
+/// The store, its table migrated (once is enough; again changes nothing).
+async fn store() -> PostgresStorage {
+    let store = PostgresStorage::builder(&env::postgres_url())
+        .unwrap()
+        .timeout(TEST_TIMEOUT)
+        .build()
+        .unwrap();
+    store.migrate().await.unwrap();
+    store
+}
+
+/// One instance: tier `tier` (10/min) on its own pool.
+async fn instance(tier: &str) -> RateTier {
+    RateTier::builder()
+        .tier(tier, Quota::per_minute(10))
+        .storage(Arc::new(store().await))
+        .build()
+}
+
+#[tokio::test]
+async fn two_instances_share_one_limit() {
+    let tier = unique("free");
+    let (a, b) = (instance(&tier).await, instance(&tier).await);
+    let mut passed = 0;
+    for i in 0..15 {
+        let limiter = if i % 2 == 0 { &a } else { &b };
+        passed +=
+            usize::from(limiter.check("ana", &tier, 1).await.unwrap().is_ok());
+    }
+    assert_eq!(passed, 10);
+}
+
+#[tokio::test]
+async fn a_refusal_in_any_position_charges_nothing_on_postgres() {
+    support::scenarios::a_refusal_in_any_position_charges_nothing(
+        async |tier| instance(tier).await,
+        "key_ana",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_settled_debt_is_waited_for_whole() {
+    let tier = unique("free");
+    let tiers = instance(&tier).await;
+    let tokens =
+        Limit::new(unique("tokens"), Quota::per_minute(1000).unbounded_debt());
+    let request = LimitRequest::new("ana", &tier, 1).limit(&tokens, 1);
+    let info = tiers.decide(&request).await.unwrap().unwrap();
+    // Settled to 1200 tokens: 1199 more, 72 s of debt.
+    tiers
+        .settle("ana", &info, &tokens, Adjust::Charge(1199))
+        .await
+        .unwrap();
+    let next = tiers.decide(&request).await.unwrap().unwrap_err();
+    assert_eq!(next.limit_name(), tokens.name());
+    assert!(
+        (11..=13).contains(&next.retry_after_secs()),
+        "{}",
+        next.retry_after_secs()
+    );
+}
