@@ -48,8 +48,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{
     RateLimitRequest, RateLimitResponse,
 };
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use rate_tier_bench_results::{Latency, RlsResults};
 use rate_tier_service::{Service, ServiceOptions, StoreChoice};
-use support::{Args, Results, median, percentile};
+use support::{Args, median, percentile, write_results};
 use tokio::runtime::Runtime;
 use tonic::transport::Channel;
 
@@ -279,13 +280,14 @@ fn main() {
     let server_rt = runtime(args.num("server-threads", 1));
     let client_rt = runtime(args.num("client-threads", 1));
     let requests = requests(users);
-    let mut results = Results::default();
-    results
-        .num("concurrency", concurrency as f64)
-        .num("connections", connections as f64)
-        .num("rounds", rounds as f64)
-        .num("seconds", seconds.as_secs_f64())
-        .num("offered_rate", rate);
+    let mut results = RlsResults {
+        concurrency: Some(concurrency as u64),
+        connections: Some(connections as u64),
+        rounds: Some(rounds as u64),
+        seconds: Some(seconds.as_secs_f64()),
+        offered_rate: Some(rate),
+        ..RlsResults::default()
+    };
 
     // 1. Memory against the constant server.
     let servers = server_rt.block_on(start_servers(StoreChoice::Memory));
@@ -330,20 +332,23 @@ fn main() {
         "memory: {m:.0}/s; constant tonic server: {c:.0}/s; ratio {:.3}",
         m / c
     );
-    results
-        .num("memory_rps", m)
-        .num("constant_rps", c)
-        .num("memory_ratio", m / c);
+    results.memory_rps = Some(m);
+    results.constant_rps = Some(c);
+    results.memory_ratio = Some(m / c);
 
-    for (name, clients) in [("memory", &ours), ("constant", &constant)] {
+    for (name, clients, latency) in [
+        ("memory", &ours, &mut results.memory_latency),
+        ("constant", &constant, &mut results.constant_latency),
+    ] {
         let mut lat =
             client_rt.block_on(latencies(clients, &requests, rate, seconds));
         let (p50, p99) =
             (percentile(&mut lat, 0.50), percentile(&mut lat, 0.99));
         println!("{name} at {rate:.0}/s: p50 {p50:.0} µs, p99 {p99:.0} µs");
-        results
-            .num(&format!("{name}_p50_us"), p50)
-            .num(&format!("{name}_p99_us"), p99);
+        *latency = Latency {
+            p50_us: Some(p50),
+            p99_us: Some(p99),
+        };
     }
     drop((ours, constant));
     drop(servers);
@@ -400,17 +405,18 @@ fn main() {
         let (p50, p99) =
             (percentile(&mut lat, 0.50), percentile(&mut lat, 0.99));
         println!("redis at {rate:.0}/s: p50 {p50:.0} µs, p99 {p99:.0} µs");
-        results
-            .num("redis_rps", r)
-            .num("redis_benchmark_rps", p)
-            .num("redis_ratio", r / p)
-            // The same run's ceiling of the gRPC stack (part 1): how much
-            // of it the service keeps when every decision goes to Redis.
-            .num("redis_vs_constant_ratio", r / c)
-            .num("redis_p50_us", p50)
-            .num("redis_p99_us", p99);
+        results.redis_rps = Some(r);
+        results.redis_benchmark_rps = Some(p);
+        results.redis_ratio = Some(r / p);
+        // The same run's ceiling of the gRPC stack (part 1): how much of
+        // it the service keeps when every decision goes to Redis.
+        results.redis_vs_constant_ratio = Some(r / c);
+        results.redis_latency = Latency {
+            p50_us: Some(p50),
+            p99_us: Some(p99),
+        };
         drop(ours);
         drop(servers);
     }
-    results.write(&args);
+    write_results(&results, &args);
 }

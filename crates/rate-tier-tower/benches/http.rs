@@ -25,7 +25,8 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use support::{Args, Results, mean, median, thread_cpu, thread_id};
+use rate_tier_bench_results::HttpResults;
+use support::{Args, mean, median, thread_cpu, thread_id, write_results};
 
 use support::apps::{
     API_KEY, no_layer, with_tower_governor, with_tower_rate_tier,
@@ -382,15 +383,22 @@ fn main() {
         let _ = std::fs::remove_file(script);
     }
 
-    let mut results = Results::default();
-    results
-        .text("client", client.name())
-        .num("seconds", seconds.as_secs_f64())
-        .num("rounds", rounds as f64)
-        .num("connections", connections as f64)
-        .num("keys", keys as f64)
-        .num("server_threads", server_threads as f64);
-    for (i, &(name, _)) in addrs.iter().enumerate() {
+    let mut results = HttpResults {
+        client: Some(client.name().to_owned()),
+        seconds: Some(seconds.as_secs_f64()),
+        rounds: Some(rounds as u64),
+        connections: Some(connections as u64),
+        keys: Some(keys as u64),
+        server_threads: Some(server_threads as u64),
+        ..HttpResults::default()
+    };
+    // `configs`' order: no layer, ours, tower_governor.
+    let servers = [
+        &mut results.no_layer,
+        &mut results.tower_rate_tier,
+        &mut results.tower_governor,
+    ];
+    for ((i, &(name, _)), server) in addrs.iter().enumerate().zip(servers) {
         let rps: Vec<f64> =
             runs[i].iter().map(|r| r.requests_per_sec).collect();
         let cpu: Vec<f64> =
@@ -401,10 +409,9 @@ fn main() {
             mean(&rps),
             mean(&cpu)
         );
-        results
-            .num(&format!("{name}_rps"), mean(&rps))
-            .num(&format!("{name}_cpu_us"), mean(&cpu))
-            .num(&format!("{name}_errors"), errors as f64);
+        server.rps = Some(mean(&rps));
+        server.cpu_us = Some(mean(&cpu));
+        server.errors = Some(errors);
     }
     // Each round ran the three back to back: their ratios within a round
     // are what noise disturbs least. The median over rounds.
@@ -427,10 +434,9 @@ fn main() {
          layer/tower_governor {layer_vs_governor:.3}; server CPU per request \
          layer/no-layer {cpu_vs_none:.3}, layer/tower_governor {cpu_vs_governor:.3}"
     );
-    results
-        .num("ratio_layer_vs_no_layer", layer_vs_none)
-        .num("ratio_layer_vs_tower_governor", layer_vs_governor)
-        .num("cpu_ratio_layer_vs_no_layer", cpu_vs_none)
-        .num("cpu_ratio_layer_vs_tower_governor", cpu_vs_governor);
-    results.write(&args);
+    results.ratio_layer_vs_no_layer = Some(layer_vs_none);
+    results.ratio_layer_vs_tower_governor = Some(layer_vs_governor);
+    results.cpu_ratio_layer_vs_no_layer = Some(cpu_vs_none);
+    results.cpu_ratio_layer_vs_tower_governor = Some(cpu_vs_governor);
+    write_results(&results, &args);
 }

@@ -10,7 +10,7 @@
 //! in check.rs's loops, the memory store alone, three limits in one
 //! decision (limits.rs), and a request to http.rs's apps called in process
 //! (no layer, a layer that does nothing, ours, tower_governor's). `--out
-//! FILE` writes them as JSON; `--case NAME [--n N]` runs one case without
+//! FILE` writes them (`InstructionsResults`, JSON); `--case NAME [--n N]` runs one case without
 //! valgrind (what the child does; also the way to profile one); `--time`
 //! times ours against governor round by round in one process, a quick
 //! look where check.rs is the reference.
@@ -24,31 +24,61 @@ mod support;
 use std::hint::black_box;
 use std::process::Command;
 
+use rate_tier_bench_results::InstructionsResults;
 use rate_tier_storage::{BucketCheck, Decision, LimitName, MemoryStorage};
 use support::hot::{self, Governor, governor, ours, ready};
-use support::{Args, Results, apps};
+use support::{Args, apps, write_results};
 use tower_rate_tier::{Quota, RateTier};
 
 const KEYS: usize = 100_000;
 
-/// Each case: (name, what it is).
-const CASES: [(&str, &str); 10] = [
-    ("ours_one_key", "RateTier::check, 1 hot key"),
-    ("governor_one_key", "governor check_key, 1 hot key"),
-    ("ours_100k_keys", "RateTier::check, 100k keys round-robin"),
-    ("governor_100k_keys", "governor check_key, 100k keys"),
+/// Where a case's figure goes in the results.
+type Field = fn(&mut InstructionsResults) -> &mut Option<f64>;
+
+/// Each case: (name, what it is, its field of the results).
+const CASES: [(&str, &str, Field); 10] = [
+    ("ours_one_key", "RateTier::check, 1 hot key", |r| {
+        &mut r.ours_one_key
+    }),
+    ("governor_one_key", "governor check_key, 1 hot key", |r| {
+        &mut r.governor_one_key
+    }),
+    (
+        "ours_100k_keys",
+        "RateTier::check, 100k keys round-robin",
+        |r| &mut r.ours_100k_keys,
+    ),
+    ("governor_100k_keys", "governor check_key, 100k keys", |r| {
+        &mut r.governor_100k_keys
+    }),
     (
         "store_one_key",
         "MemoryStorage::check_sync alone, 1 hot key",
+        |r| &mut r.store_one_key,
     ),
     (
         "ours_three_limits",
         "RateTier::decide, plan + 2 limits, 1 user",
+        |r| &mut r.ours_three_limits,
     ),
-    ("http_no_layer", "axum hello world in process, per request"),
-    ("http_noop_layer", "the same with a layer that does nothing"),
-    ("http_ours", "the same with TierLimitLayer (memory)"),
-    ("http_governor", "the same with tower_governor's layer"),
+    (
+        "http_no_layer",
+        "axum hello world in process, per request",
+        |r| &mut r.http_no_layer,
+    ),
+    (
+        "http_noop_layer",
+        "the same with a layer that does nothing",
+        |r| &mut r.http_noop_layer,
+    ),
+    ("http_ours", "the same with TierLimitLayer (memory)", |r| {
+        &mut r.http_ours
+    }),
+    (
+        "http_governor",
+        "the same with tower_governor's layer",
+        |r| &mut r.http_governor,
+    ),
 ];
 
 /// The HTTP cases' keys: http.rs's rotation of 1000 ids.
@@ -298,9 +328,11 @@ fn main() {
         return;
     }
     let exe = std::env::current_exe().unwrap();
-    let mut results = Results::default();
-    results.num("checks", n as f64);
-    for (case, what) in CASES {
+    let mut results = InstructionsResults {
+        checks: Some(n as u64),
+        ..InstructionsResults::default()
+    };
+    for (case, what, field) in CASES {
         // Two counts, n and 2n checks: the difference is n checks exactly,
         // without the call of the loop.
         let per_check = count(&exe, case, n)
@@ -311,14 +343,14 @@ fn main() {
                 println!(
                     "{case:>20}: {per_check:8.1} instructions per check ({what})"
                 );
-                results.num(case, per_check);
+                *field(&mut results) = Some(per_check);
             }
             None => {
                 println!("{case:>20}: no count (is valgrind installed?)");
             }
         }
     }
-    results.write(&args);
+    write_results(&results, &args);
 }
 
 /// Nanoseconds per check, ours against governor, interleaved round by

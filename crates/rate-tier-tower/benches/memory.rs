@@ -11,13 +11,14 @@
 //!   again is covered), each going in with the clock standing still (every
 //!   bucket live at the peak), then the clock moves past the period and the
 //!   RSS is read once the sweeper has emptied the store and finished the
-//!   sweep after it (memory given back included). Reported: each wave's
-//!   peak and idle RSS (`waveN_*`, `waveN_settled` = 0 if `--idle-secs`
-//!   ran out first), and the worst idle growth over the baseline, its wave,
-//!   and its share of the peak growth.
+//!   sweep after it (memory given back included). Reported
+//!   (`MemoryResults`): each wave's peak and idle RSS (`waves`, `settled`
+//!   false if `--idle-secs` ran out first), and the worst idle growth over
+//!   the baseline, its wave, and its share of the peak growth.
 //! - `--store governor`: governor's keyed limiter, the first wave's keys and
 //!   quota, waiting as long. It forgets nothing unless `retain_recent` is
-//!   called, and this measures what happens without any manual call.
+//!   called, and this measures what happens without any manual call
+//!   (`GovernorMemoryResults`).
 //!
 //! Sizes are VmRSS from /proc/self/status (KiB).
 #![allow(clippy::unwrap_used, missing_docs)]
@@ -28,14 +29,17 @@ use std::fmt::Write as _;
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
+use rate_tier_bench_results::{
+    GovernorMemoryResults, MemoryResults, MemoryWave,
+};
 use rate_tier_storage::clock::FakeClock;
 use rate_tier_storage::{BucketCheck, Decision, LimitName, MemoryStorage};
-use support::{Args, Results, rss_kib};
+use support::{Args, rss_kib, write_results};
 use tower_rate_tier::Quota;
 
 fn main() {
     let args = Args::parse();
-    let store = args.get("store").unwrap_or("ours").to_owned();
+    let store = args.get("store").unwrap_or(MemoryResults::STORE).to_owned();
     let keys: usize = args.num("keys", 1_000_000);
     // Wave sizes, as multiples of --keys in thousandths.
     let waves: Vec<usize> = args
@@ -53,16 +57,24 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let mut results = Results::default();
-    results.text("store", &store).num("keys", keys as f64);
     runtime.block_on(async {
         match store.as_str() {
-            "ours" => ours(&waves, sweep, idle_max, &mut results).await,
-            "governor" => governor(keys, idle_max, &mut results).await,
-            other => panic!("--store {other:?}: expected ours or governor"),
+            MemoryResults::STORE => {
+                let mut results = ours(&waves, sweep, idle_max).await;
+                results.keys = Some(keys as u64);
+                write_results(&results, &args);
+            }
+            GovernorMemoryResults::STORE => {
+                let results = governor(keys, idle_max).await;
+                write_results(&results, &args);
+            }
+            other => panic!(
+                "--store {other:?}: expected {} or {}",
+                MemoryResults::STORE,
+                GovernorMemoryResults::STORE
+            ),
         }
     });
-    results.write(&args);
 }
 
 /// Fills `user` with the id of key `i`, without allocating a new string.
@@ -75,8 +87,7 @@ async fn ours(
     waves: &[usize],
     sweep: Duration,
     idle_max: Duration,
-    results: &mut Results,
-) {
+) -> MemoryResults {
     let quota = Quota::per_minute(10);
     let clock = FakeClock::new();
     let store = MemoryStorage::builder()
@@ -84,7 +95,11 @@ async fn ours(
         .sweep_interval(sweep)
         .build();
     let baseline = rss_kib();
-    results.num("baseline_kib", baseline as f64);
+    let mut results = MemoryResults {
+        baseline_kib: Some(baseline),
+        sweep_secs: Some(sweep.as_secs_f64()),
+        ..MemoryResults::default()
+    };
     let free = LimitName::new("free").unwrap();
     let (mut peak, mut worst_idle, mut worst_wave) = (baseline, 0u64, 0);
     let mut unsettled = 0usize;
@@ -145,19 +160,16 @@ async fn ours(
                 None => format!(" after {:.1} s", idle_max.as_secs_f64()),
             }
         );
-        let prefix = format!("wave{}_", wave + 1);
-        results
-            .num(&format!("{prefix}keys"), keys as f64)
-            .num(&format!("{prefix}settled"), f64::from(u8::from(settled)))
-            .num(&format!("{prefix}after_insert_kib"), after_insert as f64)
-            .num(&format!("{prefix}after_idle_kib"), after_idle as f64)
-            .num(&format!("{prefix}held_after_insert"), held as f64)
-            .num(&format!("{prefix}held_after_idle"), left as f64)
-            .num(&format!("{prefix}insert_secs"), insert_secs)
-            .num(
-                &format!("{prefix}emptied_after_secs"),
-                emptied_after.map_or(f64::NAN, |t| t.as_secs_f64()),
-            );
+        results.waves.push(MemoryWave {
+            keys: Some(keys as u64),
+            settled: Some(settled),
+            after_insert_kib: Some(after_insert),
+            after_idle_kib: Some(after_idle),
+            held_after_insert: Some(held as u64),
+            held_after_idle: Some(left as u64),
+            insert_secs: Some(insert_secs),
+            emptied_after_secs: emptied_after.map(|t| t.as_secs_f64()),
+        });
     }
     let peak_growth = peak.saturating_sub(baseline);
     println!(
@@ -167,21 +179,17 @@ async fn ours(
         waves.len(),
         worst_idle as f64 / peak_growth.max(1) as f64
     );
-    results
-        .num("waves", waves.len() as f64)
-        .num("unsettled_waves", unsettled as f64)
-        .num("peak_growth_kib", peak_growth as f64)
-        .num("worst_idle_growth_kib", worst_idle as f64)
-        .num("worst_idle_wave", worst_wave as f64)
-        .num(
-            "worst_idle_ratio",
-            worst_idle as f64 / peak_growth.max(1) as f64,
-        )
-        .num("sweep_secs", sweep.as_secs_f64());
+    results.unsettled_waves = Some(unsettled as u64);
+    results.peak_growth_kib = Some(peak_growth);
+    results.worst_idle_growth_kib = Some(worst_idle);
+    results.worst_idle_wave = Some(worst_wave as u64);
+    results.worst_idle_ratio =
+        Some(worst_idle as f64 / peak_growth.max(1) as f64);
     drop(store);
+    results
 }
 
-async fn governor(keys: usize, idle: Duration, results: &mut Results) {
+async fn governor(keys: usize, idle: Duration) -> GovernorMemoryResults {
     let limiter: governor::DefaultKeyedRateLimiter<String> =
         governor::RateLimiter::keyed(governor::Quota::per_minute(
             NonZeroU32::new(10).unwrap(),
@@ -207,11 +215,13 @@ async fn governor(keys: usize, idle: Duration, results: &mut Results) {
         "memory (governor): idle {:.1} s, no retain_recent(): {left} buckets; RSS {after_idle} KiB",
         idle.as_secs_f64()
     );
-    results
-        .num("baseline_kib", baseline as f64)
-        .num("after_insert_kib", after_insert as f64)
-        .num("after_idle_kib", after_idle as f64)
-        .num("held_after_insert", held as f64)
-        .num("held_after_idle", left as f64)
-        .num("insert_secs", insert_secs);
+    GovernorMemoryResults {
+        keys: Some(keys as u64),
+        baseline_kib: Some(baseline),
+        after_insert_kib: Some(after_insert),
+        after_idle_kib: Some(after_idle),
+        held_after_insert: Some(held as u64),
+        held_after_idle: Some(left as u64),
+        insert_secs: Some(insert_secs),
+    }
 }

@@ -35,10 +35,11 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rate_tier_bench_results::{RedisLimits, RedisResults};
 use rate_tier_storage::{
     BucketCheck, Decision, LimitName, RedisStorage, Storage,
 };
-use support::{Args, Results, mean, median};
+use support::{Args, mean, median, write_results};
 use tower_rate_tier::{Limit, LimitRequest, Quota, RateTier};
 
 const RATE: u32 = 1_000_000;
@@ -225,7 +226,7 @@ async fn count_three_limits(
     port: u16,
     store: &RedisStorage,
     decisions: usize,
-    results: &mut Results,
+    results: &mut RedisLimits,
 ) {
     // 1 a minute: each bucket's key lives a minute, long enough to count.
     let three = ThreeLimits::new(store, Quota::per_minute(1));
@@ -277,12 +278,11 @@ async fn count_three_limits(
         per(script_calls(&info)),
         per(keys)
     );
-    results
-        .num("limits_decisions", n)
-        .num("limits_commands_per_decision", per(commands))
-        .num("limits_script_calls_per_decision", per(script_calls(&info)))
-        .num("limits_keys_per_decision", per(keys))
-        .num("limits_refused", refused as f64);
+    results.decisions = Some(decisions as u64);
+    results.commands_per_decision = Some(per(commands));
+    results.script_calls_per_decision = Some(per(script_calls(&info)));
+    results.keys_per_decision = Some(per(keys));
+    results.refused = Some(refused);
 }
 
 /// `decisions` of each kind one at a time, in alternating blocks of 100
@@ -414,14 +414,14 @@ fn main() {
     );
 
     // Several limits of one user: round trips, then time.
-    let mut results = Results::default();
+    let mut results = RedisResults::default();
     let decisions: usize = args.num("limits-decisions", 2000);
     runtime.block_on(count_three_limits(
         url,
         port,
         &store,
         decisions,
-        &mut results,
+        &mut results.limits,
     ));
     let three = ThreeLimits::new(&store, Quota::per_second(RATE));
     let (mut one_us, mut three_us, mut ratios) =
@@ -436,22 +436,23 @@ fn main() {
         three_us.push(all);
         ratios.push(all / one);
     }
-    results
-        .num("limits_one_us", median(one_us))
-        .num("limits_three_us", median(three_us))
-        .num("limits_time_ratio", median(ratios));
+    results.limits.one_us = Some(median(one_us));
+    results.limits.three_us = Some(median(three_us));
+    results.limits.time_ratio = Some(median(ratios));
 
-    results
-        .num("ours_per_sec", mean(&our_rates))
-        .num("redis_benchmark_per_sec", mean(&peer_rates[0]))
-        .num("ratio", ratio_c)
-        .num("redis_benchmark_pipelined_per_sec", mean(&peer_rates[1]))
-        .num("ratio_pipelined", ratio_p)
-        .num("errors", errors as f64)
-        .num("tasks", tasks as f64)
-        .num("keys", keys as f64)
-        .num("rounds", rounds as f64)
-        .num("seconds", seconds.as_secs_f64())
-        .num("client_threads", client_threads as f64)
-        .write(&args);
+    let results = RedisResults {
+        ours_per_sec: Some(mean(&our_rates)),
+        redis_benchmark_per_sec: Some(mean(&peer_rates[0])),
+        ratio: Some(ratio_c),
+        redis_benchmark_pipelined_per_sec: Some(mean(&peer_rates[1])),
+        ratio_pipelined: Some(ratio_p),
+        errors: Some(errors),
+        tasks: Some(tasks as u64),
+        keys: Some(keys as u64),
+        rounds: Some(rounds as u64),
+        seconds: Some(seconds.as_secs_f64()),
+        client_threads: Some(client_threads as u64),
+        ..results
+    };
+    write_results(&results, &args);
 }

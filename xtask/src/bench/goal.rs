@@ -1,7 +1,165 @@
 //! A goal is data: one value both prints it in the table and decides
-//! whether a figure meets it, so the two can never disagree.
+//! whether a figure meets it, so the two can never disagree. Every goal of
+//! the table is in [`GOALS`], with why it is the goal; a row takes its goal
+//! from there by [`GoalId`].
 
 use std::fmt;
+
+/// A goal of [`GOALS`], by name. Its value is its index in the table (a
+/// new goal: a variant here and its entry at the same place in [`GOALS`];
+/// the last variant is the one the length check below names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GoalId {
+    MemoryVsGovernor,
+    Flood,
+    ThreeLimits,
+    HttpVsNoLayer,
+    HttpVsGovernor,
+    RedisVsBenchmark,
+    RedisRoundTrips,
+    RedisCpuVsFloor,
+    RedisCpuThreeLimits,
+    BreakerAdded,
+    MemoryIdle,
+    ServiceVsConstant,
+    ServiceRedisVsBenchmark,
+}
+
+/// One goal: the figure it judges, the bound (in [`Goal`]: the comparison,
+/// the threshold), and why that is the goal.
+#[derive(Debug)]
+pub(crate) struct GoalEntry {
+    pub(crate) id: GoalId,
+    /// The figure judged (the rows' own labels say more).
+    pub(crate) metric: &'static str,
+    pub(crate) goal: Goal,
+    pub(crate) why: &'static str,
+}
+
+/// Every goal of `cargo xtask bench`'s table, in the table's order. Rows
+/// without a goal (for scale, or information) carry a [`Goal::Info`] note
+/// instead.
+pub(crate) const GOALS: &[GoalEntry] = &[
+    GoalEntry {
+        id: GoalId::MemoryVsGovernor,
+        metric: "memory: `RateTier::check` / governor's `check_key`, time \
+                 per check (1 hot key; 100k keys; each on 2 threads)",
+        goal: Goal::at_most(1.0),
+        why: "the hot path costs no more than governor's keyed limiter on \
+              the same keys in the same loop (issue 20)",
+    },
+    GoalEntry {
+        id: GoalId::Flood,
+        metric: "memory: a new id in a store full after a flood of one-shot \
+                 ids / an existing id, unflooded",
+        goal: Goal::at_most(5.0),
+        why: "a flood of new identities costs each check at most a small \
+              factor: a full store keeps serving new ids",
+    },
+    GoalEntry {
+        id: GoalId::ThreeLimits,
+        metric: "memory: plan + 2 `Limit`s in one `RateTier::decide` / the \
+                 plan alone (1 hot user; 100k users)",
+        goal: Goal::below(3.0),
+        why: "a decision over 3 limits costs less than 3 separate ones \
+              (issue 20)",
+    },
+    GoalEntry {
+        id: GoalId::HttpVsNoLayer,
+        metric: "HTTP req/s: `TierLimitLayer` / no layer",
+        goal: Goal::at_least(0.95),
+        why: "the layer costs a hello-world route at most 5% of its req/s \
+              (issue 20)",
+    },
+    GoalEntry {
+        id: GoalId::HttpVsGovernor,
+        metric: "HTTP req/s: `TierLimitLayer` / tower_governor",
+        goal: Goal::at_least(1.05),
+        why: "the layer serves more than tower_governor configured alike \
+              (issue 20)",
+    },
+    GoalEntry {
+        id: GoalId::RedisVsBenchmark,
+        metric: "Redis checks/s: `RedisStorage` / redis-benchmark running \
+                 the same script",
+        goal: Goal::at_least(0.8),
+        why: "one multiplexed connection gets most of what the server gives \
+              a C client: the client's cost stays small beside Redis's",
+    },
+    GoalEntry {
+        id: GoalId::RedisRoundTrips,
+        metric: "Redis, 3 limits of one user: commands sent per decision",
+        goal: Goal::at_most(1.0).on("commands", " per decision"),
+        why: "the limits of one decision are one script call: one round \
+              trip, not one per limit",
+    },
+    GoalEntry {
+        id: GoalId::RedisCpuVsFloor,
+        metric: "Redis server µs per script call / its floor (`TIME`, and \
+                 a `GET` and a `SET PX` per key)",
+        goal: Goal::at_most(5.0),
+        why: "Redis's time per call is the limiter's ceiling at scale: a \
+              script costs a small factor over the commands it cannot avoid",
+    },
+    GoalEntry {
+        id: GoalId::RedisCpuThreeLimits,
+        metric: "Redis server µs: 3 limits in one call / 1 limit",
+        goal: Goal::at_most(2.0),
+        why: "3 limits in one call share the call's cost: at most twice one \
+              limit",
+    },
+    GoalEntry {
+        id: GoalId::BreakerAdded,
+        metric: "breaker open (Redis down): time per check added to memory's",
+        goal: Goal::below(5.0).on("added", " µs"),
+        why: "with Redis down, a check goes to memory at once, without \
+              waiting on Redis",
+    },
+    GoalEntry {
+        id: GoalId::MemoryIdle,
+        metric: "memory: RSS growth once idle, the worst wave / the peak \
+                 growth",
+        goal: Goal::at_most(0.05),
+        why: "room for the runtime's own growth (about 0.25 MiB), ten times \
+              below the failure it guards against (half the peak, kept for \
+              good)",
+    },
+    GoalEntry {
+        id: GoalId::ServiceVsConstant,
+        metric: "service RLS calls/s: memory store / the same tonic server \
+                 answering a constant response",
+        goal: Goal::at_least(0.8),
+        why: "the limiter keeps most of the gRPC stack's ceiling",
+    },
+    GoalEntry {
+        id: GoalId::ServiceRedisVsBenchmark,
+        metric: "service RLS calls/s: on Redis / redis-benchmark running the \
+                 same script",
+        goal: Goal::at_least(0.8),
+        why: "the service's Redis path keeps most of what Redis gives a C \
+              client (the gRPC hop can bound it first: see its ceiling row)",
+    },
+];
+
+// Each entry at its id's index, every id with an entry.
+const _: () = {
+    let mut i = 0;
+    while i < GOALS.len() {
+        assert!(GOALS[i].id as usize == i, "GOALS is out of GoalId's order");
+        i += 1;
+    }
+    assert!(
+        GOALS.len() == GoalId::ServiceRedisVsBenchmark as usize + 1,
+        "a GoalId has no entry in GOALS"
+    );
+};
+
+impl GoalId {
+    /// Its entry of [`GOALS`].
+    pub(crate) fn entry(self) -> &'static GoalEntry {
+        &GOALS[self as usize]
+    }
+}
 
 /// How a figure is compared with a goal's bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +271,21 @@ impl fmt::Display for Goal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_table_names_each_goal_and_why() {
+        let flood = GoalId::Flood.entry();
+        assert_eq!(flood.id, GoalId::Flood);
+        assert_eq!(flood.goal.to_string(), "≤ 5.0");
+        assert_eq!(
+            GoalId::RedisRoundTrips.entry().goal.to_string(),
+            "commands ≤ 1.0 per decision"
+        );
+        for entry in GOALS {
+            assert!(!entry.metric.is_empty() && !entry.why.is_empty());
+            assert!(entry.goal.met(0.0).is_some(), "{:?} is a note", entry.id);
+        }
+    }
 
     #[test]
     fn the_text_and_the_decision_come_from_one_value() {

@@ -18,9 +18,11 @@
 //! `rate-tier-service` (`crates/rate-tier-service/benches/`); the Redis CPU
 //! part runs `redis-benchmark` itself. The modules: `runner` runs each part
 //! and hands back its figures or why it has none, `parse` reads their
-//! outputs, `rows` turns them into the table's rows, each with its `goal`
-//! (one value that both prints the goal and decides it), and `report`
-//! fills `BENCHMARKS.template.md`.
+//! outputs (criterion's; the bench targets' results are the typed structs
+//! of `crates/bench-results`, which the benches write), `rows` turns them
+//! into the table's rows, each judged by a goal of `goal::GOALS` (one table
+//! of every goal, each one value that both prints the goal and decides it,
+//! and why it is the goal), and `report` fills `BENCHMARKS.template.md`.
 //!
 //! A part that fails (a bench target that does not build, a missing tool)
 //! fails its own rows, which say why; the other parts still run.
@@ -183,8 +185,8 @@ pub(crate) fn bench(full: bool, criterion_args: &[OsString]) -> Result<()> {
         redis: runner::redis_store(&plan, &tools, &built, &results_dir),
         redis_cpu: runner::redis_cpu(&plan, &tools),
         rls: runner::rls(&plan, &tools, &built, &results_dir),
-        memory: runner::memory(&plan, &built, &results_dir, "ours"),
-        memory_peer: runner::memory(&plan, &built, &results_dir, "governor"),
+        memory: runner::memory(&plan, &built, &results_dir),
+        memory_peer: runner::memory_peer(&plan, &built, &results_dir),
     };
     let run_time = runs_started.elapsed();
 
@@ -225,6 +227,13 @@ pub(crate) fn bench(full: bool, criterion_args: &[OsString]) -> Result<()> {
         println!("xtask: goals not met, or with no figure:");
         for line in unmet {
             println!("  - {line}");
+        }
+    }
+    let missed = report::missed(&rows);
+    if !missed.is_empty() {
+        println!("xtask: the goals not met, and why each is a goal (goal.rs):");
+        for entry in missed {
+            println!("  - {} {}: {}", entry.metric, entry.goal, entry.why);
         }
     }
     Ok(())

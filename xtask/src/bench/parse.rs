@@ -1,6 +1,6 @@
-//! Reading what the benchmarks leave behind: criterion's estimates, the
-//! JSON results of the other bench targets, and Redis's `INFO
-//! commandstats`.
+//! Reading what the benchmarks leave behind: criterion's estimates and
+//! Redis's `INFO commandstats`. The other bench targets' results are typed,
+//! read with `rate_tier_bench_results::ResultsFile::read`.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -23,17 +23,12 @@ pub(crate) const CRITERION_GROUPS: [&str; 11] = [
     "limits_store_one_user",
 ];
 
-/// A JSON file of results, or `Null` when missing or unreadable.
-pub(crate) fn read_json(path: &Path) -> Value {
+/// A JSON file of criterion's, or `Null` when missing or unreadable.
+fn read_json(path: &Path) -> Value {
     fs::read_to_string(path)
         .ok()
         .and_then(|text| serde_json::from_str(&text).ok())
         .unwrap_or(Value::Null)
-}
-
-/// A number of a results file.
-pub(crate) fn num(value: &Value, key: &str) -> Option<f64> {
-    value[key].as_f64()
 }
 
 /// criterion's headline estimate of one benchmark, in ns: the slope when

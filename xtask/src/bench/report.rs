@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::Plan;
+use super::goal::{GOALS, GoalEntry};
 use super::rows::{Row, Status};
 use crate::Result;
 use crate::cmd::Cmd;
@@ -53,6 +54,19 @@ pub(crate) fn unmet(rows: &[Row]) -> Vec<String> {
                 Some(format!("{}: no figure ({why})", row.metric))
             }
             Status::Met | Status::Info => None,
+        })
+        .collect()
+}
+
+/// The goals that rows with a figure did not meet, each once, in the
+/// goals table's order.
+pub(crate) fn missed(rows: &[Row]) -> Vec<&'static GoalEntry> {
+    GOALS
+        .iter()
+        .filter(|entry| {
+            rows.iter().any(|row| {
+                row.goal_id == Some(entry.id) && row.status() == Status::NotMet
+            })
         })
         .collect()
 }
@@ -256,8 +270,27 @@ fn fill(template: &str, values: &[(&str, String)]) -> Result<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::goal::Goal;
+    use super::super::goal::GoalId;
     use super::*;
+
+    #[test]
+    fn a_goal_not_met_is_named_once_with_why() {
+        let judged = |id, ratio: Option<f64>| {
+            let mut row = Row::judged_by("a row", id);
+            (row.ratio, row.judged) = (ratio, ratio);
+            row
+        };
+        let rows = [
+            judged(GoalId::ThreeLimits, Some(2.0)),
+            judged(GoalId::MemoryVsGovernor, Some(1.5)),
+            judged(GoalId::MemoryVsGovernor, Some(1.2)),
+            judged(GoalId::Flood, None),
+        ];
+        let missed = missed(&rows);
+        assert_eq!(missed.len(), 1, "{missed:?}");
+        assert_eq!(missed[0].id, GoalId::MemoryVsGovernor);
+        assert!(missed[0].why.contains("governor"));
+    }
 
     #[test]
     fn placeholders_are_filled_and_checked() {
@@ -275,7 +308,7 @@ mod tests {
     fn the_template_has_a_value_for_each_placeholder() {
         let plan = Plan::new(false);
         let machine = Machine::read(None, None);
-        let rows = vec![Row::new("a row", Goal::at_most(1.0))];
+        let rows = vec![Row::judged_by("a row", GoalId::MemoryVsGovernor)];
         let report = report(
             &plan,
             "cargo xtask bench",

@@ -1,12 +1,15 @@
 //! The table: one function per section, each turning what its part
-//! measured into rows. A new row is a [`Row`] with its [`Goal`] in the
-//! section it belongs to (a new part: a field of [`Results`] filled in
-//! `mod.rs`, and a section here).
+//! measured into rows. A new row is a [`Row`] in the section it belongs
+//! to, judged by a goal of [`GOALS`](super::goal::GOALS) or with a note (a
+//! new part: a field of [`Results`] filled in `mod.rs`, its results struct
+//! in `crates/bench-results`, and a section here).
 
-use serde_json::Value;
+use rate_tier_bench_results::{
+    GovernorMemoryResults, HttpResults, Latency, MemoryResults, RedisResults,
+};
 
-use super::goal::Goal;
-use super::parse::{Passes, median, num};
+use super::goal::{Goal, GoalId};
+use super::parse::{Passes, median};
 use super::runner::{Outcome, RedisCpu, Rls};
 
 /// Everything one run measured; each part, or why it has no figure.
@@ -14,11 +17,11 @@ pub(crate) struct Results {
     pub(crate) criterion: Passes,
     /// Why criterion rows are missing, per bench target that did not build.
     pub(crate) criterion_missing: Vec<(&'static str, String)>,
-    pub(crate) http: Outcome<Value>,
-    pub(crate) redis: Outcome<Value>,
+    pub(crate) http: Outcome<HttpResults>,
+    pub(crate) redis: Outcome<RedisResults>,
     pub(crate) redis_cpu: Outcome<RedisCpu>,
-    pub(crate) memory: Outcome<Value>,
-    pub(crate) memory_peer: Outcome<Value>,
+    pub(crate) memory: Outcome<MemoryResults>,
+    pub(crate) memory_peer: Outcome<GovernorMemoryResults>,
     /// The standalone service's RLS part.
     pub(crate) rls: Outcome<Rls>,
 }
@@ -42,6 +45,8 @@ pub(crate) struct Row {
     pub(crate) peer: String,
     pub(crate) ratio: Option<f64>,
     pub(crate) goal: Goal,
+    /// The entry of the goals table the goal comes from (none for a note).
+    pub(crate) goal_id: Option<GoalId>,
     /// The figure the goal judges: the ratio unless the goal names another.
     pub(crate) judged: Option<f64>,
     /// Something that voids the figure (errors during the run): not met.
@@ -51,13 +56,27 @@ pub(crate) struct Row {
 }
 
 impl Row {
-    pub(crate) fn new(metric: impl Into<String>, goal: Goal) -> Self {
+    /// A row judged by the goal `id` of the goals table.
+    pub(crate) fn judged_by(metric: impl Into<String>, id: GoalId) -> Self {
+        Row {
+            goal_id: Some(id),
+            ..Row::new(metric, id.entry().goal.clone())
+        }
+    }
+
+    /// A row with no goal, shown for scale or information, with `note`.
+    pub(crate) fn info(metric: impl Into<String>, note: &'static str) -> Self {
+        Row::new(metric, Goal::Info(note))
+    }
+
+    fn new(metric: impl Into<String>, goal: Goal) -> Self {
         Row {
             metric: metric.into(),
             ours: String::new(),
             peer: "—".to_owned(),
             ratio: None,
             goal,
+            goal_id: None,
             judged: None,
             void: None,
             missing: None,
@@ -159,9 +178,9 @@ fn criterion_missing(results: &Results, target: &str) -> String {
 fn hot_path(results: &Results) -> Vec<Row> {
     let criterion = &results.criterion;
     let missing = criterion_missing(results, "check");
-    let mut decision = Row::new(
+    let mut decision = Row::info(
         "gcra-core: one decision (`Quota::check`)",
-        Goal::Info("(no peer: for scale)"),
+        "(no peer: for scale)",
     )
     .missing_unless_run(&missing);
     if let Some(t) = criterion.ns("gcra_core", "decision") {
@@ -175,11 +194,11 @@ fn hot_path(results: &Results) -> Vec<Row> {
         ("memory_2_threads_one_key", "memory, 2 threads, 1 hot key"),
         ("memory_2_threads_100k_keys", "memory, 2 threads, 100k keys"),
     ] {
-        let mut row = Row::new(
+        let mut row = Row::judged_by(
             format!(
                 "{label}: `RateTier::check` vs governor `check_key` (time per check)"
             ),
-            Goal::at_most(1.0),
+            GoalId::MemoryVsGovernor,
         )
         .missing_unless_run(&missing);
         let ours = criterion.ns(group, "tower_rate_tier");
@@ -191,10 +210,10 @@ fn hot_path(results: &Results) -> Vec<Row> {
         rows.push(row);
     }
     // A full store keeps serving new ids at about the usual cost.
-    let mut flood = Row::new(
+    let mut flood = Row::judged_by(
         "memory, full store after a flood of 20× its capacity of one-shot ids: \
          time per check of a new id vs of an existing id, unflooded",
-        Goal::at_most(5.0),
+        GoalId::Flood,
     )
     .missing_unless_run(&missing);
     if let (Some(flooded), Some(unflooded), Some(ratio)) = (
@@ -216,32 +235,25 @@ fn hot_path(results: &Results) -> Vec<Row> {
 fn limits(results: &Results) -> Vec<Row> {
     let criterion = &results.criterion;
     let missing = criterion_missing(results, "limits");
-    // (group, 3 limits, 1 limit, label, goal)
+    // (group, 3 limits, 1 limit, label)
     let cases = [
-        (
-            "limits_one_user",
-            "three_limits",
-            "one_limit",
-            "1 hot user",
-            Goal::below(3.0),
-        ),
+        ("limits_one_user", "three_limits", "one_limit", "1 hot user"),
         (
             "limits_100k_users",
             "three_limits",
             "one_limit",
             "100k users round-robin",
-            Goal::below(3.0),
         ),
     ];
     let mut rows: Vec<Row> = cases
         .into_iter()
-        .map(|(group, three, one, label, goal)| {
-            let mut row = Row::new(
+        .map(|(group, three, one, label)| {
+            let mut row = Row::judged_by(
                 format!(
                     "Several limits, memory, {label}: plan + 2 `Limit`s in one \
                      `RateTier::decide` vs the plan alone (`RateTier::check`)"
                 ),
-                goal,
+                GoalId::ThreeLimits,
             )
             .missing_unless_run(&missing);
             if let (Some(t), Some(o), Some(ratio)) = (
@@ -256,10 +268,10 @@ fn limits(results: &Results) -> Vec<Row> {
         .collect();
     // Where the time goes: the store's share of the rows above.
     let group = "limits_store_one_user";
-    let mut store = Row::new(
+    let mut store = Row::info(
         "Several limits, the store alone (`MemoryStorage::check_sync`), 1 hot \
          user: 3 buckets vs 1",
-        Goal::Info("(info)"),
+        "(info)",
     )
     .missing_unless_run(&missing);
     if let (Some(t), Some(o), Some(ratio)) = (
@@ -281,18 +293,18 @@ fn ns(value: f64) -> String {
     }
 }
 
-fn http(http: &Outcome<Value>) -> Vec<Row> {
-    let mut vs_none = Row::new(
+fn http(http: &Outcome<HttpResults>) -> Vec<Row> {
+    let mut vs_none = Row::judged_by(
         "HTTP req/s: `TierLimitLayer` (memory) vs no layer",
-        Goal::at_least(0.95),
+        GoalId::HttpVsNoLayer,
     );
-    let mut vs_governor = Row::new(
+    let mut vs_governor = Row::judged_by(
         "HTTP req/s: `TierLimitLayer` vs tower_governor",
-        Goal::at_least(1.05),
+        GoalId::HttpVsGovernor,
     );
-    let mut cpu = Row::new(
+    let mut cpu = Row::info(
         "HTTP server CPU per request: layer vs no layer / vs tower_governor",
-        Goal::Info("(info)"),
+        "(info)",
     );
     let http = match http {
         Ok(http) => http,
@@ -303,69 +315,70 @@ fn http(http: &Outcome<Value>) -> Vec<Row> {
         }
     };
     if let (Some(ours), Some(none), Some(governor)) = (
-        num(http, "tower_rate_tier_rps"),
-        num(http, "no_layer_rps"),
-        num(http, "tower_governor_rps"),
+        http.tower_rate_tier.rps,
+        http.no_layer.rps,
+        http.tower_governor.rps,
     ) {
         vs_none.figures(
             per_sec(ours, "req/s"),
             per_sec(none, "req/s"),
-            num(http, "ratio_layer_vs_no_layer"),
+            http.ratio_layer_vs_no_layer,
         );
         vs_governor.figures(
             per_sec(ours, "req/s"),
             per_sec(governor, "req/s"),
-            num(http, "ratio_layer_vs_tower_governor"),
+            http.ratio_layer_vs_tower_governor,
         );
-        let errors: f64 = ["no_layer", "tower_rate_tier", "tower_governor"]
-            .iter()
-            .filter_map(|name| num(http, &format!("{name}_errors")))
-            .sum();
-        if errors > 0.0 {
+        let errors: u64 =
+            [&http.no_layer, &http.tower_rate_tier, &http.tower_governor]
+                .iter()
+                .filter_map(|server| server.errors)
+                .sum();
+        if errors > 0 {
             // Not 200s or socket errors: the figures are not comparable.
             vs_none.void = Some(format!("{errors} errors"));
             vs_governor.void = Some(format!("{errors} errors"));
         }
     }
     if let (Some(ours), Some(none), Some(governor)) = (
-        num(http, "tower_rate_tier_cpu_us"),
-        num(http, "no_layer_cpu_us"),
-        num(http, "tower_governor_cpu_us"),
+        http.tower_rate_tier.cpu_us,
+        http.no_layer.cpu_us,
+        http.tower_governor.cpu_us,
     ) {
         let vs_governor =
-            num(http, "cpu_ratio_layer_vs_tower_governor").unwrap_or(f64::NAN);
+            http.cpu_ratio_layer_vs_tower_governor.unwrap_or(f64::NAN);
         cpu.figures(
             format!("{ours:.2} µs"),
             format!(
                 "{none:.2} µs / {governor:.2} µs (ratio vs tower_governor \
                  {vs_governor:.3})"
             ),
-            num(http, "cpu_ratio_layer_vs_no_layer"),
+            http.cpu_ratio_layer_vs_no_layer,
         );
     }
     vec![vs_none, vs_governor, cpu]
 }
 
-fn redis(redis: &Outcome<Value>) -> Vec<Row> {
-    let mut ceiling = Row::new(
+fn redis(redis: &Outcome<RedisResults>) -> Vec<Row> {
+    let mut ceiling = Row::judged_by(
         "Redis checks/s: `RedisStorage`, 64 tasks on 1 multiplexed connection, vs \
          redis-benchmark `-c 64` EVALSHA",
-        Goal::at_least(0.8),
+        GoalId::RedisVsBenchmark,
     );
-    let mut pipelined = Row::new(
+    let mut pipelined = Row::info(
         "Redis checks/s: the same vs redis-benchmark `-c 1 -P 64` (pipelined, our shape)",
-        Goal::Info("(info)"),
+        "(info)",
     );
     // 3 limits of one user are one round trip.
-    let mut trips = Row::new(
+    let mut trips = Row::judged_by(
         "Redis, 3 limits of one user (`RateTier::decide`, plan + 2 `Limit`s): \
          commands sent per decision (`MONITOR`)",
-        Goal::at_most(1.0).on("commands", " per decision"),
+        GoalId::RedisRoundTrips,
     );
-    let mut three = Row::new(
+    let mut three = Row::info(
         "Redis, 3 limits of one user vs the plan alone: time per decision, one \
          at a time",
-        Goal::Info("(info)"),
+        "(info)",
     );
     let redis = match redis {
         Ok(redis) => redis,
@@ -375,10 +388,10 @@ fn redis(redis: &Outcome<Value>) -> Vec<Row> {
                 .into();
         }
     };
-    if let Some(sent) = num(redis, "limits_commands_per_decision") {
-        let scripts =
-            num(redis, "limits_script_calls_per_decision").unwrap_or(f64::NAN);
-        let keys = num(redis, "limits_keys_per_decision").unwrap_or(f64::NAN);
+    let limits = &redis.limits;
+    if let Some(sent) = limits.commands_per_decision {
+        let scripts = limits.script_calls_per_decision.unwrap_or(f64::NAN);
+        let keys = limits.keys_per_decision.unwrap_or(f64::NAN);
         trips = trips.judging(Some(sent));
         trips.figures(
             format!(
@@ -388,38 +401,31 @@ fn redis(redis: &Outcome<Value>) -> Vec<Row> {
             None,
         );
         // Fewer than 3 keys a decision: not every limit was decided.
-        let refused = num(redis, "limits_refused").unwrap_or(0.0);
-        if keys.is_nan() || keys < 3.0 || refused > 0.0 {
+        let refused = limits.refused.unwrap_or(0);
+        if keys.is_nan() || keys < 3.0 || refused > 0 {
             trips.void =
                 Some(format!("{keys:.3} keys a decision, {refused} refused"));
         }
     }
-    if let (Some(all), Some(one)) =
-        (num(redis, "limits_three_us"), num(redis, "limits_one_us"))
-    {
+    if let (Some(all), Some(one)) = (limits.three_us, limits.one_us) {
         three.figures(
             format!("{all:.1} µs"),
             format!("{one:.1} µs (1 limit)"),
-            num(redis, "limits_time_ratio"),
+            limits.time_ratio,
         );
     }
-    if let (Some(ours), Some(peer)) = (
-        num(redis, "ours_per_sec"),
-        num(redis, "redis_benchmark_per_sec"),
-    ) {
-        ceiling.figures(
-            per_sec(ours, "/s"),
-            per_sec(peer, "/s"),
-            num(redis, "ratio"),
-        );
-        if let Some(errors) = num(redis, "errors").filter(|e| *e > 0.0) {
+    if let (Some(ours), Some(peer)) =
+        (redis.ours_per_sec, redis.redis_benchmark_per_sec)
+    {
+        ceiling.figures(per_sec(ours, "/s"), per_sec(peer, "/s"), redis.ratio);
+        if let Some(errors) = redis.errors.filter(|e| *e > 0) {
             ceiling.void = Some(format!("{errors} errors"));
         }
-        if let Some(peer) = num(redis, "redis_benchmark_pipelined_per_sec") {
+        if let Some(peer) = redis.redis_benchmark_pipelined_per_sec {
             pipelined.figures(
                 per_sec(ours, "/s"),
                 per_sec(peer, "/s"),
-                num(redis, "ratio_pipelined"),
+                redis.ratio_pipelined,
             );
         }
     }
@@ -429,49 +435,38 @@ fn redis(redis: &Outcome<Value>) -> Vec<Row> {
 /// The Redis CPU rows: each script call against the commands it cannot
 /// avoid (TIME, and a GET and a SET PX per key), measured in the same round.
 fn redis_cpu(cpu: &Outcome<RedisCpu>) -> Vec<Row> {
-    // (case, keys its floor counts, label, goal)
-    let scripts: [(&str, usize, &str, Goal); 4] = [
-        ("gcra", 1, "`gcra.lua` (1 limit)", Goal::at_most(5.0)),
+    // (case, keys its floor counts, label)
+    let scripts: [(&str, usize, &str); 4] = [
+        ("gcra", 1, "`gcra.lua` (1 limit)"),
         (
             "gcra_all_1",
             1,
             "`gcra_all.lua`, 1 key (a peek, a shadow limit)",
-            Goal::at_most(5.0),
         ),
-        (
-            "gcra_all_3",
-            3,
-            "`gcra_all.lua`, 3 keys of one user",
-            Goal::at_most(5.0),
-        ),
-        (
-            "gcra_settle",
-            1,
-            "`gcra_settle.lua`, 1 key (a debt)",
-            Goal::at_most(5.0),
-        ),
+        ("gcra_all_3", 3, "`gcra_all.lua`, 3 keys of one user"),
+        ("gcra_settle", 1, "`gcra_settle.lua`, 1 key (a debt)"),
     ];
     let mut rows: Vec<Row> = scripts
         .iter()
-        .map(|(_, keys, label, goal)| {
+        .map(|(_, keys, label)| {
             let floor = match keys {
                 1 => "GET + SET PX + TIME".to_owned(),
                 n => format!("{n} × (GET + SET PX) + TIME"),
             };
-            Row::new(
+            Row::judged_by(
                 format!("Redis CPU per call: {label}, server µs vs {floor}"),
-                goal.clone(),
+                GoalId::RedisCpuVsFloor,
             )
         })
         .collect();
-    let mut three = Row::new(
+    let mut three = Row::judged_by(
         "Redis CPU: 3 limits of one user in one call vs 1 limit \
          (`gcra_all.lua` 3 keys / `gcra.lua`)",
-        Goal::at_most(2.0),
+        GoalId::RedisCpuThreeLimits,
     );
-    let mut fcall = Row::new(
+    let mut fcall = Row::info(
         "Redis CPU: `gcra.lua` as a Redis 7 function (`FCALL`) vs `EVALSHA`",
-        Goal::Info("(info: < 1.0 = cheaper)"),
+        "(info: < 1.0 = cheaper)",
     );
     let cpu = match cpu {
         Ok(cpu) => cpu,
@@ -503,7 +498,7 @@ fn redis_cpu(cpu: &Outcome<RedisCpu>) -> Vec<Row> {
         }
         (median(us), median(ratios))
     };
-    for (row, (case, keys, _, _)) in rows.iter_mut().zip(&scripts) {
+    for (row, (case, keys, _)) in rows.iter_mut().zip(&scripts) {
         let floor =
             |round: &super::runner::CpuRound| Some(round.floor.for_keys(*keys));
         let (us, ratio) = per_round(case, &floor);
@@ -563,11 +558,11 @@ fn breaker(results: &Results) -> Vec<Row> {
     .into_iter()
     .map(|(group, label)| {
         let added = criterion.difference(group, "fallback_open", "memory");
-        let mut row = Row::new(
+        let mut row = Row::judged_by(
             format!(
                 "Breaker open (Redis down): added time per check, {label} vs memory"
             ),
-            Goal::below(5.0).on("added", " µs"),
+            GoalId::BreakerAdded,
         )
         .missing_unless_run(&missing)
         .judging(added.map(|ns| ns / 1000.0));
@@ -586,17 +581,20 @@ fn breaker(results: &Results) -> Vec<Row> {
     .collect()
 }
 
-fn memory(memory: &Outcome<Value>, memory_peer: &Outcome<Value>) -> Vec<Row> {
-    let mut peak = Row::new(
+fn memory(
+    memory: &Outcome<MemoryResults>,
+    memory_peer: &Outcome<GovernorMemoryResults>,
+) -> Vec<Row> {
+    let mut peak = Row::info(
         "Memory: RSS growth after 1M distinct keys, vs governor",
-        Goal::Info("(info)"),
+        "(info)",
     );
     // Idle after every wave, not only the first. The bound: what
     // glibc kept before (half the peak) is 10× it; measured: under 0.01.
-    let mut worst = Row::new(
+    let mut worst = Row::judged_by(
         "Memory: RSS growth once idle, the worst wave of several (1M, 500k, \
          1M, 250k, 1M keys; ratio: of the peak growth)",
-        Goal::at_most(0.05),
+        GoalId::MemoryIdle,
     );
     let memory = match memory {
         Ok(memory) => memory,
@@ -604,108 +602,132 @@ fn memory(memory: &Outcome<Value>, memory_peer: &Outcome<Value>) -> Vec<Row> {
             return [peak, worst].map(|row| row.without(why)).into();
         }
     };
-    let growth =
-        |v: &Value, key: &str| Some(num(v, key)? - num(v, "baseline_kib")?);
+    // KiB over the baseline.
+    let growth = |kib: Option<u64>, baseline: Option<u64>| {
+        Some(kib? as f64 - baseline? as f64)
+    };
+    let ours = |kib| growth(kib, memory.baseline_kib);
     let peer = memory_peer.as_ref().ok();
-    if let Some(ours_peak) = growth(memory, "wave1_after_insert_kib") {
-        let peer_peak = peer.and_then(|p| growth(p, "after_insert_kib"));
+    let peer_growth = |kib: fn(&GovernorMemoryResults) -> Option<u64>| {
+        peer.and_then(|p| growth(kib(p), p.baseline_kib))
+    };
+    let first = memory.waves.first();
+    if let Some(ours_peak) = ours(first.and_then(|w| w.after_insert_kib)) {
+        let peer_peak = peer_growth(|p| p.after_insert_kib);
         peak.figures(
             format!(
                 "+{} (from {})",
                 mib(ours_peak),
-                mib(num(memory, "baseline_kib").unwrap_or(0.0))
+                mib(memory.baseline_kib.unwrap_or(0) as f64)
             ),
             peer_peak
                 .map_or_else(|| "—".to_owned(), |p| format!("+{}", mib(p))),
             peer_peak.map(|p| ours_peak / p),
         );
     }
+    let waves = (!memory.waves.is_empty()).then_some(memory.waves.len());
     if let (Some(idle), Some(peak_growth), Some(wave), Some(waves)) = (
-        num(memory, "worst_idle_growth_kib"),
-        num(memory, "peak_growth_kib"),
-        num(memory, "worst_idle_wave"),
-        num(memory, "waves"),
+        memory.worst_idle_growth_kib,
+        memory.peak_growth_kib,
+        memory.worst_idle_wave,
+        waves,
     ) {
-        let every: Vec<String> = (1..=waves as usize)
+        let (idle, peak_growth) = (idle as f64, peak_growth as f64);
+        let every: Vec<String> = memory
+            .waves
+            .iter()
             .map(|w| {
-                growth(memory, &format!("wave{w}_after_idle_kib")).map_or_else(
+                ours(w.after_idle_kib).map_or_else(
                     || "?".to_owned(),
                     |g| format!("{:.2}", g / 1024.0),
                 )
             })
             .collect();
-        let held = num(memory, &format!("wave{wave}_held_after_idle"))
-            .unwrap_or(f64::NAN);
-        let peer_idle = peer.and_then(|p| growth(p, "after_idle_kib"));
-        let peer_held = peer
-            .and_then(|p| num(p, "held_after_idle"))
-            .unwrap_or(f64::NAN);
+        let held = (wave as usize)
+            .checked_sub(1)
+            .and_then(|i| memory.waves.get(i)?.held_after_idle);
+        let peer_idle = peer_growth(|p| p.after_idle_kib);
+        let peer_held = peer.and_then(|p| p.held_after_idle);
         worst.figures(
             format!(
-                "+{} after wave {wave} of {waves} ({held} buckets held; peak +{}; \
+                "+{} after wave {wave} of {waves} ({} buckets held; peak +{}; \
                  every wave: +{} MiB)",
                 mib(idle),
+                count(held),
                 mib(peak_growth),
                 every.join(", +")
             ),
             peer_idle.map_or_else(
                 || "—".to_owned(),
-                |p| format!("+{} ({peer_held} held, no manual call)", mib(p)),
+                |p| {
+                    format!(
+                        "+{} ({} held, no manual call)",
+                        mib(p),
+                        count(peer_held)
+                    )
+                },
             ),
             Some(idle / peak_growth.max(1.0)),
         );
         // A wave read before the sweeper was done says nothing.
-        if let Some(n) = num(memory, "unsettled_waves").filter(|n| *n > 0.0) {
+        if let Some(n) = memory.unsettled_waves.filter(|n| *n > 0) {
             worst.void = Some(format!("{n} waves read before the sweep"));
         }
     }
     vec![peak, worst]
 }
 
+/// A count as shown, `?` when missing.
+fn count(n: Option<u64>) -> String {
+    n.map_or_else(|| "?".to_owned(), |n| n.to_string())
+}
+
 /// The standalone service: `ShouldRateLimit` round trips/s against the
 /// ceilings that bound them, and latency at a fixed offered load.
 pub(crate) fn service(rls: &Outcome<Rls>) -> Vec<Row> {
     let settings = rls.as_ref().ok().map(|rls| &rls.results);
-    let setting = |key: &str, unit: &str| {
-        settings
-            .and_then(|v| num(v, key))
-            .map_or_else(|| "?".to_owned(), |n| per_sec(n, unit))
+    let setting = |value: Option<f64>, unit: &str| {
+        value.map_or_else(|| "?".to_owned(), |n| per_sec(n, unit))
     };
-    let in_flight = setting("concurrency", "in flight");
-    let offered = setting("offered_rate", "req/s offered");
-    let mut memory = Row::new(
+    let in_flight = setting(
+        settings.and_then(|s| s.concurrency).map(|n| n as f64),
+        "in flight",
+    );
+    let offered =
+        setting(settings.and_then(|s| s.offered_rate), "req/s offered");
+    let mut memory = Row::judged_by(
         format!(
             "Service RLS `ShouldRateLimit`/s, memory store, vs the same tonic \
              server answering a constant response ({in_flight})"
         ),
-        Goal::at_least(0.8),
+        GoalId::ServiceVsConstant,
     );
-    let mut redis = Row::new(
+    let mut redis = Row::judged_by(
         format!(
             "Service RLS `ShouldRateLimit`/s on Redis vs redis-benchmark EVALSHA \
              of `gcra.lua` ({in_flight}, as many clients)"
         ),
-        Goal::at_least(0.8),
+        GoalId::ServiceRedisVsBenchmark,
     );
     // The gRPC hop's ceiling, which on a small machine is below Redis's.
-    let mut redis_vs_constant = Row::new(
+    let mut redis_vs_constant = Row::info(
         "Service RLS on Redis vs the constant tonic server (the gRPC hop's \
          ceiling, from the memory row)",
-        Goal::Info("(info)"),
+        "(info)",
     );
-    let mut memory_latency = Row::new(
+    let mut memory_latency = Row::info(
         format!(
             "Service RLS latency p50 / p99 at {offered}, memory store vs the \
              constant server (ratio: of the p50s)"
         ),
-        Goal::Info("(info)"),
+        "(info)",
     );
-    let mut redis_latency = Row::new(
+    let mut redis_latency = Row::info(
         format!(
             "Service RLS latency p50 / p99 at {offered}, on Redis vs the \
              constant server (ratio: of the p50s)"
         ),
-        Goal::Info("(info)"),
+        "(info)",
     );
     let (results, no_redis) = match rls {
         Ok(rls) => (&rls.results, rls.no_redis.as_deref()),
@@ -721,27 +743,25 @@ pub(crate) fn service(rls: &Outcome<Rls>) -> Vec<Row> {
             .into();
         }
     };
-    let latency = |name: &str| {
-        let p50 = num(results, &format!("{name}_p50_us"))?;
-        let p99 = num(results, &format!("{name}_p99_us"))?;
+    let latency = |latency: &Latency| {
+        let (p50, p99) = (latency.p50_us?, latency.p99_us?);
         Some((p50, format!("p50 {p50:.0} µs / p99 {p99:.0} µs")))
     };
-    let constant_rps = num(results, "constant_rps");
-    if let (Some(ours), Some(peer)) = (num(results, "memory_rps"), constant_rps)
-    {
+    let constant_rps = results.constant_rps;
+    if let (Some(ours), Some(peer)) = (results.memory_rps, constant_rps) {
         memory.figures(
             per_sec(ours, "/s"),
             per_sec(peer, "/s (constant)"),
-            num(results, "memory_ratio"),
+            results.memory_ratio,
         );
     }
-    let constant_latency = latency("constant");
-    for (row, name) in [
-        (&mut memory_latency, "memory"),
-        (&mut redis_latency, "redis"),
+    let constant_latency = latency(&results.constant_latency);
+    for (row, measured) in [
+        (&mut memory_latency, &results.memory_latency),
+        (&mut redis_latency, &results.redis_latency),
     ] {
         if let (Some((ours, text)), Some((peer, peer_text))) =
-            (latency(name), &constant_latency)
+            (latency(measured), &constant_latency)
         {
             row.figures(
                 text,
@@ -759,19 +779,19 @@ pub(crate) fn service(rls: &Outcome<Rls>) -> Vec<Row> {
             redis_latency.without(why),
         ];
     }
-    if let Some(ours) = num(results, "redis_rps") {
-        if let Some(peer) = num(results, "redis_benchmark_rps") {
+    if let Some(ours) = results.redis_rps {
+        if let Some(peer) = results.redis_benchmark_rps {
             redis.figures(
                 per_sec(ours, "/s"),
                 per_sec(peer, "/s (redis-benchmark)"),
-                num(results, "redis_ratio"),
+                results.redis_ratio,
             );
         }
         if let Some(peer) = constant_rps {
             redis_vs_constant.figures(
                 per_sec(ours, "/s"),
                 per_sec(peer, "/s (constant)"),
-                num(results, "redis_vs_constant_ratio"),
+                results.redis_vs_constant_ratio,
             );
         }
     }
@@ -807,6 +827,10 @@ fn mib(kib: f64) -> String {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
+
+    use rate_tier_bench_results::{
+        HttpServer, MemoryWave, RedisLimits, RlsResults,
+    };
 
     use super::super::runner::{CpuRound, Floor};
     use super::*;
@@ -910,18 +934,36 @@ mod tests {
     #[test]
     fn the_worst_wave_and_one_round_trip_are_judged() {
         let mut results = results(Err("skipped: no redis-server".to_owned()));
-        results.memory = Ok(serde_json::json!({
-            "baseline_kib": 2048.0, "waves": 2.0, "unsettled_waves": 0.0,
-            "wave1_after_insert_kib": 40960.0, "wave1_after_idle_kib": 2304.0,
-            "wave2_after_idle_kib": 3072.0, "wave2_held_after_idle": 0.0,
-            "peak_growth_kib": 40960.0, "worst_idle_growth_kib": 1024.0,
-            "worst_idle_wave": 2.0,
-        }));
-        results.redis = Ok(serde_json::json!({
-            "limits_commands_per_decision": 1.0,
-            "limits_script_calls_per_decision": 1.0,
-            "limits_keys_per_decision": 2.0, "limits_refused": 0.0,
-        }));
+        results.memory = Ok(MemoryResults {
+            baseline_kib: Some(2048),
+            waves: vec![
+                MemoryWave {
+                    after_insert_kib: Some(40960),
+                    after_idle_kib: Some(2304),
+                    ..MemoryWave::default()
+                },
+                MemoryWave {
+                    after_idle_kib: Some(3072),
+                    held_after_idle: Some(0),
+                    ..MemoryWave::default()
+                },
+            ],
+            unsettled_waves: Some(0),
+            peak_growth_kib: Some(40960),
+            worst_idle_growth_kib: Some(1024),
+            worst_idle_wave: Some(2),
+            ..MemoryResults::default()
+        });
+        results.redis = Ok(RedisResults {
+            limits: RedisLimits {
+                commands_per_decision: Some(1.0),
+                script_calls_per_decision: Some(1.0),
+                keys_per_decision: Some(2.0),
+                refused: Some(0),
+                ..RedisLimits::default()
+            },
+            ..RedisResults::default()
+        });
         let rows = rows(&results);
         let row = |prefix: &str| {
             rows.iter().find(|r| r.metric.starts_with(prefix)).unwrap()
@@ -930,6 +972,13 @@ mod tests {
         assert_eq!(worst.ratio, Some(0.025));
         assert_eq!(worst.status(), Status::Met);
         assert!(worst.ours.contains("every wave: +0.25, +1.00 MiB"));
+        assert!(
+            worst
+                .ours
+                .starts_with("+1.0 MiB after wave 2 of 2 (0 buckets held;"),
+            "{}",
+            worst.ours
+        );
         let trips = row("Redis, 3 limits of one user (");
         assert_eq!(trips.judged, Some(1.0));
         assert_eq!(trips.goal.to_string(), "commands ≤ 1.0 per decision");
@@ -940,15 +989,25 @@ mod tests {
     #[test]
     fn the_service_rows_judge_both_ceilings_and_say_why_redis_has_none() {
         let mut results = results(Err("skipped: no redis-server".to_owned()));
-        let mut json = serde_json::json!({
-            "concurrency": 64.0, "offered_rate": 5000.0,
-            "memory_rps": 18000.0, "constant_rps": 20000.0, "memory_ratio": 0.9,
-            "memory_p50_us": 150.0, "memory_p99_us": 400.0,
-            "constant_p50_us": 120.0, "constant_p99_us": 300.0,
-        });
+        let memory_only = RlsResults {
+            concurrency: Some(64),
+            offered_rate: Some(5000.0),
+            memory_rps: Some(18000.0),
+            constant_rps: Some(20000.0),
+            memory_ratio: Some(0.9),
+            memory_latency: Latency {
+                p50_us: Some(150.0),
+                p99_us: Some(400.0),
+            },
+            constant_latency: Latency {
+                p50_us: Some(120.0),
+                p99_us: Some(300.0),
+            },
+            ..RlsResults::default()
+        };
         // The memory and latency parts alone: the Redis rows say why.
         results.rls = Ok(Rls {
-            results: json.clone(),
+            results: memory_only.clone(),
             no_redis: Some("skipped: no redis-benchmark".to_owned()),
         });
         let all = rows(&results);
@@ -988,16 +1047,18 @@ mod tests {
 
         // With Redis: below 0.8 of redis-benchmark is not met, whatever
         // the reason; the gRPC ceiling row is for information.
-        let redis_json = serde_json::json!({
-            "redis_rps": 12000.0, "redis_benchmark_rps": 48000.0,
-            "redis_ratio": 0.25, "redis_vs_constant_ratio": 0.6,
-            "redis_p50_us": 240.0, "redis_p99_us": 900.0,
-        });
-        json.as_object_mut()
-            .unwrap()
-            .extend(redis_json.as_object().unwrap().clone());
         results.rls = Ok(Rls {
-            results: json,
+            results: RlsResults {
+                redis_rps: Some(12000.0),
+                redis_benchmark_rps: Some(48000.0),
+                redis_ratio: Some(0.25),
+                redis_vs_constant_ratio: Some(0.6),
+                redis_latency: Latency {
+                    p50_us: Some(240.0),
+                    p99_us: Some(900.0),
+                },
+                ..memory_only
+            },
             no_redis: None,
         });
         let all = rows(&results);
@@ -1017,8 +1078,55 @@ mod tests {
     }
 
     #[test]
+    fn http_errors_void_both_ratios() {
+        let mut results = results(Err("skipped: no redis-server".to_owned()));
+        let server = |rps, cpu_us, errors| HttpServer {
+            rps: Some(rps),
+            cpu_us: Some(cpu_us),
+            errors: Some(errors),
+        };
+        results.http = Ok(HttpResults {
+            no_layer: server(100_000.0, 5.0, 0),
+            tower_rate_tier: server(96_000.0, 5.5, 2),
+            tower_governor: server(90_000.0, 6.0, 1),
+            ratio_layer_vs_no_layer: Some(0.96),
+            ratio_layer_vs_tower_governor: Some(1.066),
+            cpu_ratio_layer_vs_no_layer: Some(1.1),
+            cpu_ratio_layer_vs_tower_governor: Some(0.917),
+            ..HttpResults::default()
+        });
+        let rows = rows(&results);
+        let row = |prefix: &str| {
+            rows.iter().find(|r| r.metric.starts_with(prefix)).unwrap()
+        };
+        let vs_none = row("HTTP req/s: `TierLimitLayer` (memory) vs no layer");
+        assert_eq!(vs_none.ours, "96,000 req/s");
+        assert_eq!(vs_none.ratio, Some(0.96));
+        assert_eq!(vs_none.status(), Status::NotMet);
+        assert_eq!(vs_none.goal_text(), "≥ 0.95 (3 errors!)");
+        let cpu = row("HTTP server CPU per request");
+        assert_eq!(cpu.status(), Status::Info);
+        assert!(cpu.peer.ends_with("(ratio vs tower_governor 0.917)"));
+        let vs_governor = row("HTTP req/s: `TierLimitLayer` vs");
+        assert_eq!(vs_governor.status(), Status::NotMet);
+
+        // No errors: the figures stand.
+        if let Ok(http) = &mut results.http {
+            http.tower_rate_tier.errors = Some(0);
+            http.tower_governor.errors = None;
+        }
+        let rows = super::rows(&results);
+        let statuses: Vec<Status> = rows
+            .iter()
+            .filter(|r| r.metric.starts_with("HTTP req/s"))
+            .map(Row::status)
+            .collect();
+        assert_eq!(statuses, [Status::Met, Status::Met]);
+    }
+
+    #[test]
     fn errors_void_a_figure() {
-        let mut row = Row::new("x", Goal::at_least(0.8));
+        let mut row = Row::judged_by("x", GoalId::ServiceVsConstant);
         row.figures("1".to_owned(), "1".to_owned(), Some(1.0));
         assert_eq!(row.status(), Status::Met);
         row.void = Some("3 errors".to_owned());

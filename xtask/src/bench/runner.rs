@@ -9,6 +9,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use rate_tier_bench_results::{
+    GovernorMemoryResults, HttpResults, MemoryResults, RedisResults,
+    ResultsFile, RlsResults,
+};
 use serde_json::Value;
 
 use super::parse::{self, CommandStat, Passes};
@@ -133,13 +137,12 @@ pub(crate) fn criterion(
     passes
 }
 
-/// Runs a bench target that writes its results to `out` (a JSON file).
-fn json_target(cmd: Cmd, out: &Path) -> Outcome<Value> {
-    cmd.arg("--out").arg(out).run()?;
-    match parse::read_json(out) {
-        Value::Null => Err(format!("{} is missing or not JSON", out.display())),
-        results => Ok(results),
-    }
+/// Runs a bench target that writes its results `R` to `--out`, its file in
+/// `results_dir`, and reads them back.
+fn results_target<R: ResultsFile>(cmd: Cmd, results_dir: &Path) -> Outcome<R> {
+    let out = results_dir.join(R::FILE);
+    cmd.arg("--out").arg(&out).run()?;
+    R::read(&out)
 }
 
 /// HTTP: three servers in one process, with wrk or the built-in client.
@@ -148,7 +151,7 @@ pub(crate) fn http(
     tools: &Tools,
     built: &Built,
     results_dir: &Path,
-) -> Outcome<Value> {
+) -> Outcome<HttpResults> {
     let (secs, rounds) = plan.http;
     let mut http = Cmd::new(built.exe("http")?)
         .args(["--seconds", &secs.to_string()])
@@ -156,7 +159,7 @@ pub(crate) fn http(
     if let Some(wrk) = &tools.wrk {
         http = http.arg("--wrk").arg(wrk);
     }
-    json_target(http, &results_dir.join("http.json"))
+    results_target(http, results_dir)
 }
 
 /// `RedisStorage` checks/s against redis-benchmark, on a throwaway Redis.
@@ -165,7 +168,7 @@ pub(crate) fn redis_store(
     tools: &Tools,
     built: &Built,
     results_dir: &Path,
-) -> Outcome<Value> {
+) -> Outcome<RedisResults> {
     let exe = built.exe("redis_store")?;
     let bins = tools
         .redis
@@ -183,30 +186,48 @@ pub(crate) fn redis_store(
         .arg(&bins.benchmark)
         .args(["--seconds", &secs.to_string()])
         .args(["--rounds", &rounds.to_string()]);
-    json_target(cmd, &results_dir.join("redis.json"))
+    results_target(cmd, results_dir)
     // `server` is stopped here.
 }
 
-/// RSS of our store and governor's after 1M keys, then idle: one process
-/// per store, so that their sizes do not mix.
+/// RSS of our store after waves of 1M keys, then idle.
 pub(crate) fn memory(
     plan: &Plan,
     built: &Built,
     results_dir: &Path,
+) -> Outcome<MemoryResults> {
+    memory_of(plan, built, results_dir, MemoryResults::STORE)
+}
+
+/// RSS of governor's keyed limiter after 1M keys, then idle.
+pub(crate) fn memory_peer(
+    plan: &Plan,
+    built: &Built,
+    results_dir: &Path,
+) -> Outcome<GovernorMemoryResults> {
+    memory_of(plan, built, results_dir, GovernorMemoryResults::STORE)
+}
+
+/// The memory bench with `--store store`: one process per store, so that
+/// their sizes do not mix.
+fn memory_of<R: ResultsFile>(
+    plan: &Plan,
+    built: &Built,
+    results_dir: &Path,
     store: &str,
-) -> Outcome<Value> {
+) -> Outcome<R> {
     let sweep = plan.sweep_secs;
     let idle = sweep * 2 + 2;
     let cmd = Cmd::new(built.exe("memory")?)
         .args(["--store", store, "--sweep-secs", &sweep.to_string()])
         .args(["--idle-secs", &idle.to_string()]);
-    json_target(cmd, &results_dir.join(format!("memory-{store}.json")))
+    results_target(cmd, results_dir)
 }
 
 /// What the standalone service's part measured.
 pub(crate) struct Rls {
-    /// The bench's JSON results.
-    pub(crate) results: Value,
+    /// The bench's results.
+    pub(crate) results: RlsResults,
     /// Why the Redis half did not run, when it did not: a missing tool
     /// (`skipped: ...`), or a throwaway Redis that did not start.
     pub(crate) no_redis: Option<String>,
@@ -228,7 +249,6 @@ pub(crate) fn rls(
     let cmd = Cmd::new(exe)
         .args(["--seconds", &secs.to_string()])
         .args(["--rounds", &rounds.to_string()]);
-    let out = results_dir.join("rls.json");
     let redis = tools
         .redis
         .as_ref()
@@ -248,7 +268,7 @@ pub(crate) fn rls(
                 .arg("--redis-benchmark")
                 .arg(&bins.benchmark);
             Ok(Rls {
-                results: json_target(cmd, &out)?,
+                results: results_target(cmd, results_dir)?,
                 no_redis: None,
             })
             // `server` is stopped here.
@@ -256,7 +276,7 @@ pub(crate) fn rls(
         Err(why) => {
             println!("xtask: the service's Redis rows have no figure: {why}");
             Ok(Rls {
-                results: json_target(cmd, &out)?,
+                results: results_target(cmd, results_dir)?,
                 no_redis: Some(why),
             })
         }

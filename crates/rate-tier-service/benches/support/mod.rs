@@ -1,7 +1,17 @@
-//! The service benchmark's helpers: the command line and JSON results
-//! every benchmark binary shares (from test-support), and quantiles.
+//! The service benchmark's helpers: the command line every benchmark
+//! binary shares (from test-support), writing its results (its struct of
+//! `rate_tier_bench_results`, the contract with `cargo xtask bench`), and
+//! quantiles.
 
-pub(crate) use rate_tier_test_support::bench::{Args, Results};
+use rate_tier_bench_results::ResultsFile;
+pub(crate) use rate_tier_test_support::bench::Args;
+
+/// Writes `results` to `--out`, if given; panics if it cannot.
+pub(crate) fn write_results(results: &impl ResultsFile, args: &Args) {
+    if let Some(path) = args.get("out") {
+        results.write(path).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
 
 /// The median (nearest rank) of `values`.
 pub(crate) fn median(values: &mut [f64]) -> f64 {

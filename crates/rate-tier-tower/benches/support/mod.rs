@@ -1,10 +1,10 @@
-//! What the non-criterion benchmarks share: their command line, the JSON
-//! file of results that `cargo xtask bench` reads, and the resident size.
+//! What the non-criterion benchmarks share: their command line, the file
+//! of results that `cargo xtask bench` reads, and the resident size.
 //!
 //! Each benchmark binary takes `--name value` pairs and ignores the `--bench`
 //! flag that `cargo bench` adds. It prints what it measures as it goes, and
-//! writes its results, one flat JSON object of numbers and strings, to the
-//! path given by `--out` (if any).
+//! writes its results, its struct of `rate_tier_bench_results` (the contract
+//! with xtask), to the path given by `--out` (if any).
 #![allow(dead_code)]
 
 pub(crate) mod apps;
@@ -12,9 +12,17 @@ pub(crate) mod hot;
 
 use std::time::Duration;
 
-// Not every bench that includes this module writes results.
+use rate_tier_bench_results::ResultsFile;
+// Not every bench that includes this module takes arguments.
 #[allow(unused_imports)]
-pub(crate) use rate_tier_test_support::bench::{Args, Results};
+pub(crate) use rate_tier_test_support::bench::Args;
+
+/// Writes `results` to `--out`, if given; panics if it cannot.
+pub(crate) fn write_results(results: &impl ResultsFile, args: &Args) {
+    if let Some(path) = args.get("out") {
+        results.write(path).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
 
 /// This process's resident set size in KiB (`VmRSS` in /proc/self/status).
 pub(crate) fn rss_kib() -> u64 {
