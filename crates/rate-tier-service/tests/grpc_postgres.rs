@@ -45,7 +45,9 @@ async fn a_missing_table_is_refused_at_start_and_migrate_creates_it() {
         options.watch = false;
         options
     };
-    let refused = Service::start(options()).await.err().expect("refused");
+    let Err(refused) = Service::start(options()).await else {
+        panic!("a service without its table started");
+    };
     assert!(matches!(refused, StartError::Store(_)), "{refused}");
     assert!(refused.to_string().contains("migrate"), "{refused}");
     assert_eq!(
