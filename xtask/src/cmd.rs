@@ -6,7 +6,8 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::Result;
+/// Errors are messages for a person: what failed, and what to do about it.
+pub(crate) type Result<T> = std::result::Result<T, String>;
 
 /// The workspace root: the parent of this crate's manifest directory.
 pub(crate) fn project_root() -> PathBuf {

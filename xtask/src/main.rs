@@ -16,9 +16,6 @@ mod postgres;
 mod redis;
 mod tasks;
 
-/// Errors are messages for a person: what failed, and what to do about it.
-type Result<T> = std::result::Result<T, String>;
-
 const USAGE: &str = "\
 cargo xtask: the tasks of the tower-rate-tier workspace
 
@@ -32,12 +29,14 @@ Tasks:
   features      every feature of every workspace crate builds alone: per package,
                 cargo check -p <pkg> --no-default-features, then with each feature
                 (--features <f>), then --all-features (names from cargo metadata)
-  test          every test: starts a throwaway Redis and a throwaway 3-master Redis
-                Cluster, runs `no-std`, then cargo test --workspace --all-features
-                once with both
-  test-redis    starts a throwaway Redis on a free loopback port and runs
-                cargo test --workspace --all-features against it, skipping the
-                cluster tests (test-cluster's)
+  test          every test: starts a throwaway Redis, a throwaway 3-master Redis
+                Cluster and a throwaway PostgreSQL (Debian's postgresql package:
+                initdb and pg_ctl, as the postgres user when root; never port
+                5432), runs `no-std`, then cargo test --workspace --all-features
+                once with all of them
+  test-redis    starts a throwaway Redis and PostgreSQL on free loopback ports and
+                runs cargo test --workspace --all-features against them, skipping
+                the cluster tests (test-cluster's)
   test-cluster  starts a throwaway 3-master Redis Cluster on free loopback ports and
                 runs cargo test --workspace --all-features cluster (the tests whose
                 names contain `cluster`)

@@ -12,8 +12,8 @@ use std::process::{Child, ChildStdin, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::Result;
 use crate::cmd::Cmd;
+use crate::cmd::Result;
 
 /// The line `trt-postgres up` prints last, once the server is up.
 const READY: &str = "TRT_POSTGRES_READY=1";

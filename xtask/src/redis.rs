@@ -11,7 +11,7 @@ use std::process::{Child, ChildStdin, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::Result;
+use crate::cmd::Result;
 use crate::cmd::{Cmd, find_on_path, is_executable};
 
 /// The line `trt-redis up` prints last, once everything is up.

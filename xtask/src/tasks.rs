@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use std::fs;
 use std::path::PathBuf;
 
-use crate::Result;
+use crate::cmd::Result;
 use crate::cmd::{Cmd, project_root};
 use crate::postgres::{self, Postgres};
 use crate::redis::{self, Servers, Wanted};

@@ -29,6 +29,7 @@
 
 mod goal;
 mod parse;
+mod plan;
 mod report;
 mod rows;
 mod runner;
@@ -40,119 +41,12 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use crate::Result;
-use crate::cmd::{Cmd, find_on_path, is_executable, project_root};
-use crate::redis;
+use crate::cmd::Result;
+use crate::cmd::{Cmd, project_root};
 
+use self::plan::{Plan, Tools};
 use self::report::Machine;
 use self::rows::Results;
-
-/// How long each part runs.
-pub(crate) struct Plan {
-    full: bool,
-    /// Passes of the criterion benchmarks (ratios: the median over passes).
-    criterion_passes: u32,
-    /// Seconds per configuration per round, and rounds (HTTP).
-    http: (u32, u32),
-    /// Seconds per side per round, and rounds (Redis checks/s).
-    redis: (u32, u32),
-    /// Requests per command per round, and rounds (Redis CPU).
-    redis_cpu: (u32, u32),
-    /// The memory store's sweep interval, seconds.
-    sweep_secs: u32,
-    /// Seconds per server per round, and rounds (the service's RLS).
-    rls: (u32, u32),
-}
-
-impl Plan {
-    fn new(full: bool) -> Self {
-        if full {
-            Plan {
-                full,
-                criterion_passes: 3,
-                http: (3, 20),
-                redis: (5, 6),
-                redis_cpu: (50_000, 21),
-                sweep_secs: 10,
-                rls: (5, 6),
-            }
-        } else {
-            Plan {
-                full,
-                criterion_passes: 3,
-                http: (1, 20),
-                redis: (2, 5),
-                redis_cpu: (10_000, 9),
-                sweep_secs: 1,
-                rls: (3, 3),
-            }
-        }
-    }
-
-    fn command(&self, criterion_args: &[OsString]) -> String {
-        let mut command = String::from("cargo xtask bench");
-        if self.full {
-            command.push_str(" --full");
-        }
-        if !criterion_args.is_empty() {
-            command.push_str(" --");
-            for arg in criterion_args {
-                command.push(' ');
-                command.push_str(&arg.to_string_lossy());
-            }
-        }
-        command
-    }
-}
-
-/// The Redis programs the Redis parts need.
-pub(crate) struct RedisBins {
-    server: PathBuf,
-    cli: PathBuf,
-    benchmark: PathBuf,
-}
-
-/// The external programs, when installed.
-pub(crate) struct Tools {
-    wrk: Option<PathBuf>,
-    /// The Redis programs, or why they are missing.
-    redis: std::result::Result<RedisBins, String>,
-}
-
-impl Tools {
-    fn find() -> Self {
-        let wrk = find_on_path("wrk");
-        if wrk.is_none() {
-            println!(
-                "xtask: `wrk` is not installed: the HTTP benchmark uses its small built-in \
-                 Rust client instead. For a real HTTP load generator install it \
-                 (`apt-get install wrk` on Debian/Ubuntu, `brew install wrk` on macOS)."
-            );
-        }
-        let redis = redis::find_server().and_then(|server| {
-            let cli = redis::find_cli(&server)?;
-            let benchmark = server
-                .parent()
-                .map(|dir| dir.join("redis-benchmark"))
-                .filter(|b| is_executable(b))
-                .or_else(|| find_on_path("redis-benchmark"))
-                .ok_or_else(|| {
-                    "`redis-benchmark` is not on PATH (`apt-get install redis-tools` on \
-                     Debian/Ubuntu)"
-                        .to_owned()
-                })?;
-            Ok(RedisBins {
-                server,
-                cli,
-                benchmark,
-            })
-        });
-        if let Err(why) = &redis {
-            println!("xtask: the Redis benchmarks are skipped: {why}");
-        }
-        Tools { wrk, redis }
-    }
-}
 
 /// One benchmark run, quick by default.
 pub(crate) fn bench(full: bool, criterion_args: &[OsString]) -> Result<()> {

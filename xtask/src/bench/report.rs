@@ -6,11 +6,11 @@ use std::fs;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::Plan;
 use super::goal::{GOALS, GoalEntry};
+use super::plan::Plan;
 use super::rows::{Row, Status};
-use crate::Result;
 use crate::cmd::Cmd;
+use crate::cmd::Result;
 
 /// The prose of BENCHMARKS.md.
 const TEMPLATE: &str = include_str!("BENCHMARKS.template.md");

@@ -16,8 +16,8 @@ use rate_tier_bench_results::{
 use serde_json::Value;
 
 use super::parse::{self, CommandStat, Passes};
-use super::{Plan, Tools};
-use crate::Result;
+use super::plan::{Plan, Tools};
+use crate::cmd::Result;
 use crate::cmd::{Cmd, project_root};
 use crate::redis::RedisServer;
 
