@@ -12,6 +12,7 @@ use std::process::ExitCode;
 
 mod bench;
 mod cmd;
+mod launcher;
 mod postgres;
 mod redis;
 mod tasks;

@@ -5,45 +5,18 @@
 //! environment it prints, and stops it (by closing its standard input) when
 //! the task ends, on success and on failure alike.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
 
 use crate::cmd::Result;
 use crate::cmd::{Cmd, find_on_path, is_executable};
+use crate::launcher::{self, Launched};
 
 /// The line `trt-redis up` prints last, once everything is up.
 const READY: &str = "TRT_REDIS_READY=1";
-/// How long `trt-redis` has to stop everything once told to.
-const STOP_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Builds `trt-redis` and returns its path. It is built as the
-/// workspace's tests build it (`cargo test --workspace --all-features`, one
-/// test target of its crate), so the dependencies it shares with the tests
-/// (tokio, redis, testcontainers) are compiled once.
+/// Builds `trt-redis` and returns its path.
 pub(crate) fn build_trt_redis() -> Result<PathBuf> {
-    let messages = Cmd::cargo()
-        .args(["test", "--workspace", "--all-features", "--no-run"])
-        .args([
-            "--test",
-            "trt_redis",
-            "--message-format=json-render-diagnostics",
-        ])
-        .read_stdout()?;
-    messages
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .find(|message| {
-            message["reason"] == "compiler-artifact"
-                && message["target"]["name"] == "trt-redis"
-        })
-        .and_then(|artifact| artifact["executable"].as_str().map(PathBuf::from))
-        .ok_or_else(|| {
-            "cargo built no `trt-redis` executable (crates/test-support)"
-                .to_owned()
-        })
+    launcher::build("trt_redis", "trt-redis")
 }
 
 /// What to start.
@@ -58,11 +31,7 @@ pub(crate) struct Wanted {
 }
 
 /// A running `trt-redis up`: its servers live as long as this guard.
-pub(crate) struct Servers {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    env: Vec<(String, String)>,
-}
+pub(crate) struct Servers(Launched);
 
 impl Servers {
     /// Starts `trt-redis up` and waits until it prints that everything is up.
@@ -82,79 +51,14 @@ impl Servers {
 
     /// Runs `cmd` (a `trt-redis up ...`) until it prints that everything is up.
     fn start(cmd: Cmd) -> Result<Self> {
-        println!("$ {} &", cmd.display());
-        let mut command = cmd.command();
-        command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        // Its own process group: Ctrl-C stops this task, and `trt-redis`
-        // then sees its standard input close and removes what it started
-        // (containers included), instead of dying half-way.
-        #[cfg(unix)]
-        std::os::unix::process::CommandExt::process_group(&mut command, 0);
-        let mut child = command
-            .spawn()
-            .map_err(|e| format!("could not start `{}`: {e}", cmd.display()))?;
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let stdin = child.stdin.take();
-        // From here on, dropping `servers` stops it.
-        let mut servers = Self {
-            child,
-            stdin,
-            env: Vec::new(),
-        };
-        for line in BufReader::new(stdout).lines() {
-            let line =
-                line.map_err(|e| format!("reading trt-redis's output: {e}"))?;
-            if line == READY {
-                for (key, value) in &servers.env {
-                    println!("xtask: {key}={value}");
-                }
-                return Ok(servers);
-            }
-            if let Some((key, value)) = line.split_once('=') {
-                servers.env.push((key.to_owned(), value.to_owned()));
-            }
-        }
-        let status = servers
-            .child
-            .wait()
-            .map_or_else(|e| e.to_string(), |s| s.to_string());
-        Err(format!(
-            "trt-redis stopped before its servers were up ({status}); its message is above"
-        ))
+        Launched::start("trt-redis", cmd, READY, "").map(Servers)
     }
 
     /// The tests' environment: `TRT_REDIS_BACKEND`, `TRT_REDIS_URL`,
     /// `TRT_REDIS_CLUSTER_URLS`, and `TRT_REDIS_SERVER_BIN` or
     /// `TRT_REDIS_IMAGE`.
     pub(crate) fn env(&self) -> &[(String, String)] {
-        &self.env
-    }
-}
-
-impl Drop for Servers {
-    fn drop(&mut self) {
-        // End of its standard input: it stops everything and exits.
-        drop(self.stdin.take());
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(_)) | Err(_) => return,
-                Ok(None) if Instant::now() >= deadline => {
-                    eprintln!(
-                        "xtask: trt-redis did not stop within {} s: killing it (its servers \
-                         may be left running)",
-                        STOP_TIMEOUT.as_secs()
-                    );
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    return;
-                }
-                Ok(None) => thread::sleep(Duration::from_millis(20)),
-            }
-        }
+        self.0.env()
     }
 }
 
