@@ -22,6 +22,42 @@ CREATE __UNLOGGED__ TABLE IF NOT EXISTS __TABLE__ (
     expires_us bigint NOT NULL
 ) WITH (fillfactor = 70);
 
+-- The buckets of `keys`, locked until the end of the transaction, and their
+-- stored TATs in the order of `keys` (NULL: no row). The locks are
+-- transaction advisory locks taken in one order (of the keys' hashes)
+-- whatever the order of the keys: two decisions over the same buckets wait
+-- for each other and never deadlock, and a bucket that has no row yet is
+-- locked as well as one that has.
+CREATE OR REPLACE FUNCTION __TABLE___locked(keys text[])
+RETURNS bigint[] LANGUAGE plpgsql AS $$
+DECLARE
+    lock_id int;
+    stored bigint[];
+BEGIN
+    FOR lock_id IN SELECT DISTINCT hashtext(k) FROM unnest(keys) AS k ORDER BY 1 LOOP
+        PERFORM pg_advisory_xact_lock(__LOCKS__, lock_id);
+    END LOOP;
+    SELECT array_agg(b.tat_us ORDER BY u.ord) INTO stored
+    FROM unnest(keys) WITH ORDINALITY AS u(k, ord)
+    LEFT JOIN __TABLE__ AS b ON b.key = u.k;
+    RETURN stored;
+END
+$$;
+
+-- Writes the TATs a decision asks for: `writes[i]` for `keys[i]` (NULL:
+-- leave it), each with its expiry (the TAT rounded up to the millisecond,
+-- as Redis's PX); a bucket back to full (a TAT of now) is forgotten.
+CREATE OR REPLACE FUNCTION __TABLE___store(keys text[], writes bigint[], now_us bigint)
+RETURNS void LANGUAGE sql AS $$
+    DELETE FROM __TABLE__
+    WHERE key IN (SELECT keys[j] FROM generate_subscripts(keys, 1) AS j WHERE writes[j] = now_us);
+    INSERT INTO __TABLE__ AS b (key, tat_us, expires_us)
+    SELECT keys[j], writes[j], now_us + ((writes[j] - now_us + 999) / 1000) * 1000
+    FROM generate_subscripts(keys, 1) AS j
+    WHERE writes[j] > now_us
+    ON CONFLICT (key) DO UPDATE SET tat_us = excluded.tat_us, expires_us = excluded.expires_us;
+$$;
+
 -- Several GCRA buckets decided as one, all or nothing: the same rules, to
 -- the microsecond, as gcra-core's check_all and the Redis script
 -- gcra_all.lua.
@@ -34,11 +70,7 @@ CREATE __UNLOGGED__ TABLE IF NOT EXISTS __TABLE__ (
 -- each key, flattened. Refused when an enforced bucket refuses: then no
 -- bucket is charged, and one that would have passed says so (allowed 1)
 -- with its state uncharged. Bad arguments raise, and nothing is written.
---
--- The buckets are locked with transaction advisory locks, taken in one
--- order (of their hashes) whatever the order of the keys: two decisions
--- over the same buckets wait for each other and never deadlock, and a
--- bucket that has no row yet is locked as well as one that has.
+-- The buckets are locked by __TABLE___locked.
 CREATE OR REPLACE FUNCTION __TABLE___check_at(keys text[], args bigint[], now_us bigint)
 RETURNS bigint[] LANGUAGE plpgsql AS $$
 DECLARE
@@ -47,7 +79,6 @@ DECLARE
     stored bigint[];
     writes bigint[];
     refused boolean := false;
-    lock_id int;
     i int;
     t bigint; tau bigint; cost bigint; debt bigint; tat bigint; ahead bigint; remains bigint;
 BEGIN
@@ -74,12 +105,7 @@ BEGIN
         END IF;
     END LOOP;
 
-    FOR lock_id IN SELECT DISTINCT hashtext(k) FROM unnest(keys) AS k ORDER BY 1 LOOP
-        PERFORM pg_advisory_xact_lock(__LOCKS__, lock_id);
-    END LOOP;
-    SELECT array_agg(b.tat_us ORDER BY u.ord) INTO stored
-    FROM unnest(keys) WITH ORDINALITY AS u(k, ord)
-    LEFT JOIN __TABLE__ AS b ON b.key = u.k;
+    stored := __TABLE___locked(keys);
 
     reply := array_fill(0::bigint, ARRAY[4 * n]);
     writes := array_fill(NULL::bigint, ARRAY[n]);
@@ -134,11 +160,7 @@ BEGIN
         END LOOP;
     END IF;
 
-    INSERT INTO __TABLE__ AS b (key, tat_us, expires_us)
-    SELECT keys[j], writes[j], now_us + ((writes[j] - now_us + 999) / 1000) * 1000
-    FROM generate_subscripts(keys, 1) AS j
-    WHERE writes[j] IS NOT NULL
-    ON CONFLICT (key) DO UPDATE SET tat_us = excluded.tat_us, expires_us = excluded.expires_us;
+    PERFORM __TABLE___store(keys, writes, now_us);
     RETURN reply;
 END
 $$;
@@ -158,7 +180,6 @@ DECLARE
     reply bigint[];
     stored bigint[];
     writes bigint[];
-    lock_id int;
     i int;
     t bigint; tau bigint; units bigint; ceiling bigint; tat bigint; v bigint; capped boolean;
 BEGIN
@@ -182,12 +203,7 @@ BEGIN
         END IF;
     END LOOP;
 
-    FOR lock_id IN SELECT DISTINCT hashtext(k) FROM unnest(keys) AS k ORDER BY 1 LOOP
-        PERFORM pg_advisory_xact_lock(__LOCKS__, lock_id);
-    END LOOP;
-    SELECT array_agg(b.tat_us ORDER BY u.ord) INTO stored
-    FROM unnest(keys) WITH ORDINALITY AS u(k, ord)
-    LEFT JOIN __TABLE__ AS b ON b.key = u.k;
+    stored := __TABLE___locked(keys);
 
     reply := array_fill(0::bigint, ARRAY[2 * n]);
     writes := array_fill(NULL::bigint, ARRAY[n]);
@@ -230,14 +246,7 @@ BEGIN
         reply[2 * i] := v - now_us;
     END LOOP;
 
-    -- A bucket back to full is forgotten; the others are stored.
-    DELETE FROM __TABLE__
-    WHERE key IN (SELECT keys[j] FROM generate_subscripts(keys, 1) AS j WHERE writes[j] = now_us);
-    INSERT INTO __TABLE__ AS b (key, tat_us, expires_us)
-    SELECT keys[j], writes[j], now_us + ((writes[j] - now_us + 999) / 1000) * 1000
-    FROM generate_subscripts(keys, 1) AS j
-    WHERE writes[j] IS NOT NULL AND writes[j] > now_us
-    ON CONFLICT (key) DO UPDATE SET tat_us = excluded.tat_us, expires_us = excluded.expires_us;
+    PERFORM __TABLE___store(keys, writes, now_us);
     RETURN reply;
 END
 $$;
