@@ -804,6 +804,32 @@ fn duplicate_buckets_are_refused_and_store_nothing() {
 }
 
 #[test]
+fn a_decision_past_the_end_of_time_is_the_checks_typed_error() {
+    // One bucket and several (the joint path): gcra-core's own error.
+    let clock = FakeClock::at_us(gcra_core::MAX_TIME_US + 1);
+    let store = MemoryStorage::with_clock(clock);
+    let (plan, search) = (limit("free"), limit("search"));
+    for n in [1, 2, 5] {
+        let names = [&plan, &search];
+        let users = ["ana", "bo", "carmen", "dora", "eli"];
+        let checks: Vec<_> = (0..n)
+            .map(|i| {
+                BucketCheck::new(names[i % 2], users[i], free(), 1).unwrap()
+            })
+            .collect();
+        let mut out = vec![Decision::default(); n];
+        let answer = store.check_sync(&checks, &mut out);
+        assert!(
+            matches!(
+                answer,
+                Err(StorageError::Check(CheckError::TimeOutOfRange))
+            ),
+            "{n}: {answer:?}"
+        );
+    }
+}
+
+#[test]
 fn a_length_mismatch_is_refused_and_stores_nothing() {
     let (plan, search) = (limit("plan"), limit("search"));
     let (_, store) = store_at_start();
@@ -1444,11 +1470,25 @@ mod model {
         )
     }
 
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(256))]
+    /// Bounded like the threaded tests: a mutant that makes the store loop
+    /// fails here instead of hanging.
+    #[test]
+    fn every_decision_is_the_models() {
+        finishes_within(Duration::from_secs(60), "the model", || {
+            let mut runner = proptest::test_runner::TestRunner::new(
+                ProptestConfig::with_cases(256),
+            );
+            let steps = proptest::collection::vec(step(), 1..40);
+            runner
+                .run(&steps, |steps| decide_as_the_model(steps))
+                .unwrap();
+        });
+    }
 
-        #[test]
-        fn every_decision_is_the_models(steps in proptest::collection::vec(step(), 1..40)) {
+    fn decide_as_the_model(
+        steps: Vec<(u64, Vec<Check>)>,
+    ) -> Result<(), TestCaseError> {
+        {
             let limits = limits();
             let clock = FakeClock::at_us(START_US);
             let store = MemoryStorage::with_clock(clock.clone());
@@ -1478,7 +1518,10 @@ mod model {
                 let repeated =
                     !checks.iter().all(|c| seen.insert((c.limit, c.user)));
                 if repeated {
-                    prop_assert!(matches!(answer, Err(StorageError::DuplicateBucket)), "{answer:?}");
+                    prop_assert!(
+                        matches!(answer, Err(StorageError::DuplicateBucket)),
+                        "{answer:?}"
+                    );
                     continue;
                 }
                 let charges: Vec<Charge> = checks
@@ -1514,10 +1557,19 @@ mod model {
                     let peek = [BucketCheck::new(name, id, *quota, 0).unwrap()];
                     let mut out = [Decision::default()];
                     store.check_sync(&peek, &mut out).unwrap();
-                    let expected = quota.peek(model.get(&(limit, user)).copied(), now).unwrap();
-                    prop_assert_eq!(out[0], expected, "limit {} user {}", limit, user);
+                    let expected = quota
+                        .peek(model.get(&(limit, user)).copied(), now)
+                        .unwrap();
+                    prop_assert_eq!(
+                        out[0],
+                        expected,
+                        "limit {} user {}",
+                        limit,
+                        user
+                    );
                 }
             }
         }
+        Ok(())
     }
 }
