@@ -247,7 +247,23 @@ async fn the_cleanup_removes_expired_rows_and_nothing_live() {
 async fn a_caller_that_stops_waiting_leaves_no_charge() {
     let url = env::postgres_url();
     let table = migrated(&url).await.table().to_owned();
-    // Callers that never wait: each decision runs on, and is refunded.
+    let store = instance(&url, &table).await;
+    let free = name("free");
+    let quota = Quota::per_hour(10);
+    // Callers that go away: each future is polled once (the decision is
+    // sent) and dropped; each decision runs on, and is refunded.
+    for _ in 0..20 {
+        let check = [BucketCheck::new(&free, "ana", quota, 1).unwrap()];
+        let mut out = [Decision::default()];
+        let mut call = Box::pin(store.check(&check, &mut out));
+        let first = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(call.as_mut().poll(cx).is_pending())
+        })
+        .await;
+        assert!(first, "a PostgreSQL decision answered without a round trip");
+        drop(call);
+    }
+    // And callers whose timeout fires first, the same way.
     let impatient = PostgresStorage::builder(&url)
         .unwrap()
         .table(&table)
@@ -255,22 +271,21 @@ async fn a_caller_that_stops_waiting_leaves_no_charge() {
         .timeout(Duration::ZERO)
         .build()
         .unwrap();
-    let patient = instance(&url, &table).await;
-    let free = name("free");
-    let quota = Quota::per_hour(10);
     for _ in 0..20 {
         let check = [BucketCheck::new(&free, "ana", quota, 1).unwrap()];
         let mut out = [Decision::default()];
-        let answer = impatient.check(&check, &mut out).await;
-        assert!(
-            matches!(answer, Err(StorageError::Timeout(_))),
-            "{answer:?}"
-        );
+        // A zero timeout may still let a fast answer through: either way
+        // nothing may stay charged but what an answered caller saw.
+        if impatient.check(&check, &mut out).await.is_ok() {
+            let refund = [check[0].settle(Adjust::Refund(1))];
+            store.settle(&refund).await.unwrap();
+        }
     }
+    let patient = &store;
     // The refunds come after the decisions: wait for them, briefly.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let d = one(&patient, BucketCheck::peek(&free, "ana", quota)).await;
+        let d = one(patient, BucketCheck::peek(&free, "ana", quota)).await;
         if d.remaining == 10 {
             break;
         }

@@ -34,6 +34,11 @@ DECLARE
     lock_id int;
     stored bigint[];
 BEGIN
+    -- One bucket (the common case): one lock, one read by primary key.
+    IF cardinality(keys) = 1 THEN
+        PERFORM pg_advisory_xact_lock(__LOCKS__, hashtext(keys[1]));
+        RETURN ARRAY[(SELECT b.tat_us FROM __TABLE__ AS b WHERE b.key = keys[1])];
+    END IF;
     FOR lock_id IN SELECT DISTINCT hashtext(k) FROM unnest(keys) AS k ORDER BY 1 LOOP
         PERFORM pg_advisory_xact_lock(__LOCKS__, lock_id);
     END LOOP;
@@ -48,14 +53,22 @@ $$;
 -- leave it), each with its expiry (the TAT rounded up to the millisecond,
 -- as Redis's PX); a bucket back to full (a TAT of now) is forgotten.
 CREATE OR REPLACE FUNCTION __TABLE___store(keys text[], writes bigint[], now_us bigint)
-RETURNS void LANGUAGE sql AS $$
-    DELETE FROM __TABLE__
-    WHERE key IN (SELECT keys[j] FROM generate_subscripts(keys, 1) AS j WHERE writes[j] = now_us);
-    INSERT INTO __TABLE__ AS b (key, tat_us, expires_us)
-    SELECT keys[j], writes[j], now_us + ((writes[j] - now_us + 999) / 1000) * 1000
-    FROM generate_subscripts(keys, 1) AS j
-    WHERE writes[j] > now_us
-    ON CONFLICT (key) DO UPDATE SET tat_us = excluded.tat_us, expires_us = excluded.expires_us;
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    j int;
+BEGIN
+    -- One statement per written bucket, by primary key (a refusal writes
+    -- nothing, and runs none).
+    FOR j IN 1..coalesce(cardinality(keys), 0) LOOP
+        IF writes[j] = now_us THEN
+            DELETE FROM __TABLE__ WHERE key = keys[j];
+        ELSIF writes[j] > now_us THEN
+            INSERT INTO __TABLE__ AS b (key, tat_us, expires_us)
+            VALUES (keys[j], writes[j], now_us + ((writes[j] - now_us + 999) / 1000) * 1000)
+            ON CONFLICT (key) DO UPDATE SET tat_us = excluded.tat_us, expires_us = excluded.expires_us;
+        END IF;
+    END LOOP;
+END
 $$;
 
 -- Several GCRA buckets decided as one, all or nothing: the same rules, to
