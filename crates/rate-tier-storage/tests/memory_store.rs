@@ -1479,9 +1479,7 @@ mod model {
                 ProptestConfig::with_cases(256),
             );
             let steps = proptest::collection::vec(step(), 1..40);
-            runner
-                .run(&steps, |steps| decide_as_the_model(steps))
-                .unwrap();
+            runner.run(&steps, decide_as_the_model).unwrap();
         });
     }
 

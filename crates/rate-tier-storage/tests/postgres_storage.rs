@@ -17,7 +17,6 @@ use gcra_core::{Adjust, Decision, Quota};
 use rate_tier_storage::fallback::FallbackStorage;
 use rate_tier_storage::{
     BucketCheck, BucketSettle, KeyLayout, LimitName, PostgresStorage, Storage,
-    StorageError,
 };
 use rate_tier_test_support::{PostgresServer, env, unique};
 use tokio_postgres::NoTls;

@@ -51,7 +51,7 @@
 //!
 //! Each instance limits on its own, so K instances allow up to K times the
 //! quota. [`FallbackStorageBuilder::local_share`] divides each quota by K
-//! locally ([`shared_quota`]): the rate exactly (the period is K times
+//! locally ([`Quota::divided`](gcra_core::Quota::divided)): the rate exactly (the period is K times
 //! longer) and the burst down to at least 1. A request whose cost is above
 //! the divided burst is [`StorageError::AboveLocalShare`], a transient
 //! refusal (it could pass once the primary is back), never a permanent one.
