@@ -387,3 +387,47 @@ async fn settle_of_many_buckets_and_a_refund_to_full_forgets_the_row() {
         .get(0);
     assert_eq!(rows, 0, "a full bucket is no row");
 }
+
+#[tokio::test]
+async fn the_background_cleanup_runs_by_itself() {
+    let url = env::postgres_url();
+    let table = migrated(&url).await.table().to_owned();
+    // Built inside a runtime: its cleanup runs every 100 ms, 10 rows a
+    // statement, repeated while batches are full.
+    let store = PostgresStorage::builder(&url)
+        .unwrap()
+        .table(&table)
+        .unwrap()
+        .cleanup_every(Some(Duration::from_millis(100)), 10)
+        .build()
+        .unwrap();
+    let db = raw(&url).await;
+    let insert = format!("INSERT INTO {table} VALUES ($1, 0, $2)");
+    let now: i64 = db
+        .query_one(
+            "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    for i in 0..35 {
+        db.execute(&insert, &[&format!("dead{i}"), &(now - 1)])
+            .await
+            .unwrap();
+    }
+    db.execute(&insert, &[&"live", &(now + 3_600_000_000)])
+        .await
+        .unwrap();
+    let count = format!("SELECT count(*) FROM {table}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let rows: i64 = db.query_one(&count, &[]).await.unwrap().get(0);
+        if rows == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{rows} rows left");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(store);
+}
