@@ -456,7 +456,15 @@ async fn a_probe_cancelled_mid_flight_does_not_leave_it_half_open() {
             .await
             .map(|d| d.verdict.allowed)
     });
-    while s.store.state() != HalfOpen {
+    // Bounded: a breaker that never turns half-open fails, not hangs.
+    for spins in 0.. {
+        if s.store.state() == HalfOpen {
+            break;
+        }
+        assert!(
+            spins < 1_000_000,
+            "the probe never made the breaker half-open"
+        );
         tokio::task::yield_now().await;
     }
     // Meanwhile the others decide locally, without waiting for the probe.
