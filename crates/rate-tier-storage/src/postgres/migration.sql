@@ -105,6 +105,12 @@ BEGIN
     IF coalesce(cardinality(args), 0) <> 5 * n THEN
         RAISE EXCEPTION 'rate_tier_check: 5 arguments per key are required (T, tau, cost, shadow, max debt)';
     END IF;
+    stored := __TABLE___locked(keys);
+
+    reply := array_fill(0::bigint, ARRAY[4 * n]);
+    writes := array_fill(NULL::bigint, ARRAY[n]);
+    -- One pass: an argument out of range raises, which takes back the
+    -- whole statement (nothing is written before the end anyway).
     FOR i IN 1..n LOOP
         t := args[5 * i - 4]; tau := args[5 * i - 3]; cost := args[5 * i - 2]; debt := args[5 * i];
         IF keys[i] IS NULL OR t IS NULL OR tau IS NULL OR cost IS NULL OR debt IS NULL
@@ -116,14 +122,6 @@ BEGIN
         IF cost > 0 AND t > tau / cost THEN
             RAISE EXCEPTION 'rate_tier_check: key %: cost exceeds the burst: it can never pass', i;
         END IF;
-    END LOOP;
-
-    stored := __TABLE___locked(keys);
-
-    reply := array_fill(0::bigint, ARRAY[4 * n]);
-    writes := array_fill(NULL::bigint, ARRAY[n]);
-    FOR i IN 1..n LOOP
-        t := args[5 * i - 4]; tau := args[5 * i - 3]; cost := args[5 * i - 2]; debt := args[5 * i];
         -- Rule 1: a TAT in the past (or none, or one out of range: a
         -- corrupted value) is now; one more than tau + max debt ahead means
         -- the clock went back: capped.
@@ -173,6 +171,10 @@ BEGIN
         END LOOP;
     END IF;
 
+    -- One bucket refused (and not capped) writes nothing: no call.
+    IF n = 1 AND writes[1] IS NULL THEN
+        RETURN reply;
+    END IF;
     PERFORM __TABLE___store(keys, writes, now_us);
     RETURN reply;
 END
