@@ -105,7 +105,13 @@ BEGIN
     IF coalesce(cardinality(args), 0) <> 5 * n THEN
         RAISE EXCEPTION 'rate_tier_check: 5 arguments per key are required (T, tau, cost, shadow, max debt)';
     END IF;
-    stored := __TABLE___locked(keys);
+    -- One bucket, the common case, without a call: its lock and its read.
+    IF n = 1 THEN
+        PERFORM pg_advisory_xact_lock(__LOCKS__, hashtext(keys[1]));
+        stored := ARRAY[(SELECT b.tat_us FROM __TABLE__ AS b WHERE b.key = keys[1])];
+    ELSE
+        stored := __TABLE___locked(keys);
+    END IF;
 
     reply := array_fill(0::bigint, ARRAY[4 * n]);
     writes := array_fill(NULL::bigint, ARRAY[n]);
@@ -171,8 +177,13 @@ BEGIN
         END LOOP;
     END IF;
 
-    -- One bucket refused (and not capped) writes nothing: no call.
-    IF n = 1 AND writes[1] IS NULL THEN
+    -- One bucket: its write, if any, without a call.
+    IF n = 1 THEN
+        IF writes[1] IS NOT NULL THEN
+            INSERT INTO __TABLE__ AS b (key, tat_us, expires_us)
+            VALUES (keys[1], writes[1], now_us + ((writes[1] - now_us + 999) / 1000) * 1000)
+            ON CONFLICT (key) DO UPDATE SET tat_us = excluded.tat_us, expires_us = excluded.expires_us;
+        END IF;
         RETURN reply;
     END IF;
     PERFORM __TABLE___store(keys, writes, now_us);
