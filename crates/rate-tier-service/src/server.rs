@@ -132,7 +132,7 @@ pub struct Running {
 }
 
 /// Builds the store of `choice`, and the fallback to report the breakers of.
-fn build_store(
+async fn build_store(
     choice: &StoreChoice,
     redis_timeout: Duration,
 ) -> Result<(Arc<dyn Storage>, Option<FallbackStorage>), StorageError> {
@@ -153,7 +153,9 @@ fn build_store(
             wrap(RedisStorage::from_cluster_urls(urls)?)
         }
         StoreChoice::Postgres(url) => {
-            behind(Arc::new(postgres(url, redis_timeout)?))
+            let store = postgres(url, redis_timeout)?;
+            check_postgres(&store).await?;
+            behind(Arc::new(store))
         }
         StoreChoice::Custom(store) => (store.clone(), None),
     })
@@ -184,20 +186,11 @@ pub async fn migrate_postgres(url: &str) -> Result<String, StorageError> {
 /// At start, a PostgreSQL that answers must have its table: a missing one
 /// is an error now, never a failure per request. One that does not answer
 /// yet is decided locally by the fallback until it does.
-async fn check_postgres(
-    choice: &StoreChoice,
-    timeout: Duration,
-) -> Result<(), StorageError> {
-    let StoreChoice::Postgres(url) = choice else {
-        return Ok(());
-    };
-    match postgres(url, timeout)?.is_migrated().await {
+async fn check_postgres(store: &PostgresStorage) -> Result<(), StorageError> {
+    match store.is_migrated().await {
         Ok(true) => Ok(()),
-        Ok(false) => PostgresStorage::builder(url)
-            .map_err(|e| StorageError::Backend(Box::new(e)))?
-            .connect()
-            .await
-            .map(drop),
+        // The error that names the table and the migration.
+        Ok(false) => store.ensure_migrated().await,
         Err(error) => {
             tracing::warn!(%error, "PostgreSQL does not answer yet: limiting locally until it does");
             Ok(())
@@ -229,9 +222,8 @@ impl Service {
         for warning in config.warnings() {
             tracing::warn!(%warning, "config");
         }
-        check_postgres(&options.store, options.redis_timeout).await?;
         let (store, fallback) =
-            build_store(&options.store, options.redis_timeout)?;
+            build_store(&options.store, options.redis_timeout).await?;
         let events = store.subscribe(Arc::new(|event: &StorageEvent| {
             if let StorageEvent::Breaker {
                 domain, from, to, ..

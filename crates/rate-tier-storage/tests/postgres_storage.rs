@@ -309,31 +309,34 @@ async fn behind_a_fallback(url: &str) -> (PostgresStorage, FallbackStorage) {
     (store, fallback)
 }
 
+/// One check of ana's bucket (100/min) through `store`, which passes: who
+/// decided it.
+async fn who_decides(
+    store: &FallbackStorage,
+    free: &LimitName,
+) -> &'static str {
+    let check =
+        [BucketCheck::new(free, "ana", Quota::per_minute(100), 1).unwrap()];
+    let mut out = [Decision::default()];
+    let decided = store.check(&check, &mut out).await.unwrap();
+    assert!(out[0].allowed);
+    decided.by
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_server_is_decided_locally_then_shared_again() {
     let mut server = PostgresServer::start();
     let (_store, fallback) = behind_a_fallback(&server.url()).await;
     let free = name("free");
-    let quota = Quota::per_minute(100);
-    let check = || BucketCheck::new(&free, "ana", quota, 1).unwrap();
-    let mut out = [Decision::default()];
-    assert_eq!(
-        fallback.check(&[check()], &mut out).await.unwrap().by,
-        "postgres"
-    );
+    assert_eq!(who_decides(&fallback, &free).await, "postgres");
     server.kill();
     for _ in 0..10 {
-        let decided = fallback.check(&[check()], &mut out).await.unwrap();
-        assert!(out[0].allowed);
-        assert_eq!(decided.by, "fallback");
+        assert_eq!(who_decides(&fallback, &free).await, "fallback");
     }
     server.restart();
+    // A real server coming back: polled, with a deadline.
     let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let decided = fallback.check(&[check()], &mut out).await.unwrap();
-        if decided.by == "postgres" {
-            break;
-        }
+    while who_decides(&fallback, &free).await != "postgres" {
         assert!(Instant::now() < deadline, "never shared again");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -345,28 +348,22 @@ async fn a_hung_server_answers_fast_once_the_breaker_opens() {
     let mut server = PostgresServer::start();
     let (_store, fallback) = behind_a_fallback(&server.url()).await;
     let free = name("free");
-    let quota = Quota::per_minute(100);
-    let check = || BucketCheck::new(&free, "ana", quota, 1).unwrap();
-    let mut out = [Decision::default()];
-    assert_eq!(
-        fallback.check(&[check()], &mut out).await.unwrap().by,
-        "postgres"
-    );
+    assert_eq!(who_decides(&fallback, &free).await, "postgres");
     server.pause();
     // Two timeouts open the breaker; then every answer is local and fast.
     for _ in 0..2 {
-        fallback.check(&[check()], &mut out).await.unwrap();
+        who_decides(&fallback, &free).await;
     }
     for _ in 0..20 {
         let started = Instant::now();
-        let decided = fallback.check(&[check()], &mut out).await.unwrap();
-        assert_eq!(decided.by, "fallback");
+        assert_eq!(who_decides(&fallback, &free).await, "fallback");
         assert!(
             started.elapsed() < Duration::from_millis(150),
             "{:?}",
             started.elapsed()
         );
     }
+    server.resume();
 }
 
 #[tokio::test]

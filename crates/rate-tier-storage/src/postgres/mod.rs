@@ -192,6 +192,22 @@ impl PostgresStorage {
         row.try_get(0).map_err(backend)
     }
 
+    /// Nothing when the table and its functions are there; else an error
+    /// naming the table and the migration to run.
+    ///
+    /// # Errors
+    ///
+    /// The schema is missing ([`StorageError::Backend`]), or the database
+    /// cannot be reached.
+    pub async fn ensure_migrated(&self) -> Result<(), StorageError> {
+        if self.is_migrated().await? {
+            return Ok(());
+        }
+        Err(StorageError::Backend(Box::new(MissingSchema {
+            table: self.inner.schema.table.clone(),
+        })))
+    }
+
     /// Removes up to `batch` expired rows, rows being decided skipped;
     /// returns how many. The store does it by itself every
     /// [`cleanup_every`](PostgresStorageBuilder::cleanup_every).
@@ -310,11 +326,7 @@ impl PostgresStorageBuilder {
         let store = self
             .build()
             .map_err(|e| StorageError::Backend(Box::new(e)))?;
-        if !store.is_migrated().await? {
-            return Err(StorageError::Backend(Box::new(MissingSchema {
-                table: store.inner.schema.table.clone(),
-            })));
-        }
+        store.ensure_migrated().await?;
         Ok(store)
     }
 }
