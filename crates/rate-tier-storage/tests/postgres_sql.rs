@@ -2,7 +2,9 @@
 //! The PostgreSQL functions of `PostgresStorage` (`src/postgres/migration.sql`)
 //! on a real PostgreSQL, against gcra-core's `check_all` and `Quota::settle`:
 //! the same random cases as the Redis scripts' property test (`lua_all.rs`),
-//! through `<table>_check_at` and `<table>_settle_at` with the case's clock,
+//! through `<table>_check_at` and `<table>_settle_at` with the case's clock
+//! (a check of one enforced bucket first through the one-bucket statement,
+//! as the store sends it, and the function only when it answers nothing),
 //! requiring the same reply field by field and exactly the rows gcra-core
 //! asks for (`Decision::store`, `Settled::write`), nothing else.
 //!
@@ -39,6 +41,9 @@ struct World {
     /// What gcra-core is handed for each bucket.
     model: Vec<Option<u64>>,
     rows: Rows,
+    /// One-bucket checks the one-bucket statement answered, and those it
+    /// left to the function: the run must see both.
+    one_bucket: std::cell::Cell<(u64, u64)>,
 }
 
 /// A client on the tests' PostgreSQL, with the schema migrated into a
@@ -114,6 +119,25 @@ impl World {
         now: u64,
     ) -> Result<Vec<i64>, String> {
         let now = i64::try_from(now).unwrap();
+        // As the store: one enforced bucket tries the one-bucket statement
+        // first, which answers only when it passes.
+        if let ("check", [key], &[t, tau, cost, 0, _]) = (function, keys, args)
+            && cost > 0
+        {
+            let sql = PostgresStorage::one_bucket_sql(&self.table, true)
+                .map_err(|e| e.to_string())?;
+            let row = self
+                .db
+                .query_opt(&sql, &[key, &t, &tau, &cost, &now])
+                .await
+                .map_err(|e| e.to_string())?;
+            let (answered, declined) = self.one_bucket.get();
+            if let Some(row) = row {
+                self.one_bucket.set((answered + 1, declined));
+                return Ok(row.get(0));
+            }
+            self.one_bucket.set((answered, declined + 1));
+        }
         self.db
             .query_one(
                 &format!(
@@ -281,21 +305,90 @@ async fn run_case(w: &mut World, case: &Case) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-#[test]
-fn the_functions_agree_with_gcra_core() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+fn world(runtime: &tokio::runtime::Runtime) -> World {
     let (db, table) = runtime.block_on(connect());
-    let mut world = World {
+    World {
         db,
         table,
         keys: Vec::new(),
         quotas: Vec::new(),
         model: Vec::new(),
         rows: Rows::new(),
+        one_bucket: std::cell::Cell::default(),
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Random time steps seldom land on the microsecond where a bucket starts
+/// or stops passing: these land on each side of every such instant of a
+/// bucket drained to empty, with costs 1 and 2, and of the cap of a TAT
+/// too far ahead.
+#[test]
+fn one_bucket_boundaries_agree_with_gcra_core() {
+    let runtime = runtime();
+    let mut w = world(&runtime);
+    let quota = Quota::per_second(10).allow_burst(3);
+    let case = Case {
+        quotas: vec![quota],
+        start_us: lua_support::START_US,
+        steps: Vec::new(),
     };
+    runtime.block_on(async {
+        run_case(&mut w, &case).await.unwrap();
+        let t = quota.emission_interval_us();
+        let mut now = lua_support::START_US;
+        for cost in [1, 3, 1, 2] {
+            check_step(&mut w, now, &[(0, cost, false)], "drain")
+                .await
+                .unwrap();
+        }
+        for k in 0..4 {
+            for delta in [-1i64, 0, 1] {
+                let at = (now + k * t).saturating_add_signed(delta);
+                for cost in [2, 1] {
+                    let ctx = format!("T * {k} {delta:+} µs, cost {cost}");
+                    check_step(&mut w, at, &[(0, cost, false)], &ctx)
+                        .await
+                        .unwrap();
+                }
+            }
+        }
+        // A TAT further ahead than tau + max debt: capped, to the µs.
+        now += 10 * t;
+        let ceiling = quota.ceiling_us();
+        for ahead in [ceiling - 1, ceiling, ceiling + 1] {
+            let raw = i64::try_from(now + ahead).unwrap();
+            w.db.execute(
+                &format!("UPDATE {} SET tat_us = $1", w.table),
+                &[&raw],
+            )
+            .await
+            .unwrap();
+            w.model[0] = Some(now + ahead);
+            w.rows.get_mut(&w.keys[0]).unwrap().0 = raw;
+            let ctx = format!("{ahead} µs ahead");
+            check_step(&mut w, now, &[(0, 1, false)], &ctx)
+                .await
+                .unwrap();
+        }
+    });
+    let (answered, declined) = w.one_bucket.get();
+    assert!(
+        answered > 0 && declined > 0,
+        "{answered} answered, {declined} declined"
+    );
+}
+
+#[test]
+fn the_functions_agree_with_gcra_core() {
+    let runtime = runtime();
+    let mut world = world(&runtime);
     let config = ProptestConfig {
         cases: 256,
         failure_persistence: Some(Box::new(
@@ -310,4 +403,10 @@ fn the_functions_agree_with_gcra_core() {
             runtime.block_on(run_case(&mut world.borrow_mut(), &case))
         })
         .unwrap();
+    let (answered, declined) = world.borrow().one_bucket.get();
+    assert!(
+        answered > 0 && declined > 0,
+        "the one-bucket statement answered {answered} checks and left {declined}: \
+         the cases must exercise both"
+    );
 }

@@ -468,3 +468,52 @@ async fn decisions_over_the_same_buckets_in_opposite_orders_never_deadlock() {
         assert_eq!(left.remaining, 600, "{}", bucket.as_str());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_bucket_checks_and_decisions_over_several_share_one_lock() {
+    // A check of one bucket is a plain upsert and a decision over two is the
+    // check function: both take the bucket's lock before reading it, or one
+    // would overwrite what the other charged and more than the burst pass.
+    let url = env::postgres_url();
+    let store = Arc::new(migrated(&url).await);
+    let (a, b) = (Arc::new(name("a")), Arc::new(name("b")));
+    let quota = Quota::per_hour(100);
+    let roomy = Quota::per_hour(1_000);
+    let tasks: Vec<_> = (0..8)
+        .map(|t| {
+            let (store, a, b) = (store.clone(), a.clone(), b.clone());
+            tokio::spawn(async move {
+                let (mut alone, mut joint) = (0u64, 0u64);
+                for _ in 0..40 {
+                    let first = BucketCheck::new(&a, "ana", quota, 1).unwrap();
+                    if t % 2 == 0 {
+                        let mut out = [Decision::default()];
+                        let decided =
+                            store.check(&[first], &mut out).await.unwrap();
+                        alone += u64::from(decided.verdict.allowed);
+                    } else {
+                        let second =
+                            BucketCheck::new(&b, "ana", roomy, 1).unwrap();
+                        let mut out = [Decision::default(); 2];
+                        let decided = store
+                            .check(&[second, first], &mut out)
+                            .await
+                            .unwrap();
+                        joint += u64::from(decided.verdict.allowed);
+                    }
+                }
+                (alone, joint)
+            })
+        })
+        .collect();
+    let (mut alone, mut joint) = (0, 0);
+    for task in tasks {
+        let (a, j) = task.await.unwrap();
+        alone += a;
+        joint += j;
+    }
+    assert_eq!(alone + joint, 100, "{alone} alone, {joint} with b");
+    assert!(alone > 0 && joint > 0, "{alone} alone, {joint} with b");
+    let left = one(&*store, BucketCheck::peek(&b, "ana", roomy)).await;
+    assert_eq!(left.remaining, 1_000 - joint);
+}

@@ -64,9 +64,7 @@ pub(super) async fn decide(
     let (answer, answered) = oneshot::channel();
     let task = Arc::clone(inner);
     tokio::spawn(async move {
-        let expected = keys.len() * 4;
-        let reply =
-            within(task.call(&task.schema.check, &keys, &args, expected)).await;
+        let reply = within(task.check(&keys, &args)).await;
         if let Err(Ok(reply)) = answer.send(reply) {
             // Nobody waits: give back what the decision charged.
             refund(&task, keys, &args, &reply).await;

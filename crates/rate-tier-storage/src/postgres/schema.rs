@@ -30,6 +30,8 @@ pub struct InvalidTable(pub String);
 pub(super) struct Schema {
     pub(super) table: String,
     pub(super) check: String,
+    /// One enforced bucket, at the database's clock: see [`one_bucket`].
+    pub(super) check_one: String,
     pub(super) settle: String,
     pub(super) cleanup: String,
     pub(super) exists: String,
@@ -55,6 +57,7 @@ impl Schema {
         Ok(Schema {
             table: table.to_owned(),
             check: format!("SELECT {table}_check($1::text[], $2::int8[])"),
+            check_one: one_bucket(table, NOW),
             settle: format!("SELECT {table}_settle($1::text[], $2::int8[])"),
             // Bounded batches, rows being decided skipped: the expiry is
             // not indexed (see migration.sql), so each batch scans until it
@@ -80,6 +83,55 @@ impl Schema {
             .replace("__LOCKS__", &lock_class(&self.table).to_string())
             .replace("__TABLE__", &self.table)
     }
+}
+
+/// The database's clock, in µs since the epoch, as the functions read it.
+const NOW: &str = "(extract(epoch FROM clock_timestamp()) * 1000000)::int8";
+
+/// The statement that decides one enforced bucket (a cost of at least 1,
+/// not a shadow) without a function call, at the time `now` (an SQL
+/// expression): `$1` the key, `$2` T, `$3` tau, `$4` the cost (µs, units).
+/// Only a bucket that passes is decided here: it answers the check
+/// function's reply, in one row, and charges the bucket. Any other outcome
+/// (a refusal, an argument or a time out of range) answers no row and
+/// writes nothing, and the check function then decides (its reply says
+/// why, and it writes what gcra-core would).
+///
+/// The rules are those of `<table>_check_at` (migration.sql) for one
+/// bucket, and its lock: the same advisory lock, taken before the row is
+/// read, so that this statement and the functions never decide a bucket at
+/// the same time. A stored TAT in the past or out of range is now; one
+/// beyond tau + the most debt needs no cap here, as a bucket that far
+/// ahead refuses (the function caps it). A plain upsert costs the database
+/// less than a PL/pgSQL call, whose every expression and statement the
+/// interpreter runs, and most checks are one bucket that passes.
+///
+/// In the update, the time is the inserted row's TAT less the charge:
+/// `excluded.tat_us - T * cost`.
+pub(super) fn one_bucket(table: &str, now: &str) -> String {
+    const MAX_TIME: &str = "9007199254740992";
+    let locks = lock_class(table);
+    let charge = "$2::int8 * $4::int8";
+    let now_in_update = format!("(excluded.tat_us - {charge})");
+    let tat = format!(
+        "(CASE WHEN b.tat_us >= {n} AND b.tat_us <= {MAX_TIME} \
+         THEN b.tat_us ELSE {n} END + {charge})",
+        n = now_in_update
+    );
+    format!(
+        "WITH c AS (SELECT {now} AS n, pg_advisory_xact_lock({locks}, hashtext($1::text)) AS locked), \
+         up AS (INSERT INTO {table} AS b (key, tat_us, expires_us) \
+         SELECT $1::text, c.n + {charge}, c.n + (({charge} + 999) / 1000) * 1000 FROM c \
+         WHERE c.n >= 0 AND c.n <= {MAX_TIME} \
+         AND $2::int8 >= 1 AND $3::int8 >= $2::int8 AND $3::int8 <= 1125899906842624 \
+         AND $4::int8 >= 1 AND $4::int8 <= 4294967295 AND $2::int8 <= $3::int8 / $4::int8 \
+         AND c.n + {charge} <= {MAX_TIME} \
+         ON CONFLICT (key) DO UPDATE SET tat_us = {tat}, \
+         expires_us = {now_in_update} + (({tat} - {now_in_update} + 999) / 1000) * 1000 \
+         WHERE {tat} - {now_in_update} <= $3::int8 AND {tat} <= {MAX_TIME} \
+         RETURNING b.tat_us) \
+         SELECT ARRAY[1, ($3::int8 - (up.tat_us - c.n)) / $2::int8, 0, up.tat_us - c.n] FROM up, c"
+    )
 }
 
 /// The class of the table's advisory locks: a fixed 32-bit number of its
