@@ -11,6 +11,7 @@
 //! | [`GovernorMemoryResults`] | `memory-governor.json` | `crates/rate-tier-tower/benches/memory.rs --store governor` |
 //! | [`InstructionsResults`] | `instructions.json` | `crates/rate-tier-tower/benches/instructions.rs` |
 //! | [`RlsResults`] | `rls.json` | `crates/rate-tier-service/benches/rls.rs` |
+//! | [`PostgresResults`] | `postgres.json` | `crates/rate-tier-storage/benches/postgres.rs` |
 //!
 //! Every figure is an `Option`: a field missing from a file (a bench that
 //! stopped early, an older file) reads as `None`, and so does a figure that
@@ -91,6 +92,10 @@ impl ResultsFile for InstructionsResults {
 
 impl ResultsFile for RlsResults {
     const FILE: &'static str = "rls.json";
+}
+
+impl ResultsFile for PostgresResults {
+    const FILE: &'static str = "postgres.json";
 }
 
 // ---------------------------------------------------------------------------
@@ -377,6 +382,50 @@ pub struct RlsResults {
     pub redis_latency: Latency,
 }
 
+// ---------------------------------------------------------------------------
+// postgres.rs (rate-tier-storage)
+
+/// Checks/s of `PostgresStorage` against pgbench running the same
+/// statement, and the server's CPU per check against a plain `UPDATE` of
+/// one row by primary key (`benches/postgres.rs` of rate-tier-storage).
+/// Rates are the means of the rounds, ratios the medians of the rounds'
+/// ratios.
+#[derive(Serialize, Deserialize, Debug, Default, Clone, PartialEq)]
+#[serde(default)]
+pub struct PostgresResults {
+    /// `Storage::check` calls per second of `PostgresStorage`.
+    pub ours_per_sec: Option<f64>,
+    /// Calls per second of pgbench running the statement the store sends.
+    pub pgbench_per_sec: Option<f64>,
+    /// Ours / pgbench, the same statement.
+    pub ratio: Option<f64>,
+    /// The server's CPU per check of ours, µs.
+    pub ours_cpu_us: Option<f64>,
+    /// The server's CPU per plain `UPDATE` (pgbench), µs.
+    pub update_cpu_us: Option<f64>,
+    /// Plain `UPDATE`s per second (pgbench).
+    pub update_per_sec: Option<f64>,
+    /// Ours / the plain `UPDATE`, CPU per call.
+    pub cpu_ratio: Option<f64>,
+    /// The server's CPU per call of the check function with one bucket
+    /// (pgbench), µs: the path of several limits and of refusals.
+    pub function_cpu_us: Option<f64>,
+    /// The check function / the plain `UPDATE`, CPU per call.
+    pub function_cpu_ratio: Option<f64>,
+    /// Checks of ours that failed, over every round (any voids the ratio).
+    pub errors: Option<u64>,
+    /// Tokio tasks of ours, and pgbench's clients.
+    pub tasks: Option<u64>,
+    /// Distinct users the checks rotate over.
+    pub keys: Option<u64>,
+    /// Rounds of each side.
+    pub rounds: Option<u64>,
+    /// Seconds of each side per round.
+    pub seconds: Option<f64>,
+    /// `postgres --version`.
+    pub server_version: Option<String>,
+}
+
 /// Open-loop latency quantiles, each request timed from when it was due.
 #[derive(Serialize, Deserialize, Debug, Default, Clone, PartialEq)]
 #[serde(default)]
@@ -487,6 +536,7 @@ mod tests {
             GovernorMemoryResults::FILE,
             InstructionsResults::FILE,
             RlsResults::FILE,
+            PostgresResults::FILE,
         ];
         names.sort_unstable();
         let before = names.len();

@@ -6,9 +6,16 @@
 //! database beside the cheapest write there is).
 //!
 //! `cargo bench -p rate-tier-storage --features postgres --bench postgres`
-//! (`-- --seconds N`, 10 by default). Needs Debian's `postgresql` package
-//! (pgbench included). It prints the figures; the server's CPU is read from
-//! `/proc` (the postmaster's children's user and system time).
+//! (`-- --seconds N --rounds R --out FILE`; 5 s, 3 rounds by default).
+//! Each round runs, in turn: the store; pgbench running the statement the
+//! store sends (one bucket that passes: the one-bucket upsert); pgbench
+//! running a plain `UPDATE`; pgbench calling the check function with one
+//! bucket (the path of several limits and of refusals), for scale. Needs
+//! Debian's `postgresql` package (pgbench included). It prints the figures
+//! and writes them to `--out` (`PostgresResults` of
+//! `crates/bench-results`, read by `cargo xtask bench`); the server's CPU
+//! is read from `/proc` (the postmaster's children's user and system
+//! time).
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::io::Write as _;
@@ -18,10 +25,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use gcra_core::{Decision, Quota};
+use rate_tier_bench_results::{PostgresResults, ResultsFile};
 use rate_tier_storage::{
     BucketCheck, KeyLayout, LimitName, PostgresStorage, Storage,
 };
 use rate_tier_test_support::PostgresServer;
+use rate_tier_test_support::bench::Args;
 
 const CLIENTS: usize = 64;
 const USERS: usize = 10_000;
@@ -64,7 +73,8 @@ fn server_cpu_secs(pid: u32) -> f64 {
 }
 
 /// pgbench with `script` (one statement, `:k` a random user), 64 clients,
-/// prepared statements: (transactions per second, server CPU seconds).
+/// prepared statements: (transactions per second, server CPU µs per
+/// transaction).
 fn pgbench(server: &PostgresServer, script: &str, seconds: u64) -> (f64, f64) {
     let path = server.dir().join("bench.sql");
     std::fs::File::create(&path)
@@ -95,44 +105,81 @@ fn pgbench(server: &PostgresServer, script: &str, seconds: u64) -> (f64, f64) {
         "pgbench: {text}{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let tps = text
-        .lines()
-        .find_map(|line| line.strip_prefix("tps = "))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap();
-    (tps, cpu)
+    let field = |prefix: &str| -> f64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(prefix))
+            .and_then(|rest| rest.split(['/', ' ']).find(|s| !s.is_empty()))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| {
+                panic!("no `{prefix}` in pgbench's output: {text}")
+            })
+    };
+    let tps = field("tps = ");
+    let transactions = field("number of transactions actually processed: ");
+    (tps, cpu / transactions * 1e6)
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    let seconds: u64 = std::env::args()
-        .skip_while(|a| a != "--seconds")
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(10);
-    let server = PostgresServer::start();
+/// The median of `values` (not empty).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len().is_multiple_of(2) {
+        (values[mid - 1] + values[mid]) / 2.0
+    } else {
+        values[mid]
+    }
+}
+
+fn mean(values: &[f64]) -> f64 {
+    values.iter().sum::<f64>() / values.len() as f64
+}
+
+/// One run of the store: 64 tasks, each checking random users of 10 000,
+/// for `seconds`: (checks per second, server CPU µs per check, errors).
+async fn run_store(
+    server: &PostgresServer,
+    quota: Quota,
+    seconds: u64,
+) -> (f64, f64, u64) {
     let store = PostgresStorage::builder(&server.url())
         .unwrap()
         .pool_size(CLIENTS)
         .timeout(Duration::from_secs(5))
         .build()
         .unwrap();
-    store.migrate().await.unwrap();
+    store.ensure_migrated().await.unwrap();
     let store = Arc::new(store);
     let free = Arc::new(LimitName::new("free").unwrap());
-    let quota = Quota::per_minute(1_000_000);
-
-    // The store: 64 tasks, each checking random users of 10 000.
+    // Every connection open before the clock starts.
+    let warm: Vec<_> = (0..CLIENTS)
+        .map(|t| {
+            let (store, free) = (store.clone(), free.clone());
+            tokio::spawn(async move {
+                let id = format!("warm-{t}");
+                let check = [BucketCheck::new(&free, &id, quota, 1).unwrap()];
+                let mut out = [Decision::default()];
+                store.check(&check, &mut out).await.unwrap();
+            })
+        })
+        .collect();
+    for task in warm {
+        task.await.unwrap();
+    }
     let checks = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let pid = server.postmaster_pid().unwrap();
     let cpu_before = server_cpu_secs(pid);
     let started = Instant::now();
     let tasks: Vec<_> = (0..CLIENTS)
         .map(|t| {
-            let (store, free, checks, stop) =
-                (store.clone(), free.clone(), checks.clone(), stop.clone());
+            let (store, free, checks, errors, stop) = (
+                store.clone(),
+                free.clone(),
+                checks.clone(),
+                errors.clone(),
+                stop.clone(),
+            );
             tokio::spawn(async move {
                 let mut user = t * 7919;
                 while !stop.load(Ordering::Relaxed) {
@@ -141,8 +188,14 @@ async fn main() {
                     let check =
                         [BucketCheck::new(&free, &id, quota, 1).unwrap()];
                     let mut out = [Decision::default()];
-                    store.check(&check, &mut out).await.unwrap();
-                    checks.fetch_add(1, Ordering::Relaxed);
+                    match store.check(&check, &mut out).await {
+                        Ok(decided) if decided.verdict.allowed => {
+                            checks.fetch_add(1, Ordering::Relaxed);
+                        }
+                        _ => {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
                 }
             })
         })
@@ -153,15 +206,42 @@ async fn main() {
         task.await.unwrap();
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let ours_cpu = server_cpu_secs(pid) - cpu_before;
-    let ours = checks.load(Ordering::Relaxed) as f64;
-    let ours_rate = ours / elapsed;
-    let table = store.table().to_owned();
+    let cpu = server_cpu_secs(pid) - cpu_before;
+    let checks = checks.load(Ordering::Relaxed) as f64;
     // Its 64 connections closed before pgbench opens 64 of its own.
     drop(store);
     tokio::time::sleep(Duration::from_millis(500)).await;
+    (
+        checks / elapsed,
+        cpu / checks * 1e6,
+        errors.load(Ordering::Relaxed),
+    )
+}
 
-    // pgbench: the same function call, the same arguments, random users.
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args = Args::parse();
+    let seconds: u64 = args.num("seconds", 5);
+    let rounds: usize = args.num("rounds", 3);
+    let server = PostgresServer::start();
+    let version = Command::new(server.bin_dir().join("postgres"))
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    PostgresStorage::builder(&server.url())
+        .unwrap()
+        .build()
+        .unwrap()
+        .migrate()
+        .await
+        .unwrap();
+    let table = "rate_tier_buckets";
+    // A quota that never refuses: every check reads, decides and writes.
+    let quota = Quota::per_minute(1_000_000);
+    let free = LimitName::new("free").unwrap();
+
+    // pgbench: the statements with the store's arguments, random users.
     let [t, tau, cost, shadow, debt] = BucketCheck::new(&free, "x", quota, 1)
         .unwrap()
         .script_args();
@@ -171,41 +251,77 @@ async fn main() {
         .unwrap()
         .key(KeyLayout::Single)
         .replace(':', "_");
-    let same = format!(
-        "\\set k random(0, {})\nSELECT {}_check(ARRAY['{key}' || :k], ARRAY[{t}, {tau}, {cost}, {shadow}, {debt}]::int8[]);\n",
-        USERS - 1,
-        table
+    let pick = format!("\\set k random(0, {})\n", USERS - 1);
+    let same = PostgresStorage::one_bucket_sql(table, false)
+        .unwrap()
+        .replace("$1::text", &format!("('{key}' || :k)"))
+        .replace("$2::int8", &format!("{t}::int8"))
+        .replace("$3::int8", &format!("{tau}::int8"))
+        .replace("$4::int8", &format!("{cost}::int8"));
+    assert!(!same.contains('$'), "a parameter left in {same}");
+    let same = format!("{pick}{same};\n");
+    let function = format!(
+        "{pick}SELECT {table}_check(ARRAY['{key}' || :k], ARRAY[{t}, {tau}, {cost}, {shadow}, {debt}]::int8[]);\n"
     );
-    let (same_tps, same_cpu) = pgbench(&server, &same, seconds);
-
     // The cheapest write: one UPDATE of one row by primary key.
     server.psql("CREATE TABLE plain (key int PRIMARY KEY, n int8 NOT NULL) WITH (fillfactor = 70); \
                  INSERT INTO plain SELECT g, 0 FROM generate_series(0, 9999) g;").unwrap();
-    let plain = format!(
-        "\\set k random(0, {})\nUPDATE plain SET n = n + 1 WHERE key = :k;\n",
-        USERS - 1
-    );
-    let (plain_tps, plain_cpu) = pgbench(&server, &plain, seconds);
+    let plain = format!("{pick}UPDATE plain SET n = n + 1 WHERE key = :k;\n");
 
-    let per = |cpu: f64, n: f64| cpu / n * 1e6;
-    let ours_per = per(ours_cpu, ours);
-    let same_per = per(same_cpu, same_tps * seconds as f64);
-    let plain_per = per(plain_cpu, plain_tps * seconds as f64);
+    let mut ours = Vec::new();
+    let mut ours_cpu = Vec::new();
+    let mut same_rate = Vec::new();
+    let mut update_rate = Vec::new();
+    let mut update_cpu = Vec::new();
+    let mut function_cpu = Vec::new();
+    let (mut ratios, mut cpu_ratios, mut function_ratios) =
+        (Vec::new(), Vec::new(), Vec::new());
+    let mut errors = 0;
+    for round in 1..=rounds {
+        let (rate, cpu, failed) = run_store(&server, quota, seconds).await;
+        let (same_tps, _) = pgbench(&server, &same, seconds);
+        let (plain_tps, plain_cpu) = pgbench(&server, &plain, seconds);
+        let (_, call_cpu) = pgbench(&server, &function, seconds);
+        println!(
+            "round {round}: store {rate:.0} checks/s ({cpu:.1} us CPU/check), \
+             pgbench same {same_tps:.0}/s, UPDATE {plain_tps:.0}/s ({plain_cpu:.1} us), \
+             function {call_cpu:.1} us"
+        );
+        errors += failed;
+        ratios.push(rate / same_tps);
+        cpu_ratios.push(cpu / plain_cpu);
+        function_ratios.push(call_cpu / plain_cpu);
+        ours.push(rate);
+        ours_cpu.push(cpu);
+        same_rate.push(same_tps);
+        update_rate.push(plain_tps);
+        update_cpu.push(plain_cpu);
+        function_cpu.push(call_cpu);
+    }
+    let results = PostgresResults {
+        ours_per_sec: Some(mean(&ours)),
+        pgbench_per_sec: Some(mean(&same_rate)),
+        ratio: Some(median(ratios)),
+        ours_cpu_us: Some(median(ours_cpu)),
+        update_cpu_us: Some(median(update_cpu)),
+        update_per_sec: Some(mean(&update_rate)),
+        cpu_ratio: Some(median(cpu_ratios)),
+        function_cpu_us: Some(median(function_cpu)),
+        function_cpu_ratio: Some(median(function_ratios)),
+        errors: Some(errors),
+        tasks: Some(CLIENTS as u64),
+        keys: Some(USERS as u64),
+        rounds: Some(rounds as u64),
+        seconds: Some(seconds as f64),
+        server_version: version,
+    };
+    println!("{results:#?}");
     println!(
-        "PostgresStorage, {CLIENTS} tasks:      {ours_rate:>9.0} checks/s, server CPU {ours_per:>6.1} us/check"
+        "store / pgbench (same statement): {:.2}x (goal >= 0.8); server CPU per check / per plain UPDATE: {:.2}x (goal <= 2.0)",
+        results.ratio.unwrap_or(f64::NAN),
+        results.cpu_ratio.unwrap_or(f64::NAN)
     );
-    println!(
-        "pgbench, same statement, {CLIENTS} clients: {same_tps:>9.0} calls/s,  server CPU {same_per:>6.1} us/call"
-    );
-    println!(
-        "pgbench, plain UPDATE, {CLIENTS} clients:   {plain_tps:>9.0} updates/s, server CPU {plain_per:>6.1} us/update"
-    );
-    println!(
-        "store / pgbench (same statement): {:.2}x (goal >= 0.8)",
-        ours_rate / same_tps
-    );
-    println!(
-        "server CPU per check / per plain UPDATE: {:.2}x (goal <= 2.0)",
-        ours_per / plain_per
-    );
+    if let Some(out) = args.get("out") {
+        results.write(out).unwrap();
+    }
 }

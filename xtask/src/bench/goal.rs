@@ -23,6 +23,8 @@ pub(crate) enum GoalId {
     MemoryIdle,
     ServiceVsConstant,
     ServiceRedisVsBenchmark,
+    PostgresVsPgbench,
+    PostgresCpuVsUpdate,
 }
 
 /// One goal: the figure it judges, the bound (in [`Goal`]: the comparison,
@@ -139,6 +141,23 @@ pub(crate) const GOALS: &[GoalEntry] = &[
         why: "the service's Redis path keeps most of what Redis gives a C \
               client (the gRPC hop can bound it first: see its ceiling row)",
     },
+    GoalEntry {
+        id: GoalId::PostgresVsPgbench,
+        metric: "PostgreSQL checks/s: `PostgresStorage` / pgbench running \
+                 the same statement (64 clients)",
+        goal: Goal::at_least(0.8),
+        why: "the pool and the client cost little beside the database's \
+              own work: the store gets most of what PostgreSQL's own \
+              client gets (issue 21)",
+    },
+    GoalEntry {
+        id: GoalId::PostgresCpuVsUpdate,
+        metric: "PostgreSQL server CPU per check / per plain `UPDATE` of \
+                 one row by primary key",
+        goal: Goal::at_most(2.0),
+        why: "a decision costs the database at most twice the cheapest \
+              write there is (issue 21)",
+    },
 ];
 
 // Each entry at its id's index, every id with an entry.
@@ -149,7 +168,7 @@ const _: () = {
         i += 1;
     }
     assert!(
-        GOALS.len() == GoalId::ServiceRedisVsBenchmark as usize + 1,
+        GOALS.len() == GoalId::PostgresCpuVsUpdate as usize + 1,
         "a GoalId has no entry in GOALS"
     );
 };

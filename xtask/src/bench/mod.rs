@@ -11,11 +11,13 @@
 //! | `redis_store` | checks/s of `RedisStorage`, 64 tasks, one connection; commands sent per 3-limit decision | redis-benchmark, same script; 1 |
 //! | Redis CPU (xtask) | server µs per call of each Lua script | `GET` + `SET PX` + `TIME` |
 //! | `memory` | RSS after 1M keys, then idle after each of 5 waves | governor's keyed limiter |
+//! | `postgres` (storage) | checks/s of `PostgresStorage`, 64 tasks; the server's CPU per check | pgbench running the same statement, 64 clients; a plain `UPDATE` by primary key |
 //! | `rls` (service) | `ShouldRateLimit`/s on memory, on Redis; p50/p99 at a fixed load | the same tonic server answering a constant response; redis-benchmark, same script |
 //!
 //! The named parts are bench targets of `tower-rate-tier`
 //! (`crates/rate-tier-tower/benches/`, `--features redis`), except `rls`, of
-//! `rate-tier-service` (`crates/rate-tier-service/benches/`); the Redis CPU
+//! `rate-tier-service` (`crates/rate-tier-service/benches/`), and
+//! `postgres`, of `rate-tier-storage` (`--features postgres`); the Redis CPU
 //! part runs `redis-benchmark` itself. The modules: `runner` runs each part
 //! and hands back its figures or why it has none, `parse` reads their
 //! outputs (criterion's; the bench targets' results are the typed structs
@@ -79,6 +81,7 @@ pub(crate) fn bench(full: bool, criterion_args: &[OsString]) -> Result<()> {
         redis: runner::redis_store(&plan, &tools, &built, &results_dir),
         redis_cpu: runner::redis_cpu(&plan, &tools),
         rls: runner::rls(&plan, &tools, &built, &results_dir),
+        postgres: runner::postgres(&plan, &tools, &built, &results_dir),
         memory: runner::memory(&plan, &built, &results_dir),
         memory_peer: runner::memory_peer(&plan, &built, &results_dir),
     };
@@ -93,7 +96,13 @@ pub(crate) fn bench(full: bool, criterion_args: &[OsString]) -> Result<()> {
             .ok()
             .map(|v| v.trim().to_owned())
     });
-    let machine = Machine::read(tools.wrk.as_deref(), redis_version);
+    let postgres_version = results
+        .postgres
+        .as_ref()
+        .ok()
+        .and_then(|postgres| postgres.server_version.clone());
+    let machine =
+        Machine::read(tools.wrk.as_deref(), redis_version, postgres_version);
     let cpu_commands = results
         .redis_cpu
         .as_ref()

@@ -22,6 +22,8 @@ pub(crate) struct Plan {
     pub(crate) sweep_secs: u32,
     /// Seconds per server per round, and rounds (the service's RLS).
     pub(crate) rls: (u32, u32),
+    /// Seconds per side per round, and rounds (PostgreSQL).
+    pub(crate) postgres: (u32, u32),
 }
 
 impl Plan {
@@ -35,6 +37,7 @@ impl Plan {
                 redis_cpu: (50_000, 21),
                 sweep_secs: 10,
                 rls: (5, 6),
+                postgres: (10, 5),
             }
         } else {
             Plan {
@@ -45,6 +48,7 @@ impl Plan {
                 redis_cpu: (10_000, 9),
                 sweep_secs: 1,
                 rls: (3, 3),
+                postgres: (3, 3),
             }
         }
     }
@@ -77,6 +81,9 @@ pub(crate) struct Tools {
     pub(crate) wrk: Option<PathBuf>,
     /// The Redis programs, or why they are missing.
     pub(crate) redis: std::result::Result<RedisBins, String>,
+    /// The directory of PostgreSQL's server programs and pgbench, or why
+    /// there is none.
+    pub(crate) postgres: std::result::Result<PathBuf, String>,
 }
 
 impl Tools {
@@ -110,6 +117,51 @@ impl Tools {
         if let Err(why) = &redis {
             println!("xtask: the Redis benchmarks are skipped: {why}");
         }
-        Tools { wrk, redis }
+        let postgres = postgres_bin_dir();
+        if let Err(why) = &postgres {
+            println!("xtask: the PostgreSQL benchmark is skipped: {why}");
+        }
+        Tools {
+            wrk,
+            redis,
+            postgres,
+        }
     }
+}
+
+/// Where PostgreSQL's programs are: `TRT_POSTGRES_BIN_DIR`, else the
+/// directory `initdb` on PATH leads to (Debian links them from
+/// `/usr/lib/postgresql/<version>/bin`), else the newest of those; it must
+/// hold pgbench as well.
+fn postgres_bin_dir() -> std::result::Result<PathBuf, String> {
+    let from_env = std::env::var_os("TRT_POSTGRES_BIN_DIR").map(PathBuf::from);
+    let from_path = || {
+        find_on_path("initdb")
+            .and_then(|initdb| std::fs::canonicalize(initdb).ok())
+            .and_then(|initdb| initdb.parent().map(PathBuf::from))
+    };
+    let newest = || {
+        let mut dirs: Vec<(u32, PathBuf)> =
+            std::fs::read_dir("/usr/lib/postgresql")
+                .ok()?
+                .filter_map(|entry| {
+                    let entry = entry.ok()?;
+                    let version = entry.file_name().to_str()?.parse().ok()?;
+                    Some((version, entry.path().join("bin")))
+                })
+                .collect();
+        dirs.sort();
+        dirs.pop().map(|(_, dir)| dir)
+    };
+    let dir = from_env.or_else(from_path).or_else(newest).ok_or_else(|| {
+        "PostgreSQL's server programs are not installed (`apt-get install postgresql` \
+         on Debian/Ubuntu, or set TRT_POSTGRES_BIN_DIR)"
+            .to_owned()
+    })?;
+    for program in ["initdb", "pg_ctl", "postgres", "pgbench"] {
+        if !is_executable(&dir.join(program)) {
+            return Err(format!("`{program}` is not in {}", dir.display()));
+        }
+    }
+    Ok(dir)
 }

@@ -80,10 +80,15 @@ pub(crate) struct Machine {
     commit: String,
     wrk: String,
     redis: String,
+    postgres: String,
 }
 
 impl Machine {
-    pub(crate) fn read(wrk: Option<&Path>, redis: Option<String>) -> Self {
+    pub(crate) fn read(
+        wrk: Option<&Path>,
+        redis: Option<String>,
+        postgres: Option<String>,
+    ) -> Self {
         let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let cpu_model = cpuinfo
             .lines()
@@ -136,6 +141,7 @@ impl Machine {
             commit,
             wrk,
             redis: redis.unwrap_or_else(|| "not installed".to_owned()),
+            postgres: postgres.unwrap_or_else(|| "not measured".to_owned()),
         }
     }
 }
@@ -207,6 +213,7 @@ pub(crate) fn report(
     let (redis_secs, redis_rounds) = plan.redis;
     let (cpu_requests, cpu_rounds) = plan.redis_cpu;
     let (rls_secs, rls_rounds) = plan.rls;
+    let (postgres_secs, postgres_rounds) = plan.postgres;
     let values = [
         ("command", command.to_owned()),
         ("mode", if plan.full { "full" } else { "quick" }.to_owned()),
@@ -218,6 +225,7 @@ pub(crate) fn report(
         ("commit", machine.commit.clone()),
         ("wrk", machine.wrk.clone()),
         ("redis", machine.redis.clone()),
+        ("postgres", machine.postgres.clone()),
         ("run_secs", format!("{:.0}", run_time.as_secs_f64())),
         ("table", render_table(rows)),
         ("verdict", verdict),
@@ -232,6 +240,8 @@ pub(crate) fn report(
         ("sweep_secs", plan.sweep_secs.to_string()),
         ("rls_secs", rls_secs.to_string()),
         ("rls_rounds", rls_rounds.to_string()),
+        ("postgres_secs", postgres_secs.to_string()),
+        ("postgres_rounds", postgres_rounds.to_string()),
     ];
     fill(TEMPLATE, &values)
 }
@@ -307,7 +317,7 @@ mod tests {
     #[test]
     fn the_template_has_a_value_for_each_placeholder() {
         let plan = Plan::new(false);
-        let machine = Machine::read(None, None);
+        let machine = Machine::read(None, None, None);
         let rows = vec![Row::judged_by("a row", GoalId::MemoryVsGovernor)];
         let report = report(
             &plan,

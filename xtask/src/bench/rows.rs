@@ -5,7 +5,8 @@
 //! in `crates/bench-results`, and a section here).
 
 use rate_tier_bench_results::{
-    GovernorMemoryResults, HttpResults, Latency, MemoryResults, RedisResults,
+    GovernorMemoryResults, HttpResults, Latency, MemoryResults,
+    PostgresResults, RedisResults,
 };
 
 use super::goal::{Goal, GoalId};
@@ -24,6 +25,7 @@ pub(crate) struct Results {
     pub(crate) memory_peer: Outcome<GovernorMemoryResults>,
     /// The standalone service's RLS part.
     pub(crate) rls: Outcome<Rls>,
+    pub(crate) postgres: Outcome<PostgresResults>,
 }
 
 /// Whether a row met its goal.
@@ -159,6 +161,7 @@ pub(crate) fn rows(results: &Results) -> Vec<Row> {
     rows.extend(breaker(results));
     rows.extend(memory(&results.memory, &results.memory_peer));
     rows.extend(service(&results.rls));
+    rows.extend(postgres(&results.postgres));
     rows
 }
 
@@ -804,6 +807,61 @@ pub(crate) fn service(rls: &Outcome<Rls>) -> Vec<Row> {
     ]
 }
 
+/// The PostgreSQL rows: the store against pgbench running the statement
+/// it sends, and what a check costs the server against a plain `UPDATE`.
+fn postgres(postgres: &Outcome<PostgresResults>) -> Vec<Row> {
+    let mut ceiling = Row::judged_by(
+        "PostgreSQL checks/s: `PostgresStorage`, 64 tasks on a pool of 64, vs \
+         pgbench `-c 64` running the same statement",
+        GoalId::PostgresVsPgbench,
+    );
+    let mut cpu = Row::judged_by(
+        "PostgreSQL server CPU per check vs per plain `UPDATE` of one row by \
+         primary key (pgbench `-c 64`)",
+        GoalId::PostgresCpuVsUpdate,
+    );
+    let mut function = Row::info(
+        "PostgreSQL server CPU per call of the check function, one bucket \
+         (the path of several limits and of refusals) vs the plain `UPDATE`",
+        "(info)",
+    );
+    let results = match postgres {
+        Ok(results) => results,
+        Err(why) => {
+            return [ceiling, cpu, function].map(|row| row.without(why)).into();
+        }
+    };
+    if let (Some(ours), Some(peer)) =
+        (results.ours_per_sec, results.pgbench_per_sec)
+    {
+        ceiling.figures(
+            per_sec(ours, "/s"),
+            per_sec(peer, "/s"),
+            results.ratio,
+        );
+        if let Some(errors) = results.errors.filter(|e| *e > 0) {
+            ceiling.void = Some(format!("{errors} errors or refusals"));
+        }
+    }
+    if let (Some(ours), Some(update)) =
+        (results.ours_cpu_us, results.update_cpu_us)
+    {
+        cpu.figures(
+            format!("{ours:.1} µs"),
+            format!("{update:.1} µs"),
+            results.cpu_ratio,
+        );
+        if let Some(call) = results.function_cpu_us {
+            function.figures(
+                format!("{call:.1} µs"),
+                format!("{update:.1} µs"),
+                results.function_cpu_ratio,
+            );
+        }
+    }
+    vec![ceiling, cpu, function]
+}
+
 fn per_sec(value: f64, unit: &str) -> String {
     format!("{} {unit}", thousands(value.round() as u64))
 }
@@ -848,7 +906,43 @@ mod tests {
             memory: Err("the `memory` target did not build".to_owned()),
             memory_peer: Err("the `memory` target did not build".to_owned()),
             rls: Err("bench target `rls` did not build".to_owned()),
+            postgres: Err("skipped: no pgbench".to_owned()),
         }
+    }
+
+    #[test]
+    fn the_postgres_rows_judge_both_goals_and_errors_void_the_rate() {
+        let mut results = results(Err("skipped: no redis-server".to_owned()));
+        let find = |rows: &[Row], prefix: &str| {
+            rows.iter()
+                .find(|row| row.metric.starts_with(prefix))
+                .map(Row::status)
+                .unwrap()
+        };
+        let rate = "PostgreSQL checks/s";
+        let cpu = "PostgreSQL server CPU per check";
+        assert_eq!(
+            find(&rows(&results), rate),
+            Status::NoFigure("skipped: no pgbench".to_owned())
+        );
+        results.postgres = Ok(PostgresResults {
+            ours_per_sec: Some(12_000.0),
+            pgbench_per_sec: Some(13_000.0),
+            ratio: Some(0.92),
+            ours_cpu_us: Some(70.0),
+            update_cpu_us: Some(40.0),
+            cpu_ratio: Some(1.75),
+            errors: Some(0),
+            ..PostgresResults::default()
+        });
+        assert_eq!(find(&rows(&results), rate), Status::Met);
+        assert_eq!(find(&rows(&results), cpu), Status::Met);
+        if let Ok(postgres) = &mut results.postgres {
+            postgres.cpu_ratio = Some(2.5);
+            postgres.errors = Some(3);
+        }
+        assert_eq!(find(&rows(&results), rate), Status::NotMet);
+        assert_eq!(find(&rows(&results), cpu), Status::NotMet);
     }
 
     #[test]

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use rate_tier_bench_results::{
-    GovernorMemoryResults, HttpResults, MemoryResults, RedisResults,
-    ResultsFile, RlsResults,
+    GovernorMemoryResults, HttpResults, MemoryResults, PostgresResults,
+    RedisResults, ResultsFile, RlsResults,
 };
 use serde_json::Value;
 
@@ -30,6 +30,9 @@ pub(crate) const OTHER_BENCHES: [&str; 3] = ["http", "redis_store", "memory"];
 /// The standalone service's package, and its bench target (no features).
 const SERVICE_PACKAGE: &str = "rate-tier-service";
 pub(crate) const RLS_BENCH: &str = "rls";
+/// The store's package, its PostgreSQL bench target and its feature.
+const STORAGE_PACKAGE: &str = "rate-tier-storage";
+pub(crate) const POSTGRES_BENCH: &str = "postgres";
 /// Where the Lua scripts are.
 const SCRIPTS_DIR: &str = "crates/rate-tier-storage/src/redis";
 
@@ -60,7 +63,10 @@ pub(crate) fn targets() -> Vec<Target> {
         .into_iter()
         .chain(OTHER_BENCHES)
         .map(|target| (PACKAGE, FEATURES, target))
-        .chain([(SERVICE_PACKAGE, "", RLS_BENCH)])
+        .chain([
+            (SERVICE_PACKAGE, "", RLS_BENCH),
+            (STORAGE_PACKAGE, "postgres", POSTGRES_BENCH),
+        ])
         .collect()
 }
 
@@ -188,6 +194,29 @@ pub(crate) fn redis_store(
         .args(["--rounds", &rounds.to_string()]);
     results_target(cmd, results_dir)
     // `server` is stopped here.
+}
+
+/// `PostgresStorage` checks/s against pgbench, and the server's CPU per
+/// check against a plain `UPDATE`, on a throwaway PostgreSQL the bench
+/// starts itself (`PostgresServer` of test-support).
+pub(crate) fn postgres(
+    plan: &Plan,
+    tools: &Tools,
+    built: &Built,
+    results_dir: &Path,
+) -> Outcome<PostgresResults> {
+    let exe = built.exe(POSTGRES_BENCH)?;
+    let bin_dir = tools
+        .postgres
+        .as_ref()
+        .map_err(|why| format!("skipped: {why}"))?;
+    let (secs, rounds) = plan.postgres;
+    let cmd = Cmd::new(exe)
+        .env("TRT_POSTGRES_BIN_DIR", bin_dir)
+        .env("TRT_POSTGRES_BACKEND", "process")
+        .args(["--seconds", &secs.to_string()])
+        .args(["--rounds", &rounds.to_string()]);
+    results_target(cmd, results_dir)
 }
 
 /// RSS of our store after waves of 1M keys, then idle.
