@@ -292,11 +292,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let metrics = RateLimitMetrics::new(&mut registry);
     let registry = Arc::new(registry);
 
+    // The shared store the breaker guards, as its log lines name it.
+    let primary = match (&args.redis_cluster, &args.redis, &args.postgres) {
+        (None, _, Some(_)) => "postgres",
+        _ => "redis",
+    };
     let mut tiers = RateTier::builder()
         .plans(plans)
         .observe(metrics)
         // What the limiter and its store do by themselves.
-        .on_event(|event| match event {
+        .on_event(move |event| match event {
             LimitEvent::Storage(StorageEvent::Breaker {
                 domain,
                 from,
@@ -304,7 +309,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 cause,
                 ..
             }) => {
-                let domain = domain.as_deref().unwrap_or("redis");
+                let domain = domain.as_deref().unwrap_or(primary);
                 let cause = cause.as_deref().unwrap_or("-");
                 eprintln!("breaker {domain} {from:?} -> {to:?} ({cause})");
             }

@@ -45,3 +45,75 @@ fn two_servers_on_one_postgres_pass_exactly_the_limit_under_concurrency() {
     );
     assert!(!keys.contains("key_ana"), "{keys}");
 }
+
+/// `statuses` of requests `(server port, key)` sent all at once.
+fn at_once(requests: &[(u16, &str)]) -> Vec<u16> {
+    thread::scope(|scope| {
+        let handles: Vec<_> = requests
+            .iter()
+            .map(|&(port, key)| {
+                scope.spawn(move || {
+                    support::get(port, "/data", Some(key)).status
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[test]
+fn a_stopped_postgres_is_limited_locally_under_load_then_shared_again() {
+    let mut postgres = PostgresServer::start();
+    let url = postgres.url();
+    let a = Server::start(&["--postgres", &url], &[]);
+    let b = Server::start(&["--postgres", &url], &[]);
+    a.wait_for_stderr("postgres, with local fallback");
+    b.wait_for_stderr("postgres, with local fallback");
+
+    // Stopped: every answer a 200 or a 429, never an error, and each
+    // instance limits by itself (the plan's 10 each, as the fallback's
+    // documented cost: limits are per instance while the store is down).
+    postgres.kill();
+    let load: Vec<(u16, &str)> = (0..300)
+        .map(|i| ([a.port, b.port][i % 2], "key_ana"))
+        .collect();
+    let statuses = at_once(&load);
+    assert!(
+        statuses.iter().all(|&s| s == 200 || s == 429),
+        "{statuses:?}"
+    );
+    let passed = statuses.iter().filter(|&&s| s == 200).count();
+    assert_eq!(passed, 20, "{statuses:?}");
+    a.wait_for_stderr("breaker postgres Closed -> Open");
+    b.wait_for_stderr("breaker postgres Closed -> Open");
+
+    // Back: once each breaker has tried PostgreSQL again and closed, the
+    // limit is shared again. The probes use key_ana; key_bea (pro,
+    // 100/min) has never been charged anywhere.
+    postgres.restart();
+    let deadline =
+        std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let closed = |server: &Server| {
+        server
+            .stderr()
+            .iter()
+            .any(|line| line.contains("-> Closed"))
+    };
+    while !(closed(&a) && closed(&b)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the breakers did not close: {:?} {:?}",
+            a.stderr(),
+            b.stderr()
+        );
+        at_once(&[(a.port, "key_ana"), (b.port, "key_ana")]);
+        thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let load: Vec<(u16, &str)> = (0..130)
+        .map(|i| ([a.port, b.port][i % 2], "key_bea"))
+        .collect();
+    let statuses = at_once(&load);
+    let passed = statuses.iter().filter(|&&s| s == 200).count();
+    let refused = statuses.iter().filter(|&&s| s == 429).count();
+    assert_eq!((passed, refused), (100, 30), "{statuses:?}");
+}

@@ -1,5 +1,6 @@
 #![cfg(feature = "postgres")]
-//! The limiter on PostgreSQL: "two lines of code" to share limits, several
+//! The limiter on PostgreSQL: "two lines of code" to share limits (exactly,
+//! under 300 concurrent checks over two instances), several
 //! limits as one decision (a refusal in any position charges nothing), and
 //! a settled debt carried whole, through the public API.
 //!
@@ -45,6 +46,28 @@ async fn two_instances_share_one_limit() {
         let limiter = if i % 2 == 0 { &a } else { &b };
         passed +=
             usize::from(limiter.check("ana", &tier, 1).await.unwrap().is_ok());
+    }
+    assert_eq!(passed, 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_under_300_concurrent_checks_pass_exactly_the_limit() {
+    let tier = unique("free");
+    let instances = [
+        Arc::new(instance(&tier).await),
+        Arc::new(instance(&tier).await),
+    ];
+    let tasks: Vec<_> = (0..300)
+        .map(|i| {
+            let (limiter, tier) = (instances[i % 2].clone(), tier.clone());
+            tokio::spawn(async move {
+                limiter.check("ana", &tier, 1).await.unwrap().is_ok()
+            })
+        })
+        .collect();
+    let mut passed = 0;
+    for task in tasks {
+        passed += usize::from(task.await.unwrap());
     }
     assert_eq!(passed, 10);
 }
