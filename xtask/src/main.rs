@@ -32,9 +32,9 @@ Tasks:
                 (--features <f>), then --all-features (names from cargo metadata)
   test          every test: starts a throwaway Redis, a throwaway 3-master Redis
                 Cluster and a throwaway PostgreSQL (Debian's postgresql package:
-                initdb and pg_ctl, as the postgres user when root; never port
-                5432), runs `no-std`, then cargo test --workspace --all-features
-                once with all of them
+                initdb and pg_ctl, as the postgres user when root; else Docker;
+                never port 5432), runs `no-std`, then cargo test --workspace
+                --all-features once with all of them
   test-redis    starts a throwaway Redis and PostgreSQL on free loopback ports and
                 runs cargo test --workspace --all-features against them, skipping
                 the cluster tests (test-cluster's)
@@ -45,6 +45,11 @@ Tasks:
                 TRT_REDIS_IMAGE) from the installed redis-server and redis-cli
                 (FROM scratch, with the libraries ldd lists): for a machine with a
                 Docker engine but no registry. Elsewhere the official image is pulled
+  postgres-image
+                the same for PostgreSQL: builds postgres:15 (or TRT_POSTGRES_IMAGE)
+                from the installed server (its binaries, modules and data files,
+                the libraries ldd lists, /bin/sh and an entrypoint that creates
+                the cluster, as the official image's does)
   no-std        proves gcra-core is no_std: #![no_std], no dependencies, builds with
                 --no-default-features, and for thumbv7em-none-eabihf when that target
                 is installed (otherwise that build is left to GitHub Actions)
@@ -73,9 +78,10 @@ Tasks:
   help          prints this message (also -h, --help)
 
 Flags:
-  --docker      (test, test-redis, test-cluster) the Redis servers are Docker
-                containers (testcontainers), for the task and for the tests'
-                own servers, even where redis-server is installed
+  --docker      (test, test-redis, test-cluster) the Redis servers and the
+                PostgreSQL are Docker containers (testcontainers), for the task
+                and for the tests' own servers, even where redis-server and
+                PostgreSQL are installed
   --full        (bench) the long run
   --seconds N   (fuzz) how long each target runs
 
@@ -93,6 +99,16 @@ Where the Redis servers come from (crates/test-support, binary trt-redis):
   neither                                          an error saying how to get one
 TRT_REDIS_BACKEND=docker (what --docker sets) or =process forces one.
 
+Where the PostgreSQL servers come from (crates/test-support, binary trt-postgres):
+  the server binaries (TRT_POSTGRES_BIN_DIR,       initdb and pg_ctl processes
+  else initdb on PATH, else the newest
+  /usr/lib/postgresql/<version>/bin)
+  otherwise a Docker engine that answers           containers of postgres:15
+                                                   (TRT_POSTGRES_IMAGE), pulled if
+                                                   missing, on the host network
+  neither                                          an error saying how to get one
+TRT_POSTGRES_BACKEND=docker (what --docker sets) or =process forces one.
+
 The tests get, for the servers this task started:
   TRT_REDIS_URL           redis://127.0.0.1:<port>/ (test, test-redis)
   TRT_REDIS_CLUSTER_URLS  redis://127.0.0.1:<p1>/,...,redis://127.0.0.1:<p3>/
@@ -101,8 +117,13 @@ The tests get, for the servers this task started:
                           kill, pause, restart) use the same
   TRT_REDIS_SERVER_BIN    the redis-server binary (processes), or
   TRT_REDIS_IMAGE         the image (Docker)
+  TRT_POSTGRES_URL        postgres://postgres@127.0.0.1:<port>/postgres (test,
+                          test-redis)
+  TRT_POSTGRES_BACKEND    process or docker, and TRT_POSTGRES_BIN_DIR or
+                          TRT_POSTGRES_IMAGE: the same for the PostgreSQL servers
 Every server is stopped when the task ends, even when it fails or is
-interrupted. The shared Redis on port 6379 is never used.
+interrupted. The shared Redis on port 6379 and a PostgreSQL on 5432 are never
+used.
 ";
 
 /// A task named on the command line.
@@ -115,6 +136,7 @@ enum Task {
     TestRedis,
     TestCluster,
     RedisImage,
+    PostgresImage,
     NoStd,
     Bench,
     Fuzz,
@@ -131,6 +153,7 @@ impl Task {
             "test-redis" => Self::TestRedis,
             "test-cluster" => Self::TestCluster,
             "redis-image" => Self::RedisImage,
+            "postgres-image" => Self::PostgresImage,
             "no-std" => Self::NoStd,
             "bench" => Self::Bench,
             "fuzz" => Self::Fuzz,
@@ -139,7 +162,8 @@ impl Task {
         })
     }
 
-    /// Whether the task starts Redis servers (and so takes `--docker`).
+    /// Whether the task starts Redis servers, and PostgreSQL for some (and so
+    /// takes `--docker`).
     fn starts_redis(self) -> bool {
         matches!(self, Self::Test | Self::TestRedis | Self::TestCluster)
     }
@@ -159,7 +183,8 @@ struct Args {
     task: Task,
     /// `--full` (bench only): the long run.
     full: bool,
-    /// `--docker` (test, test-redis, test-cluster): Redis in Docker.
+    /// `--docker` (test, test-redis, test-cluster): Redis and PostgreSQL in
+    /// Docker.
     docker: bool,
     /// `fuzz TARGET`: one target only.
     target: Option<String>,
@@ -267,6 +292,7 @@ fn main() -> ExitCode {
         Task::TestRedis => tasks::test_redis(args.docker, extra),
         Task::TestCluster => tasks::test_cluster(args.docker, extra),
         Task::RedisImage => tasks::redis_image(),
+        Task::PostgresImage => tasks::postgres_image(),
         Task::NoStd => tasks::no_std(),
         Task::Bench => tasks::bench(args.full, extra),
         Task::Fuzz => tasks::fuzz(args.target.as_deref(), args.seconds),
@@ -326,7 +352,14 @@ mod tests {
             assert!(!parse(&[task]).unwrap().docker);
         }
         assert!(parse(&["--docker", "test-cluster"]).unwrap().docker);
-        for task in ["ci", "features", "redis-image", "bench", "no-std"] {
+        for task in [
+            "ci",
+            "features",
+            "redis-image",
+            "postgres-image",
+            "bench",
+            "no-std",
+        ] {
             assert!(parse(&[task, "--docker"]).is_err(), "{task}");
         }
     }
@@ -335,8 +368,13 @@ mod tests {
     fn new_tasks_parse_and_take_no_arguments() {
         assert_eq!(parse(&["features"]).unwrap().task, Task::Features);
         assert_eq!(parse(&["redis-image"]).unwrap().task, Task::RedisImage);
+        assert_eq!(
+            parse(&["postgres-image"]).unwrap().task,
+            Task::PostgresImage
+        );
         assert!(parse(&["features", "--", "x"]).is_err());
         assert!(parse(&["redis-image", "--", "x"]).is_err());
+        assert!(parse(&["postgres-image", "--", "x"]).is_err());
     }
 
     #[test]

@@ -33,11 +33,12 @@ fn with_env(mut cmd: Cmd, env: &[(String, String)]) -> Cmd {
     cmd
 }
 
-/// A throwaway PostgreSQL (`trt-postgres up`), for the tests that need one
-/// (`TRT_POSTGRES_URL`). No PostgreSQL server binaries: an error that says
-/// what to install, before the long build of the tests.
-fn postgres() -> Result<Postgres> {
-    Postgres::up(&postgres::build_trt_postgres()?)
+/// A throwaway PostgreSQL (`trt-postgres up`; a container with `docker`),
+/// for the tests that need one (`TRT_POSTGRES_URL`). Neither the server
+/// binaries nor Docker: an error that says what to install, before the long
+/// build of the tests.
+fn postgres(docker: bool) -> Result<Postgres> {
+    Postgres::up(&postgres::build_trt_postgres()?, docker)
 }
 
 /// fmt, clippy, docs, every feature alone, then everything `test` runs.
@@ -118,8 +119,8 @@ pub(crate) fn features() -> Result<()> {
 }
 
 /// Every test: `no-std`, then one `cargo test` pass with a throwaway Redis, a
-/// throwaway Redis Cluster (Docker containers with `docker`) and a throwaway
-/// PostgreSQL.
+/// throwaway Redis Cluster and a throwaway PostgreSQL (Docker containers
+/// with `docker`).
 pub(crate) fn test(docker: bool, cargo_test_args: &[OsString]) -> Result<()> {
     // The servers first: no Redis (neither redis-server nor Docker) or no
     // PostgreSQL fails before the long build of the tests.
@@ -132,7 +133,7 @@ pub(crate) fn test(docker: bool, cargo_test_args: &[OsString]) -> Result<()> {
             docker,
         },
     )?;
-    let postgres = postgres()?;
+    let postgres = postgres(docker)?;
     no_std()?;
     let cmd = cargo_test(cargo_test_args).args(cargo_test_args);
     with_env(with_env(cmd, servers.env()), postgres.env()).run()
@@ -154,7 +155,7 @@ pub(crate) fn test_redis(
             docker,
         },
     )?;
-    let postgres = postgres()?;
+    let postgres = postgres(docker)?;
     // No cluster here: its tests (they need TRT_REDIS_CLUSTER_URLS) are
     // `test-cluster`'s, and `test` runs both.
     let mut args = cargo_test_args.to_vec();
@@ -195,6 +196,14 @@ pub(crate) fn test_cluster(
 pub(crate) fn redis_image() -> Result<()> {
     let trt_redis = redis::build_trt_redis()?;
     Cmd::new(&trt_redis).arg("build-image").run()
+}
+
+/// Builds the local PostgreSQL image the Docker path runs (`postgres:15`, or
+/// `TRT_POSTGRES_IMAGE`) from the installed server: `trt-postgres
+/// build-image`, for a machine with Docker but no registry.
+pub(crate) fn postgres_image() -> Result<()> {
+    let trt_postgres = postgres::build_trt_postgres()?;
+    Cmd::new(&trt_postgres).arg("build-image").run()
 }
 
 /// Proves gcra-core is `no_std`: declared so, no dependencies, builds without

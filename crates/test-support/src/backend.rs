@@ -1,5 +1,7 @@
 //! What runs the test servers: `redis-server` processes, or Docker containers
-//! through testcontainers; and how it is chosen.
+//! through testcontainers; and how it is chosen ([`choose`], which
+//! PostgreSQL's [`PostgresBackend`](crate::PostgresBackend) shares, as it
+//! shares the engine's address and [`Image`]).
 
 use std::env;
 use std::fmt;
@@ -56,37 +58,25 @@ impl Backend {
     }
 
     fn choose() -> Result<Self> {
-        match env::var(BACKEND_VAR).unwrap_or_default().trim() {
-            "docker" => Self::docker(),
-            "process" => Self::process(),
-            "" => {
-                let server = find_server();
-                if let Ok(backend) = server.clone().map(Self::with_server) {
-                    return Ok(backend);
-                }
-                // An explicit binary that is not there is a mistake to report,
-                // not a reason to go to Docker.
-                if env::var_os(SERVER_BIN_VAR).is_some_and(|v| !v.is_empty()) {
-                    return server.map(Self::with_server);
-                }
-                match docker_engine() {
-                    Ok(_) => Self::docker(),
-                    Err(docker) => Err(Error::new(format!(
-                        "no Redis for the tests: `redis-server` is not on PATH, and no Docker \
-                         engine answered ({docker}).\n\
-                         Either install Redis (`apt-get install redis-server redis-tools` on \
-                         Debian/Ubuntu, `brew install redis` on macOS; or set {SERVER_BIN_VAR} \
-                         to a redis-server binary), or start Docker (the tests then run \
-                         {image} in containers; set DOCKER_HOST if its socket is elsewhere).",
-                        image = Image::from_env()
-                    ))),
-                }
-            }
-            other => Err(Error::new(format!(
-                "{BACKEND_VAR}={other:?}: expected `docker`, `process`, or nothing (choose by \
-                 what is installed)"
-            ))),
-        }
+        choose(
+            BACKEND_VAR,
+            &env::var(BACKEND_VAR).unwrap_or_default(),
+            env::var_os(SERVER_BIN_VAR).is_some_and(|v| !v.is_empty()),
+            Self::process,
+            Self::docker,
+            docker_engine,
+            |docker| {
+                Error::new(format!(
+                    "no Redis for the tests: `redis-server` is not on PATH, and no Docker \
+                     engine answered ({docker}).\n\
+                     Either install Redis (`apt-get install redis-server redis-tools` on \
+                     Debian/Ubuntu, `brew install redis` on macOS; or set {SERVER_BIN_VAR} \
+                     to a redis-server binary), or start Docker (the tests then run \
+                     {image} in containers; set DOCKER_HOST if its socket is elsewhere).",
+                    image = Image::from_env()
+                ))
+            },
+        )
     }
 
     /// `redis-server` processes, whatever else is installed: fails if there
@@ -103,12 +93,7 @@ impl Backend {
     /// Docker containers of [`Image::from_env`], whatever else is installed:
     /// fails if no Docker engine answers.
     pub fn docker() -> Result<Self> {
-        docker_engine().map_err(|why| {
-            Error::new(format!(
-                "the Docker path was asked for ({BACKEND_VAR}=docker or `--docker`), but no \
-                 Docker engine answered: {why}. Start Docker, or set DOCKER_HOST."
-            ))
-        })?;
+        engine_for(BACKEND_VAR)?;
         Ok(Self::Docker {
             image: Image::from_env(),
         })
@@ -165,9 +150,15 @@ impl Image {
 
     /// `TRT_REDIS_IMAGE`, else [`DEFAULT_IMAGE`].
     pub fn from_env() -> Self {
-        match env::var(IMAGE_VAR) {
+        Self::from_env_var(IMAGE_VAR, DEFAULT_IMAGE)
+    }
+
+    /// The image the environment variable `var` names, else `default`
+    /// (PostgreSQL's: `TRT_POSTGRES_IMAGE`, else `postgres:15`).
+    pub fn from_env_var(var: &str, default: &str) -> Self {
+        match env::var(var) {
             Ok(image) if !image.trim().is_empty() => Self::parse(&image),
-            _ => Self::parse(DEFAULT_IMAGE),
+            _ => Self::parse(default),
         }
     }
 
@@ -227,7 +218,7 @@ pub(crate) fn find_on_path(name: &str) -> Option<PathBuf> {
         .find(|candidate| is_executable(candidate))
 }
 
-fn is_executable(path: &Path) -> bool {
+pub(crate) fn is_executable(path: &Path) -> bool {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -240,6 +231,54 @@ fn is_executable(path: &Path) -> bool {
     }
 }
 
+/// How a kind of test server chooses what runs it, from the value of its
+/// environment variable `var` (`TRT_REDIS_BACKEND`, `TRT_POSTGRES_BACKEND`):
+///
+/// 1. `docker` forces `docker` (which fails if no engine answers), `process`
+///    forces `process`;
+/// 2. otherwise `process`, if it finds the server binaries;
+/// 3. otherwise, unless the binaries were named explicitly (`explicit`: a
+///    binary that is not there is a mistake to report, not a reason to go to
+///    Docker), `docker` if `engine` answers;
+/// 4. otherwise the error `neither` makes of why no engine answered.
+pub(crate) fn choose<B>(
+    var: &str,
+    value: &str,
+    explicit: bool,
+    process: impl FnOnce() -> Result<B>,
+    docker: impl FnOnce() -> Result<B>,
+    engine: impl FnOnce() -> Result<String, String>,
+    neither: impl FnOnce(&str) -> Error,
+) -> Result<B> {
+    match value.trim() {
+        "docker" => docker(),
+        "process" => process(),
+        "" => match process() {
+            Ok(backend) => Ok(backend),
+            Err(e) if explicit => Err(e),
+            Err(_) => match engine() {
+                Ok(_) => docker(),
+                Err(why) => Err(neither(&why)),
+            },
+        },
+        other => Err(Error::new(format!(
+            "{var}={other:?}: expected `docker`, `process`, or nothing (choose by what is \
+             installed)"
+        ))),
+    }
+}
+
+/// Fails, saying so, if no Docker engine answers though `var=docker` (or
+/// `--docker`) asked for one.
+pub(crate) fn engine_for(var: &str) -> Result<()> {
+    docker_engine().map(drop).map_err(|why| {
+        Error::new(format!(
+            "the Docker path was asked for ({var}=docker or `--docker`), but no Docker \
+             engine answered: {why}. Start Docker, or set DOCKER_HOST."
+        ))
+    })
+}
+
 /// Where a Docker engine answered `GET /_ping`, or why none did. Looks where
 /// testcontainers looks: `DOCKER_HOST`, else the usual socket paths.
 pub fn docker_engine() -> Result<String, String> {
@@ -248,18 +287,12 @@ pub fn docker_engine() -> Result<String, String> {
         .filter(|h| !h.trim().is_empty())
     {
         let host = host.trim();
-        if let Some(path) = host.strip_prefix("unix://") {
-            return ping_unix(Path::new(path)).map(|()| host.to_owned());
-        }
-        if let Some(addr) = host
-            .strip_prefix("tcp://")
-            .or_else(|| host.strip_prefix("http://"))
-        {
-            return ping_tcp(addr.trim_end_matches('/'))
-                .map(|()| host.to_owned());
-        }
-        // https, ssh, npipe: testcontainers will say whether it can reach it.
-        return Ok(host.to_owned());
+        return match send_to(host, PING) {
+            Some(answer) => answer.map(|()| host.to_owned()),
+            // https, ssh, npipe: testcontainers will say whether it can
+            // reach it.
+            None => Ok(host.to_owned()),
+        };
     }
     let mut sockets = vec![PathBuf::from("/var/run/docker.sock")];
     if let Some(runtime) = env::var_os("XDG_RUNTIME_DIR") {
@@ -271,7 +304,7 @@ pub fn docker_engine() -> Result<String, String> {
     }
     let mut tried = Vec::new();
     for socket in sockets.iter().filter(|s| s.exists()) {
-        match ping_unix(socket) {
+        match send_unix(socket, PING) {
             Ok(()) => return Ok(format!("unix://{}", socket.display())),
             Err(why) => tried.push(why),
         }
@@ -290,58 +323,93 @@ pub fn docker_engine() -> Result<String, String> {
     }
 }
 
-const PING: &[u8] =
-    b"GET /_ping HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n\r\n";
-const PING_TIMEOUT: Duration = Duration::from_secs(3);
+/// Sends `request` (`METHOD /path`, no body) to the engine [`docker_engine`]
+/// finds, for what testcontainers does not offer (`docker kill`): an error
+/// unless it answers 2xx, or if it is reached through neither a Unix socket
+/// nor plain TCP (https, ssh).
+pub(crate) fn engine_request(request: &str) -> Result<(), String> {
+    let host = docker_engine()?;
+    send_to(&host, request).unwrap_or_else(|| {
+        Err(format!(
+            "{host}: only an engine on a Unix socket or plain TCP is spoken to directly"
+        ))
+    })
+}
+
+const PING: &str = "GET /_ping";
+const ENGINE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// `request` to the engine at `host` (`unix://...`, `tcp://...`,
+/// `http://...`); `None` for another scheme.
+fn send_to(host: &str, request: &str) -> Option<Result<(), String>> {
+    if let Some(path) = host.strip_prefix("unix://") {
+        return Some(send_unix(Path::new(path), request));
+    }
+    host.strip_prefix("tcp://")
+        .or_else(|| host.strip_prefix("http://"))
+        .map(|addr| send_tcp(addr.trim_end_matches('/'), request))
+}
 
 #[cfg(unix)]
-fn ping_unix(path: &Path) -> Result<(), String> {
+fn send_unix(path: &Path, request: &str) -> Result<(), String> {
     use std::os::unix::net::UnixStream;
     let place = path.display();
     let stream =
         UnixStream::connect(path).map_err(|e| format!("{place}: {e}"))?;
     stream
-        .set_read_timeout(Some(PING_TIMEOUT))
-        .and_then(|()| stream.set_write_timeout(Some(PING_TIMEOUT)))
+        .set_read_timeout(Some(ENGINE_TIMEOUT))
+        .and_then(|()| stream.set_write_timeout(Some(ENGINE_TIMEOUT)))
         .map_err(|e| format!("{place}: {e}"))?;
-    ping_over(stream).map_err(|e| format!("{place}: {e}"))
+    send_over(stream, request).map_err(|e| format!("{place}: {e}"))
 }
 
 #[cfg(not(unix))]
-fn ping_unix(path: &Path) -> Result<(), String> {
+fn send_unix(path: &Path, _request: &str) -> Result<(), String> {
     Err(format!("{}: unix sockets need a unix", path.display()))
 }
 
-fn ping_tcp(addr: &str) -> Result<(), String> {
+fn send_tcp(addr: &str, request: &str) -> Result<(), String> {
     use std::net::{TcpStream, ToSocketAddrs};
     let resolved = addr
         .to_socket_addrs()
         .map_err(|e| format!("{addr}: {e}"))?
         .next()
         .ok_or_else(|| format!("{addr}: no address"))?;
-    let stream = TcpStream::connect_timeout(&resolved, PING_TIMEOUT)
+    let stream = TcpStream::connect_timeout(&resolved, ENGINE_TIMEOUT)
         .map_err(|e| format!("{addr}: {e}"))?;
     stream
-        .set_read_timeout(Some(PING_TIMEOUT))
+        .set_read_timeout(Some(ENGINE_TIMEOUT))
         .map_err(|e| format!("{addr}: {e}"))?;
-    ping_over(stream).map_err(|e| format!("{addr}: {e}"))
+    send_over(stream, request).map_err(|e| format!("{addr}: {e}"))
 }
 
-fn ping_over(mut stream: impl Read + Write) -> Result<(), String> {
-    stream.write_all(PING).map_err(|e| e.to_string())?;
+fn send_over(
+    mut stream: impl Read + Write,
+    request: &str,
+) -> Result<(), String> {
+    let http = format!(
+        "{request} HTTP/1.1\r\nHost: docker\r\nContent-Length: 0\r\nConnection: \
+         close\r\n\r\n"
+    );
+    stream
+        .write_all(http.as_bytes())
+        .map_err(|e| e.to_string())?;
     let mut reply = Vec::new();
     // The engine closes the connection after its short answer.
     let _ = stream.take(4096).read_to_end(&mut reply);
     let reply = String::from_utf8_lossy(&reply);
     let status = reply.lines().next().unwrap_or_default();
     if status.starts_with("HTTP/1.")
-        && status.split_whitespace().nth(1) == Some("200")
+        && status
+            .split_whitespace()
+            .nth(1)
+            .is_some_and(|code| code.starts_with('2'))
     {
         Ok(())
     } else if status.is_empty() {
-        Err("no answer to GET /_ping".to_owned())
+        Err(format!("no answer to {request}"))
     } else {
-        Err(format!("GET /_ping answered {status:?}"))
+        Err(format!("{request} answered {status:?}"))
     }
 }
 

@@ -1,6 +1,7 @@
-//! The Docker backend: `redis-server` in a container of the image, through
+//! The Docker backend: a test server in a container of an image, through
 //! testcontainers' synchronous API, on the host's network (the container's
-//! ports are loopback ports, as for a process).
+//! ports are loopback ports, as for a process). Redis's servers and
+//! PostgreSQL's run in these alike ([`DockerNode`]).
 //!
 //! testcontainers' synchronous calls block on a runtime of their own and
 //! panic when made from inside a Tokio runtime (a `#[tokio::test]`), and so
@@ -11,46 +12,66 @@ use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::thread;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use testcontainers::core::{CmdWaitFor, ExecCommand};
 use testcontainers::runners::SyncRunner;
 use testcontainers::{Container, GenericImage, ImageExt};
 
-use crate::backend::Image;
+use crate::backend::{Image, engine_request};
 use crate::error::{Error, Result};
 
+/// How long a killed container has to be reported stopped.
+const KILL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One container, removed (`docker rm -f -v`) when dropped.
 pub(crate) struct DockerNode {
     image: Image,
     container: Option<Container<GenericImage>>,
 }
 
+/// What [`DockerNode::launch`] starts.
+pub(crate) struct Launch<'a> {
+    pub(crate) image: &'a Image,
+    /// The start of the container's name (`trt-redis-<port>`): the pid and
+    /// a clock reading follow.
+    pub(crate) name: String,
+    /// The command, program first (`redis-server --port ...`), given to the
+    /// image's entrypoint.
+    pub(crate) cmd: Vec<String>,
+    /// The container's environment.
+    pub(crate) env: &'a [(&'a str, &'a str)],
+    /// How to get the image where it cannot be pulled (`cargo xtask
+    /// redis-image`), for the error.
+    pub(crate) local_build: &'a str,
+}
+
 impl DockerNode {
-    /// Creates and starts a container running `redis-server` with `args`
-    /// (which name the port). The image is pulled if the engine lacks it.
-    pub(crate) fn launch(
-        image: &Image,
-        port: u16,
-        args: Vec<String>,
-    ) -> Result<Self> {
+    /// Creates and starts a container. The image is pulled if the engine
+    /// lacks it. No wait condition: the caller waits until its server
+    /// answers, as for a process.
+    pub(crate) fn launch(launch: Launch<'_>) -> Result<Self> {
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
-        let name = format!("trt-redis-{port}-{}-{nanos:x}", std::process::id());
-        let mut cmd = vec!["redis-server".to_owned()];
-        cmd.extend(args);
-        // No wait condition: the caller waits for PING, as for a process
-        // (the ready line changed between Redis versions).
-        let request = GenericImage::new(image.name(), image.tag())
+        let image = launch.image;
+        let mut request = GenericImage::new(image.name(), image.tag())
             .with_network("host")
-            .with_container_name(name)
-            .with_cmd(cmd);
+            .with_container_name(format!(
+                "{}-{}-{nanos:x}",
+                launch.name,
+                std::process::id()
+            ))
+            .with_cmd(launch.cmd);
+        for &(key, value) in launch.env {
+            request = request.with_env_var(key, value);
+        }
         let container = off_runtime(move || request.start()).map_err(|e| {
             Error::new(format!(
                 "could not start a container of {image}: {e}\n\
                  (Is the image there? `docker image inspect {image}`. On a machine that \
-                 cannot pull images, build it from the local redis-server with \
-                 `cargo xtask redis-image`.)"
+                 cannot pull images, {}.)",
+                launch.local_build
             ))
         })?;
         Ok(Self {
@@ -65,22 +86,60 @@ impl DockerNode {
             .expect("the container lives as long as its node")
     }
 
-    fn short_id(&self) -> &str {
+    /// The first 12 digits of its id, as `docker ps` shows it.
+    pub(crate) fn short_id(&self) -> &str {
         let id = self.container().id();
         &id[..id.len().min(12)]
     }
 
-    /// Stops the container at once (`docker stop -t 0`: SIGKILL right after
-    /// the stop signal, no time to shut down). It is kept, with its data
-    /// (`nodes.conf`), for a restart.
+    /// Kills it at once, paused or not: SIGKILL from the engine (`docker
+    /// kill`), so no signal handler runs; where this crate cannot speak to
+    /// the engine itself (DOCKER_HOST over TLS or SSH), `docker stop -t 0`
+    /// (the image's stop signal, then SIGKILL right after). Returns once the
+    /// container is stopped. It is kept, with its files (Redis's
+    /// `nodes.conf`, PostgreSQL's data directory), for a relaunch.
     pub(crate) fn kill(&mut self) -> Result<()> {
         let container = self.container();
-        off_runtime(|| container.stop_with_timeout(Some(0))).map_err(|e| {
-            Error::new(format!(
-                "could not kill container {}: {e}",
-                self.short_id()
-            ))
-        })
+        let killed = engine_request(&format!(
+            "POST /containers/{}/kill?signal=KILL",
+            container.id()
+        ));
+        if let Err(why) = killed {
+            off_runtime(|| container.stop_with_timeout(Some(0))).map_err(|e| {
+                Error::new(format!(
+                    "could not kill container {} ({why}; then `docker stop -t 0`: {e})",
+                    self.short_id()
+                ))
+            })?;
+        }
+        let deadline = Instant::now() + KILL_TIMEOUT;
+        while off_runtime(|| container.is_running()).unwrap_or(false) {
+            if Instant::now() >= deadline {
+                return Err(Error::new(format!(
+                    "container {} still runs {} s after SIGKILL",
+                    self.short_id(),
+                    KILL_TIMEOUT.as_secs()
+                )));
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
+    }
+
+    /// Stops it cleanly: `docker stop` (the image's stop signal; SIGKILL
+    /// after `timeout`), and returns once it is stopped. Kept, as by
+    /// [`kill`](Self::kill).
+    pub(crate) fn stop(&mut self, timeout: Duration) -> Result<()> {
+        let container = self.container();
+        let seconds = i32::try_from(timeout.as_secs()).unwrap_or(i32::MAX);
+        off_runtime(|| container.stop_with_timeout(Some(seconds))).map_err(
+            |e| {
+                Error::new(format!(
+                    "could not stop container {}: {e}",
+                    self.short_id()
+                ))
+            },
+        )
     }
 
     pub(crate) fn relaunch(&mut self) -> Result<()> {
@@ -148,14 +207,18 @@ impl DockerNode {
         logs
     }
 
-    /// Runs `redis-cli` with `args` inside the container; its standard output.
-    pub(crate) fn cli(&self, args: &[String]) -> Result<String> {
+    /// Runs `cmd` (program first) inside the container, with `env` added to
+    /// its environment (`docker exec`); its standard output.
+    pub(crate) fn exec(
+        &self,
+        cmd: Vec<String>,
+        env: &[(&str, &str)],
+    ) -> Result<String> {
         let container = self.container();
-        let mut cmd = vec!["redis-cli".to_owned()];
-        cmd.extend_from_slice(args);
         let shown = cmd.join(" ");
-        let exec =
-            ExecCommand::new(cmd).with_cmd_ready_condition(CmdWaitFor::exit());
+        let exec = ExecCommand::new(cmd)
+            .with_env_vars(env.iter().copied())
+            .with_cmd_ready_condition(CmdWaitFor::exit());
         let result = off_runtime(|| {
             let mut result = container.exec(exec)?;
             let stdout = result.stdout_to_vec()?;

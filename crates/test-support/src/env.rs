@@ -5,10 +5,13 @@
 //! 6379 (the machine's shared Redis) or 5432 (the machine's PostgreSQL) is
 //! refused.
 
+use std::fs;
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::error::{Error, Result};
 use crate::ports::SHARED_REDIS_PORT;
 use crate::postgres::SHARED_POSTGRES_PORT;
 
@@ -159,6 +162,18 @@ pub fn unique(prefix: &str) -> String {
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+/// A new empty directory for a server's files in the temporary directory,
+/// named by [`unique`] (`<prefix>-<pid>-...`).
+pub(crate) fn new_temp_dir(prefix: &str) -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(unique(prefix));
+    // A leftover of an earlier process with the same pid is stale.
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).map_err(|e| {
+        Error::new(format!("could not create {}: {e}", dir.display()))
+    })?;
+    Ok(dir)
 }
 
 /// `checks` concurrent tasks (`tokio::spawn`, so inside a runtime),

@@ -11,10 +11,11 @@
 //!   replica to take over ([`RedisCluster::kill_master`],
 //!   [`RedisCluster::wait_for_failover`]).
 //! - [`PostgresServer`]: a throwaway PostgreSQL on a free loopback port
-//!   (never 5432), `initdb` into a temporary directory and `pg_ctl`: kill
-//!   (SIGKILL to every process), stop, restart on the same port with its
-//!   data, pause and resume (the postmaster and every backend), logs in
-//!   every error, everything stopped and removed on drop.
+//!   (never 5432), the same API whatever runs it (`initdb` into a temporary
+//!   directory and `pg_ctl`, or a container): kill (SIGKILL to every
+//!   process), stop, restart on the same port with its data, pause and
+//!   resume (the postmaster and every backend), logs in every error,
+//!   everything stopped and removed on drop.
 //! - [`TcpProxy`]: forwards loopback connections to a target, and freezes
 //!   them (silent, sockets kept open), holds new ones, or cuts everything.
 //! - [`free_port`]: free loopback ports, never 6379.
@@ -39,19 +40,28 @@
 //!
 //! # Where PostgreSQL comes from
 //!
-//! [`PostgresServer`] runs the installed server binaries (`initdb`, `pg_ctl`,
-//! `postgres`: Debian's `postgresql` package), found by
-//! [`find_postgres_bin_dir`]:
+//! [`PostgresBackend::from_env`] chooses, once per process, the same way:
+//!
+//! | environment | servers |
+//! |---|---|
+//! | `TRT_POSTGRES_BACKEND=docker` (what `cargo xtask ... --docker` sets) | containers of `TRT_POSTGRES_IMAGE` (default `postgres:15`), through testcontainers, on the host's network |
+//! | `TRT_POSTGRES_BACKEND=process` | the installed server binaries |
+//! | the server binaries found ([`find_postgres_bin_dir`]) | the installed server binaries |
+//! | otherwise (and `TRT_POSTGRES_BIN_DIR` unset), a Docker engine answers | containers, as above |
+//! | neither | an error saying how to get either (`apt-get install -y postgresql`, or Docker); a test that needs PostgreSQL fails, never passes silently |
+//!
+//! The server binaries (`initdb`, `pg_ctl`, `postgres`: Debian's
+//! `postgresql` package) are found by [`find_postgres_bin_dir`]:
 //!
 //! | environment | binaries |
 //! |---|---|
 //! | `TRT_POSTGRES_BIN_DIR` (what `cargo xtask test` sets) | that directory; an error if they are not all there |
 //! | `initdb` on `PATH` | its directory (where its symbolic link leads, else the `PATH` directory) |
 //! | `/usr/lib/postgresql/<version>/bin` (Debian, Ubuntu) | the newest version |
-//! | none | an error saying `apt-get install -y postgresql`; a test that needs PostgreSQL fails, never passes silently |
+//! | none | an error saying `apt-get install -y postgresql` |
 //!
-//! Each server is a new cluster (`initdb -U postgres -A trust -E UTF8
-//! --locale=C`) in a temporary directory, started by `pg_ctl` on a free
+//! Each process server is a new cluster (`initdb -U postgres -A trust -E
+//! UTF8 --locale=C`) in a temporary directory, started by `pg_ctl` on a free
 //! loopback port with `listen_addresses=127.0.0.1`, its socket in that
 //! directory, `fsync=off` and `full_page_writes=off`; its URL is
 //! `postgres://postgres@127.0.0.1:<port>/postgres` (the superuser
@@ -61,10 +71,18 @@
 //! through `runuser -u postgres --` (else `su`), and gives it the directory;
 //! without that user it is an error that says so.
 //!
+//! A container runs `postgres -p <port>` with the same settings, and its
+//! image's entrypoint creates the same cluster in its empty data directory
+//! (`POSTGRES_HOST_AUTH_METHOD=trust`); it is kept while it is down, so a
+//! restart keeps the data. A machine with Docker but no registry builds the
+//! image from the installed binaries with `cargo xtask postgres-image`
+//! ([`build_local_postgres_image`]).
+//!
 //! `cargo xtask test` starts one for the whole run with `trt-postgres up` and
 //! gives the tests its URL in `TRT_POSTGRES_URL` ([`postgres_url`]), and
-//! `TRT_POSTGRES_BIN_DIR`, so the servers the tests start themselves (to
-//! kill, pause or restart them) run the same binaries.
+//! `TRT_POSTGRES_BACKEND` with `TRT_POSTGRES_BIN_DIR` or
+//! `TRT_POSTGRES_IMAGE`, so the servers the tests start themselves (to kill,
+//! pause or restart them) run the same way.
 //!
 //! # Example
 //!
@@ -119,8 +137,10 @@ pub use keys::scan_keys;
 pub use monitor::Monitor;
 pub use ports::{SHARED_REDIS_PORT, free_port, try_free_port};
 pub use postgres::{
-    POSTGRES_BIN_DIR_VAR, POSTGRES_SUPERUSER, POSTGRES_SYSTEM_USER,
-    PostgresServer, SHARED_POSTGRES_PORT, find_postgres_bin_dir,
+    DEFAULT_POSTGRES_IMAGE, POSTGRES_BACKEND_VAR, POSTGRES_BIN_DIR_VAR,
+    POSTGRES_IMAGE_VAR, POSTGRES_SUPERUSER, POSTGRES_SYSTEM_USER,
+    PostgresBackend, PostgresServer, SHARED_POSTGRES_PORT,
+    build_local_postgres_image, find_postgres_bin_dir,
 };
 pub use proxy::TcpProxy;
 pub use server::RedisServer;

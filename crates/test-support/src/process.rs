@@ -5,8 +5,8 @@
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::env::new_temp_dir;
 use crate::error::{Error, Result};
 
 const LOG: &str = "redis.log";
@@ -28,17 +28,7 @@ impl ProcessNode {
         port: u16,
         args: Vec<String>,
     ) -> Result<Self> {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "trt-redis-{}-{}-{port}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        // A leftover of an earlier process with the same pid is stale.
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).map_err(|e| {
-            Error::new(format!("could not create {}: {e}", dir.display()))
-        })?;
+        let dir = new_temp_dir(&format!("trt-redis-{port}"))?;
         let mut node = Self {
             server: server.to_path_buf(),
             cli: cli.map(Path::to_path_buf),

@@ -6,7 +6,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::backend::Backend;
-use crate::docker::DockerNode;
+use crate::docker::{DockerNode, Launch};
 use crate::error::{Error, Result};
 use crate::ports::{SHARED_REDIS_PORT, free_ports};
 use crate::process::ProcessNode;
@@ -123,7 +123,16 @@ impl RedisServer {
                 ProcessNode::launch(server, cli.as_deref(), port, args)?,
             ),
             Backend::Docker { image } => {
-                Node::Docker(Box::new(DockerNode::launch(image, port, args)?))
+                let mut cmd = vec!["redis-server".to_owned()];
+                cmd.extend(args);
+                Node::Docker(Box::new(DockerNode::launch(Launch {
+                    image,
+                    name: format!("trt-redis-{port}"),
+                    cmd,
+                    env: &[],
+                    local_build: "build it from the local redis-server with `cargo xtask \
+                                  redis-image`",
+                })?))
             }
         };
         // From here on, dropping `server` stops it.
@@ -213,8 +222,8 @@ impl RedisServer {
         self.state == State::Paused
     }
 
-    /// Kills it with no warning to its clients: SIGKILL for a process; for a
-    /// container `docker stop -t 0` (SIGKILL right after the stop signal).
+    /// Kills it with no warning to its clients: SIGKILL, to the process or
+    /// (`docker kill`) to the container.
     /// Its clients see their connections closed, and new connections are
     /// refused.
     ///
@@ -318,7 +327,11 @@ impl RedisServer {
     pub(crate) fn redis_cli(&self, args: &[String]) -> Result<String> {
         match &self.node {
             Node::Process(node) => node.cli(args),
-            Node::Docker(node) => node.cli(args),
+            Node::Docker(node) => {
+                let mut cmd = vec!["redis-cli".to_owned()];
+                cmd.extend_from_slice(args);
+                node.exec(cmd, &[])
+            }
         }
     }
 }

@@ -1,5 +1,8 @@
-//! PostgresServer against the installed PostgreSQL server binaries. Without
-//! them these tests fail (with what to install), never skip.
+//! PostgresServer against a real server, with whatever backend the
+//! environment chooses: the installed server binaries, or containers with
+//! `TRT_POSTGRES_BACKEND=docker` (what `cargo xtask test-redis --docker`
+//! sets). Without PostgreSQL (neither the binaries nor Docker) these tests
+//! fail with what to install, never skip.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -7,7 +10,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use rate_tier_test_support::{
-    POSTGRES_SUPERUSER, PostgresServer, SHARED_POSTGRES_PORT,
+    POSTGRES_BACKEND_VAR, POSTGRES_SUPERUSER, PostgresServer,
+    SHARED_POSTGRES_PORT,
 };
 
 /// A connection speaking the PostgreSQL protocol itself (simple queries,
@@ -81,6 +85,18 @@ impl RawClient {
     }
 }
 
+/// The postmaster's pid for a process (a container's processes are not
+/// this machine's to watch): `None` exactly for Docker.
+fn postmaster_of(server: &PostgresServer) -> Option<u32> {
+    let pid = server.postmaster_pid();
+    assert_eq!(
+        pid.is_some(),
+        server.backend() == "process",
+        "{server:?}: a process has a postmaster pid, a container none"
+    );
+    pid
+}
+
 fn is_gone(pid: u32) -> bool {
     // Gone, or a zombie nobody reaps (init in some containers).
     std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
@@ -123,14 +139,56 @@ fn a_server_answers_on_a_loopback_port_of_its_own_and_is_removed_on_drop() {
     assert_ne!(other.dir(), server.dir());
 
     let (dir, addr) = (server.dir().to_path_buf(), server.addr());
-    let postmaster = server.postmaster_pid().unwrap();
+    let postmaster = postmaster_of(&server);
     drop(server);
     assert!(!dir.exists(), "{} was removed", dir.display());
-    assert!(is_gone(postmaster), "the postmaster was stopped");
+    if let Some(postmaster) = postmaster {
+        assert!(is_gone(postmaster), "the postmaster was stopped");
+    }
     assert!(TcpStream::connect(addr).is_err(), "nothing listens");
     assert!(
         other.answers(Duration::from_secs(1)),
         "the other one runs on"
+    );
+}
+
+#[test]
+fn the_backend_is_the_one_asked_for_and_the_server_is_alike_whatever_runs_it() {
+    let server = PostgresServer::start();
+    match std::env::var(POSTGRES_BACKEND_VAR)
+        .as_deref()
+        .map(str::trim)
+    {
+        Ok("docker") => assert_eq!(server.backend(), "docker"),
+        Ok("process") => assert_eq!(server.backend(), "process"),
+        // Chosen by what is installed: either.
+        _ => assert!(matches!(server.backend(), "process" | "docker")),
+    }
+    eprintln!("backend: {server:?}");
+    assert_eq!(
+        server
+            .psql(
+                "select current_setting('server_encoding') || ' ' || \
+                 current_setting('lc_collate') || ' ' || current_user"
+            )
+            .unwrap(),
+        "UTF8 C postgres\n"
+    );
+    // The binaries' directory is the server's own (inside the image, for a
+    // container).
+    assert_eq!(
+        server
+            .psql("select setting from pg_config where name = 'BINDIR'")
+            .unwrap()
+            .trim(),
+        server.bin_dir().to_str().unwrap()
+    );
+    assert!(server.dir().is_dir());
+    let e = server.psql("select * from no_such_table").unwrap_err();
+    assert!(
+        e.message().contains("no_such_table")
+            && e.message().contains(&server.to_string()),
+        "{e}"
     );
 }
 
@@ -148,11 +206,13 @@ fn data_survives_a_restart_and_a_kill() {
     server.psql("insert into kept values (2)").unwrap();
 
     let mut idle = RawClient::connect(server.addr());
-    let postmaster = server.postmaster_pid().unwrap();
+    let postmaster = postmaster_of(&server);
     server.kill();
     assert!(!server.is_running());
     assert_eq!(server.postmaster_pid(), None);
-    assert!(is_gone(postmaster));
+    if let Some(postmaster) = postmaster {
+        assert!(is_gone(postmaster));
+    }
     assert!(
         TcpStream::connect(server.addr()).is_err(),
         "connections are refused"

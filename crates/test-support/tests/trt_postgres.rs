@@ -57,11 +57,17 @@ fn up_prints_the_environment_and_stops_everything_when_stdin_closes() {
             .unwrap_or_else(|| panic!("no {key} line in {lines:?}"))
             .to_owned()
     };
-    let bin_dir = value("TRT_POSTGRES_BIN_DIR");
-    assert!(
-        std::path::Path::new(&bin_dir).join("initdb").exists(),
-        "{bin_dir}"
-    );
+    match value("TRT_POSTGRES_BACKEND").as_str() {
+        "process" => {
+            let bin_dir = value("TRT_POSTGRES_BIN_DIR");
+            assert!(
+                std::path::Path::new(&bin_dir).join("initdb").exists(),
+                "{bin_dir}"
+            );
+        }
+        "docker" => assert!(!value("TRT_POSTGRES_IMAGE").is_empty()),
+        other => panic!("TRT_POSTGRES_BACKEND={other}"),
+    }
     let url = value("TRT_POSTGRES_URL");
     assert!(answers(&url), "{url} answers");
 
@@ -78,17 +84,33 @@ fn up_prints_the_environment_and_stops_everything_when_stdin_closes() {
     assert!(!answers(&url), "the server was stopped");
 }
 
+/// Runs `trt-postgres` with `args` and `env` (`None`: removed), expecting
+/// it to fail with exit code 1 and print no environment: its stderr.
+fn failing(args: &[&str], env: &[(&str, Option<&str>)]) -> String {
+    let mut command = Command::new(BIN);
+    command.args(args).stdin(Stdio::null());
+    for &(key, value) in env {
+        match value {
+            Some(value) => command.env(key, value),
+            None => command.env_remove(key),
+        };
+    }
+    let output = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+    assert!(output.stdout.is_empty(), "no environment is printed");
+    stderr
+}
+
 #[test]
 fn without_the_binaries_up_fails_with_what_to_do() {
-    let output = Command::new(BIN)
-        .arg("up")
-        .env("TRT_POSTGRES_BIN_DIR", "/nonexistent/postgresql/bin")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert!(output.stdout.is_empty(), "no environment is printed");
+    let stderr = failing(
+        &["up"],
+        &[
+            ("TRT_POSTGRES_BACKEND", None),
+            ("TRT_POSTGRES_BIN_DIR", Some("/nonexistent/postgresql/bin")),
+        ],
+    );
     assert!(
         stderr.contains("TRT_POSTGRES_BIN_DIR=/nonexistent/postgresql/bin"),
         "{stderr}"
@@ -96,10 +118,49 @@ fn without_the_binaries_up_fails_with_what_to_do() {
 }
 
 #[test]
+fn docker_forced_without_an_engine_is_an_error() {
+    for args in [&["up", "--docker"][..], &["up"]] {
+        let stderr = failing(
+            args,
+            &[
+                ("TRT_POSTGRES_BACKEND", Some("docker")),
+                ("DOCKER_HOST", Some("unix:///nonexistent/docker.sock")),
+            ],
+        );
+        for needle in [
+            "TRT_POSTGRES_BACKEND=docker",
+            "no Docker engine answered",
+            "/nonexistent/docker.sock",
+        ] {
+            assert!(stderr.contains(needle), "{needle:?} in {stderr}");
+        }
+    }
+}
+
+#[test]
+fn image_names_the_image_of_the_docker_path() {
+    let image = |value: Option<&str>| {
+        let mut command = Command::new(BIN);
+        command.arg("image");
+        match value {
+            Some(value) => command.env("TRT_POSTGRES_IMAGE", value),
+            None => command.env_remove("TRT_POSTGRES_IMAGE"),
+        };
+        let output = command.output().unwrap();
+        assert!(output.status.success());
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    };
+    assert_eq!(image(None), "postgres:15");
+    assert_eq!(image(Some("localhost:5000/pg:16")), "localhost:5000/pg:16");
+}
+
+#[test]
 fn help_and_bad_arguments() {
     let help = Command::new(BIN).arg("help").output().unwrap();
     assert!(help.status.success());
     assert!(String::from_utf8_lossy(&help.stdout).contains("TRT_POSTGRES_URL"));
-    let bad = Command::new(BIN).args(["up", "--bogus"]).output().unwrap();
-    assert_eq!(bad.status.code(), Some(2));
+    for bad in [&["up", "--bogus"][..], &["up", "--docker", "--process"]] {
+        let bad = Command::new(BIN).args(bad).output().unwrap();
+        assert_eq!(bad.status.code(), Some(2));
+    }
 }

@@ -1,44 +1,33 @@
-//! [`PostgresServer`]: one throwaway PostgreSQL, run from the installed
-//! server binaries (Debian's `postgresql` package) in a temporary directory
-//! of its own.
+//! The process backend of [`PostgresServer`](super::PostgresServer): the
+//! installed server binaries (Debian's `postgresql` package) in a temporary
+//! directory of its own.
 //!
 //! `initdb` creates a fresh cluster in that directory, `pg_ctl` starts it on
-//! a free loopback port (never 5432), and dropping the server stops it and
-//! removes the directory. PostgreSQL refuses to run as root: when this
-//! process is root, `initdb` and `pg_ctl` run as the `postgres` system user
-//! (which Debian's package creates), through `runuser` (or `su`), and the
-//! directory belongs to that user.
+//! the server's port, and dropping it stops the server and removes the
+//! directory. PostgreSQL refuses to run as root: when this process is root,
+//! `initdb` and `pg_ctl` run as the `postgres` system user (which Debian's
+//! package creates), through `runuser` (or `su`), and the directory belongs
+//! to that user.
 
-use std::fmt;
 use std::fs;
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::{
+    Cluster, POSTGRES_SUPERUSER, POSTGRES_SYSTEM_USER, PSQL_TIMEOUT, SETTINGS,
+    START_TIMEOUT, addr, answers, psql_args,
+};
+use crate::backend::{find_on_path, is_executable};
+use crate::env::new_temp_dir;
 use crate::error::{Error, Result};
-use crate::ports::try_free_port;
 
 /// The directory that holds `initdb`, `pg_ctl` and `postgres` (default: found
 /// on `PATH`, else the newest `/usr/lib/postgresql/<version>/bin`).
 pub const POSTGRES_BIN_DIR_VAR: &str = "TRT_POSTGRES_BIN_DIR";
-/// The port of the machine's own PostgreSQL: never started, stopped or
-/// contacted by these helpers.
-pub const SHARED_POSTGRES_PORT: u16 = 5432;
-/// The superuser every throwaway cluster is created with (`initdb -U`), and
-/// the user of [`PostgresServer::url`]; trust authentication on loopback, so
-/// no password. The same name whoever runs the tests, so a URL never depends
-/// on the machine's user names.
-pub const POSTGRES_SUPERUSER: &str = "postgres";
-/// The system user that runs the server when this process is root
-/// (PostgreSQL refuses to run as root); Debian's `postgresql` package
-/// creates it.
-pub const POSTGRES_SYSTEM_USER: &str = "postgres";
 
 /// Where Debian and Ubuntu install each major version's server binaries.
 const DEBIAN_LIB_DIR: &str = "/usr/lib/postgresql";
@@ -48,88 +37,28 @@ const SERVER_PROGRAMS: [&str; 3] = ["initdb", "pg_ctl", "postgres"];
 const LOG: &str = "postgres.log";
 /// What `initdb` printed.
 const INITDB_LOG: &str = "initdb.log";
-/// How long `pg_ctl` waits for a start or a stop (`pg_ctl -t`).
-const PG_CTL_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long killed processes have to disappear, and paused ones to stop.
 const SIGNAL_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long [`PostgresServer::psql`] waits for `psql`.
-const PSQL_TIMEOUT: Duration = Duration::from_secs(30);
-/// How many ports a new server tries when its port was taken between the
-/// check and the start (by another process).
-const PORT_ATTEMPTS: usize = 3;
-/// How much of its log a failure shows.
-const LOG_LINES: usize = 60;
-/// The settings of every throwaway server, after `-p PORT -k SOCKET_DIR`:
-/// loopback TCP only; no fsync and no full-page images (nothing here must
-/// survive a crash of the machine, only of the server); dynamic shared
-/// memory in files of the data directory (removed with it, and not limited
-/// by a container's small `/dev/shm`). `synchronous_commit` stays on: with
-/// fsync off a commit costs one `write`, and every committed transaction
-/// then survives [`PostgresServer::kill`] (the kernel keeps what was
-/// written), as it would on a real server.
-const SETTINGS: &[&str] = &[
-    "listen_addresses=127.0.0.1",
-    "fsync=off",
-    "full_page_writes=off",
-    "dynamic_shared_memory_type=mmap",
-];
 
-/// A throwaway PostgreSQL on a loopback port of its own (never 5432), in a
-/// new temporary directory (the cluster in `data/`, its Unix socket in
-/// `sock/`, its log in `postgres.log`). Stopped, and the directory removed,
-/// when dropped, whatever happened.
-///
-/// The cluster has one superuser, [`POSTGRES_SUPERUSER`] (`postgres`), and
-/// trusts every local connection: [`url`](Self::url) is
-/// `postgres://postgres@127.0.0.1:<port>/postgres`, usable as it is by
-/// tokio-postgres (`NoTls`), psql or any libpq client.
-///
-/// Unlike [`RedisServer`](crate::RedisServer), its data survives
-/// [`restart`](Self::restart), after [`kill`](Self::kill) too (crash
-/// recovery replays the WAL): what a real PostgreSQL does.
-///
-/// The methods block (milliseconds to seconds); those that change its state
-/// panic with the server's log when they fail, as a test would. Linux only
-/// (it reads `/proc` to find the server's processes).
-pub struct PostgresServer {
-    port: u16,
+/// A cluster of the installed binaries in a temporary directory (the
+/// cluster in `data/`, its Unix socket in `sock/`, its log in
+/// `postgres.log`), and its server while it runs. Stopped, and the
+/// directory removed, when dropped.
+pub(super) struct ProcessCluster {
     bin_dir: PathBuf,
     run_as: RunAs,
     /// The temporary directory: `data/`, `sock/`, the logs.
     dir: PathBuf,
+    /// The port of its last start.
+    port: u16,
     /// The postmaster's process id while it runs.
     postmaster: Option<u32>,
-    state: State,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    Running,
-    Paused,
-    /// Killed (SIGKILL) or stopped: [`PostgresServer::restart`] starts it.
-    Down,
-}
-
-impl PostgresServer {
-    /// Creates a cluster in a new temporary directory, starts it on a free
-    /// loopback port, and returns once it accepts connections.
-    ///
-    /// # Panics
-    ///
-    /// With the reason (and what to install, or the server's log) if there
-    /// are no PostgreSQL binaries or it does not start.
-    pub fn start() -> Self {
-        Self::try_start().unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// [`PostgresServer::start`], as a `Result`.
-    pub fn try_start() -> Result<Self> {
-        Self::start_with(&find_postgres_bin_dir()?)
-    }
-
-    /// [`PostgresServer::try_start`] with the binaries of `bin_dir` (which
-    /// holds `initdb`, `pg_ctl` and `postgres`).
-    pub fn start_with(bin_dir: &Path) -> Result<Self> {
+impl ProcessCluster {
+    /// Creates a cluster (`initdb`) with the binaries of `bin_dir`, in a new
+    /// temporary directory.
+    pub(super) fn create(bin_dir: &Path) -> Result<Self> {
         let missing: Vec<&str> = SERVER_PROGRAMS
             .into_iter()
             .filter(|p| !is_executable(&bin_dir.join(p)))
@@ -144,49 +73,27 @@ impl PostgresServer {
         }
         let run_as = RunAs::for_this_process()?;
         sys::adopt_orphans();
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "trt-postgres-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        // A leftover of an earlier process with the same pid is stale.
-        let _ = fs::remove_dir_all(&dir);
-        for created in [dir.clone(), dir.join("sock")] {
-            fs::create_dir_all(&created).map_err(|e| {
-                Error::new(format!(
-                    "could not create {}: {e}",
-                    created.display()
-                ))
-            })?;
-            run_as.give(&created)?;
-        }
-        // From here on, dropping `server` removes the directory (and stops
-        // whatever runs).
-        let mut server = Self {
-            port: 0,
+        let dir = new_temp_dir("trt-postgres")?;
+        // From here on, dropping `cluster` removes the directory.
+        let cluster = Self {
             bin_dir: bin_dir.to_path_buf(),
             run_as,
             dir,
+            port: 0,
             postmaster: None,
-            state: State::Down,
         };
-        server.initdb()?;
-        let mut last = None;
-        for _ in 0..PORT_ATTEMPTS {
-            server.port = try_free_port()?;
-            assert_ne!(
-                server.port, SHARED_POSTGRES_PORT,
-                "port 5432 belongs to the machine's PostgreSQL"
-            );
-            match server.start_postmaster("start") {
-                Err(e) if e.message().contains("Address already in use") => {
-                    last = Some(e);
-                }
-                result => return result.map(|()| server),
-            }
-        }
-        Err(last.expect("at least one attempt"))
+        let sock = cluster.dir.join("sock");
+        fs::create_dir_all(&sock).map_err(|e| {
+            Error::new(format!("could not create {}: {e}", sock.display()))
+        })?;
+        cluster.run_as.give(&cluster.dir)?;
+        cluster.run_as.give(&sock)?;
+        cluster.initdb()?;
+        Ok(cluster)
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join(LOG)
     }
 
     fn data_dir(&self) -> PathBuf {
@@ -228,62 +135,7 @@ impl PostgresServer {
         )))
     }
 
-    /// `pg_ctl start -w` on `self.port`; records the postmaster's pid.
-    fn start_postmaster(&mut self, what: &str) -> Result<()> {
-        let sock = self.dir.join("sock");
-        let sock = sock.to_str().filter(|s| !s.contains('\'')).ok_or_else(|| {
-            Error::new(format!(
-                "{} cannot be given to pg_ctl (not UTF-8, or a quote in it): set TMPDIR to a \
-                 plain directory such as /tmp",
-                sock.display()
-            ))
-        })?;
-        // pg_ctl hands these to a shell: the socket directory is quoted.
-        let mut options = format!("-p {} -k '{sock}'", self.port);
-        for setting in SETTINGS {
-            options.push_str(" -c ");
-            options.push_str(setting);
-        }
-        let mut command = self.run_as.command(&self.program("pg_ctl"));
-        command
-            .arg("-D")
-            .arg(self.data_dir())
-            .arg("-l")
-            .arg(self.dir.join(LOG))
-            .args(["-w", "-t", &PG_CTL_TIMEOUT.as_secs().to_string()])
-            .arg("-o")
-            .arg(options)
-            .arg("start");
-        let output = self.run(command, "pg_ctl start")?;
-        if !output.status.success() {
-            // A start that timed out may have left a server running.
-            self.postmaster = read_postmaster_pid(&self.data_dir())
-                .filter(|&pid| is_postgres(pid));
-            self.kill_everything();
-            return Err(self.failure(&format!(
-                "did not {what} (`pg_ctl start` {}):\n{}",
-                output.status,
-                printed(&output).trim_end()
-            )));
-        }
-        self.postmaster = read_postmaster_pid(&self.data_dir());
-        if self.postmaster.is_none() {
-            return Err(self.failure(&format!(
-                "{what}: pg_ctl reported it started, but {} names no postmaster",
-                self.data_dir().join("postmaster.pid").display()
-            )));
-        }
-        self.state = State::Running;
-        if !self.answers(Duration::from_secs(5)) {
-            return Err(self.failure(&format!(
-                "{what}: pg_ctl reported it started, but it does not answer on 127.0.0.1:{}",
-                self.port
-            )));
-        }
-        Ok(())
-    }
-
-    /// Runs `command` (in the server's directory, stdin closed) and returns
+    /// Runs `command` (in the cluster's directory, stdin closed) and returns
     /// what it printed.
     fn run(&self, mut command: Command, what: &str) -> Result<Output> {
         command
@@ -299,206 +151,6 @@ impl PostgresServer {
             })
     }
 
-    /// An error about this server, with the end of its log.
-    fn failure(&self, what: &str) -> Error {
-        let logs = self.logs();
-        let lines: Vec<&str> = logs.lines().collect();
-        let tail = lines[lines.len().saturating_sub(LOG_LINES)..].join("\n");
-        Error::new(format!(
-            "{self} {what}\n--- its log, {} (last {LOG_LINES} lines at most) ---\n{tail}",
-            self.dir.join(LOG).display()
-        ))
-    }
-
-    fn expect_ok(&self, result: Result<()>, what: &str) {
-        if let Err(e) = result {
-            panic!("{}", self.failure(&format!("could not {what}: {e}")));
-        }
-    }
-
-    /// Its loopback port.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// `127.0.0.1:<port>`.
-    pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
-    }
-
-    /// `postgres://postgres@127.0.0.1:<port>/postgres`: the superuser, on
-    /// the `postgres` database, no password (trust authentication), no TLS.
-    pub fn url(&self) -> String {
-        format!(
-            "postgres://{POSTGRES_SUPERUSER}@127.0.0.1:{}/postgres",
-            self.port
-        )
-    }
-
-    /// The directory of the binaries it runs.
-    pub fn bin_dir(&self) -> &Path {
-        &self.bin_dir
-    }
-
-    /// Its temporary directory (removed on drop): the cluster in `data/`,
-    /// the socket in `sock/`, the log in `postgres.log`.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// The postmaster's process id, while it runs.
-    pub fn postmaster_pid(&self) -> Option<u32> {
-        self.postmaster
-    }
-
-    /// Whether it runs (paused or not): false after [`kill`](Self::kill) or
-    /// [`stop`](Self::stop) until [`restart`](Self::restart).
-    pub fn is_running(&self) -> bool {
-        self.state != State::Down
-    }
-
-    /// Whether it is paused.
-    pub fn is_paused(&self) -> bool {
-        self.state == State::Paused
-    }
-
-    /// Whether it answers a TLS request (the first message of a connection)
-    /// within `timeout`: true for a running server, false for a paused,
-    /// killed or stopped one. Opens and closes one TCP connection.
-    pub fn answers(&self, timeout: Duration) -> bool {
-        answers(self.addr(), timeout)
-    }
-
-    /// Kills it with no warning to its clients: SIGKILL to every one of its
-    /// processes (backends included; paused or not), then to the postmaster
-    /// (stopped meanwhile, so that none sees another die and says so to its
-    /// client), and waits until they are gone. Connections are closed under
-    /// their clients with no message, and new ones are refused. The data directory is left
-    /// as a crash leaves it (minus the stale lock files and the server's
-    /// System V interlock segment, which nothing would remove):
-    /// [`restart`](Self::restart) recovers it.
-    ///
-    /// # Panics
-    ///
-    /// If it is not running, or its processes could not be killed.
-    pub fn kill(&mut self) {
-        assert!(self.is_running(), "kill: {self} is not running");
-        let result = self.kill_all();
-        self.expect_ok(result, "kill it");
-    }
-
-    /// Stops it cleanly (`pg_ctl stop -m fast`: clients are disconnected,
-    /// everything is written): [`restart`](Self::restart) starts it again.
-    ///
-    /// # Panics
-    ///
-    /// If it is not running, or did not stop.
-    pub fn stop(&mut self) {
-        assert!(self.is_running(), "stop: {self} is not running");
-        if self.state == State::Paused {
-            self.resume();
-        }
-        let result = self.pg_ctl_stop("fast");
-        self.expect_ok(result, "stop it");
-    }
-
-    /// Starts it again on the same port and the same data directory, and
-    /// returns once it accepts connections: its data is there (after a
-    /// [`kill`](Self::kill), once crash recovery has run). A running (or
-    /// paused) server is first stopped cleanly, as `pg_ctl restart` does.
-    ///
-    /// # Panics
-    ///
-    /// If it does not come back (the port taken meanwhile, for one).
-    pub fn restart(&mut self) {
-        if self.is_running() {
-            self.stop();
-        }
-        if let Err(e) = self.start_postmaster("restart") {
-            panic!("{e}");
-        }
-    }
-
-    /// Freezes it: SIGSTOP to the postmaster, then to each of its processes
-    /// (every backend), and returns once all of them are stopped. Its port
-    /// still accepts connections and data (the kernel does that), and
-    /// nothing is answered, on new connections and open ones alike: a hung
-    /// server, not a dead one.
-    ///
-    /// # Panics
-    ///
-    /// If it is not running (or already paused), or could not be paused.
-    pub fn pause(&mut self) {
-        assert_eq!(
-            self.state,
-            State::Running,
-            "pause: {self} is not running unpaused"
-        );
-        let result = self.freeze();
-        self.expect_ok(result, "pause it");
-        self.state = State::Paused;
-    }
-
-    /// Undoes [`pause`](Self::pause) (SIGCONT to each of its processes): it
-    /// answers what it was sent meanwhile.
-    ///
-    /// # Panics
-    ///
-    /// If it is not paused, or could not be resumed.
-    pub fn resume(&mut self) {
-        assert_eq!(self.state, State::Paused, "resume: {self} is not paused");
-        let result = self.thaw();
-        self.expect_ok(result, "resume it");
-        self.state = State::Running;
-    }
-
-    /// Everything it logged (every run, for a restarted server).
-    pub fn logs(&self) -> String {
-        fs::read_to_string(self.dir.join(LOG)).unwrap_or_default()
-    }
-
-    /// Runs `sql` with `psql` (from the server's binaries, else `PATH`) as
-    /// the superuser, stopping at the first error, and returns what it
-    /// printed: unaligned, tuples only (`select 1` gives `"1\n"`). Within 30
-    /// seconds. For setting up and looking.
-    pub fn psql(&self, sql: &str) -> Result<String> {
-        let psql = Some(self.program("psql"))
-            .filter(|p| is_executable(p))
-            .or_else(|| find_on_path("psql"))
-            .ok_or_else(|| {
-                Error::new(format!(
-                    "`psql` is not in {} nor on PATH: install it (`apt-get install -y \
-                     postgresql-client`)",
-                    self.bin_dir.display()
-                ))
-            })?;
-        let mut command = Command::new(&psql);
-        command
-            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d"])
-            .arg(format!(
-                "host=127.0.0.1 port={} user={POSTGRES_SUPERUSER} dbname=postgres \
-                 sslmode=disable connect_timeout=10",
-                self.port
-            ))
-            .arg("-c")
-            .arg(sql)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let what = format!("`psql -c {sql:?}` on {self}");
-        let output = output_within(command, PSQL_TIMEOUT)
-            .map_err(|e| Error::new(format!("{what}: {e}")))?;
-        if output.status.success() {
-            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-        } else {
-            Err(Error::new(format!(
-                "{what} failed ({}):\n{}",
-                output.status,
-                printed(&output).trim_end()
-            )))
-        }
-    }
-
     /// `pg_ctl stop -m <mode> -w`.
     fn pg_ctl_stop(&mut self, mode: &str) -> Result<()> {
         let mut command = self.run_as.command(&self.program("pg_ctl"));
@@ -506,7 +158,7 @@ impl PostgresServer {
             .arg("-D")
             .arg(self.data_dir())
             .args(["-m", mode, "-w"])
-            .args(["-t", &PG_CTL_TIMEOUT.as_secs().to_string(), "stop"]);
+            .args(["-t", &START_TIMEOUT.as_secs().to_string(), "stop"]);
         let output = self.run(command, "pg_ctl stop")?;
         if output.status.success() {
             // It removed its pid file as it exited: reaped in a moment.
@@ -514,7 +166,6 @@ impl PostgresServer {
                 let _ = wait_until(|| !is_alive(postmaster));
             }
             self.postmaster = None;
-            self.state = State::Down;
             Ok(())
         } else {
             Err(Error::new(format!(
@@ -523,39 +174,6 @@ impl PostgresServer {
                 printed(&output).trim_end()
             )))
         }
-    }
-
-    /// SIGKILL to the postmaster and its processes; waits until they are
-    /// gone; removes what a crash leaves in the way of the next start.
-    fn kill_all(&mut self) -> Result<()> {
-        let postmaster = self.postmaster.ok_or_else(|| {
-            Error::new("its postmaster's process id is unknown")
-        })?;
-        // Stopped first, it forks no new backend while they are listed, and
-        // sees none of them die. Its processes go first: killed last, it
-        // leaves none the time to notice its death and tell its client
-        // ("terminating connection due to unexpected postmaster exit").
-        let _ = sys::signal(postmaster, Signal::Stop);
-        let _ = wait_until(|| !is_alive(postmaster) || is_stopped(postmaster));
-        let mut pids = descendants(postmaster);
-        pids.push(postmaster);
-        for &pid in &pids {
-            // One that is already gone is no failure.
-            let _ = sys::signal(pid, Signal::Kill);
-        }
-        let gone = wait_until(|| pids.iter().all(|&pid| !is_alive(pid)));
-        let left: Vec<u32> =
-            pids.iter().copied().filter(|&pid| is_alive(pid)).collect();
-        if !gone {
-            return Err(Error::new(format!(
-                "processes {left:?} were still alive {} s after SIGKILL",
-                SIGNAL_TIMEOUT.as_secs()
-            )));
-        }
-        self.postmaster = None;
-        self.state = State::Down;
-        self.remove_crash_leftovers();
-        Ok(())
     }
 
     /// After a kill: the System V interlock segment (its id is in
@@ -593,18 +211,173 @@ impl PostgresServer {
         let _ = fs::remove_file(socket);
     }
 
-    /// Best effort, for failures and drop: whatever runs is killed.
+    /// Best effort, for failures and drop: whatever runs is killed (SIGKILL
+    /// stops a paused process too).
     fn kill_everything(&mut self) {
         if self.postmaster.is_some() {
-            if self.state == State::Paused {
-                let _ = self.thaw();
-            }
-            let _ = self.kill_all();
+            let _ = self.kill();
         }
-        self.state = State::Down;
+    }
+}
+
+impl Cluster for ProcessCluster {
+    fn backend(&self) -> &'static str {
+        "process"
     }
 
-    fn freeze(&self) -> Result<()> {
+    fn log_place(&self) -> String {
+        self.log_path().display().to_string()
+    }
+
+    fn bin_dir(&self) -> &Path {
+        &self.bin_dir
+    }
+
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn postmaster(&self) -> Option<u32> {
+        self.postmaster
+    }
+
+    /// `pg_ctl start -w` on `port`; records the postmaster's pid, and
+    /// returns once it answers. Whatever a failed start left running is
+    /// killed.
+    fn start(&mut self, port: u16) -> Result<()> {
+        self.port = port;
+        let sock = self.dir.join("sock");
+        let sock = sock.to_str().filter(|s| !s.contains('\'')).ok_or_else(|| {
+            Error::new(format!(
+                "{} cannot be given to pg_ctl (not UTF-8, or a quote in it): set TMPDIR to a \
+                 plain directory such as /tmp",
+                sock.display()
+            ))
+        })?;
+        // pg_ctl hands these to a shell: the socket directory is quoted.
+        let mut options = format!("-p {port} -k '{sock}'");
+        for setting in SETTINGS {
+            options.push_str(" -c ");
+            options.push_str(setting);
+        }
+        let mut command = self.run_as.command(&self.program("pg_ctl"));
+        command
+            .arg("-D")
+            .arg(self.data_dir())
+            .arg("-l")
+            .arg(self.log_path())
+            .args(["-w", "-t", &START_TIMEOUT.as_secs().to_string()])
+            .arg("-o")
+            .arg(options)
+            .arg("start");
+        let output = self.run(command, "pg_ctl start")?;
+        if !output.status.success() {
+            // A start that timed out may have left a server running.
+            self.postmaster = read_postmaster_pid(&self.data_dir())
+                .filter(|&pid| is_postgres(pid));
+            self.kill_everything();
+            return Err(Error::new(format!(
+                "`pg_ctl start` {}:\n{}",
+                output.status,
+                printed(&output).trim_end()
+            )));
+        }
+        self.postmaster = read_postmaster_pid(&self.data_dir());
+        if self.postmaster.is_none() {
+            return Err(Error::new(format!(
+                "pg_ctl reported it started, but {} names no postmaster",
+                self.data_dir().join("postmaster.pid").display()
+            )));
+        }
+        if !answers(addr(port), Duration::from_secs(5)) {
+            return Err(Error::new(format!(
+                "pg_ctl reported it started, but it does not answer on 127.0.0.1:{port}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// `pg_ctl stop -m fast`: clients are disconnected, everything is
+    /// written.
+    fn stop(&mut self) -> Result<()> {
+        self.pg_ctl_stop("fast")
+    }
+
+    /// Everything it logged, every run.
+    fn logs(&self) -> String {
+        fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// `psql` (from the server's binaries, else `PATH`) with
+    /// [`psql_args`], killed after [`PSQL_TIMEOUT`]: what it printed.
+    fn psql(&self, port: u16, sql: &str) -> Result<String> {
+        let psql = Some(self.program("psql"))
+            .filter(|p| is_executable(p))
+            .or_else(|| find_on_path("psql"))
+            .ok_or_else(|| {
+                Error::new(format!(
+                    "`psql` is not in {} nor on PATH: install it (`apt-get install -y \
+                     postgresql-client`)",
+                    self.bin_dir.display()
+                ))
+            })?;
+        let mut command = Command::new(&psql);
+        command
+            .args(psql_args(port, sql))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let output = output_within(command, PSQL_TIMEOUT)?;
+        if output.status.success() {
+            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        } else {
+            Err(Error::new(format!(
+                "failed ({}):\n{}",
+                output.status,
+                printed(&output).trim_end()
+            )))
+        }
+    }
+
+    /// SIGKILL to every one of its processes (backends included; paused or
+    /// not), then to the postmaster (stopped meanwhile, so that none sees
+    /// another die and says so to its client); waits until they are gone.
+    /// The data directory is left as a crash leaves it, minus the stale lock
+    /// files and the server's System V interlock segment, which nothing
+    /// would remove.
+    fn kill(&mut self) -> Result<()> {
+        let postmaster = self.postmaster.ok_or_else(|| {
+            Error::new("its postmaster's process id is unknown")
+        })?;
+        // Stopped first, it forks no new backend while they are listed, and
+        // sees none of them die. Its processes go first: killed last, it
+        // leaves none the time to notice its death and tell its client
+        // ("terminating connection due to unexpected postmaster exit").
+        let _ = sys::signal(postmaster, Signal::Stop);
+        let _ = wait_until(|| !is_alive(postmaster) || is_stopped(postmaster));
+        let mut pids = descendants(postmaster);
+        pids.push(postmaster);
+        for &pid in &pids {
+            // One that is already gone is no failure.
+            let _ = sys::signal(pid, Signal::Kill);
+        }
+        let gone = wait_until(|| pids.iter().all(|&pid| !is_alive(pid)));
+        let left: Vec<u32> =
+            pids.iter().copied().filter(|&pid| is_alive(pid)).collect();
+        if !gone {
+            return Err(Error::new(format!(
+                "processes {left:?} were still alive {} s after SIGKILL",
+                SIGNAL_TIMEOUT.as_secs()
+            )));
+        }
+        self.postmaster = None;
+        self.remove_crash_leftovers();
+        Ok(())
+    }
+
+    /// SIGSTOP to the postmaster, then to each of its processes (every
+    /// backend); returns once all of them are stopped.
+    fn pause(&self) -> Result<()> {
         let postmaster = self.postmaster.ok_or_else(|| {
             Error::new("its postmaster's process id is unknown")
         })?;
@@ -632,7 +405,8 @@ impl PostgresServer {
         Ok(())
     }
 
-    fn thaw(&self) -> Result<()> {
+    /// SIGCONT to each of its processes, the postmaster last.
+    fn resume(&self) -> Result<()> {
         let postmaster = self.postmaster.ok_or_else(|| {
             Error::new("its postmaster's process id is unknown")
         })?;
@@ -643,54 +417,19 @@ impl PostgresServer {
     }
 }
 
-impl Drop for PostgresServer {
+impl Drop for ProcessCluster {
     fn drop(&mut self) {
-        if self.state == State::Paused {
-            let _ = self.thaw();
-            self.state = State::Running;
-        }
-        // Immediate: nothing is kept, and the server removes its shared
-        // memory as it exits.
-        if self.state == State::Running
-            && self.pg_ctl_stop("immediate").is_err()
-        {
-            self.kill_everything();
+        if self.postmaster.is_some() {
+            // Paused or not: SIGCONT to a running process does nothing.
+            let _ = self.resume();
+            // Immediate: nothing is kept, and the server removes its shared
+            // memory as it exits.
+            if self.pg_ctl_stop("immediate").is_err() {
+                self.kill_everything();
+            }
         }
         let _ = fs::remove_dir_all(&self.dir);
     }
-}
-
-impl fmt::Display for PostgresServer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "PostgreSQL on 127.0.0.1:{}", self.port)
-    }
-}
-
-impl fmt::Debug for PostgresServer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PostgresServer")
-            .field("port", &self.port)
-            .field("dir", &self.dir)
-            .field("postmaster", &self.postmaster)
-            .field("state", &self.state)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Whether a PostgreSQL server answers on `addr` within `timeout`: it sends
-/// an `SSLRequest` (the 8 bytes a client may open with) and waits for the
-/// one-byte answer (`S` or `N`).
-fn answers(addr: SocketAddr, timeout: Duration) -> bool {
-    const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr, timeout) else {
-        return false;
-    };
-    let mut reply = [0_u8; 1];
-    stream.set_read_timeout(Some(timeout)).is_ok()
-        && stream.set_write_timeout(Some(timeout)).is_ok()
-        && stream.write_all(&SSL_REQUEST).is_ok()
-        && stream.read_exact(&mut reply).is_ok()
-        && matches!(&reply, b"S" | b"N")
 }
 
 /// The directory of the PostgreSQL server binaries (`initdb`, `pg_ctl` and
@@ -1108,26 +847,6 @@ fn printed(output: &Output) -> String {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     )
-}
-
-fn find_on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|candidate| is_executable(candidate))
-}
-
-fn is_executable(path: &Path) -> bool {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        path.metadata()
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    }
-    #[cfg(not(unix))]
-    {
-        path.is_file()
-    }
 }
 
 #[cfg(test)]
