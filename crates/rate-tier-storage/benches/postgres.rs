@@ -72,6 +72,15 @@ fn server_cpu_secs(pid: u32) -> f64 {
     total as f64 / ticks
 }
 
+/// CPU seconds (user + system) of this process: the client's.
+fn own_cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let rest = stat.rsplit_once(')').unwrap().1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| fields[i].parse::<u64>().unwrap();
+    (field(11) + field(12)) as f64 / 100.0
+}
+
 /// pgbench with `script` (one statement, `:k` a random user), 64 clients,
 /// prepared statements: (transactions per second, server CPU µs per
 /// transaction).
@@ -135,12 +144,13 @@ fn mean(values: &[f64]) -> f64 {
 }
 
 /// One run of the store: 64 tasks, each checking random users of 10 000,
-/// for `seconds`: (checks per second, server CPU µs per check, errors).
+/// for `seconds`: (checks per second, server CPU µs per check, client CPU
+/// µs per check, errors).
 async fn run_store(
     server: &PostgresServer,
     quota: Quota,
     seconds: u64,
-) -> (f64, f64, u64) {
+) -> (f64, f64, f64, u64) {
     let store = PostgresStorage::builder(&server.url())
         .unwrap()
         .pool_size(CLIENTS)
@@ -170,6 +180,7 @@ async fn run_store(
     let stop = Arc::new(AtomicBool::new(false));
     let pid = server.postmaster_pid().unwrap();
     let cpu_before = server_cpu_secs(pid);
+    let client_before = own_cpu_secs();
     let started = Instant::now();
     let tasks: Vec<_> = (0..CLIENTS)
         .map(|t| {
@@ -207,6 +218,7 @@ async fn run_store(
     }
     let elapsed = started.elapsed().as_secs_f64();
     let cpu = server_cpu_secs(pid) - cpu_before;
+    let client = own_cpu_secs() - client_before;
     let checks = checks.load(Ordering::Relaxed) as f64;
     // Its 64 connections closed before pgbench opens 64 of its own.
     drop(store);
@@ -214,6 +226,7 @@ async fn run_store(
     (
         checks / elapsed,
         cpu / checks * 1e6,
+        client / checks * 1e6,
         errors.load(Ordering::Relaxed),
     )
 }
@@ -278,13 +291,14 @@ async fn main() {
         (Vec::new(), Vec::new(), Vec::new());
     let mut errors = 0;
     for round in 1..=rounds {
-        let (rate, cpu, failed) = run_store(&server, quota, seconds).await;
-        let (same_tps, _) = pgbench(&server, &same, seconds);
+        let (rate, cpu, client, failed) =
+            run_store(&server, quota, seconds).await;
+        let (same_tps, same_cpu) = pgbench(&server, &same, seconds);
         let (plain_tps, plain_cpu) = pgbench(&server, &plain, seconds);
         let (_, call_cpu) = pgbench(&server, &function, seconds);
         println!(
-            "round {round}: store {rate:.0} checks/s ({cpu:.1} us CPU/check), \
-             pgbench same {same_tps:.0}/s, UPDATE {plain_tps:.0}/s ({plain_cpu:.1} us), \
+            "round {round}: store {rate:.0} checks/s (server {cpu:.1} us, client {client:.1} us CPU/check), \
+             pgbench same {same_tps:.0}/s ({same_cpu:.1} us), UPDATE {plain_tps:.0}/s ({plain_cpu:.1} us), \
              function {call_cpu:.1} us"
         );
         errors += failed;
