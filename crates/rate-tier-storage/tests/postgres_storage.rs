@@ -517,3 +517,37 @@ async fn one_bucket_checks_and_decisions_over_several_share_one_lock() {
     let left = one(&*store, BucketCheck::peek(&b, "ana", roomy)).await;
     assert_eq!(left.remaining, 1_000 - joint);
 }
+
+#[tokio::test]
+async fn an_unlogged_table_is_migrated_as_such_and_decides_like_any() {
+    let url = env::postgres_url();
+    let table = unique("trt_unlogged").replace('-', "_");
+    let store = PostgresStorage::builder(&url)
+        .unwrap()
+        .table(&table)
+        .unwrap()
+        .unlogged(true)
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    store.migrate().await.unwrap();
+    // Again: nothing changes but the functions.
+    store.migrate().await.unwrap();
+    let db = raw(&url).await;
+    let unlogged: bool = db
+        .query_one(
+            "SELECT relpersistence = 'u' FROM pg_class WHERE relname = $1",
+            &[&table],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(unlogged, "{table} is not UNLOGGED");
+    let free = name("free");
+    let quota = Quota::per_minute(2);
+    for expected in [true, true, false] {
+        let d = one(&store, BucketCheck::new(&free, "ana", quota, 1).unwrap())
+            .await;
+        assert_eq!(d.allowed, expected);
+    }
+}
