@@ -2,8 +2,9 @@
 //!
 //! `#![no_std]`, no dependencies, no allocation, no `unsafe`: this crate is the
 //! math every store of `tower-rate-tier` (memory, Redis's Lua script, the
-//! fallback) applies atomically around one number per bucket. It can also be
-//! used alone, in custom code or on a microcontroller.
+//! fallback) applies atomically around one number per bucket (or, for the
+//! [other kinds of limit](#other-kinds-of-limit), one small record or list).
+//! It can also be used alone, in custom code or on a microcontroller.
 //!
 //! # GCRA in three numbers
 //!
@@ -112,17 +113,85 @@
 //!   debt to wait for, or a refund).
 //! - [`check_all`]: several limits (a plan, an endpoint, an IP) decided as
 //!   one, all or nothing, with shadow limits that report without refusing.
+//!
+//! # Other kinds of limit
+//!
+//! Beside the GCRA rate, three kinds of limit, each pure and allocation-free
+//! in the same way, with its rules in its docs:
+//!
+//! - [`Window`]: an exact sliding window log, at most `N` requests in any
+//!   window of `W` µs. Its state is the log of the counted requests'
+//!   timestamps (at most [`MAX_WINDOW_LIMIT`] of them), read as a slice.
+//! - [`Period`]: at most `N` requests per calendar day, ISO week or month,
+//!   in UTC or at a fixed offset from it, reset at the period's first
+//!   instant. Its state is the period's start and its count.
+//! - [`Concurrency`]: at most `N` requests in flight, counted or held as
+//!   [`Lease`]s that expire.
+//!
+//! Each one answers like [`Quota::check`]: `allowed`, `remaining`,
+//! `retry_after_us`, `reset_after_us` (none for concurrency), and
+//! `write`, what the store must write, `None` for nothing. A cost above the
+//! limit is [`CheckError::CostExceedsBurst`]; unlike [`Quota::check`], a
+//! cost of 0 is a peek (the answer of [`Quota::peek`]), as in a
+//! [`Charge`].
+//!
+//! ```
+//! use std::time::Duration;
+//! use gcra_core::{Concurrency, Period, PeriodUnit, Window};
+//!
+//! let window = Window::new(5, Duration::from_secs(1))?;
+//! assert_eq!(window.check(&[], 0, 1)?.remaining, 4);
+//! let daily = Period::new(1000, PeriodUnit::Day, 0)?;
+//! assert_eq!(daily.check(None, 0, 1)?.reset_after_us, 86_400_000_000);
+//! let in_flight = Concurrency::new(10)?;
+//! assert_eq!(in_flight.acquire(9, 1)?.write, Some(10));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Several kinds in one decision
+//!
+//! [`check_all`] decides GCRA buckets; limits of several kinds are decided
+//! as one, all or nothing, by the store, which reads every key in the same
+//! atomic step and then:
+//!
+//! 1. decides each limit on its own (its `check` or `acquire`);
+//! 2. takes the verdict with [`Verdict::of`] over the answers, each as a
+//!    [`Decision`] (`as_decision()` on the new kinds), with each limit's
+//!    shadow flag;
+//! 3. if the verdict allows, applies every limit's `write` (a shadow limit
+//!    that refused has none to charge);
+//! 4. if it refuses, applies no write of a limit that passed: a pass's
+//!    write is always its charge. A refusal's write is never a charge,
+//!    only a repair (a GCRA TAT capped after the clock went back, a window's
+//!    entries re-stamped): applying it is right, skipping it only delays it
+//!    to the next decision. A limit that passed reports the key as it
+//!    stands with a peek (cost 0).
+//!
+//! A [`Concurrency`] slot acquired by a decision that passed must be
+//! released when the request ends; one that was not acquired, not.
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(clippy::arithmetic_side_effects, clippy::unwrap_used, clippy::panic)]
 
+mod concurrency;
 mod decision;
 mod joint;
+mod period;
 mod quota;
+mod window;
 
+pub use concurrency::{
+    Concurrency, ConcurrencyDecision, ConcurrencyError, Lease, RETRY_HINT_US,
+};
 pub use decision::{Adjust, CheckError, Decision, Settled, StoreTat, Write};
 pub use joint::{Charge, JointError, Verdict, check_all};
+pub use period::{
+    MAX_OFFSET_S, Period, PeriodDecision, PeriodError, PeriodUnit, PeriodWrite,
+};
 pub use quota::{Quota, QuotaError};
+pub use window::{
+    LogWrite, MAX_WINDOW_LIMIT, Window, WindowDecision, WindowError,
+};
 
 /// The largest time value, in microseconds, this crate accepts or produces:
 /// 2^53, the range in which a Lua (and JSON) number is an exact integer.
