@@ -209,10 +209,11 @@ fn monitor_client_commands(
 }
 
 /// Live keys of the three limits' buckets (SCAN skips expired keys,
-/// DBSIZE does not).
+/// DBSIZE does not). A `Limit`'s keys are in the limits' namespace,
+/// `limit/<name>` (`LimitName::of_limit`), apart from the tiers'.
 async fn bucket_keys(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
     let mut count = 0;
-    for pattern in ["trt:free:*", "trt:route:*", "trt:tokens:*"] {
+    for pattern in ["trt:free:*", "trt:limit/route:*", "trt:limit/tokens:*"] {
         let keys = rate_tier_test_support::scan_keys(conn, pattern).await;
         count += keys.unwrap().len() as u64;
     }

@@ -336,9 +336,14 @@ pub(crate) struct CpuCase {
 }
 
 /// T = 1 µs, tau = 1 s (1,000,000 per second, as the checks/s row): never
-/// refuses, so every call reads TIME, GETs, decides and SETs PX.
+/// refuses, so every call reads TIME, GETs, decides and SETs PX. The most
+/// debt a settlement may leave: tau, a quota's default (the scripts that
+/// take it per key require it: `gcra_all.lua` 5 arguments a key, T, tau,
+/// cost, shadow and max debt; `gcra_settle.lua` 4, T, tau, units and max
+/// debt).
 const T: &str = "1";
 const TAU: &str = "1000000";
+const MAX_DEBT: &str = TAU;
 
 /// Every script call the Redis CPU part measures, by name.
 pub(crate) const CPU_CASES: &[CpuCase] = &[
@@ -354,7 +359,7 @@ pub(crate) const CPU_CASES: &[CpuCase] = &[
         script: "gcra_all.lua",
         via: Via::Evalsha,
         keys: &["trt:bench:{__rand_int__}"],
-        args: &[T, TAU, "1", "0"],
+        args: &[T, TAU, "1", "0", MAX_DEBT],
     },
     CpuCase {
         name: "gcra_all_3",
@@ -365,14 +370,17 @@ pub(crate) const CPU_CASES: &[CpuCase] = &[
             "trt:route:{__rand_int__}",
             "trt:tokens:{__rand_int__}",
         ],
-        args: &[T, TAU, "1", "0", T, TAU, "1", "0", T, TAU, "1", "0"],
+        args: &[
+            T, TAU, "1", "0", MAX_DEBT, T, TAU, "1", "0", MAX_DEBT, T, TAU,
+            "1", "0", MAX_DEBT,
+        ],
     },
     CpuCase {
         name: "gcra_settle",
         script: "gcra_settle.lua",
         via: Via::Evalsha,
         keys: &["trt:settle:__rand_int__"],
-        args: &[T, TAU, "1"],
+        args: &[T, TAU, "1", MAX_DEBT],
     },
     CpuCase {
         name: "gcra_fcall",
