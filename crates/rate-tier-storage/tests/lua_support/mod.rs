@@ -1,6 +1,8 @@
 //! The Lua scripts of `src/redis/` in an embedded Lua 5.1 (the version Redis
 //! runs), with a stub of the `redis` library: no server needed. Shared by
-//! `lua_script.rs` (gcra.lua) and `lua_all.rs` (gcra_all.lua, gcra_settle.lua).
+//! `lua_script.rs` (gcra.lua) and `lua_all.rs` (gcra_all.lua, gcra_settle.lua),
+//! and `lua_mixed.rs` (decide_mixed.lua, which adds lists: `LRANGE 0 -1`,
+//! `RPUSH`, `LTRIM`, `PEXPIRE`, and `SET` of a period's `start:count`).
 //!
 //! The stub is as strict as Redis or stricter: the commands the scripts use
 //! (`TIME`, `GET`, `MGET`, `SET .. PX`, `DEL`) with Redis's replies and
@@ -22,6 +24,8 @@ pub(crate) const GCRA: &str = include_str!("../../src/redis/gcra.lua");
 pub(crate) const GCRA_ALL: &str = include_str!("../../src/redis/gcra_all.lua");
 pub(crate) const GCRA_SETTLE: &str =
     include_str!("../../src/redis/gcra_settle.lua");
+pub(crate) const DECIDE_MIXED: &str =
+    include_str!("../../src/redis/decide_mixed.lua");
 
 /// A realistic Redis `TIME`, in µs: 2026-10-02.
 pub(crate) const START_US: u64 = 1_790_947_155_000_000;
@@ -35,6 +39,11 @@ pub(crate) enum Stored {
     /// A key of another type (a list, say): `GET` fails with WRONGTYPE,
     /// `MGET` answers nil.
     WrongType,
+    /// A list, as `RPUSH` builds it: `GET` fails with WRONGTYPE, `MGET`
+    /// answers nil. (Never empty: Redis deletes a list that becomes empty.)
+    /// [`Stored::WrongType`] stays a key of a third type for the list
+    /// commands: they fail on it with WRONGTYPE, as on a string.
+    List(Vec<String>),
 }
 
 #[derive(Debug)]
@@ -51,6 +60,12 @@ pub(crate) enum Write {
     Set { key: String, value: String, px: u64 },
     /// `DEL key`.
     Del { key: String },
+    /// `RPUSH key values..`.
+    Rpush { key: String, values: Vec<String> },
+    /// `LTRIM key start stop`.
+    Ltrim { key: String, start: i64, stop: i64 },
+    /// `PEXPIRE key ms`.
+    Pexpire { key: String, ms: u64 },
 }
 
 impl Write {
@@ -89,6 +104,16 @@ fn is_canonical_uint(s: &str) -> bool {
     !s.is_empty()
         && s.bytes().all(|b| b.is_ascii_digit())
         && (s == "0" || !s.starts_with('0'))
+}
+
+const WRONGTYPE: &str =
+    "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+/// `start:count`, two canonical integers: a period's record as
+/// decide_mixed.lua writes it.
+fn is_period_record(s: &str) -> bool {
+    s.split_once(':')
+        .is_some_and(|(a, b)| is_canonical_uint(a) && is_canonical_uint(b))
 }
 
 /// A Redis status reply as Lua sees it: `{ok = "OK"}`.
@@ -151,7 +176,7 @@ fn command(
                 ..
             }) => Ok(Value::String(lua.create_string(s).map_err(lua_err)?)),
             Some(Entry {
-                value: Stored::WrongType,
+                value: Stored::WrongType | Stored::List(_),
                 ..
             }) => Err("WRONGTYPE Operation against a key holding the wrong kind of value".into()),
         },
@@ -171,6 +196,139 @@ fn command(
             Ok(Value::Table(t))
         }
         ("MGET", []) => Err("ERR wrong number of arguments for 'mget' command".into()),
+        // A period's record: SET of `start:count`, as strict as the SET below.
+        ("SET", [key, value, px_word, px])
+            if px_word.eq_ignore_ascii_case("PX") && is_period_record(value) =>
+        {
+            if !is_canonical_uint(px) {
+                return Err(format!("harness: SET {value:?} PX {px:?}: not an integer string"));
+            }
+            let px: u64 = px
+                .parse()
+                .map_err(|_| "ERR value is not an integer or out of range")?;
+            if px == 0 {
+                return Err("ERR invalid expire time in 'set' command".into());
+            }
+            let expire_at_ms = redis.now_us / 1000 + px;
+            redis.keys.insert(
+                key.clone(),
+                Entry {
+                    value: Stored::Str(value.clone()),
+                    expire_at_ms: Some(expire_at_ms),
+                },
+            );
+            redis.writes.push(Write::Set {
+                key: key.clone(),
+                value: value.clone(),
+                px,
+            });
+            ok(lua).map_err(lua_err)
+        }
+        ("LRANGE", [key, start, stop]) if start == "0" && stop == "-1" => {
+            let t = lua.create_table().map_err(lua_err)?;
+            match redis.keys.get(key) {
+                None => {}
+                Some(Entry {
+                    value: Stored::List(items),
+                    ..
+                }) => {
+                    for (i, item) in items.iter().enumerate() {
+                        t.raw_set(i + 1, item.as_str()).map_err(lua_err)?;
+                    }
+                }
+                Some(_) => return Err(WRONGTYPE.into()),
+            }
+            Ok(Value::Table(t))
+        }
+        ("RPUSH", [key, values @ ..]) if !values.is_empty() => {
+            // Stricter than Redis: the scripts push integer strings.
+            if let Some(v) = values.iter().find(|v| !is_canonical_uint(v)) {
+                return Err(format!("harness: RPUSH {v:?}: not an integer string"));
+            }
+            let len = match redis.keys.get_mut(key) {
+                None => {
+                    redis.keys.insert(
+                        key.clone(),
+                        Entry {
+                            value: Stored::List(values.to_vec()),
+                            expire_at_ms: None,
+                        },
+                    );
+                    values.len()
+                }
+                Some(Entry {
+                    value: Stored::List(items),
+                    ..
+                }) => {
+                    items.extend(values.iter().cloned());
+                    items.len()
+                }
+                Some(_) => return Err(WRONGTYPE.into()),
+            };
+            redis.writes.push(Write::Rpush {
+                key: key.clone(),
+                values: values.to_vec(),
+            });
+            Ok(Value::Integer(i64::try_from(len).unwrap()))
+        }
+        ("LTRIM", [key, start, stop]) => {
+            let (Ok(start), Ok(stop)) = (start.parse::<i64>(), stop.parse::<i64>())
+            else {
+                return Err("ERR value is not an integer or out of range".into());
+            };
+            let emptied = match redis.keys.get_mut(key) {
+                None => false,
+                Some(Entry {
+                    value: Stored::List(items),
+                    ..
+                }) => {
+                    // Redis's ltrimCommand.
+                    let len = i64::try_from(items.len()).unwrap();
+                    let from = if start < 0 { len + start } else { start }.max(0);
+                    let to = if stop < 0 { len + stop } else { stop };
+                    if from > to || from >= len {
+                        items.clear();
+                    } else {
+                        let to = to.min(len - 1);
+                        items.truncate(usize::try_from(to + 1).unwrap());
+                        items.drain(..usize::try_from(from).unwrap());
+                    }
+                    items.is_empty()
+                }
+                Some(_) => return Err(WRONGTYPE.into()),
+            };
+            if emptied {
+                redis.keys.remove(key);
+            }
+            redis.writes.push(Write::Ltrim {
+                key: key.clone(),
+                start,
+                stop,
+            });
+            ok(lua).map_err(lua_err)
+        }
+        ("PEXPIRE", [key, ms]) => {
+            // Stricter than Redis, which deletes the key for 0 or less.
+            if !is_canonical_uint(ms) || ms == "0" {
+                return Err(format!("harness: PEXPIRE {ms:?}: not a positive integer string"));
+            }
+            let ms: u64 = ms
+                .parse()
+                .map_err(|_| "ERR value is not an integer or out of range")?;
+            let at = redis.now_us / 1000 + ms;
+            let set = match redis.keys.get_mut(key) {
+                Some(entry) => {
+                    entry.expire_at_ms = Some(at);
+                    1
+                }
+                None => 0,
+            };
+            redis.writes.push(Write::Pexpire {
+                key: key.clone(),
+                ms,
+            });
+            Ok(Value::Integer(set))
+        }
         ("SET", [key, value, px_word, px]) if px_word.eq_ignore_ascii_case("PX") => {
             // Stricter than Redis, which would accept " 5" or a Lua number:
             // both the value and the expiry must be canonical integers.
@@ -417,6 +575,24 @@ impl Harness {
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         self.eval(&keys, &args)
+    }
+}
+
+impl Harness {
+    /// The key's value and absolute expiry in ms (`None`: none) now, after
+    /// expiry: what a write must leave exactly.
+    pub(crate) fn entry(&self, key: &str) -> Option<(Stored, Option<u64>)> {
+        let mut redis = self.redis.borrow_mut();
+        redis.expire();
+        redis
+            .keys
+            .get(key)
+            .map(|e| (e.value.clone(), e.expire_at_ms))
+    }
+
+    /// The clock, in µs.
+    pub(crate) fn now(&self) -> u64 {
+        self.redis.borrow().now_us
     }
 }
 
