@@ -345,7 +345,16 @@ impl RedisCluster {
 
     /// Waits until every running, unpaused node reports `cluster_state:ok`
     /// and knows every node, and every replica among them is linked to its
-    /// master: after the creation, or after a killed node was restarted.
+    /// master, as both see it (`master_link_status:up` on the replica,
+    /// `state=online` on the master): after the creation, or after a killed
+    /// node was restarted.
+    ///
+    /// A write may still reach a replica up to a second later: after a
+    /// diskless full sync, a master holds the writes for a replica it has
+    /// put online until that replica's next `REPLCONF ACK` (they are sent
+    /// once a second). Before killing a master, make sure of a write with
+    /// `WAIT` sent over the write's own connection
+    /// ([`RedisServer::commands`]).
     ///
     /// # Panics
     ///
@@ -385,9 +394,13 @@ impl RedisCluster {
             let Ok(replication) = node.command(&["INFO", "replication"]) else {
                 return false;
             };
-            resp::info_field(&replication, "role") == Some("master")
-                || resp::info_field(&replication, "master_link_status")
-                    == Some("up")
+            match resp::info_field(&replication, "role") {
+                Some("master") => replicas_online(&replication),
+                _ => {
+                    resp::info_field(&replication, "master_link_status")
+                        == Some("up")
+                }
+            }
         })
     }
 
@@ -423,6 +436,22 @@ impl RedisCluster {
         }
         text
     }
+}
+
+/// Whether a master's `INFO replication` shows every replica it has
+/// `state=online`. A replica reports `master_link_status:up` once it has
+/// loaded the snapshot, up to a `serverCron` tick (100 ms) before its master
+/// has seen the snapshot's child end and put it online (it shows
+/// `wait_bgsave` until then).
+fn replicas_online(replication: &str) -> bool {
+    let count: usize = resp::info_field(replication, "connected_slaves")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    (0..count).all(|i| {
+        resp::info_field(replication, &format!("slave{i}")).is_some_and(
+            |fields| fields.split(',').any(|field| field == "state=online"),
+        )
+    })
 }
 
 /// Parses `CLUSTER NODES`:
@@ -469,6 +498,19 @@ fn parse_nodes(text: &str) -> Result<Vec<ClusterNode>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_master_is_settled_once_it_has_put_every_replica_online() {
+        let waiting = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\n\
+slave0:ip=127.0.0.1,port=16799,state=online,offset=0,lag=0\r\n\
+slave1:ip=127.0.0.1,port=16800,state=wait_bgsave,offset=0,lag=0\r\n\
+master_repl_offset:0\r\n";
+        assert!(!replicas_online(waiting));
+        assert!(replicas_online(&waiting.replace("wait_bgsave", "online")));
+        assert!(replicas_online(
+            "# Replication\r\nrole:master\r\nconnected_slaves:0\r\n"
+        ));
+    }
 
     #[test]
     fn cluster_nodes_lines_parse() {

@@ -2,7 +2,7 @@
 //! INFO`, `CLUSTER NODES`, `INFO`): what the helpers need to see that a server
 //! is up, without a client library or a runtime.
 
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::time::Duration;
 
@@ -14,21 +14,40 @@ const TIMEOUT: Duration = Duration::from_secs(1);
 /// Sends one command to `127.0.0.1:port` and returns the reply: a status, an
 /// integer or a bulk string (nil is empty). An error reply is an error.
 pub(crate) fn command(port: u16, args: &[&str]) -> io::Result<String> {
+    let mut replies = commands(port, &[args], TIMEOUT)?;
+    Ok(replies.pop().expect("one reply per command"))
+}
+
+/// Sends `commands` in order over one connection to `127.0.0.1:port` and
+/// returns their replies, as [`command`]; the connection within a second,
+/// each reply within `timeout`. The first error reply is an error.
+pub(crate) fn commands(
+    port: u16,
+    commands: &[&[&str]],
+    timeout: Duration,
+) -> io::Result<Vec<String>> {
     if port == SHARED_REDIS_PORT {
         return Err(io::Error::other("port 6379 belongs to the shared Redis"));
     }
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT)?;
-    stream.set_read_timeout(Some(TIMEOUT))?;
+    stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(TIMEOUT))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    commands
+        .iter()
+        .map(|args| {
+            let mut request = format!("*{}\r\n", args.len());
+            for arg in *args {
+                request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+            }
+            stream.write_all(request.as_bytes())?;
+            read_reply(&mut reader)
+        })
+        .collect()
+}
 
-    let mut request = format!("*{}\r\n", args.len());
-    for arg in args {
-        request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-    }
-    stream.write_all(request.as_bytes())?;
-
-    let mut reader = BufReader::new(stream);
+fn read_reply(reader: &mut impl BufRead) -> io::Result<String> {
     let mut line = String::new();
     reader.read_line(&mut line)?;
     let line = line.trim_end_matches(['\r', '\n']);

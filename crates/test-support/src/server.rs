@@ -316,9 +316,32 @@ impl RedisServer {
     /// Sends one command over a new connection and returns the reply (a
     /// status, an integer or a bulk string; nil is empty), within a second:
     /// for setting up and looking, e.g. `server.command(&["DBSIZE"])`.
+    ///
+    /// Not for what depends on the connection: `WAIT` sent this way waits
+    /// for the writes of its own new connection, none, and proves nothing
+    /// about an earlier write. Use [`commands`](Self::commands).
     pub fn command(&self, args: &[&str]) -> Result<String> {
         resp::command(self.port, args).map_err(|e| {
             Error::new(format!("{} on {self}: {e}", args.join(" ")))
+        })
+    }
+
+    /// Sends `commands` in order over one new connection and returns their
+    /// replies (as [`command`](Self::command)), each within `timeout`; stops
+    /// at the first error reply. For what belongs to a connection: a write
+    /// then `WAIT` (which counts the replicas that acknowledged the writes
+    /// sent over its own connection), or `READONLY` then a read on a cluster
+    /// replica, e.g.
+    /// `server.commands(&[&["SET", "k", "v"], &["WAIT", "1", "5000"]], Duration::from_secs(6))`.
+    pub fn commands(
+        &self,
+        commands: &[&[&str]],
+        timeout: Duration,
+    ) -> Result<Vec<String>> {
+        resp::commands(self.port, commands, timeout).map_err(|e| {
+            let sent: Vec<String> =
+                commands.iter().map(|args| args.join(" ")).collect();
+            Error::new(format!("{} on {self}: {e}", sent.join("; ")))
         })
     }
 

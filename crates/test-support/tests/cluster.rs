@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use rate_tier_test_support::{
-    ClusterSpec, RedisCluster, RedisServer, SHARED_REDIS_PORT,
+    ClusterNode, ClusterSpec, RedisCluster, RedisServer, SHARED_REDIS_PORT,
 };
 
 /// A key whose slot master `master` serves, found by asking the cluster.
@@ -46,11 +46,31 @@ fn cluster_fails_over_to_the_replica_after_kill_master_and_the_old_master_rejoin
             .all(|n| n.port != SHARED_REDIS_PORT && !n.failed)
     );
 
-    // A key on master 0, written there and replicated before the kill.
+    // A key on master 0, written there and replicated before the kill. WAIT
+    // counts the replicas that acknowledged the writes of its own
+    // connection: it must follow the SET on the same one (on a connection of
+    // its own it waits for nothing, and a replica just put online after its
+    // full sync answers it before it has been sent the SET).
     let key = key_served_by(&cluster, 0);
     let master = &cluster.nodes()[cluster.master_index(0)];
-    assert_eq!(master.command(&["SET", &key, "kept"]).unwrap(), "OK");
-    assert_eq!(master.command(&["WAIT", "1", "2000"]).unwrap(), "1");
+    let master_id = topology
+        .iter()
+        .find(|n| n.port == master.port())
+        .unwrap()
+        .id
+        .clone();
+    let replica = topology
+        .iter()
+        .find(|n| n.master_id.as_deref() == Some(master_id.as_str()))
+        .unwrap_or_else(|| panic!("master 0 has no replica: {topology:?}"))
+        .port;
+    let replies = master
+        .commands(
+            &[&["SET", &key, "kept"], &["WAIT", "1", "5000"]],
+            Duration::from_secs(6),
+        )
+        .unwrap();
+    assert_eq!(replies, ["OK", "1"], "SET, then WAIT 1 on its connection");
 
     let killed = cluster.kill_master(0);
     assert!(!cluster.nodes()[killed.node].is_running());
@@ -61,6 +81,10 @@ fn cluster_fails_over_to_the_replica_after_kill_master_and_the_old_master_rejoin
         failover.new_master, failover.waited
     );
     assert_ne!(failover.new_master, killed.port);
+    assert_eq!(
+        failover.new_master, replica,
+        "the replica that acknowledged"
+    );
     assert!(
         failover.waited < Duration::from_secs(15),
         "{:?}",
@@ -76,7 +100,23 @@ fn cluster_fails_over_to_the_replica_after_kill_master_and_the_old_master_rejoin
     let topology = cluster.topology().unwrap();
     let back = topology.iter().find(|n| n.port == killed.port).unwrap();
     assert!(!back.master && !back.failed, "{back:?}");
+    assert_eq!(back.master_id.as_deref(), Some(id_of(&topology, replica)));
     assert_eq!(topology.iter().filter(|n| n.master).count(), 3);
+    // It restarted empty (nothing is saved) and did not take the key away:
+    // the new master still has it, and the old one got it back from it.
+    let promoted = &cluster.nodes()[cluster.master_index(0)];
+    assert_eq!(promoted.port(), replica);
+    assert_eq!(promoted.command(&["GET", &key]).unwrap(), "kept");
+    let rejoined = &cluster.nodes()[killed.node];
+    let replies = rejoined
+        .commands(&[&["READONLY"], &["GET", &key]], Duration::from_secs(1))
+        .unwrap();
+    assert_eq!(replies, ["OK", "kept"], "the rejoined old master's copy");
+}
+
+/// The id of the node on `port`.
+fn id_of(topology: &[ClusterNode], port: u16) -> &str {
+    &topology.iter().find(|n| n.port == port).unwrap().id
 }
 
 #[test]
