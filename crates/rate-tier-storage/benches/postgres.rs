@@ -30,7 +30,7 @@ use rate_tier_storage::{
     BucketCheck, KeyLayout, LimitName, PostgresStorage, Storage,
 };
 use rate_tier_test_support::PostgresServer;
-use rate_tier_test_support::bench::Args;
+use rate_tier_test_support::bench::{Args, median};
 
 const CLIENTS: usize = 64;
 const USERS: usize = 10_000;
@@ -126,17 +126,6 @@ fn pgbench(server: &PostgresServer, script: &str, seconds: u64) -> (f64, f64) {
     let tps = field("tps = ");
     let transactions = field("number of transactions actually processed: ");
     (tps, cpu / transactions * 1e6)
-}
-
-/// The median of `values` (not empty).
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let mid = values.len() / 2;
-    if values.len().is_multiple_of(2) {
-        (values[mid - 1] + values[mid]) / 2.0
-    } else {
-        values[mid]
-    }
 }
 
 fn mean(values: &[f64]) -> f64 {

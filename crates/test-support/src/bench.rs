@@ -70,3 +70,26 @@ impl Args {
         Duration::from_secs_f64(self.num(name, default))
     }
 }
+
+/// The median of `values` (NaN for none): the figure the benchmarks'
+/// rounds are summed up by.
+///
+/// ```
+/// use rate_tier_test_support::bench::median;
+///
+/// assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+/// assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+/// assert!(median(Vec::new()).is_nan());
+/// ```
+pub fn median(mut values: Vec<f64>) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len().is_multiple_of(2) {
+        (values[mid - 1] + values[mid]) / 2.0
+    } else {
+        values[mid]
+    }
+}

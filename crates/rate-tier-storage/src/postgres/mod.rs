@@ -10,6 +10,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use gcra_core::{Decision, Verdict};
 use smallvec::SmallVec;
 use tokio_postgres::NoTls;
+use tokio_postgres::types::ToSql;
 
 pub use self::schema::InvalidTable;
 use self::schema::{DEFAULT_TABLE, MissingSchema, Schema};
@@ -389,23 +390,11 @@ impl Inner {
         args: &[i64],
         expected: usize,
     ) -> Result<Vec<i64>, StorageError> {
-        // Bounded by the caller (`job::within`), not by the store's timeout:
-        // a decision whose caller left still runs to its end.
-        let client = self
-            .pool
-            .get()
-            .await
-            .map_err(|e| StorageError::Backend(Box::new(e)))?;
-        let prepared = client
-            .prepare_cached(statement)
-            .await
-            .map_err(|e| self.error(e))?;
-        let row = client
-            .query_one(&prepared, &[&keys, &args])
-            .await
-            .map_err(|e| self.error(e))?;
-        let reply: Vec<i64> = row.try_get(0).map_err(backend)?;
-        checked_reply(statement, reply, expected)
+        self.reply(statement, &[&keys, &args], expected)
+            .await?
+            .ok_or_else(|| {
+                StorageError::Protocol(format!("{statement} returned no row"))
+            })
     }
 
     /// A decision: one enforced bucket that passes by the one-bucket
@@ -420,26 +409,51 @@ impl Inner {
         if let ([key], &[t, tau, cost, 0, _]) = (keys, args)
             && cost > 0
         {
-            let client = self
-                .pool
-                .get()
-                .await
-                .map_err(|e| StorageError::Backend(Box::new(e)))?;
-            let prepared = client
-                .prepare_cached(&self.schema.check_one)
-                .await
-                .map_err(|e| self.error(e))?;
-            let row = client
-                .query_opt(&prepared, &[key, &t, &tau, &cost])
-                .await
-                .map_err(|e| self.error(e))?;
-            if let Some(row) = row {
-                let reply: Vec<i64> = row.try_get(0).map_err(backend)?;
-                return checked_reply(&self.schema.check_one, reply, 4);
+            let params: [&(dyn ToSql + Sync); 4] = [key, &t, &tau, &cost];
+            if let Some(reply) =
+                self.reply(&self.schema.check_one, &params, 4).await?
+            {
+                return Ok(reply);
             }
         }
         self.call(&self.schema.check, keys, args, keys.len() * 4)
             .await
+    }
+
+    /// `statement` with `params` on a pooled connection, prepared once per
+    /// connection: its one row's `expected` non-negative integers, or
+    /// `None` when it answers no row. Bounded by the caller
+    /// (`job::within`), not by the store's timeout: a decision whose caller
+    /// left still runs to its end.
+    async fn reply(
+        &self,
+        statement: &str,
+        params: &[&(dyn ToSql + Sync)],
+        expected: usize,
+    ) -> Result<Option<Vec<i64>>, StorageError> {
+        let client = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| StorageError::Backend(Box::new(e)))?;
+        let prepared = client
+            .prepare_cached(statement)
+            .await
+            .map_err(|e| self.error(e))?;
+        let Some(row) = client
+            .query_opt(&prepared, params)
+            .await
+            .map_err(|e| self.error(e))?
+        else {
+            return Ok(None);
+        };
+        let reply: Vec<i64> = row.try_get(0).map_err(backend)?;
+        if reply.len() != expected || reply.iter().any(|&n| n < 0) {
+            return Err(StorageError::Protocol(format!(
+                "{statement} returned {reply:?}, expected {expected} non-negative integers"
+            )));
+        }
+        Ok(Some(reply))
     }
 
     async fn cleanup(&self, batch: u32) -> Result<u64, StorageError> {
@@ -465,20 +479,6 @@ impl Inner {
         }
         backend(error)
     }
-}
-
-/// `reply`, if it is `expected` non-negative integers.
-fn checked_reply(
-    statement: &str,
-    reply: Vec<i64>,
-    expected: usize,
-) -> Result<Vec<i64>, StorageError> {
-    if reply.len() != expected || reply.iter().any(|&n| n < 0) {
-        return Err(StorageError::Protocol(format!(
-            "{statement} returned {reply:?}, expected {expected} non-negative integers"
-        )));
-    }
-    Ok(reply)
 }
 
 fn backend(error: tokio_postgres::Error) -> StorageError {

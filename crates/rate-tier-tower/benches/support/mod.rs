@@ -59,16 +59,6 @@ pub(crate) fn mean(values: &[f64]) -> f64 {
     }
 }
 
-/// The median of a list (NaN for an empty one).
-pub(crate) fn median(mut values: Vec<f64>) -> f64 {
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    values.sort_by(f64::total_cmp);
-    let mid = values.len() / 2;
-    if values.len().is_multiple_of(2) {
-        (values[mid - 1] + values[mid]) / 2.0
-    } else {
-        values[mid]
-    }
-}
+// Not every bench that includes this module sums rounds up.
+#[allow(unused_imports)]
+pub(crate) use rate_tier_test_support::bench::median;
