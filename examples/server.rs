@@ -42,6 +42,8 @@
 //!
 //! With Redis or PostgreSQL, a local limiter behind a circuit breaker takes
 //! over while the store is down; breaker changes are printed on stderr.
+//! `--store-timeout-ms MS` is how long a check waits for the store before
+//! that local limiter decides it (the store's default when not given).
 //!
 //! `GET /metrics` (no key, not limited) serves the limiter's Prometheus
 //! metrics: checks by tier and outcome, latency, store errors, breaker.
@@ -87,6 +89,9 @@ usage: server [PORT] [OPTIONS]
   --redis-cluster HOST:PORT[,HOST:PORT] share limits through a Redis Cluster
   --postgres URL                        share limits through PostgreSQL (or DATABASE_URL);
                                         creates its table at start if missing
+  --store-timeout-ms MS                 how long a check waits for the shared store before
+                                        the local fallback decides it (default: Redis 100,
+                                        PostgreSQL 500)
   --plans FILE                          plans from TOML, reloaded on change and SIGHUP
   --plans-poll-ms MS                    how often FILE is checked (default 1000)
   --headers x|ietf|both                 rate-limit headers (default x)
@@ -98,6 +103,8 @@ struct Args {
     /// Node URLs of a Redis Cluster; when set, `redis` is not used.
     redis_cluster: Option<Vec<String>>,
     postgres: Option<String>,
+    /// The shared store's timeout; `None`: the store's default.
+    store_timeout: Option<Duration>,
     plans: Option<PathBuf>,
     plans_poll: Duration,
     headers: HeaderStyle,
@@ -135,6 +142,7 @@ fn parse_args() -> Result<Args, String> {
         postgres: std::env::var("DATABASE_URL")
             .ok()
             .filter(|url| !url.is_empty()),
+        store_timeout: None,
         plans: None,
         plans_poll: Duration::from_secs(1),
         headers: HeaderStyle::XRateLimit,
@@ -159,6 +167,14 @@ fn parse_args() -> Result<Args, String> {
             Long("redis-cluster") => {
                 args.redis_cluster =
                     Some(cluster_urls(&text(value(&mut parser)?)?)?);
+            }
+            Long("store-timeout-ms") => {
+                let ms: u64 = text(value(&mut parser)?)?
+                    .parse()
+                    .ok()
+                    .filter(|&ms| ms > 0)
+                    .ok_or("--store-timeout-ms needs milliseconds, above 0")?;
+                args.store_timeout = Some(Duration::from_millis(ms));
             }
             Long("plans") => args.plans = Some(value(&mut parser)?.into()),
             Long("plans-poll-ms") => {
@@ -318,12 +334,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             _ => {}
         });
+    let with_timeout = |redis: RedisStorage| match args.store_timeout {
+        Some(timeout) => redis.timeout(timeout),
+        None => redis,
+    };
     let backend = match (&args.redis_cluster, &args.redis, &args.postgres) {
         (None, _, Some(url)) => {
             // An example may create its table at start; the library never
             // does it by itself. Then, like Redis, a local limiter behind a
             // circuit breaker decides while PostgreSQL is down.
-            let postgres = PostgresStorage::builder(url)?.build()?;
+            let mut postgres = PostgresStorage::builder(url)?;
+            if let Some(timeout) = args.store_timeout {
+                postgres = postgres.timeout(timeout);
+            }
+            let postgres = postgres.build()?;
             if let Err(error) = postgres.migrate().await {
                 eprintln!(
                     "postgres: cannot create the table yet ({error}); limiting locally until it answers"
@@ -337,7 +361,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         (Some(urls), _, _) => {
             // Connected lazily: the server starts even while the cluster
             // is down, and the fallback limits locally until it is back.
-            let redis = Arc::new(RedisStorage::from_cluster_urls(urls)?);
+            let redis =
+                Arc::new(with_timeout(RedisStorage::from_cluster_urls(urls)?));
             tiers = tiers
                 .storage(Arc::new(FallbackStorage::builder(redis).build()));
             "redis cluster, with local fallback"
@@ -346,7 +371,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             // Connected lazily, so the server starts while Redis is down;
             // then a local limiter behind a circuit breaker decides instead
             // of making every request wait for a timeout.
-            let redis = Arc::new(RedisStorage::from_url(url)?);
+            let redis = Arc::new(with_timeout(RedisStorage::from_url(url)?));
             tiers = tiers
                 .storage(Arc::new(FallbackStorage::builder(redis).build()));
             "redis, with local fallback"

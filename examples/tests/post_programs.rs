@@ -143,6 +143,18 @@ fn server_rejects_bad_arguments() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("usage"));
+    for ms in ["0", "soon"] {
+        let output = Command::new(example_bin("server"))
+            .args(["--store-timeout-ms", ms])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{ms}");
+        assert!(
+            String::from_utf8_lossy(&output.stderr)
+                .contains("--store-timeout-ms needs milliseconds, above 0"),
+            "{ms}"
+        );
+    }
 }
 
 #[test]
