@@ -14,6 +14,7 @@ use gcra_core::{Adjust, Charge, CheckError, Decision, Quota};
 use siphasher::sip::SipHasher13;
 
 use crate::key::{self, InvalidTierName, KeyLayout, KeySecret};
+use crate::rule::Rule;
 
 /// A validated limit (or tier) name: 1 to 64 bytes of `[A-Za-z0-9_.-]`,
 /// so that the `:` that ends it in a key is unambiguous and two buckets can
@@ -150,7 +151,10 @@ impl fmt::Display for LimitName {
 pub struct BucketCheck<'a> {
     name: &'a LimitName,
     partition: &'a str,
+    /// The rate's quota; for another kind, its nominal rate (`limit` per
+    /// its length), which no store decides by.
     quota: Quota,
+    rule: Rule,
     cost: u32,
     shadow: bool,
     key_secret: Option<&'a KeySecret>,
@@ -179,6 +183,50 @@ impl<'a> BucketCheck<'a> {
             name,
             partition,
             quota,
+            rule: Rule::Rate(quota),
+            cost,
+            shadow: false,
+            key_secret: None,
+        })
+    }
+
+    /// `cost` against the bucket (`name`, `partition`) under a rule of any
+    /// kind: a rate, as [`BucketCheck::new`], a window or a period. Only a
+    /// store that [`supports`](crate::Storage::supports) the rule's kind
+    /// decides it; the others answer [`StorageError::Unsupported`](crate::StorageError::Unsupported).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rate_tier_storage::{BucketCheck, LimitName, RuleKind};
+    /// use gcra_core::{CheckError, Window};
+    ///
+    /// let login = LimitName::of_limit("login")?;
+    /// let window = Window::new(5, Duration::from_secs(60))?;
+    /// let check = BucketCheck::of_rule(&login, "ana", window.into(), 1)?;
+    /// assert_eq!(check.rule().kind(), RuleKind::Window);
+    /// assert_eq!(
+    ///     BucketCheck::of_rule(&login, "ana", window.into(), 6).unwrap_err(),
+    ///     CheckError::CostExceedsBurst { cost: 6, burst: 5 }
+    /// );
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`CheckError::CostExceedsBurst`] if `cost` is above the rule's
+    /// [`limit`](Rule::limit).
+    pub fn of_rule(
+        name: &'a LimitName,
+        partition: &'a str,
+        rule: Rule,
+        cost: u32,
+    ) -> Result<Self, CheckError> {
+        rule.admits(cost)?;
+        Ok(BucketCheck {
+            name,
+            partition,
+            quota: nominal_rate(&rule),
+            rule,
             cost,
             shadow: false,
             key_secret: None,
@@ -191,6 +239,7 @@ impl<'a> BucketCheck<'a> {
             name,
             partition,
             quota,
+            rule: Rule::Rate(quota),
             cost: 0,
             shadow: false,
             key_secret: None,
@@ -225,9 +274,22 @@ impl<'a> BucketCheck<'a> {
         self.partition
     }
 
-    /// The quota.
+    /// The quota of a rate. For a window or a period (see
+    /// [`BucketCheck::rule`]): a nominal rate of its limit per its length,
+    /// for reports only.
     pub fn quota(&self) -> Quota {
         self.quota
+    }
+
+    /// What the bucket enforces.
+    pub fn rule(&self) -> Rule {
+        self.rule
+    }
+
+    /// Whether the bucket enforces a GCRA rate (the kind every store
+    /// decides).
+    pub fn is_rate(&self) -> bool {
+        matches!(self.rule, Rule::Rate(_))
     }
 
     /// The cost, `0..=quota.burst()`; 0 is a peek.
@@ -265,6 +327,15 @@ impl<'a> BucketCheck<'a> {
     /// cost unchanged and not validated again.
     pub(crate) fn with_quota(mut self, quota: Quota) -> Self {
         self.quota = quota;
+        self.rule = Rule::Rate(quota);
+        self
+    }
+
+    /// The same bucket under another rule of its kind (a fallback's local
+    /// share), the cost unchanged and not validated again.
+    pub(crate) fn with_rule(mut self, rule: Rule) -> Self {
+        self.quota = nominal_rate(&rule);
+        self.rule = rule;
         self
     }
 
@@ -343,6 +414,21 @@ impl BucketSettle<'_> {
     pub fn charged(mut self, charged: Charged) -> Self {
         self.charged = charged;
         self
+    }
+}
+
+/// A rule's quota as a rate: itself, or `limit` per the rule's length.
+fn nominal_rate(rule: &Rule) -> Quota {
+    let per = |limit: u32, length_us: u64| {
+        Quota::new(limit, std::time::Duration::from_micros(length_us))
+            .unwrap_or(Quota::per_second(limit.max(1)))
+    };
+    match rule {
+        Rule::Rate(quota) => *quota,
+        Rule::Window(window) => per(window.limit(), window.window_us()),
+        Rule::Period(period) => {
+            per(period.limit(), crate::rule::nominal_us(period.unit()))
+        }
     }
 }
 

@@ -54,6 +54,7 @@ mod memory;
 mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
+mod rule;
 mod storage;
 mod store;
 mod sync;
@@ -62,7 +63,8 @@ pub use bucket::{BucketCheck, BucketSettle, Charged, LimitName};
 pub use event::{BreakerState, StorageEvent, StorageListener, Subscription};
 pub use fallback::FallbackStorage;
 pub use gcra_core::{
-    Adjust, CheckError, Decision, Quota, StoreTat, Verdict, Write,
+    Adjust, CheckError, Decision, Period, PeriodUnit, Quota, StoreTat, Verdict,
+    Window, Write,
 };
 pub use key::KeyLayout;
 pub use memory::{MemoryStorage, MemoryStorageBuilder};
@@ -74,6 +76,7 @@ pub use postgres::{
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis::{REMEMBERED, RedisStorage};
+pub use rule::{Rule, RuleKind};
 
 /// How long unacknowledged data may wait before the kernel drops a socket
 /// of the Redis store (Linux's `TCP_USER_TIMEOUT`), with keepalive probes

@@ -8,6 +8,7 @@ use gcra_core::{CheckError, Decision, Quota, Verdict};
 
 use crate::bucket::{BucketCheck, BucketSettle, Charged};
 use crate::event::{StorageListener, Subscription};
+use crate::rule::RuleKind;
 
 /// A store of GCRA buckets.
 ///
@@ -109,6 +110,20 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
     /// A short label for metrics and logs, e.g. `"memory"` or `"redis"`.
     fn kind(&self) -> &'static str {
         "custom"
+    }
+
+    /// Whether this store decides buckets of rules of `kind`. Every store
+    /// decides rates (the default says so of rates alone); a check of a
+    /// kind it does not support is answered [`StorageError::Unsupported`],
+    /// and a limiter refuses to be built on it (never a silent rate).
+    ///
+    /// ```
+    /// use rate_tier_storage::{MemoryStorage, RuleKind, Storage};
+    /// let store = MemoryStorage::new();
+    /// assert!(store.supports(RuleKind::Rate) && store.supports(RuleKind::Window));
+    /// ```
+    fn supports(&self, kind: RuleKind) -> bool {
+        kind == RuleKind::Rate
     }
 
     /// Adds a listener for what the store does by itself (a circuit

@@ -105,6 +105,14 @@ impl Store {
         }
     }
 
+    /// [`Storage::supports`].
+    pub fn supports(&self, kind: crate::RuleKind) -> bool {
+        match self {
+            Store::Memory(memory) => memory.supports(kind),
+            Store::Other(storage) => storage.supports(kind),
+        }
+    }
+
     /// [`Storage::subscribe`].
     pub fn subscribe(&self, listener: StorageListener) -> Subscription {
         match self {

@@ -74,14 +74,14 @@ impl Inner {
         checks
             .into_iter()
             .map(|check| {
-                let quota = check.quota().divided(share);
-                if check.cost() > quota.burst() {
+                let rule = check.rule().divided(share);
+                if check.cost() > rule.limit() {
                     return Err(StorageError::AboveLocalShare {
                         cost: check.cost(),
-                        burst: quota.burst(),
+                        burst: rule.limit(),
                     });
                 }
-                Ok(check.with_quota(quota))
+                Ok(check.with_rule(rule))
             })
             .collect()
     }
@@ -345,7 +345,9 @@ impl Inner {
     /// primary refused the rest of the decision), and says so in `out`.
     fn give_back(&self, checks: &[BucketCheck<'_>], out: &mut [Decision]) {
         for (check, decision) in checks.iter().zip(out.iter_mut()) {
-            if check.cost() == 0 || !decision.allowed {
+            // A window's or a period's charge has no refund: it stays (the
+            // user waits a little longer, never gets more).
+            if check.cost() == 0 || !decision.allowed || !check.is_rate() {
                 continue;
             }
             let refund = check.settle(Adjust::Refund(check.cost()));

@@ -414,6 +414,11 @@ impl Storage for FallbackStorage {
         self.inner.primary.kind()
     }
 
+    /// The primary's kinds: the local store decides every kind.
+    fn supports(&self, kind: crate::RuleKind) -> bool {
+        self.inner.primary.supports(kind)
+    }
+
     fn subscribe(&self, listener: StorageListener) -> Subscription {
         self.inner.listeners.subscribe(listener)
     }

@@ -46,6 +46,7 @@
 //! eviction per new id, never a sweep of the store.
 
 mod joint;
+mod kinds;
 mod sip;
 mod table;
 mod trim;
@@ -67,6 +68,7 @@ use self::table::{LOCKED, NO_TAT, Table};
 use crate::bucket::{BucketCheck, BucketSettle};
 use crate::clock::{Clock, MonotonicClock, SharedClock};
 use crate::event::{Listeners, StorageEvent, StorageListener, Subscription};
+use crate::rule::RuleKind;
 use crate::storage::{Decided, Storage, StorageError};
 
 const SHARDS: usize = 64;
@@ -146,6 +148,8 @@ struct Inner {
     /// Sweeps of every shard completed (memory given back included).
     sweeps: AtomicU64,
     listeners: Listeners<StorageEvent>,
+    /// The windows and periods (the rates are in `shards`).
+    kinds: kinds::Kinds,
 }
 
 /// The store's clock: the default one read directly (inlined, no virtual
@@ -290,13 +294,15 @@ impl MemoryStorage {
         self.inner.sweep_all();
     }
 
-    /// Buckets held, live or not yet swept.
+    /// Buckets held, live or not yet swept: rates, windows and periods.
     pub fn len(&self) -> usize {
-        self.inner
+        let rates: usize = self
+            .inner
             .shards
             .iter()
             .map(|shard| read(&shard.table).entries.len())
-            .sum()
+            .sum();
+        rates + self.inner.kinds.len()
     }
 
     /// Whether no bucket is held.
@@ -368,6 +374,7 @@ impl MemoryStorageBuilder {
             freed_bytes: AtomicUsize::new(0),
             sweeps: AtomicU64::new(0),
             listeners: Listeners::default(),
+            kinds: kinds::Kinds::default(),
         });
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(sweep_while_alive(
@@ -423,7 +430,9 @@ impl Inner {
     ) -> Result<Decided, StorageError> {
         // One bucket is distinct and of the right length: nothing to
         // validate.
-        if let ([check], [slot]) = (checks, &mut *out) {
+        if let ([check], [slot]) = (checks, &mut *out)
+            && check.is_rate()
+        {
             return self.decide_one(check, slot);
         }
         if checks.len() != out.len() {
@@ -433,7 +442,11 @@ impl Inner {
             });
         }
         let now = self.clock.now_us();
-        let verdict = self.decide_many(checks, now, out)?;
+        let verdict = if checks.iter().all(BucketCheck::is_rate) {
+            self.decide_many(checks, now, out)?
+        } else {
+            self.decide_kinds(checks, now, out)?
+        };
         Ok(Decided::new(verdict, Some(now), "memory"))
     }
 
@@ -632,6 +645,7 @@ impl Inner {
         for shard in &*self.shards {
             self.sweep_table(&mut write(&shard.table), now);
         }
+        self.kinds.sweep(now);
         // Tables freed by this sweep or by inserts' since the last trim.
         if self.freed_bytes.load(Ordering::Relaxed) >= trim::TRIM_AFTER {
             self.freed_bytes.store(0, Ordering::Relaxed);
@@ -646,6 +660,11 @@ impl Inner {
         now: u64,
     ) -> Result<(), StorageError> {
         let bucket = &settle.bucket;
+        if !bucket.is_rate() {
+            return Err(StorageError::Unsupported(
+                "settling a window or a period (only a rate is settled)",
+            ));
+        }
         let (name, index) = self.name(bucket);
         let shard = &self.shards[index];
         {
@@ -835,6 +854,10 @@ impl Storage for MemoryStorage {
 
     fn kind(&self) -> &'static str {
         "memory"
+    }
+
+    fn supports(&self, _kind: RuleKind) -> bool {
+        true
     }
 
     fn subscribe(&self, listener: StorageListener) -> Subscription {

@@ -510,6 +510,11 @@ impl Storage for PostgresStorage {
         out: &mut [Decision],
     ) -> Result<Decided, StorageError> {
         validate(checks, out)?;
+        if !checks.iter().all(BucketCheck::is_rate) {
+            return Err(StorageError::Unsupported(
+                "windows and periods on PostgreSQL (rates only)",
+            ));
+        }
         let keys: Vec<String> =
             checks.iter().map(|c| c.key(KeyLayout::Single)).collect();
         let args = check_args(checks)?;

@@ -596,6 +596,11 @@ impl Storage for RedisStorage {
         out: &mut [Decision],
     ) -> Result<Decided, StorageError> {
         validate(checks, out)?;
+        if !checks.iter().all(BucketCheck::is_rate) {
+            return Err(StorageError::Unsupported(
+                "windows and periods on Redis (rates only)",
+            ));
+        }
         let job = Job::of(checks, self.layout());
         let refusals = &self.shared.refusals;
         let sent_us = self.clock.now_us();

@@ -1,0 +1,240 @@
+//! Buckets of the kinds beside the rate: a window's log and a period's
+//! count, in one map under one lock, beside the rates' lock-free table.
+//!
+//! A decision with such a bucket is made under that lock, rates included:
+//! its windows and periods are read and decided first; if one refuses, the
+//! rates are only read (peeks), so nothing is charged; if they pass, the
+//! rates are decided by the table as always (atomically among themselves),
+//! and the windows' and periods' writes are applied only if the rates
+//! passed too. So one decision is all or nothing across every kind, as
+//! gcra-core's crate docs say ("Several kinds in one decision"), and two
+//! decisions over one window or period never interleave.
+//!
+//! The map holds at most the store's capacity; a full map first drops its
+//! expired entries, then the entry nearest to its expiry among a few (the
+//! least given away), as the rates' table does.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+use gcra_core::{CheckError, Decision, Verdict};
+use smallvec::SmallVec;
+
+use super::{FEW, Inner};
+use crate::bucket::BucketCheck;
+use crate::rule::Rule;
+use crate::storage::StorageError;
+
+/// How many entries a full map looks at for one to evict.
+const EVICTION_SAMPLE: usize = 16;
+
+/// The windows and periods of a store.
+#[derive(Debug, Default)]
+pub(super) struct Kinds {
+    map: Mutex<HashMap<u64, Kept>>,
+}
+
+/// What one bucket keeps, until `expires_us`.
+#[derive(Debug)]
+struct Kept {
+    state: State,
+    expires_us: u64,
+}
+
+#[derive(Debug)]
+enum State {
+    /// The counted requests' timestamps, oldest first.
+    Window(Vec<u64>),
+    /// The period's first instant and its count.
+    Period { start_us: u64, count: u32 },
+}
+
+/// A bucket's decision, and the write it makes if the decision stands.
+enum Pending {
+    Window(Option<gcra_core::LogWrite>),
+    Period(Option<gcra_core::PeriodWrite>),
+}
+
+impl Kinds {
+    /// Entries held.
+    pub(super) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Drops every entry expired at `now`.
+    pub(super) fn sweep(&self, now: u64) {
+        self.lock().retain(|_, kept| kept.expires_us > now);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Kept>> {
+        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Inner {
+    /// A decision with at least one window or period: see the module docs.
+    pub(super) fn decide_kinds(
+        &self,
+        checks: &[BucketCheck<'_>],
+        now: u64,
+        out: &mut [Decision],
+    ) -> Result<Verdict, StorageError> {
+        if !crate::bucket::distinct(checks) {
+            return Err(StorageError::DuplicateBucket);
+        }
+        let mut map = self.kinds.lock();
+        let mut names: SmallVec<[u64; FEW]> = SmallVec::new();
+        let mut pending: SmallVec<[Option<Pending>; FEW]> = SmallVec::new();
+        let mut refused = false;
+        for (check, slot) in checks.iter().zip(out.iter_mut()) {
+            let (name, _) = self.name(check);
+            names.push(name);
+            let kept = map.get(&name).filter(|kept| kept.expires_us > now);
+            let decided = decide(check, kept.map(|kept| &kept.state), now)?;
+            if let Some((decision, write)) = decided {
+                refused |= !decision.allowed && !check.is_shadow();
+                *slot = decision;
+                pending.push(Some(write));
+            } else {
+                pending.push(None);
+            }
+        }
+
+        // The rates: charged only when every window and period passed.
+        let rates: SmallVec<[usize; FEW]> =
+            (0..checks.len()).filter(|&i| checks[i].is_rate()).collect();
+        let mut rates_allowed = true;
+        if !rates.is_empty() {
+            let rate_checks: SmallVec<[BucketCheck<'_>; FEW]> = rates
+                .iter()
+                .map(|&i| {
+                    if refused {
+                        checks[i].as_peek()
+                    } else {
+                        checks[i]
+                    }
+                })
+                .collect();
+            let mut rate_out: SmallVec<[Decision; FEW]> =
+                SmallVec::from_elem(Decision::default(), rates.len());
+            let verdict = self.decide_many(&rate_checks, now, &mut rate_out)?;
+            rates_allowed = verdict.allowed;
+            for (&i, decision) in rates.iter().zip(&rate_out) {
+                out[i] = if refused {
+                    checks[i].would_meet(decision)
+                } else {
+                    *decision
+                };
+            }
+        }
+        let allowed = !refused && rates_allowed;
+
+        // The writes of the windows and periods: all of them if the
+        // decision stands; else only a refusing bucket's repair, and a
+        // bucket that passed answers with a read of its state.
+        for (i, write) in pending.into_iter().enumerate() {
+            let Some(write) = write else { continue };
+            let passed = out[i].allowed;
+            if allowed || !passed {
+                apply(&mut map, names[i], write, now, self);
+            } else {
+                let kept = map.get(&names[i]).filter(|k| k.expires_us > now);
+                let peek = checks[i].as_peek();
+                if let Some((decision, _)) =
+                    decide(&peek, kept.map(|kept| &kept.state), now)?
+                {
+                    out[i] = decision;
+                }
+            }
+        }
+        let shadows = checks.iter().map(BucketCheck::is_shadow);
+        Ok(Verdict::of(shadows, out))
+    }
+}
+
+/// A window's or a period's decision on what it keeps (`None`: a rate's
+/// bucket, decided elsewhere). State of another kind reads as absent.
+fn decide(
+    check: &BucketCheck<'_>,
+    state: Option<&State>,
+    now: u64,
+) -> Result<Option<(Decision, Pending)>, CheckError> {
+    Ok(match check.rule() {
+        Rule::Rate(_) => None,
+        Rule::Window(window) => {
+            let log = match state {
+                Some(State::Window(log)) => log.as_slice(),
+                _ => &[],
+            };
+            let decided = window.check(log, now, check.cost())?;
+            Some((decided.as_decision(), Pending::Window(decided.write)))
+        }
+        Rule::Period(period) => {
+            let stored = match state {
+                Some(&State::Period { start_us, count }) => {
+                    Some((start_us, count))
+                }
+                _ => None,
+            };
+            let decided = period.check(stored, now, check.cost())?;
+            Some((decided.as_decision(), Pending::Period(decided.write)))
+        }
+    })
+}
+
+/// Applies a decision's write to the bucket `name`.
+fn apply(
+    map: &mut HashMap<u64, Kept>,
+    name: u64,
+    write: Pending,
+    now: u64,
+    inner: &Inner,
+) {
+    let expires = |ttl_ms: u64| now.saturating_add(ttl_ms.saturating_mul(1000));
+    let (state, expires_us) = match write {
+        Pending::Window(None) | Pending::Period(None) => return,
+        Pending::Window(Some(write)) => {
+            let mut log = match map.remove(&name) {
+                Some(Kept {
+                    state: State::Window(log),
+                    expires_us,
+                }) if expires_us > now => log,
+                _ => Vec::new(),
+            };
+            let kept = write.kept(log.len());
+            log.truncate(kept.end);
+            log.drain(..kept.start);
+            log.extend(std::iter::repeat_n(write.entry_us, write.append));
+            (State::Window(log), expires(write.ttl_ms))
+        }
+        Pending::Period(Some(write)) => (
+            State::Period {
+                start_us: write.start_us,
+                count: write.count,
+            },
+            expires(write.ttl_ms),
+        ),
+    };
+    if !map.contains_key(&name) && map.len() >= inner.capacity {
+        make_room(map, now, inner);
+    }
+    map.insert(name, Kept { state, expires_us });
+}
+
+/// Room for one entry in a full map: the expired ones dropped, else the
+/// one of a sample nearest to its expiry.
+fn make_room(map: &mut HashMap<u64, Kept>, now: u64, inner: &Inner) {
+    map.retain(|_, kept| kept.expires_us > now);
+    if map.len() < inner.capacity {
+        return;
+    }
+    let nearest = map
+        .iter()
+        .take(EVICTION_SAMPLE)
+        .min_by_key(|(_, kept)| kept.expires_us)
+        .map(|(&name, kept)| (name, kept.expires_us));
+    if let Some((name, expires_us)) = nearest {
+        map.remove(&name);
+        inner.evicted(expires_us.saturating_sub(now));
+    }
+}

@@ -1,0 +1,190 @@
+//! What a bucket enforces: [`Rule`], a GCRA rate or one of the kinds beside
+//! it, and [`RuleKind`], what a store says it can decide.
+
+use std::fmt;
+
+use gcra_core::{CheckError, Period, PeriodUnit, Quota, Window};
+
+/// What one bucket enforces: a GCRA rate ([`Quota`]), an exact sliding
+/// window ([`Window`]) or a calendar period ([`Period`]).
+///
+/// A rate spreads requests evenly and keeps one number per bucket; use it
+/// for "how fast". A window counts exactly, at the cost of one timestamp
+/// per counted request (at most [`gcra_core::MAX_WINDOW_LIMIT`]): "at most
+/// 5 logins in any 60 s". A period counts per calendar day, ISO week or
+/// month: "1,000 exports a month", reset on the 1st.
+///
+/// ```
+/// use std::time::Duration;
+/// use rate_tier_storage::{Rule, RuleKind};
+/// use gcra_core::{Period, PeriodUnit, Quota, Window};
+///
+/// let rate: Rule = Quota::per_minute(10).into();
+/// let login: Rule = Window::new(5, Duration::from_secs(60))?.into();
+/// let exports: Rule = Period::new(3, PeriodUnit::Month, 0)?.into();
+/// assert_eq!(
+///     [rate.kind(), login.kind(), exports.kind()],
+///     [RuleKind::Rate, RuleKind::Window, RuleKind::Period]
+/// );
+/// assert_eq!([rate.limit(), login.limit(), exports.limit()], [10, 5, 3]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    /// A GCRA rate: how fast.
+    Rate(Quota),
+    /// At most `limit` in any window, exactly.
+    Window(Window),
+    /// At most `limit` per calendar day, week or month.
+    Period(Period),
+}
+
+/// The kind of a [`Rule`], as a store says what it can decide
+/// ([`Storage::supports`](crate::Storage::supports)).
+///
+/// ```
+/// use rate_tier_storage::RuleKind;
+/// assert_eq!(RuleKind::Window.to_string(), "window");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RuleKind {
+    /// [`Rule::Rate`].
+    Rate,
+    /// [`Rule::Window`].
+    Window,
+    /// [`Rule::Period`].
+    Period,
+}
+
+impl RuleKind {
+    /// Its name in configuration and messages: `rate`, `window`, `period`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuleKind::Rate => "rate",
+            RuleKind::Window => "window",
+            RuleKind::Period => "period",
+        }
+    }
+}
+
+impl fmt::Display for RuleKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<Quota> for Rule {
+    fn from(quota: Quota) -> Rule {
+        Rule::Rate(quota)
+    }
+}
+
+impl From<Window> for Rule {
+    fn from(window: Window) -> Rule {
+        Rule::Window(window)
+    }
+}
+
+impl From<Period> for Rule {
+    fn from(period: Period) -> Rule {
+        Rule::Period(period)
+    }
+}
+
+impl Rule {
+    /// Its kind.
+    pub fn kind(&self) -> RuleKind {
+        match self {
+            Rule::Rate(_) => RuleKind::Rate,
+            Rule::Window(_) => RuleKind::Window,
+            Rule::Period(_) => RuleKind::Period,
+        }
+    }
+
+    /// The quota of a rate; `None` for the other kinds.
+    pub fn as_rate(&self) -> Option<Quota> {
+        match self {
+            Rule::Rate(quota) => Some(*quota),
+            _ => None,
+        }
+    }
+
+    /// Requests of cost 1 a fresh bucket allows: a rate's burst, a window's
+    /// or a period's limit. No cost above it can ever pass.
+    pub fn limit(&self) -> u32 {
+        match self {
+            Rule::Rate(quota) => quota.burst(),
+            Rule::Window(window) => window.limit(),
+            Rule::Period(period) => period.limit(),
+        }
+    }
+
+    /// The window of the IETF `RateLimit-Policy` (`w`), in µs, for a
+    /// decision at `now_us`: a rate's burst offset (`tau`), a window's
+    /// length, the length of the period `now_us` is in (a month: 28 to 31
+    /// days).
+    ///
+    /// ```
+    /// use rate_tier_storage::Rule;
+    /// use gcra_core::{Period, PeriodUnit};
+    /// const DAY: u64 = 86_400_000_000;
+    /// let monthly = Rule::from(Period::new(1000, PeriodUnit::Month, 0)?);
+    /// let feb_2024 = 19_754 * DAY; // 2024-02-01
+    /// assert_eq!(monthly.policy_window_us(feb_2024 + 5), 29 * DAY);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn policy_window_us(&self, now_us: u64) -> u64 {
+        match self {
+            Rule::Rate(quota) => quota.burst_offset_us(),
+            Rule::Window(window) => window.window_us(),
+            Rule::Period(period) => {
+                match (period.start_of(now_us), period.next_start(now_us)) {
+                    (Ok(start), Ok(next)) => next.saturating_sub(start),
+                    _ => nominal_us(period.unit()),
+                }
+            }
+        }
+    }
+
+    /// The rule an instance applies alone when `share` instances split it
+    /// (a fallback's local share): a rate as [`Quota::divided`], a window's
+    /// or a period's limit divided, at least 1.
+    pub fn divided(self, share: u32) -> Rule {
+        if share <= 1 {
+            return self;
+        }
+        let part = |limit: u32| (limit / share).max(1);
+        match self {
+            Rule::Rate(quota) => Rule::Rate(quota.divided(share)),
+            Rule::Window(window) => {
+                Window::new(part(window.limit()), window.window())
+                    .map_or(self, Rule::Window)
+            }
+            Rule::Period(period) => Period::new(
+                part(period.limit()),
+                period.unit(),
+                period.offset_s(),
+            )
+            .map_or(self, Rule::Period),
+        }
+    }
+
+    /// A cost above [`Rule::limit`] can never pass.
+    pub(crate) fn admits(&self, cost: u32) -> Result<(), CheckError> {
+        let limit = self.limit();
+        if cost > limit {
+            return Err(CheckError::CostExceedsBurst { cost, burst: limit });
+        }
+        Ok(())
+    }
+}
+
+/// A period's nominal length, for a time the calendar cannot place.
+pub(crate) fn nominal_us(unit: PeriodUnit) -> u64 {
+    const DAY_US: u64 = 86_400_000_000;
+    match unit {
+        PeriodUnit::Day => DAY_US,
+        PeriodUnit::Week => 7 * DAY_US,
+        PeriodUnit::Month => 30 * DAY_US,
+    }
+}
