@@ -8,6 +8,8 @@
 //! | `GET /search` | cost 1 on the plan, and a limit `search` of 3 per minute per user: all or nothing |
 //! | `GET /quota` | reads every limit of the user without charging any: `{"tier":..,"limits":[{"name":..,"limit":..,"remaining":..,"reset":..},..]}` |
 //! | `GET /generate?tokens=N` | cost 1 on the plan, and a limit `tokens` (free 1000/min, pro 10000/min) charged 1 up front, settled to the `x-tokens-used: N` the handler answers |
+//! | `GET /login` | cost 1 on the plan, and a limit `login`: at most 5 in any 60 s per user, exactly (a window) |
+//! | `GET /export` | cost 1 on the plan, and a limit `exports`: 3 per calendar month (UTC) on free, 100 on pro (a period) |
 //! | `GET /metrics` | Prometheus metrics, not limited |
 //!
 //! Run it from the repository root:
@@ -68,9 +70,9 @@ use tower_rate_tier::metrics::prometheus_client::encoding::text::encode;
 use tower_rate_tier::metrics::prometheus_client::registry::Registry;
 use tower_rate_tier::metrics::{self, RateLimitMetrics};
 use tower_rate_tier::{
-    FallbackStorage, Limit, LimitEvent, OnMissing, Plans, PlansBuilder,
-    PostgresStorage, Quota, RateTier, RedisStorage, Settle, StorageEvent,
-    TierLimitLayer,
+    FallbackStorage, Limit, LimitEvent, OnMissing, Period, PeriodUnit, Plans,
+    PlansBuilder, PostgresStorage, Quota, RateTier, RedisStorage, Settle,
+    StorageEvent, TierLimitLayer, Window,
 };
 
 // In a real service, this would come from the database.
@@ -415,8 +417,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         })
         .headers(args.headers);
+    let (layer, unserved) = with_counted_limits(layer)?;
+    let not_on_this_store = |route: &'static str| {
+        let reason = unserved
+            .iter()
+            .find(|(r, _)| *r == route)
+            .map(|(_, reason)| reason.clone());
+        get(move || async move {
+            match reason {
+                None => (StatusCode::OK, format!("{}\n", &route[1..])),
+                Some(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason),
+            }
+        })
+    };
 
     let app = Router::new()
+        .route("/login", not_on_this_store("/login"))
+        .route("/export", not_on_this_store("/export"))
         .route("/data", get(|| async { "data\n" }))
         .route("/report", get(|| async { "report\n" }))
         .route("/backup", get(|| async { "backup\n" }))
@@ -432,6 +449,34 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     eprintln!("listening on {addr} ({backend} storage)");
     axum::serve(listener, app).await?;
     Ok(())
+}
+
+/// Logins, at most 5 in any 60 s per user, exactly; exports, 3 per
+/// calendar month (UTC) on free and 100 on pro. A store that decides only
+/// rates cannot hold them: the layer refuses them, and the route answers
+/// 503 saying why (never served unlimited). The routes left so.
+fn with_counted_limits(
+    mut layer: TierLimitLayer,
+) -> Result<
+    (TierLimitLayer, Vec<(&'static str, String)>),
+    Box<dyn std::error::Error>,
+> {
+    let login = Limit::new("login", Window::new(5, Duration::from_secs(60))?)
+        .when(|req| req.uri.path() == "/login");
+    let exports = Limit::new("exports", Period::new(3, PeriodUnit::Month, 0)?)
+        .tier("pro", Period::new(100, PeriodUnit::Month, 0)?)
+        .when(|req| req.uri.path() == "/export");
+    let mut unserved = Vec::new();
+    for (route, limit) in [("/login", login), ("/export", exports)] {
+        match layer.clone().try_limit(limit) {
+            Ok(with) => layer = with,
+            Err(error) => {
+                eprintln!("{route} is not served: {error}");
+                unserved.push((route, format!("{error}\n")));
+            }
+        }
+    }
+    Ok((layer, unserved))
 }
 
 /// `GET /quota`: every limit of the caller, read and not charged.

@@ -54,10 +54,14 @@ fn quota(server: &Server, key: &str) -> (String, Vec<u64>) {
     without_resets(&r.body)
 }
 
-/// The JSON `/quota` answers, with `R` for each reset.
+/// The JSON `/quota` answers, with `R` for each reset: `limits`, then
+/// `login` and `exports`, which this file's scenarios never charge.
 fn quota_json(tier: &str, limits: &[(&str, u32, u64)]) -> String {
+    let exports = if tier == "pro" { 100 } else { 3 };
+    let counted = [("login", 5, 5), ("exports", exports, u64::from(exports))];
     let limits: Vec<String> = limits
         .iter()
+        .chain(&counted)
         .map(|(name, limit, remaining)| {
             format!(
                 r#"{{"name":"{name}","limit":{limit},"remaining":{remaining},"reset":R}}"#

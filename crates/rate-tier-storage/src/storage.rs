@@ -8,7 +8,7 @@ use gcra_core::{CheckError, Decision, Quota, Verdict};
 
 use crate::bucket::{BucketCheck, BucketSettle, Charged};
 use crate::event::{StorageListener, Subscription};
-use crate::rule::RuleKind;
+use crate::rule::{Rule, RuleKind};
 
 /// A store of GCRA buckets.
 ///
@@ -240,6 +240,25 @@ impl Decided {
         match self.charged(index) {
             Charged::Local { share } => quota.divided(share),
             Charged::Primary => quota,
+        }
+    }
+
+    /// [`Decided::applied`] for a rule of any kind: the rule the store
+    /// applied to the bucket at `index` ([`Rule::divided`] by a fallback's
+    /// local share).
+    ///
+    /// ```
+    /// use rate_tier_storage::{Decided, Rule};
+    /// use gcra_core::{Quota, Verdict};
+    /// let decided = Decided::new(Verdict::of([], &[]), None, "memory");
+    /// let rule = Rule::from(Quota::per_minute(10));
+    /// assert_eq!(decided.applied_rule(0, rule), rule);
+    /// ```
+    #[inline]
+    pub fn applied_rule(&self, index: usize, rule: Rule) -> Rule {
+        match self.charged(index) {
+            Charged::Local { share } => rule.divided(share),
+            Charged::Primary => rule,
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use http::StatusCode;
 use rate_tier_storage::key::{EmptySecret, InvalidTierName};
-use rate_tier_storage::{CheckError, StorageError};
+use rate_tier_storage::{CheckError, RuleKind, StorageError};
 
 /// A configuration that cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -40,6 +40,29 @@ pub enum ConfigError {
     /// The key secret is empty.
     #[error(transparent)]
     EmptyKeySecret(#[from] EmptySecret),
+    /// A limit's rule is of a kind the limiter's store does not decide
+    /// (see [`Storage::supports`](rate_tier_storage::Storage::supports)):
+    /// it would never be enforced as written.
+    #[error(
+        "limit {limit:?} is a {kind}, which the {store} store does not decide"
+    )]
+    UnsupportedKind {
+        /// The limit.
+        limit: String,
+        /// Its rule's kind.
+        kind: RuleKind,
+        /// The store's [`kind`](rate_tier_storage::Storage::kind).
+        store: &'static str,
+    },
+    /// A settled limit ([`Limit::settle`](crate::Limit::settle)) must be a
+    /// rate: a window or a period has no debt to carry.
+    #[error("limit {limit:?} is settled, so it must be a rate, not a {kind}")]
+    SettleNeedsRate {
+        /// The limit.
+        limit: String,
+        /// The kind of its rule that is not a rate.
+        kind: RuleKind,
+    },
 }
 
 /// Why [`RateTier::check`](crate::RateTier::check) could not decide.

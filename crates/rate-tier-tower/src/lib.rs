@@ -151,7 +151,10 @@ pub use cache::CachedIdentifier;
 pub use client_ip::ClientIp;
 pub use error::{ConfigError, Error};
 pub use event::LimitEvent;
-pub use gcra_core::{Adjust, Decision, Quota, QuotaError, Verdict};
+pub use gcra_core::{
+    Adjust, Decision, Period, PeriodError, PeriodUnit, Quota, QuotaError,
+    Verdict, Window, WindowError,
+};
 pub use identity::{IdentityError, TierIdentifier, TierIdentity, UserId};
 #[cfg(feature = "grpc")]
 #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
@@ -172,7 +175,8 @@ pub use rate_tier_storage::RedisStorage;
 pub use rate_tier_storage::fallback::{self, BreakerState};
 pub use rate_tier_storage::{
     BucketCheck, BucketSettle, Decided, FallbackStorage, LimitName,
-    MemoryStorage, Storage, StorageError, StorageEvent, Subscription, key,
+    MemoryStorage, Rule, RuleKind, Storage, StorageError, StorageEvent,
+    Subscription, key,
 };
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

@@ -11,7 +11,7 @@ use std::time::Duration;
 use gcra_core::Quota;
 use http::StatusCode;
 use http::request::Parts;
-use rate_tier_storage::LimitName;
+use rate_tier_storage::{LimitName, Rule, RuleKind};
 
 use crate::error::ConfigError;
 use crate::plans::{Namespace, StaticName, intern};
@@ -29,7 +29,7 @@ type RefundFn = dyn Fn(StatusCode) -> bool + Send + Sync;
 ///
 /// | method | what |
 /// |---|---|
-/// | [`Limit::tier`] | a quota for one tier (the first quota is for the others) |
+/// | [`Limit::tier`] | a rule for one tier (the first one is for the others) |
 /// | [`Limit::global`], [`Limit::keyed_by`], [`Limit::per_client_ip`] | one bucket for everyone, one per key of the request (a tenant), or one per client address |
 /// | [`Limit::when`] | only some requests (a route) |
 /// | [`Limit::cost`], [`Limit::cost_fn`], [`Limit::plan_cost`] | what a request costs it |
@@ -60,8 +60,8 @@ type RefundFn = dyn Fn(StatusCode) -> bool + Send + Sync;
 pub struct Limit {
     pub(crate) name: &'static str,
     pub(crate) key: &'static LimitName,
-    quota: Quota,
-    per_tier: Vec<(Box<str>, Quota)>,
+    rule: Rule,
+    per_tier: Vec<(Box<str>, Rule)>,
     pub(crate) scope: Scope,
     pub(crate) when: Option<Arc<WhenFn>>,
     pub(crate) cost: LimitCost,
@@ -100,7 +100,7 @@ impl fmt::Debug for Limit {
         };
         f.debug_struct("Limit")
             .field("name", &self.name)
-            .field("quota", &self.quota)
+            .field("rule", &self.rule)
             .field("per_tier", &self.per_tier)
             .field("scope", &scope)
             .field("when", &self.when.is_some())
@@ -112,16 +112,30 @@ impl fmt::Debug for Limit {
 
 impl Limit {
     /// A limit named `name` (1 to 64 `[A-Za-z0-9_.-]`), per user, of
-    /// `quota` in every tier. Its buckets are its own, even beside a tier of
-    /// the same name (keys `trt:limit/<name>:...`).
+    /// `rule` in every tier: a rate ([`Quota`]), an exact sliding window
+    /// ([`Window`](crate::Window)) or a calendar period
+    /// ([`Period`](crate::Period)). Its buckets are its own, even beside a
+    /// tier of the same name (keys `trt:limit/<name>:...`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_rate_tier::{Limit, Period, PeriodUnit, Window};
+    /// // At most 5 logins in any 60 s, exactly.
+    /// let login = Limit::new("login", Window::new(5, Duration::from_secs(60))?);
+    /// // 3 exports per calendar month (UTC) on free, 100 on pro.
+    /// let exports = Limit::new("exports", Period::new(3, PeriodUnit::Month, 0)?)
+    ///     .tier("pro", Period::new(100, PeriodUnit::Month, 0)?);
+    /// # let _ = (login, exports);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Panics
     ///
     /// On an invalid name, at start-up. Use [`Limit::try_new`] for a
     /// `Result`.
     #[track_caller]
-    pub fn new(name: impl Into<String>, quota: Quota) -> Limit {
-        match Limit::try_new(name, quota) {
+    pub fn new(name: impl Into<String>, rule: impl Into<Rule>) -> Limit {
+        match Limit::try_new(name, rule) {
             Ok(limit) => limit,
             Err(error) => panic!("invalid Limit: {error}"),
         }
@@ -138,13 +152,13 @@ impl Limit {
     /// ```
     pub fn try_new(
         name: impl Into<String>,
-        quota: Quota,
+        rule: impl Into<Rule>,
     ) -> Result<Limit, ConfigError> {
         let key = intern(&name.into(), Namespace::Limit)?;
         Ok(Limit {
             name: key.as_str_static(),
             key,
-            quota,
+            rule: rule.into(),
             per_tier: Vec::new(),
             scope: Scope::User,
             when: None,
@@ -154,8 +168,8 @@ impl Limit {
         })
     }
 
-    /// `quota` for requests of `tier` (the quota given to [`Limit::new`]
-    /// stays for the other tiers).
+    /// `rule` for requests of `tier` (the rule given to [`Limit::new`]
+    /// stays for the other tiers). It may be of another kind than theirs.
     ///
     /// ```
     /// use tower_rate_tier::{Limit, Quota};
@@ -164,9 +178,9 @@ impl Limit {
     /// assert_eq!(tokens.quota_for("pro"), Quota::per_minute(10_000));
     /// assert_eq!(tokens.quota_for("free"), Quota::per_minute(1000));
     /// ```
-    pub fn tier(mut self, tier: &str, quota: Quota) -> Limit {
+    pub fn tier(mut self, tier: &str, rule: impl Into<Rule>) -> Limit {
         self.per_tier.retain(|(t, _)| **t != *tier);
-        self.per_tier.push((tier.into(), quota));
+        self.per_tier.push((tier.into(), rule.into()));
         self
     }
 
@@ -268,8 +282,10 @@ impl Limit {
         self.name
     }
 
-    /// The quota that applies to a request of `tier`. A settled limit
-    /// carries its debts whole (or up to [`Settle::max_debt`]).
+    /// The quota that applies to a request of `tier`, when it is a rate
+    /// (for a window or a period, a nominal rate of its limit per its
+    /// length: see [`Limit::rule_for`]). A settled limit carries its debts
+    /// whole (or up to [`Settle::max_debt`]).
     ///
     /// ```
     /// use tower_rate_tier::{Limit, Quota, Settle};
@@ -278,15 +294,41 @@ impl Limit {
     /// assert_eq!(tokens.quota_for("free"), Quota::per_minute(1000).unbounded_debt());
     /// ```
     pub fn quota_for(&self, tier: &str) -> Quota {
-        let quota = self
+        let rule = self.rule_for(tier);
+        rate_tier_storage::BucketCheck::of_rule(self.key, "", rule, 0)
+            .map_or(Quota::per_second(1), |check| check.quota())
+    }
+
+    /// The rule that applies to a request of `tier`; a rate's settled
+    /// debts as [`Limit::quota_for`] says.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_rate_tier::{Limit, Quota, Rule, Window};
+    /// let window = Window::new(5, Duration::from_secs(60))?;
+    /// let login = Limit::new("login", window).tier("pro", Quota::per_minute(60));
+    /// assert_eq!(login.rule_for("free"), Rule::Window(window));
+    /// assert_eq!(login.rule_for("pro"), Rule::Rate(Quota::per_minute(60)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn rule_for(&self, tier: &str) -> Rule {
+        let rule = self
             .per_tier
             .iter()
             .find(|(t, _)| **t == *tier)
-            .map_or(self.quota, |(_, quota)| *quota);
-        match &self.settle {
-            None => quota,
-            Some(settle) => settle.debt_of(quota),
+            .map_or(self.rule, |(_, rule)| *rule);
+        match (&self.settle, rule) {
+            (Some(settle), Rule::Rate(quota)) => {
+                Rule::Rate(settle.debt_of(quota))
+            }
+            _ => rule,
         }
+    }
+
+    /// The kinds of this limit's rules, the first tier's first.
+    pub(crate) fn kinds(&self) -> impl Iterator<Item = RuleKind> + '_ {
+        std::iter::once(self.rule.kind())
+            .chain(self.per_tier.iter().map(|(_, rule)| rule.kind()))
     }
 }
 

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use http::HeaderMap;
 use http::request::Parts;
+use rate_tier_storage::RuleKind;
 use tower_layer::Layer;
 
 use super::config::{Config, Identifier};
@@ -190,6 +191,22 @@ impl<R> TierLimitLayer<R> {
         let taken = config.limits.iter().any(|l| l.name == limit.name);
         if taken {
             return Err(ConfigError::DuplicateLimit(limit.name.to_owned()));
+        }
+        let store = config.tiers.storage();
+        for kind in limit.kinds() {
+            if limit.settle.is_some() && kind != RuleKind::Rate {
+                return Err(ConfigError::SettleNeedsRate {
+                    limit: limit.name.to_owned(),
+                    kind,
+                });
+            }
+            if !store.supports(kind) {
+                return Err(ConfigError::UnsupportedKind {
+                    limit: limit.name.to_owned(),
+                    kind,
+                    store: store.kind(),
+                });
+            }
         }
         Ok(self.map(|c| c.limits.push(limit)))
     }

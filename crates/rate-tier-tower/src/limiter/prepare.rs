@@ -12,7 +12,7 @@ use std::time::Duration;
 use gcra_core::Quota;
 use http::StatusCode;
 use rate_tier_storage::key::KeySecret;
-use rate_tier_storage::{BucketCheck, LimitName};
+use rate_tier_storage::{BucketCheck, LimitName, Rule};
 use smallvec::SmallVec;
 
 use super::RateTier;
@@ -42,7 +42,7 @@ pub(crate) struct Prepared<'a> {
     pub(crate) checks: SmallVec<[BucketCheck<'a>; INLINE]>,
     /// Shadow limits whose cost is above their burst: never checked, always
     /// reported as would-be refusals.
-    pub(crate) never: Vec<(&'static LimitName, Quota)>,
+    pub(crate) never: Vec<(&'static LimitName, Rule)>,
     pub(crate) on_storage_error: OnStorageError,
 }
 
@@ -72,7 +72,7 @@ impl Prepared<'_> {
                 key,
                 partition: (check.partition() != self.user)
                     .then(|| check.partition().to_owned()),
-                quota: check.quota(),
+                rule: check.rule(),
                 cost: check.cost(),
                 shadow: check.is_shadow(),
             })
@@ -95,7 +95,7 @@ pub(crate) struct Owned {
     user: String,
     pub(crate) cost: u32,
     buckets: SmallVec<[OwnedBucket; INLINE]>,
-    never: Vec<(&'static LimitName, Quota)>,
+    never: Vec<(&'static LimitName, Rule)>,
     on_storage_error: OnStorageError,
 }
 
@@ -104,7 +104,7 @@ struct OwnedBucket {
     key: &'static LimitName,
     /// `None`: the user's.
     partition: Option<String>,
-    quota: Quota,
+    rule: Rule,
     cost: u32,
     shadow: bool,
 }
@@ -120,10 +120,10 @@ impl Owned {
         for bucket in &self.buckets {
             let partition = bucket.partition.as_deref().unwrap_or(&self.user);
             // Built from a check that was valid: it still is.
-            if let Ok(check) = BucketCheck::new(
+            if let Ok(check) = BucketCheck::of_rule(
                 bucket.key,
                 partition,
-                bucket.quota,
+                bucket.rule,
                 bucket.cost,
             ) {
                 keys.push(bucket.key);
@@ -163,9 +163,9 @@ impl Resolved {
     }
 }
 
-/// A bucket as the policies find it: its limit, partition, quota, cost,
+/// A bucket as the policies find it: its limit, partition, rule, cost,
 /// and whether it is in shadow mode.
-type Bucket<'a> = (&'static LimitName, &'a str, Quota, u32, bool);
+type Bucket<'a> = (&'static LimitName, &'a str, Rule, u32, bool);
 
 impl RateTier {
     /// Applies the identity and tier policies and builds the buckets.
@@ -187,7 +187,7 @@ impl RateTier {
         let secret = self.inner.key_secret.as_ref();
         self.admit(
             prepared,
-            (tier.key, user, tier.quota, ask.cost, ask.shadow),
+            (tier.key, user, Rule::Rate(tier.quota), ask.cost, ask.shadow),
             secret,
             events,
         )?;
@@ -196,7 +196,7 @@ impl RateTier {
             let bucket = (
                 limit.key,
                 extra.partition.as_deref().unwrap_or(user),
-                limit.quota_for(tier.name),
+                limit.rule_for(tier.name),
                 extra.cost,
                 ask.shadow || limit.shadow,
             );
@@ -211,11 +211,11 @@ impl RateTier {
     fn admit<'a>(
         &self,
         prepared: &mut Prepared<'a>,
-        (key, partition, quota, cost, shadow): Bucket<'a>,
+        (key, partition, rule, cost, shadow): Bucket<'a>,
         secret: Option<&'a KeySecret>,
         events: &mut Events,
     ) -> Result<(), Ruling> {
-        if let Ok(check) = BucketCheck::new(key, partition, quota, cost) {
+        if let Ok(check) = BucketCheck::of_rule(key, partition, rule, cost) {
             prepared.keys.push(key);
             prepared
                 .checks
@@ -230,10 +230,11 @@ impl RateTier {
                 limit: label,
                 retry_after: Duration::ZERO,
             });
-            prepared.never.push((key, quota));
+            prepared.never.push((key, rule));
             return Ok(());
         }
-        let burst = quota.burst();
+        let burst = rule.limit();
+        let now_us = self.inner.clock.now_us();
         events.push(|| LimitEvent::CostExceedsBurst {
             user_id: UserId::from(prepared.user),
             tier,
@@ -245,11 +246,11 @@ impl RateTier {
             tier: Cow::Borrowed(tier),
             name: Some(label),
             limit: burst,
-            window_us: quota.burst_offset_us(),
+            window_us: rule.policy_window_us(now_us),
             reason: LimitReason::CostExceedsBurst { cost },
             retry_after_us: 0,
             reset_after_us: 0,
-            now_us: self.inner.clock.now_us(),
+            now_us,
             limits: None,
         }))
     }

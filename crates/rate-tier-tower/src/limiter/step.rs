@@ -11,9 +11,9 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use gcra_core::{CheckError, Decision, Quota, Verdict};
+use gcra_core::{CheckError, Decision, Verdict};
 use rate_tier_storage::{
-    BucketCheck, Charged, Decided, LimitName, StorageError,
+    BucketCheck, Charged, Decided, LimitName, Rule, StorageError,
 };
 use smallvec::SmallVec;
 
@@ -330,13 +330,14 @@ impl RateTier {
         let buckets = prepared.keys.iter().zip(&prepared.checks);
         for (i, ((&key, check), decision)) in buckets.zip(out).enumerate() {
             let shadow = check.is_shadow();
-            let applied = decided.applied(i, check.quota());
+            let applied = decided.applied_rule(i, check.rule());
             limits.push(state(
                 key,
                 applied,
                 decision,
                 shadow,
                 decided.charged(i),
+                now_us,
             ));
             if shadow && !decision.allowed {
                 events.push(|| LimitEvent::ShadowLimited {
@@ -347,12 +348,19 @@ impl RateTier {
                 });
             }
         }
-        for &(key, quota) in &prepared.never {
+        for &(key, rule) in &prepared.never {
             let never = Decision {
                 retry_after_us: 0,
                 ..Decision::default()
             };
-            limits.push(state(key, quota, &never, true, Charged::Primary));
+            limits.push(state(
+                key,
+                rule,
+                &never,
+                true,
+                Charged::Primary,
+                now_us,
+            ));
         }
         let ruling = self.rule(prepared, &decided, &limits, now_us, events);
         (ruling, decided.by)
@@ -431,6 +439,13 @@ impl RateTier {
             StorageError::Check(CheckError::ZeroCost) => {
                 Ruling::Invalid(Error::ZeroCost)
             }
+            // A limit of a kind the store does not decide (one asked for
+            // at check time: a layer refuses to be built with one) is a
+            // mistake in the code, never a store's failure that a policy
+            // could answer with a pass.
+            error @ StorageError::Unsupported(_) => {
+                Ruling::Invalid(Error::Storage(error))
+            }
             // Anything else the store says, these included, is its failure
             // to decide: the policy answers, never a silent pass.
             error => {
@@ -451,21 +466,23 @@ impl RateTier {
     }
 }
 
-/// A bucket's state after a decision, under the quota the store applied.
+/// A bucket's state after a decision at `now_us`, under the rule the store
+/// applied.
 fn state(
     key: &'static LimitName,
-    applied: Quota,
+    applied: Rule,
     decision: &Decision,
     shadow: bool,
     charged: Charged,
+    now_us: u64,
 ) -> LimitState {
     LimitState {
         charged,
         name: key.as_str_static(),
-        limit: applied.burst(),
+        limit: applied.limit(),
         remaining: decision.remaining,
         reset_after: Duration::from_micros(decision.reset_after_us),
-        window: Duration::from_micros(applied.burst_offset_us()),
+        window: Duration::from_micros(applied.policy_window_us(now_us)),
         shadow,
         shadow_limited: shadow && !decision.allowed,
     }

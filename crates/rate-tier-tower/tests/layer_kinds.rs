@@ -1,0 +1,246 @@
+//! Limits of the kinds beside the rate through the HTTP layer, on a fake
+//! clock: an exact window (`login`, 5 in any 60 s) and a calendar period
+//! (`exports`, 3 a month on free, 100 on pro), mixed with the plan's rate
+//! in one decision; what the client is told; and the kinds a store cannot
+//! decide refused when the layer is built.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+mod support;
+
+use std::time::Duration;
+
+use axum::Router;
+use http::StatusCode;
+use support::fixtures::{START_US, plan_of, post_plans};
+use support::http::get_as;
+use tower_rate_tier::clock::FakeClock;
+use tower_rate_tier::layer::HeaderStyle;
+use tower_rate_tier::{
+    ConfigError, Limit, Period, PeriodUnit, Quota, RateTier, RuleKind, Settle,
+    Storage, StorageError, TierIdentity, TierLimitLayer, Window,
+};
+
+const SECOND: u64 = 1_000_000;
+
+fn login() -> Limit {
+    Limit::new("login", Window::new(5, Duration::from_secs(60)).unwrap())
+        .when(|req| req.uri.path() == "/login")
+}
+
+fn exports() -> Limit {
+    let month = |n| Period::new(n, PeriodUnit::Month, 0).unwrap();
+    Limit::new("exports", month(3))
+        .tier("pro", month(100))
+        .when(|req| req.uri.path() == "/export")
+}
+
+fn layer(tiers: RateTier) -> TierLimitLayer {
+    TierLimitLayer::new(tiers)
+        .identifier_fn(|headers| {
+            let key = headers.get("x-api-key")?.to_str().ok()?;
+            Some(TierIdentity::new(key, plan_of(key)?))
+        })
+        .limit(login())
+        .limit(exports())
+        .headers(HeaderStyle::Both)
+}
+
+fn app_at(now_us: u64) -> (Router, FakeClock, RateTier) {
+    let clock = FakeClock::at_us(now_us);
+    let tiers = post_plans(&clock).build();
+    let ok = || axum::routing::get(|| async { "ok\n" });
+    let app = Router::new()
+        .route("/login", ok())
+        .route("/export", ok())
+        .route("/data", ok())
+        .layer(layer(tiers.clone()));
+    (app, clock, tiers)
+}
+
+#[tokio::test]
+async fn a_window_refuses_the_sixth_in_any_60_s_until_the_first_leaves() {
+    let (app, clock, tiers) = app_at(START_US);
+    // Logins at 0, 1, 2, 3 and 4 s.
+    for left in (0..5).rev() {
+        let r = get_as(&app, Some("key_ana"), "/login").await;
+        assert_eq!((r.status, r.remaining()), (StatusCode::OK, left));
+        assert_eq!(r.limit(), 5);
+        clock.advance(Duration::from_secs(1));
+    }
+    // At 5 s: the first leaves the window at 60 s.
+    let r = get_as(&app, Some("key_ana"), "/login").await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{r:?}");
+    assert_eq!(r.retry_after(), 55);
+    assert_eq!(
+        r.body,
+        r#"{"error":"rate limit exceeded","tier":"free","limit":"login","retry_after":55}"#
+    );
+    let policy = r.header("ratelimit-policy").unwrap();
+    assert!(policy.contains(r#""login";q=5;w=60"#), "{policy}");
+    // The refusal charged the plan nothing: 5 of its 10 were spent.
+    assert_eq!(tiers.peek("key_ana", "free").await.unwrap().remaining, 5);
+
+    // A microsecond before the first leaves: still refused; at 60 s, one.
+    clock.set_us(START_US + 60 * SECOND - 1);
+    let r = get_as(&app, Some("key_ana"), "/login").await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    clock.set_us(START_US + 60 * SECOND);
+    let r = get_as(&app, Some("key_ana"), "/login").await;
+    assert_eq!((r.status, r.remaining()), (StatusCode::OK, 0));
+    let r = get_as(&app, Some("key_ana"), "/login").await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    // Until the login of 1 s leaves, at 61 s.
+    assert_eq!(r.retry_after(), 1);
+}
+
+#[tokio::test]
+async fn a_plan_refusal_counts_nothing_in_the_window() {
+    let (app, clock, _tiers) = app_at(START_US);
+    // The plan's 10 spent elsewhere.
+    for _ in 0..10 {
+        assert_eq!(
+            get_as(&app, Some("key_ana"), "/data").await.status,
+            StatusCode::OK
+        );
+    }
+    for _ in 0..20 {
+        let r = get_as(&app, Some("key_ana"), "/login").await;
+        assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+        assert!(!r.body.contains("login"), "the plan refused: {r:?}");
+    }
+    // Six seconds later the plan has one more: the window is untouched.
+    clock.advance(Duration::from_secs(6));
+    let r = get_as(&app, Some("key_ana"), "/login").await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let login_left = r
+        .header("ratelimit")
+        .map(|v| v.contains(r#""login";r=4"#))
+        .unwrap_or(false);
+    assert!(login_left, "{r:?}");
+}
+
+/// 2028-02-28 12:00 UTC (2028 is a leap year).
+const FEB_28_2028_NOON: u64 = 1_835_352_000 * SECOND;
+const DAY: u64 = 86_400 * SECOND;
+
+#[tokio::test]
+async fn a_period_passes_exactly_its_limit_per_calendar_month_then_resets_on_the_first()
+ {
+    let (app, clock, _tiers) = app_at(FEB_28_2028_NOON);
+    for left in (0..3).rev() {
+        let r = get_as(&app, Some("key_ana"), "/export").await;
+        assert_eq!((r.status, r.remaining()), (StatusCode::OK, left));
+    }
+    // Refused until March 1st 00:00 UTC: a day and a half, February 29th
+    // included.
+    let r = get_as(&app, Some("key_ana"), "/export").await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{r:?}");
+    let march_1 = FEB_28_2028_NOON + DAY + DAY / 2;
+    assert_eq!(r.retry_after(), (march_1 - FEB_28_2028_NOON) / SECOND);
+    assert_eq!(
+        r.header("x-ratelimit-reset"),
+        Some(&*(march_1 / SECOND).to_string())
+    );
+    // The policy's window is February 2028: 29 days.
+    let policy = r.header("ratelimit-policy").unwrap();
+    assert!(
+        policy.contains(&format!(r#""exports";q=3;w={}"#, 29 * DAY / SECOND)),
+        "{policy}"
+    );
+    clock.set_us(march_1 - 1);
+    let r = get_as(&app, Some("key_ana"), "/export").await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    clock.set_us(march_1);
+    for left in (0..3).rev() {
+        let r = get_as(&app, Some("key_ana"), "/export").await;
+        assert_eq!((r.status, r.remaining()), (StatusCode::OK, left));
+    }
+    // Pro exports 100 a month.
+    for _ in 0..100 {
+        assert_eq!(
+            get_as(&app, Some("key_bea"), "/export").await.status,
+            StatusCode::OK
+        );
+        clock.advance(Duration::from_secs(1));
+    }
+    let r = get_as(&app, Some("key_bea"), "/export").await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(r.body.contains(r#""limit":"exports""#), "{r:?}");
+}
+
+/// A store that decides rates only, as every store may.
+#[derive(Debug)]
+struct RatesOnly(tower_rate_tier::MemoryStorage);
+
+#[async_trait::async_trait]
+impl Storage for RatesOnly {
+    async fn check(
+        &self,
+        checks: &[tower_rate_tier::BucketCheck<'_>],
+        out: &mut [tower_rate_tier::Decision],
+    ) -> Result<tower_rate_tier::Decided, StorageError> {
+        self.0.check(checks, out).await
+    }
+
+    async fn settle(
+        &self,
+        settles: &[tower_rate_tier::BucketSettle<'_>],
+    ) -> Result<(), StorageError> {
+        self.0.settle(settles).await
+    }
+
+    fn kind(&self) -> &'static str {
+        "rates-only"
+    }
+}
+
+#[test]
+fn a_kind_the_store_cannot_decide_or_a_settled_window_is_refused_at_build() {
+    let tiers = RateTier::builder()
+        .tier("free", Quota::per_minute(10))
+        .storage(std::sync::Arc::new(RatesOnly(Default::default())))
+        .build();
+    let error = TierLimitLayer::new(tiers.clone())
+        .try_limit(exports())
+        .unwrap_err();
+    assert_eq!(
+        error,
+        ConfigError::UnsupportedKind {
+            limit: "exports".into(),
+            kind: RuleKind::Period,
+            store: "rates-only",
+        }
+    );
+    assert_eq!(
+        error.to_string(),
+        r#"limit "exports" is a period, which the rates-only store does not decide"#
+    );
+    // A kind of one tier only is found too.
+    let pro_window = Limit::new("search", Quota::per_minute(3))
+        .tier("pro", Window::new(3, Duration::from_secs(60)).unwrap());
+    assert!(matches!(
+        TierLimitLayer::new(tiers.clone()).try_limit(pro_window),
+        Err(ConfigError::UnsupportedKind {
+            kind: RuleKind::Window,
+            ..
+        })
+    ));
+    // Rates stay welcome.
+    assert!(
+        TierLimitLayer::new(tiers)
+            .try_limit(Limit::new("search", Quota::per_minute(3)))
+            .is_ok()
+    );
+
+    let memory = RateTier::builder()
+        .tier("free", Quota::per_minute(10))
+        .build();
+    let settled = login().settle(Settle::from_header("x-used"));
+    assert_eq!(
+        TierLimitLayer::new(memory).try_limit(settled).unwrap_err(),
+        ConfigError::SettleNeedsRate {
+            limit: "login".into(),
+            kind: RuleKind::Window,
+        }
+    );
+}

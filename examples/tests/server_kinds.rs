@@ -1,0 +1,124 @@
+//! The example server's limits beside the rate, over real HTTP: `/login`
+//! (at most 5 in any 60 s per user, an exact window) and `/export` (3 per
+//! calendar month UTC on free, 100 on pro), in memory; and, where the store
+//! does not decide them (PostgreSQL), a 503 that says why, never a pass.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rate_tier_test_support::PostgresServer;
+use support::{Response, Server};
+use tower_rate_tier::{Period, PeriodUnit};
+
+fn now_us() -> u64 {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    u64::try_from(since.as_micros()).unwrap()
+}
+
+fn header_u64(r: &Response, name: &str) -> u64 {
+    r.header(name)
+        .unwrap_or_else(|| panic!("no {name}: {r:?}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn login_is_an_exact_window_and_its_refusal_charges_the_plan_nothing() {
+    let server = Server::start(&[], &[]);
+    for left in (0..5).rev() {
+        let r = server.get("/login", Some("key_ana"));
+        assert_eq!((r.status, r.body.as_str()), (200, "login\n"), "{r:?}");
+        assert_eq!(r.header("x-ratelimit-limit"), Some("5"), "{r:?}");
+        assert_eq!(header_u64(&r, "x-ratelimit-remaining"), left, "{r:?}");
+    }
+    let before_s = now_us() / 1_000_000;
+    let refused = server.get("/login", Some("key_ana"));
+    assert_eq!(refused.status, 429, "{refused:?}");
+    // Until the first login leaves the window: 60 s, rounded up.
+    let wait = header_u64(&refused, "retry-after");
+    assert!((59..=60).contains(&wait), "{refused:?}");
+    assert_eq!(
+        refused.body,
+        format!(
+            r#"{{"error":"rate limit exceeded","tier":"free","limit":"login","retry_after":{wait}}}"#
+        )
+    );
+    let reset = header_u64(&refused, "x-ratelimit-reset");
+    assert!(
+        (before_s + 58..=before_s + 61).contains(&reset),
+        "{refused:?}"
+    );
+    // The plan was charged by the 5 logins only, and another user has
+    // logins of her own.
+    let data = server.get("/data", Some("key_ana"));
+    assert_eq!(header_u64(&data, "x-ratelimit-remaining"), 4, "{data:?}");
+    assert_eq!(server.get("/login", Some("key_bea")).status, 200);
+}
+
+#[test]
+fn export_is_a_calendar_month_per_plan_until_the_first_of_the_next() {
+    let server = Server::start(&["--headers", "both"], &[]);
+    for left in (0..3).rev() {
+        let r = server.get("/export", Some("key_ana"));
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(header_u64(&r, "x-ratelimit-remaining"), left, "{r:?}");
+    }
+    let now = now_us();
+    let monthly = Period::new(3, PeriodUnit::Month, 0).unwrap();
+    let (start, next) = (
+        monthly.start_of(now).unwrap(),
+        monthly.next_start(now).unwrap(),
+    );
+    let refused = server.get("/export", Some("key_ana"));
+    assert_eq!(refused.status, 429, "{refused:?}");
+    let wait = header_u64(&refused, "retry-after");
+    let until_next = (next - now).div_ceil(1_000_000);
+    assert!(
+        wait.abs_diff(until_next) <= 2,
+        "{wait} vs {until_next}: {refused:?}"
+    );
+    assert_eq!(
+        header_u64(&refused, "x-ratelimit-reset"),
+        next.div_ceil(1_000_000),
+        "{refused:?}"
+    );
+    // The IETF policy's window is this month's length.
+    let policy = refused.header("ratelimit-policy").unwrap();
+    let month_s = (next - start) / 1_000_000;
+    assert!(
+        policy.contains(&format!("\"exports\";q=3;w={month_s}")),
+        "{policy}"
+    );
+    assert!(refused.body.contains(r#""limit":"exports""#), "{refused:?}");
+
+    // Pro exports 100 a month (a plan of 100 a minute: the plan refuses
+    // the 101st on its own, so only 100 are asked for).
+    for k in 0..100 {
+        let r = server.get("/export", Some("key_bea"));
+        assert_eq!(r.status, 200, "export {k}: {r:?}");
+    }
+    let r = server.get("/quota", Some("key_bea"));
+    assert!(
+        r.body
+            .contains(r#"{"name":"exports","limit":100,"remaining":0,"#),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn on_a_store_that_decides_only_rates_the_routes_say_why_and_never_pass() {
+    let postgres = PostgresServer::start();
+    let server = Server::start(&["--postgres", &postgres.url()], &[]);
+    server.wait_for_stderr("postgres, with local fallback");
+    let said = server.wait_for_stderr("/login is not served");
+    assert!(said.contains("window"), "{said}");
+    for route in ["/login", "/export"] {
+        let r = server.get(route, Some("key_ana"));
+        assert_eq!(r.status, 503, "{route}: {r:?}");
+        assert!(r.body.contains("does not decide"), "{route}: {r:?}");
+    }
+    // The rest of the service is limited as always.
+    assert_eq!(server.get("/data", Some("key_ana")).status, 200);
+}
