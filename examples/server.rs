@@ -331,8 +331,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let cause = cause.as_deref().unwrap_or("-");
                 eprintln!("breaker {domain} {from:?} -> {to:?} ({cause})");
             }
-            LimitEvent::PlansReloaded { tiers } => {
+            LimitEvent::PlansReloaded { tiers, fresh } => {
                 eprintln!("plans reloaded: {}", tiers.join(", "));
+                if !fresh.is_empty() {
+                    eprintln!(
+                        "plans changed kind, their buckets start fresh: {}",
+                        fresh.join(", ")
+                    );
+                }
+            }
+            LimitEvent::PlansRefused { error } => {
+                eprintln!("plans refused, the running ones stay: {error}");
             }
             _ => {}
         });

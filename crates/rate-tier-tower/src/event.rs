@@ -103,6 +103,17 @@ pub enum LimitEvent {
     PlansReloaded {
         /// The tier names now in force.
         tiers: Vec<String>,
+        /// The tiers whose kind changed (a rate became a period, say):
+        /// their buckets start fresh, since no store reads one kind's state
+        /// as another's.
+        fresh: Vec<String>,
+    },
+    /// New plans were refused and the running ones stay
+    /// ([`RateTier::reload`](crate::RateTier::reload)): a tier of a kind the
+    /// store does not decide.
+    PlansRefused {
+        /// Why.
+        error: crate::ConfigError,
     },
     /// The cost function returned 0 (every request costs at least 1); the
     /// request was answered 500.

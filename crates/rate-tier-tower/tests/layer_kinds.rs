@@ -244,3 +244,87 @@ fn a_kind_the_store_cannot_decide_or_a_settled_window_is_refused_at_build() {
         }
     );
 }
+
+#[tokio::test]
+async fn a_plan_may_be_a_monthly_quota_and_a_reload_to_another_kind_starts_fresh()
+ {
+    let clock = FakeClock::at_us(FEB_28_2028_NOON);
+    let monthly = Period::new(3, PeriodUnit::Month, 0).unwrap();
+    let tiers = RateTier::builder()
+        .clock(clock.clone())
+        .tier("hobby", monthly)
+        .build();
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = heard.clone();
+    let _listening =
+        tiers.subscribe(move |e| sink.lock().unwrap().push(e.clone()));
+    for left in (0..3).rev() {
+        let info = tiers.check("ana", "hobby", 1).await.unwrap().unwrap();
+        assert_eq!((info.limit, info.remaining), (3, left));
+        assert_eq!(info.window, Duration::from_secs(29 * 86_400));
+    }
+    let refused = tiers.check("ana", "hobby", 1).await.unwrap().unwrap_err();
+    let march_1 = FEB_28_2028_NOON + DAY + DAY / 2;
+    assert_eq!(
+        refused.retry_after(),
+        Duration::from_micros(march_1 - FEB_28_2028_NOON)
+    );
+
+    // Hobby becomes 2 a minute: a rate, fresh (nothing of the period is
+    // read as a TAT), and the reload says so.
+    tiers
+        .try_reload(
+            tower_rate_tier::Plans::builder()
+                .tier("hobby", Quota::per_minute(2))
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+    let info = tiers.check("ana", "hobby", 1).await.unwrap().unwrap();
+    assert_eq!((info.limit, info.remaining), (2, 1));
+    assert!(heard.lock().unwrap().iter().any(|e| matches!(
+        e,
+        tower_rate_tier::LimitEvent::PlansReloaded { fresh, .. } if fresh == &["hobby"]
+    )));
+}
+
+#[tokio::test]
+async fn a_store_that_decides_only_rates_refuses_a_plan_of_another_kind() {
+    let period = Period::new(3, PeriodUnit::Month, 0).unwrap();
+    let store = || std::sync::Arc::new(RatesOnly(Default::default()));
+    let error = RateTier::builder()
+        .tier("hobby", period)
+        .storage(store())
+        .try_build()
+        .unwrap_err();
+    assert_eq!(
+        error,
+        ConfigError::UnsupportedKind {
+            limit: "hobby".into(),
+            kind: RuleKind::Period,
+            store: "rates-only",
+        }
+    );
+    // A reload to it is refused, reported, and the running plans stay.
+    let tiers = RateTier::builder()
+        .tier("hobby", Quota::per_minute(10))
+        .storage(store())
+        .build();
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = heard.clone();
+    let _listening =
+        tiers.subscribe(move |e| sink.lock().unwrap().push(e.clone()));
+    tiers.reload(
+        tower_rate_tier::Plans::builder()
+            .tier("hobby", period)
+            .build()
+            .unwrap(),
+    );
+    assert_eq!(tiers.quota("hobby"), Some(Quota::per_minute(10)));
+    assert!(matches!(
+        &heard.lock().unwrap()[..],
+        [tower_rate_tier::LimitEvent::PlansRefused {
+            error: ConfigError::UnsupportedKind { .. }
+        }]
+    ));
+}

@@ -107,7 +107,8 @@ async fn every_reload_is_an_event_for_the_limiters_listeners() {
     assert_eq!(
         *heard.lock().unwrap(),
         [LimitEvent::PlansReloaded {
-            tiers: vec!["free".to_owned()]
+            tiers: vec!["free".to_owned()],
+            fresh: vec![],
         }]
     );
     assert!(layer_heard.lock().unwrap().is_empty());

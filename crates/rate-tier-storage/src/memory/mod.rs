@@ -430,9 +430,7 @@ impl Inner {
     ) -> Result<Decided, StorageError> {
         // One bucket is distinct and of the right length: nothing to
         // validate.
-        if let ([check], [slot]) = (checks, &mut *out)
-            && check.is_rate()
-        {
+        if let ([check], [slot]) = (checks, &mut *out) {
             return self.decide_one(check, slot);
         }
         if checks.len() != out.len() {
@@ -458,6 +456,11 @@ impl Inner {
         check: &BucketCheck<'_>,
         out: &mut Decision,
     ) -> Result<Decided, StorageError> {
+        // Every single check comes here (`check_sync`, `check_one`): a
+        // window or a period is never decided as a rate.
+        if !check.is_rate() {
+            return self.decide_kind_alone(check, out);
+        }
         let (name, shard) = self.name(check);
         let shard = &self.shards[shard];
         let now = self.clock.now_us();
@@ -471,6 +474,23 @@ impl Inner {
                 }
             }
         };
+        Ok(Decided::new(verdict, Some(now), "memory"))
+    }
+
+    /// One window or period, alone.
+    #[cold]
+    #[inline(never)]
+    fn decide_kind_alone(
+        &self,
+        check: &BucketCheck<'_>,
+        out: &mut Decision,
+    ) -> Result<Decided, StorageError> {
+        let now = self.clock.now_us();
+        let verdict = self.decide_kinds(
+            std::slice::from_ref(check),
+            now,
+            std::slice::from_mut(out),
+        )?;
         Ok(Decided::new(verdict, Some(now), "memory"))
     }
 

@@ -4,17 +4,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwap;
-use gcra_core::Quota;
 use rate_tier_storage::clock::{Clock, MonotonicClock, SharedClock};
 use rate_tier_storage::event::Listeners;
 use rate_tier_storage::key::KeySecret;
-use rate_tier_storage::{MemoryStorage, Storage, Store};
+use rate_tier_storage::{MemoryStorage, Rule, Storage, Store};
 
 use super::{Inner, RateTier};
 use crate::error::ConfigError;
 use crate::event::LimitEvent;
 use crate::observe::Observer;
-use crate::plans::PlansBuilder;
+use crate::plans::{Plans, PlansBuilder};
 use crate::policy::{
     OnIdentityError, OnMissing, OnStorageError, OnUnknownTier,
 };
@@ -47,8 +46,12 @@ impl std::fmt::Debug for RateTierBuilder {
 
 impl RateTierBuilder {
     /// Adds a tier (plan): a name of 1 to 64 `[A-Za-z0-9_.-]` and its quota.
-    pub fn tier(mut self, name: impl Into<String>, quota: Quota) -> Self {
-        self.plans = self.plans.tier(name, quota);
+    pub fn tier(
+        mut self,
+        name: impl Into<String>,
+        rule: impl Into<Rule>,
+    ) -> Self {
+        self.plans = self.plans.tier(name, rule);
         self
     }
 
@@ -202,6 +205,7 @@ impl RateTierBuilder {
                 None => MemoryStorage::new(),
             }),
         };
+        check_kinds(&plans, &store)?;
         let clock = self.clock.unwrap_or_else(|| Arc::new(MonotonicClock));
         let listeners = Listeners::default();
         for listener in self.listeners {
@@ -230,4 +234,22 @@ impl RateTierBuilder {
         }
         Ok(RateTier { inner })
     }
+}
+
+/// Every tier of `plans` is of a kind `store` decides: never a rate in its
+/// place.
+pub(super) fn check_kinds(
+    plans: &Plans,
+    store: &Store,
+) -> Result<(), ConfigError> {
+    for (tier, kind) in plans.kinds() {
+        if !store.supports(kind) {
+            return Err(ConfigError::UnsupportedKind {
+                limit: tier.to_owned(),
+                kind,
+                store: store.kind(),
+            });
+        }
+    }
+    Ok(())
 }

@@ -34,7 +34,7 @@ pub use future::CheckFuture;
 
 use self::ask::Ask;
 use self::ruling::Events;
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use crate::event::LimitEvent;
 use crate::limit::Limit;
 use crate::observe::{Checked, Observer};
@@ -157,19 +157,56 @@ impl RateTier {
     /// assert_eq!((info.limit, info.remaining), (20, 9));
     /// # }
     /// ```
+    ///
+    /// Plans with a tier of a kind the store does not decide are refused
+    /// (the running plans stay), reported as [`LimitEvent::PlansRefused`]:
+    /// see [`RateTier::try_reload`].
     pub fn reload(&self, plans: Plans) {
+        if let Err(error) = self.try_reload(plans) {
+            self.emit(|| LimitEvent::PlansRefused { error });
+        }
+    }
+
+    /// [`RateTier::reload`], with the refusal as an error.
+    ///
+    /// ```
+    /// use tower_rate_tier::{ConfigError, LimitEvent, Period, PeriodUnit, Plans, Quota, RateTier};
+    /// let limiter = RateTier::builder().tier("free", Quota::per_minute(10)).build();
+    /// // In memory, a tier may become a monthly quota; its buckets start
+    /// // fresh, and the reload says so.
+    /// let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    /// let sink = heard.clone();
+    /// let _listening = limiter.subscribe(move |e| sink.lock().unwrap().push(e.clone()));
+    /// let monthly = Period::new(1000, PeriodUnit::Month, 0)?;
+    /// limiter.try_reload(Plans::builder().tier("free", monthly).build()?)?;
+    /// assert!(matches!(
+    ///     &heard.lock().unwrap()[..],
+    ///     [LimitEvent::PlansReloaded { fresh, .. }] if fresh == &["free"]
+    /// ));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::UnsupportedKind`]: a tier of a kind the store does
+    /// not decide. Nothing changed.
+    pub fn try_reload(&self, plans: Plans) -> Result<(), ConfigError> {
+        builder::check_kinds(&plans, &self.inner.store)?;
         let tiers = plans.tier_names().map(str::to_owned).collect();
+        let mut fresh = Vec::new();
         // rcu: policies are kept from the plans actually replaced, even
         // if two reloads race.
         self.inner.plans.rcu(|running| {
             let mut next = plans.clone();
             next.keep_policies_of(running);
+            fresh = next.kinds_changed_from(running);
             next
         });
         // After the store: a thread that sees the new generation loads the
         // new plans.
         self.inner.generation.fetch_add(1, Ordering::Release);
-        self.emit(|| LimitEvent::PlansReloaded { tiers });
+        self.emit(|| LimitEvent::PlansReloaded { tiers, fresh });
+        Ok(())
     }
 
     /// Adds a listener for every event of this limiter (its checks', its

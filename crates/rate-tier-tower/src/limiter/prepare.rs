@@ -9,7 +9,6 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use gcra_core::Quota;
 use http::StatusCode;
 use rate_tier_storage::key::KeySecret;
 use rate_tier_storage::{BucketCheck, LimitName, Rule};
@@ -148,7 +147,7 @@ impl Owned {
 struct Resolved {
     name: &'static str,
     key: &'static LimitName,
-    quota: Quota,
+    rule: Rule,
     on_storage_error: OnStorageError,
 }
 
@@ -157,7 +156,7 @@ impl Resolved {
         Resolved {
             name: tier.name,
             key: tier.key,
-            quota: tier.quota,
+            rule: tier.rule,
             on_storage_error: plans.on_storage_error,
         }
     }
@@ -187,7 +186,7 @@ impl RateTier {
         let secret = self.inner.key_secret.as_ref();
         self.admit(
             prepared,
-            (tier.key, user, Rule::Rate(tier.quota), ask.cost, ask.shadow),
+            (tier.key, user, tier.rule, ask.cost, ask.shadow),
             secret,
             events,
         )?;

@@ -235,7 +235,10 @@ impl RateTier {
                 .tiers
                 .iter()
                 .find(|t| same_name(t.name, claimed))
-                .map(|t| (t.name, t.key, t.quota, plans.on_storage_error))
+                .and_then(|t| {
+                    let quota = t.rule.as_rate()?;
+                    Some((t.name, t.key, quota, plans.on_storage_error))
+                })
         })?;
         if cost > quota.burst() {
             return None;

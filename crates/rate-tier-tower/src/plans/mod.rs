@@ -5,7 +5,7 @@ use std::sync::{Mutex, PoisonError};
 
 use gcra_core::Quota;
 use http::StatusCode;
-use rate_tier_storage::LimitName;
+use rate_tier_storage::{LimitName, Rule, RuleKind};
 
 use crate::error::ConfigError;
 use crate::policy::{
@@ -19,7 +19,7 @@ pub(crate) struct Tier {
     pub(crate) name: &'static str,
     /// The same name, as the stores know buckets.
     pub(crate) key: &'static LimitName,
-    pub(crate) quota: Quota,
+    pub(crate) rule: Rule,
 }
 
 /// A validated set of tiers (plans) with the policies for what does not fit.
@@ -69,9 +69,49 @@ impl Plans {
         PlansBuilder::default()
     }
 
-    /// The quota of a configured tier.
+    /// The quota of a configured tier, when it is a rate (see
+    /// [`Plans::rule`] for every kind).
     pub fn quota(&self, tier: &str) -> Option<Quota> {
-        self.find(tier).map(|t| t.quota)
+        self.find(tier).and_then(|t| t.rule.as_rate())
+    }
+
+    /// What a configured tier enforces: a rate, a window or a period.
+    ///
+    /// ```
+    /// use tower_rate_tier::{Period, PeriodUnit, Plans, Quota, Rule};
+    /// let monthly = Period::new(1000, PeriodUnit::Month, 0)?;
+    /// let plans = Plans::builder()
+    ///     .tier("free", monthly)
+    ///     .tier("pro", Quota::per_minute(100))
+    ///     .build()?;
+    /// assert_eq!(plans.rule("free"), Some(Rule::Period(monthly)));
+    /// assert_eq!(plans.quota("free"), None);
+    /// assert_eq!(plans.quota("pro"), Some(Quota::per_minute(100)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn rule(&self, tier: &str) -> Option<Rule> {
+        self.find(tier).map(|t| t.rule)
+    }
+
+    /// The tiers whose kind differs in `running` (their buckets start
+    /// fresh: no store reads one kind's state as another's).
+    pub(crate) fn kinds_changed_from(&self, running: &Plans) -> Vec<String> {
+        self.tiers
+            .iter()
+            .filter(|tier| {
+                running
+                    .find(tier.name)
+                    .is_some_and(|old| old.rule.kind() != tier.rule.kind())
+            })
+            .map(|tier| tier.name.to_owned())
+            .collect()
+    }
+
+    /// Each tier's name and kind.
+    pub(crate) fn kinds(
+        &self,
+    ) -> impl Iterator<Item = (&'static str, RuleKind)> + '_ {
+        self.tiers.iter().map(|t| (t.name, t.rule.kind()))
     }
 
     /// The default tier, if one is set.
@@ -151,7 +191,7 @@ impl Plans {
 #[derive(Debug, Default, Clone)]
 #[must_use]
 pub struct PlansBuilder {
-    tiers: Vec<(String, Quota)>,
+    tiers: Vec<(String, Rule)>,
     default_tier: Option<String>,
     on_missing: Option<OnMissing>,
     on_unknown_tier: Option<OnUnknownTier>,
@@ -160,9 +200,16 @@ pub struct PlansBuilder {
 }
 
 impl PlansBuilder {
-    /// Adds a tier (plan): a name of 1 to 64 `[A-Za-z0-9_.-]` and its quota.
-    pub fn tier(mut self, name: impl Into<String>, quota: Quota) -> Self {
-        self.tiers.push((name.into(), quota));
+    /// Adds a tier (plan): a name of 1 to 64 `[A-Za-z0-9_.-]` and what it
+    /// enforces: a rate ([`Quota`]), an exact window
+    /// ([`Window`](crate::Window)) or a calendar period
+    /// ([`Period`](crate::Period), e.g. 1,000 requests a month).
+    pub fn tier(
+        mut self,
+        name: impl Into<String>,
+        rule: impl Into<Rule>,
+    ) -> Self {
+        self.tiers.push((name.into(), rule.into()));
         self
     }
 
@@ -226,7 +273,7 @@ impl PlansBuilder {
             return Err(ConfigError::NoTiers);
         }
         let mut tiers: Vec<Tier> = Vec::with_capacity(self.tiers.len());
-        for (name, quota) in self.tiers {
+        for (name, rule) in self.tiers {
             let key = intern(&name, Namespace::Tier)?;
             if tiers.iter().any(|t| t.name == name) {
                 return Err(ConfigError::DuplicateTier(name));
@@ -234,7 +281,7 @@ impl PlansBuilder {
             tiers.push(Tier {
                 name: key.as_str_static(),
                 key,
-                quota,
+                rule,
             });
         }
         let default_tier = match self.default_tier {
