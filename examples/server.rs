@@ -10,6 +10,7 @@
 //! | `GET /generate?tokens=N` | cost 1 on the plan, and a limit `tokens` (free 1000/min, pro 10000/min) charged 1 up front, settled to the `x-tokens-used: N` the handler answers |
 //! | `GET /login` | cost 1 on the plan, and a limit `login`: at most 5 in any 60 s per user, exactly (a window) |
 //! | `GET /export` | cost 1 on the plan, and a limit `exports`: 3 per calendar month (UTC) on free, 100 on pro (a period) |
+//! | `GET /upload?ms=N` | cost 1 on the plan, and a limit `uploads`: at most 2 in flight per user on free, 10 on pro (concurrency); answers after N ms (at most 10 s) |
 //! | `GET /metrics` | Prometheus metrics, not limited |
 //!
 //! Run it from the repository root:
@@ -70,9 +71,9 @@ use tower_rate_tier::metrics::prometheus_client::encoding::text::encode;
 use tower_rate_tier::metrics::prometheus_client::registry::Registry;
 use tower_rate_tier::metrics::{self, RateLimitMetrics};
 use tower_rate_tier::{
-    FallbackStorage, Limit, LimitEvent, OnMissing, Period, PeriodUnit, Plans,
-    PlansBuilder, PostgresStorage, Quota, RateTier, RedisStorage, Settle,
-    StorageEvent, TierLimitLayer, Window,
+    Concurrency, FallbackStorage, Limit, LimitEvent, OnMissing, Period,
+    PeriodUnit, Plans, PlansBuilder, PostgresStorage, Quota, RateTier,
+    RedisStorage, Settle, StorageEvent, TierLimitLayer, Window,
 };
 
 // In a real service, this would come from the database.
@@ -427,11 +428,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .headers(args.headers);
     let (layer, unserved) = with_counted_limits(layer)?;
-    let not_on_this_store = |route: &'static str| {
-        let reason = unserved
+    let unserved_because = |route: &'static str| {
+        unserved
             .iter()
             .find(|(r, _)| *r == route)
-            .map(|(_, reason)| reason.clone());
+            .map(|(_, reason)| reason.clone())
+    };
+    let not_on_this_store = |route: &'static str| {
+        let reason = unserved_because(route);
         get(move || async move {
             match reason {
                 None => (StatusCode::OK, format!("{}\n", &route[1..])),
@@ -439,10 +443,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         })
     };
+    let uploads = match unserved_because("/upload") {
+        None => get(upload),
+        Some(reason) => {
+            get(
+                move || async move { (StatusCode::SERVICE_UNAVAILABLE, reason) },
+            )
+        }
+    };
 
     let app = Router::new()
         .route("/login", not_on_this_store("/login"))
         .route("/export", not_on_this_store("/export"))
+        .route("/upload", uploads)
         .route("/data", get(|| async { "data\n" }))
         .route("/report", get(|| async { "report\n" }))
         .route("/backup", get(|| async { "backup\n" }))
@@ -460,23 +473,32 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// Routes whose limit the store cannot decide, and why.
+type Unserved = Vec<(&'static str, String)>;
+
 /// Logins, at most 5 in any 60 s per user, exactly; exports, 3 per
-/// calendar month (UTC) on free and 100 on pro. A store that decides only
-/// rates cannot hold them: the layer refuses them, and the route answers
-/// 503 saying why (never served unlimited). The routes left so.
+/// calendar month (UTC) on free and 100 on pro; uploads, 2 in flight per
+/// user on free and 10 on pro. A store that cannot decide one of them: the
+/// layer refuses it, and its route answers 503 saying why (never served
+/// unlimited). The routes left so.
 fn with_counted_limits(
     mut layer: TierLimitLayer,
-) -> Result<
-    (TierLimitLayer, Vec<(&'static str, String)>),
-    Box<dyn std::error::Error>,
-> {
+) -> Result<(TierLimitLayer, Unserved), Box<dyn std::error::Error>> {
     let login = Limit::new("login", Window::new(5, Duration::from_secs(60))?)
         .when(|req| req.uri.path() == "/login");
     let exports = Limit::new("exports", Period::new(3, PeriodUnit::Month, 0)?)
         .tier("pro", Period::new(100, PeriodUnit::Month, 0)?)
         .when(|req| req.uri.path() == "/export");
+    let uploads = Limit::new("uploads", Concurrency::new(2)?)
+        .tier("pro", Concurrency::new(10)?)
+        .when(|req| req.uri.path() == "/upload");
     let mut unserved = Vec::new();
-    for (route, limit) in [("/login", login), ("/export", exports)] {
+    let counted = [
+        ("/login", login),
+        ("/export", exports),
+        ("/upload", uploads),
+    ];
+    for (route, limit) in counted {
         match layer.clone().try_limit(limit) {
             Ok(with) => layer = with,
             Err(error) => {
@@ -508,6 +530,20 @@ async fn quota(RateLimit(info): RateLimit) -> Response {
         limits.join(",")
     );
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+#[derive(serde::Deserialize)]
+struct Upload {
+    #[serde(default)]
+    ms: u64,
+}
+
+/// `GET /upload?ms=N`: "uploads" for N ms (at most 10 s), holding one of
+/// the user's upload slots until its answer is sent.
+async fn upload(Query(Upload { ms }): Query<Upload>) -> String {
+    let ms = ms.min(10_000);
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    format!("uploaded in {ms} ms\n")
 }
 
 #[derive(serde::Deserialize)]

@@ -1,7 +1,8 @@
 //! The example server's limits beside the rate, over real HTTP: `/login`
 //! (at most 5 in any 60 s per user, an exact window) and `/export` (3 per
-//! calendar month UTC on free, 100 on pro), in memory; and, where the store
-//! does not decide them (PostgreSQL), a 503 that says why, never a pass.
+//! calendar month UTC on free, 100 on pro) and `/upload` (2 in flight per
+//! user on free), in memory; and, where the store does not decide them
+//! (PostgreSQL), a 503 that says why, never a pass.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -108,13 +109,44 @@ fn export_is_a_calendar_month_per_plan_until_the_first_of_the_next() {
 }
 
 #[test]
+fn upload_holds_one_of_two_slots_per_user_while_it_runs() {
+    let server = Server::start(&[], &[]);
+    let port = server.port;
+    // Three uploads of 1 s at once: two run, the third is refused at once.
+    let statuses: Vec<(u16, Option<String>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..3)
+            .map(|_| {
+                scope.spawn(move || {
+                    let r =
+                        support::get(port, "/upload?ms=1000", Some("key_ana"));
+                    (r.status, r.header("retry-after").map(str::to_owned))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let passed = statuses.iter().filter(|(s, _)| *s == 200).count();
+    let refused: Vec<_> = statuses.iter().filter(|(s, _)| *s == 429).collect();
+    assert_eq!((passed, refused.len()), (2, 1), "{statuses:?}");
+    assert_eq!(refused[0].1.as_deref(), Some("1"), "{statuses:?}");
+    // Both ended: their slots are back.
+    let r = server.get("/upload?ms=0", Some("key_ana"));
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (200, "uploaded in 0 ms\n"),
+        "{r:?}"
+    );
+    assert_eq!(r.header("x-ratelimit-limit"), Some("2"), "{r:?}");
+}
+
+#[test]
 fn on_a_store_that_decides_only_rates_the_routes_say_why_and_never_pass() {
     let postgres = PostgresServer::start();
     let server = Server::start(&["--postgres", &postgres.url()], &[]);
     server.wait_for_stderr("postgres, with local fallback");
     let said = server.wait_for_stderr("/login is not served");
     assert!(said.contains("window"), "{said}");
-    for route in ["/login", "/export"] {
+    for route in ["/login", "/export", "/upload"] {
         let r = server.get(route, Some("key_ana"));
         assert_eq!(r.status, 503, "{route}: {r:?}");
         assert!(r.body.contains("does not decide"), "{route}: {r:?}");

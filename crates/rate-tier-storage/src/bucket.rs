@@ -429,6 +429,8 @@ fn nominal_rate(rule: &Rule) -> Quota {
         Rule::Period(period) => {
             per(period.limit(), crate::rule::nominal_us(period.unit()))
         }
+        // A slot is held as long as its request: a nominal second.
+        Rule::Concurrency(concurrency) => per(concurrency.limit(), 1_000_000),
     }
 }
 

@@ -63,8 +63,8 @@ pub use bucket::{BucketCheck, BucketSettle, Charged, LimitName};
 pub use event::{BreakerState, StorageEvent, StorageListener, Subscription};
 pub use fallback::FallbackStorage;
 pub use gcra_core::{
-    Adjust, CheckError, Decision, Period, PeriodUnit, Quota, StoreTat, Verdict,
-    Window, Write,
+    Adjust, CheckError, Concurrency, Decision, Period, PeriodUnit, Quota,
+    StoreTat, Verdict, Window, Write,
 };
 pub use key::KeyLayout;
 pub use memory::{MemoryStorage, MemoryStorageBuilder};

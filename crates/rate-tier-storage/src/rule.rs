@@ -3,16 +3,20 @@
 
 use std::fmt;
 
-use gcra_core::{CheckError, Period, PeriodUnit, Quota, Window};
+use gcra_core::{CheckError, Concurrency, Period, PeriodUnit, Quota, Window};
 
 /// What one bucket enforces: a GCRA rate ([`Quota`]), an exact sliding
-/// window ([`Window`]) or a calendar period ([`Period`]).
+/// window ([`Window`]), a calendar period ([`Period`]) or a number of
+/// requests in flight ([`Concurrency`]).
 ///
 /// A rate spreads requests evenly and keeps one number per bucket; use it
 /// for "how fast". A window counts exactly, at the cost of one timestamp
 /// per counted request (at most [`gcra_core::MAX_WINDOW_LIMIT`]): "at most
 /// 5 logins in any 60 s". A period counts per calendar day, ISO week or
-/// month: "1,000 exports a month", reset on the 1st.
+/// month: "1,000 exports a month", reset on the 1st. A concurrency limit
+/// counts requests in flight: a slot is taken when the decision passes and
+/// given back by [`Storage::release`](crate::Storage::release) when the
+/// request ends.
 ///
 /// ```
 /// use std::time::Duration;
@@ -37,6 +41,8 @@ pub enum Rule {
     Window(Window),
     /// At most `limit` per calendar day, week or month.
     Period(Period),
+    /// At most `limit` in flight at once.
+    Concurrency(Concurrency),
 }
 
 /// The kind of a [`Rule`], as a store says what it can decide
@@ -54,6 +60,8 @@ pub enum RuleKind {
     Window,
     /// [`Rule::Period`].
     Period,
+    /// [`Rule::Concurrency`].
+    Concurrency,
 }
 
 impl RuleKind {
@@ -63,6 +71,7 @@ impl RuleKind {
             RuleKind::Rate => "rate",
             RuleKind::Window => "window",
             RuleKind::Period => "period",
+            RuleKind::Concurrency => "concurrency",
         }
     }
 }
@@ -91,6 +100,12 @@ impl From<Period> for Rule {
     }
 }
 
+impl From<Concurrency> for Rule {
+    fn from(concurrency: Concurrency) -> Rule {
+        Rule::Concurrency(concurrency)
+    }
+}
+
 impl Rule {
     /// Its kind.
     pub fn kind(&self) -> RuleKind {
@@ -98,6 +113,7 @@ impl Rule {
             Rule::Rate(_) => RuleKind::Rate,
             Rule::Window(_) => RuleKind::Window,
             Rule::Period(_) => RuleKind::Period,
+            Rule::Concurrency(_) => RuleKind::Concurrency,
         }
     }
 
@@ -116,13 +132,14 @@ impl Rule {
             Rule::Rate(quota) => quota.burst(),
             Rule::Window(window) => window.limit(),
             Rule::Period(period) => period.limit(),
+            Rule::Concurrency(concurrency) => concurrency.limit(),
         }
     }
 
     /// The window of the IETF `RateLimit-Policy` (`w`), in µs, for a
     /// decision at `now_us`: a rate's burst offset (`tau`), a window's
     /// length, the length of the period `now_us` is in (a month: 28 to 31
-    /// days).
+    /// days); 0 for a concurrency limit, which has no window.
     ///
     /// ```
     /// use rate_tier_storage::Rule;
@@ -143,6 +160,7 @@ impl Rule {
                     _ => nominal_us(period.unit()),
                 }
             }
+            Rule::Concurrency(_) => 0,
         }
     }
 
@@ -166,6 +184,10 @@ impl Rule {
                 period.offset_s(),
             )
             .map_or(self, Rule::Period),
+            Rule::Concurrency(concurrency) => {
+                Concurrency::new(part(concurrency.limit()))
+                    .map_or(self, Rule::Concurrency)
+            }
         }
     }
 

@@ -112,6 +112,42 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
         "custom"
     }
 
+    /// Gives back the slots of concurrency limits ([`Rule::Concurrency`])
+    /// that a passed decision took, once its request ended: each check's
+    /// cost, on its bucket. A store that does not decide concurrency
+    /// limits answers [`StorageError::Unsupported`] (the default).
+    ///
+    /// ```
+    /// use rate_tier_storage::{BucketCheck, Concurrency, Decision, LimitName, MemoryStorage, Storage};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryStorage::new();
+    /// let uploads = LimitName::of_limit("uploads")?;
+    /// let slot = [BucketCheck::of_rule(&uploads, "ana", Concurrency::new(1)?.into(), 1)?];
+    /// let mut out = [Decision::default()];
+    /// assert!(store.check(&slot, &mut out).await?.verdict.allowed);
+    /// assert!(!store.check(&slot, &mut out).await?.verdict.allowed, "one in flight");
+    /// store.release(&slot).await?;
+    /// assert!(store.check(&slot, &mut out).await?.verdict.allowed);
+    /// # Ok(()) }
+    /// ```
+    async fn release(
+        &self,
+        slots: &[BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        let _ = slots;
+        Err(StorageError::Unsupported("concurrency limits"))
+    }
+
+    /// [`Storage::release`] without awaiting, for a store that can do it
+    /// synchronously; `None` when the store needs I/O (the default).
+    fn release_local(
+        &self,
+        slots: &[BucketCheck<'_>],
+    ) -> Option<Result<(), StorageError>> {
+        let _ = slots;
+        None
+    }
+
     /// Whether this store decides buckets of rules of `kind`. Every store
     /// decides rates (the default says so of rates alone); a check of a
     /// kind it does not support is answered [`StorageError::Unsupported`],

@@ -105,6 +105,28 @@ impl Store {
         }
     }
 
+    /// [`Storage::release_local`].
+    pub fn release_local(
+        &self,
+        slots: &[BucketCheck<'_>],
+    ) -> Option<Result<(), StorageError>> {
+        match self {
+            Store::Memory(memory) => memory.release_local(slots),
+            Store::Other(storage) => storage.release_local(slots),
+        }
+    }
+
+    /// [`Storage::release`].
+    pub async fn release(
+        &self,
+        slots: &[BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        match self {
+            Store::Memory(memory) => memory.release(slots).await,
+            Store::Other(storage) => storage.release(slots).await,
+        }
+    }
+
     /// [`Storage::supports`].
     pub fn supports(&self, kind: crate::RuleKind) -> bool {
         match self {

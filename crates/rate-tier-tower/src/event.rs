@@ -108,6 +108,12 @@ pub enum LimitEvent {
         /// as another's.
         fresh: Vec<String>,
     },
+    /// Slots of a concurrency limit could not be given back (the store
+    /// failed): they stay taken until the store forgets them.
+    SlotsLost {
+        /// Why.
+        error: String,
+    },
     /// New plans were refused and the running ones stay
     /// ([`RateTier::reload`](crate::RateTier::reload)): a tier of a kind the
     /// store does not decide.

@@ -152,8 +152,8 @@ pub use client_ip::ClientIp;
 pub use error::{ConfigError, Error};
 pub use event::LimitEvent;
 pub use gcra_core::{
-    Adjust, Decision, Period, PeriodError, PeriodUnit, Quota, QuotaError,
-    Verdict, Window, WindowError,
+    Adjust, Concurrency, ConcurrencyError, Decision, Period, PeriodError,
+    PeriodUnit, Quota, QuotaError, Verdict, Window, WindowError,
 };
 pub use identity::{IdentityError, TierIdentifier, TierIdentity, UserId};
 #[cfg(feature = "grpc")]

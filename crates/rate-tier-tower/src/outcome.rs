@@ -132,6 +132,10 @@ pub struct RateLimitInfo {
     /// `None`: the plan's enforced limit alone, told by the fields above
     /// (its name is the tier's).
     pub(crate) limits: States,
+    /// The slots of concurrency limits this request holds, given back when
+    /// the last clone of this info is dropped (the layer's response body
+    /// holds one until it ends).
+    pub(crate) slots: crate::limiter::slots::Held,
 }
 
 impl RateLimitInfo {
@@ -215,6 +219,7 @@ impl RateLimitInfo {
             window: Duration::ZERO,
             now_us,
             limits: None,
+            slots: crate::limiter::slots::Held::default(),
         }
     }
 }

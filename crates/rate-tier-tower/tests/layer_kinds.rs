@@ -7,17 +7,21 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use http::StatusCode;
 use support::fixtures::{START_US, plan_of, post_plans};
 use support::http::get_as;
+use tokio::sync::{Semaphore, mpsc};
+use tower::ServiceExt;
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::layer::HeaderStyle;
 use tower_rate_tier::{
-    ConfigError, Limit, Period, PeriodUnit, Quota, RateTier, RuleKind, Settle,
-    Storage, StorageError, TierIdentity, TierLimitLayer, Window,
+    Concurrency, ConfigError, Limit, Period, PeriodUnit, Quota, RateTier,
+    RuleKind, Settle, Storage, StorageError, TierIdentity, TierLimitLayer,
+    Window,
 };
 
 const SECOND: u64 = 1_000_000;
@@ -327,4 +331,129 @@ async fn a_store_that_decides_only_rates_refuses_a_plan_of_another_kind() {
             error: ConfigError::UnsupportedKind { .. }
         }]
     ));
+}
+
+/// An app whose `/upload` (2 in flight per user on free, 10 on pro) says
+/// when a request entered its handler, and answers once `gate` lets it.
+fn upload_app(
+    gate: Arc<Semaphore>,
+    entered: mpsc::UnboundedSender<()>,
+) -> Router {
+    let clock = FakeClock::at_us(START_US);
+    let tiers = post_plans(&clock).build();
+    let uploads = Limit::new("uploads", Concurrency::new(2).unwrap())
+        .tier("pro", Concurrency::new(10).unwrap())
+        .when(|req| req.uri.path() == "/upload");
+    Router::new()
+        .route(
+            "/upload",
+            axum::routing::get(move || {
+                let (gate, entered) = (gate.clone(), entered.clone());
+                async move {
+                    let _ = entered.send(());
+                    // Each answer uses a permit up.
+                    gate.acquire().await.unwrap().forget();
+                    "uploaded\n"
+                }
+            }),
+        )
+        .route("/data", axum::routing::get(|| async { "ok\n" }))
+        .layer(
+            TierLimitLayer::new(tiers)
+                .identifier_fn(|headers| {
+                    let key = headers.get("x-api-key")?.to_str().ok()?;
+                    Some(TierIdentity::new(key, plan_of(key)?))
+                })
+                .limit(uploads),
+        )
+}
+
+fn upload(
+    app: &Router,
+    key: &str,
+) -> tokio::task::JoinHandle<http::Response<axum::body::Body>> {
+    let request = http::Request::get("/upload")
+        .header("x-api-key", key)
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let app = app.clone();
+    tokio::spawn(async move {
+        match app.oneshot(request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        }
+    })
+}
+
+#[tokio::test]
+async fn concurrency_holds_a_slot_until_the_body_ends_or_the_request_is_dropped()
+ {
+    let gate = Arc::new(Semaphore::new(0));
+    let (entered_tx, mut entered) = mpsc::unbounded_channel();
+    let app = upload_app(gate.clone(), entered_tx);
+    let refused = || async {
+        let r = get_as(&app, Some("key_ana"), "/upload").await;
+        assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{r:?}");
+        assert_eq!(r.retry_after(), 1);
+        assert!(r.body.contains(r#""limit":"uploads""#), "{r:?}");
+    };
+
+    // Two in flight: a third is refused before any handler runs.
+    let (first, second) = (upload(&app, "key_ana"), upload(&app, "key_ana"));
+    entered.recv().await.unwrap();
+    entered.recv().await.unwrap();
+    refused().await;
+    // Bea's slots are her own.
+    let bea = upload(&app, "key_bea");
+    entered.recv().await.unwrap();
+
+    // Both answered, their bodies not read: the slots are still held.
+    gate.add_permits(3);
+    let (first, second) = (first.await.unwrap(), second.await.unwrap());
+    assert_eq!(first.status(), StatusCode::OK);
+    refused().await;
+    // One body read to its end: its slot is back.
+    let _ = support::http::read(first).await;
+    let third = upload(&app, "key_ana");
+    entered.recv().await.unwrap();
+    refused().await;
+    // A body dropped unread gives its slot back too.
+    drop(second);
+    let fourth = upload(&app, "key_ana");
+    entered.recv().await.unwrap();
+    refused().await;
+    // A request dropped while its handler runs (the client went away):
+    // its slot is back.
+    fourth.abort();
+    assert!(fourth.await.unwrap_err().is_cancelled());
+    let fifth = upload(&app, "key_ana");
+    entered.recv().await.unwrap();
+    refused().await;
+
+    gate.add_permits(10);
+    for handle in [third, fifth, bea] {
+        let _ = support::http::read(handle.await.unwrap()).await;
+    }
+}
+
+#[tokio::test]
+async fn a_refusal_by_the_plan_takes_no_slot() {
+    let gate = Arc::new(Semaphore::new(100));
+    let (entered_tx, _entered) = mpsc::unbounded_channel();
+    let app = upload_app(gate, entered_tx);
+    // The plan's 10 spent.
+    for _ in 0..10 {
+        assert_eq!(
+            get_as(&app, Some("key_ana"), "/data").await.status,
+            StatusCode::OK
+        );
+    }
+    for _ in 0..5 {
+        let r = get_as(&app, Some("key_ana"), "/upload").await;
+        assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+        assert!(!r.body.contains("uploads"), "the plan refused: {r:?}");
+    }
+    // Had they taken slots, uploads would refuse the next ones.
+    let pro = get_as(&app, Some("key_bea"), "/upload").await;
+    assert_eq!(pro.status, StatusCode::OK);
 }

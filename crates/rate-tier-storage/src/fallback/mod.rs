@@ -414,9 +414,12 @@ impl Storage for FallbackStorage {
         self.inner.primary.kind()
     }
 
-    /// The primary's kinds: the local store decides every kind.
+    /// The primary's kinds (the local store decides every kind), but
+    /// concurrency: a slot taken on one store must be given back to it,
+    /// which the fallback does not track yet.
     fn supports(&self, kind: crate::RuleKind) -> bool {
-        self.inner.primary.supports(kind)
+        kind != crate::RuleKind::Concurrency
+            && self.inner.primary.supports(kind)
     }
 
     fn subscribe(&self, listener: StorageListener) -> Subscription {

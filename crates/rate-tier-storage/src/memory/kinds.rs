@@ -47,12 +47,15 @@ enum State {
     Window(Vec<u64>),
     /// The period's first instant and its count.
     Period { start_us: u64, count: u32 },
+    /// Units of cost in flight (kept, without expiry, while above 0).
+    InFlight(u32),
 }
 
 /// A bucket's decision, and the write it makes if the decision stands.
 enum Pending {
     Window(Option<gcra_core::LogWrite>),
     Period(Option<gcra_core::PeriodWrite>),
+    InFlight(Option<u32>),
 }
 
 impl Kinds {
@@ -72,7 +75,34 @@ impl Kinds {
 }
 
 impl Inner {
-    /// A decision with at least one window or period: see the module docs.
+    /// Gives back the slots of concurrency limits a request held (each
+    /// check's cost), once it ended; other kinds are refused.
+    pub(super) fn release(
+        &self,
+        slots: &[BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        let mut map = self.kinds.lock();
+        for check in slots {
+            let Rule::Concurrency(concurrency) = check.rule() else {
+                return Err(StorageError::Unsupported(
+                    "releasing a bucket that is not a concurrency limit",
+                ));
+            };
+            let (name, _) = self.name(check);
+            if let Some(kept) = map.get_mut(&name)
+                && let State::InFlight(count) = &mut kept.state
+            {
+                *count = concurrency.release(*count, check.cost());
+                if *count == 0 {
+                    map.remove(&name);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A decision with at least one window, period or concurrency limit:
+    /// see the module docs.
     pub(super) fn decide_kinds(
         &self,
         checks: &[BucketCheck<'_>],
@@ -179,6 +209,14 @@ fn decide(
             let decided = period.check(stored, now, check.cost())?;
             Some((decided.as_decision(), Pending::Period(decided.write)))
         }
+        Rule::Concurrency(concurrency) => {
+            let in_flight = match state {
+                Some(&State::InFlight(count)) => count,
+                _ => 0,
+            };
+            let decided = concurrency.acquire(in_flight, check.cost())?;
+            Some((decided.as_decision(), Pending::InFlight(decided.write)))
+        }
     })
 }
 
@@ -192,7 +230,10 @@ fn apply(
 ) {
     let expires = |ttl_ms: u64| now.saturating_add(ttl_ms.saturating_mul(1000));
     let (state, expires_us) = match write {
-        Pending::Window(None) | Pending::Period(None) => return,
+        Pending::Window(None)
+        | Pending::Period(None)
+        | Pending::InFlight(None) => return,
+        Pending::InFlight(Some(count)) => (State::InFlight(count), u64::MAX),
         Pending::Window(Some(write)) => {
             let mut log = match map.remove(&name) {
                 Some(Kept {

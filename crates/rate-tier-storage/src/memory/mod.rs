@@ -880,6 +880,20 @@ impl Storage for MemoryStorage {
         true
     }
 
+    async fn release(
+        &self,
+        slots: &[BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        self.inner.release(slots)
+    }
+
+    fn release_local(
+        &self,
+        slots: &[BucketCheck<'_>],
+    ) -> Option<Result<(), StorageError>> {
+        Some(self.inner.release(slots))
+    }
+
     fn subscribe(&self, listener: StorageListener) -> Subscription {
         self.inner.listeners.subscribe(listener)
     }

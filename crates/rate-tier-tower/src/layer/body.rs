@@ -14,7 +14,10 @@ use bytes::Buf;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+use std::sync::Arc;
+
 use super::settle::{self, BoxFuture, Finish};
+use crate::limiter::slots::Slots;
 
 pin_project! {
     /// The body of a response through [`TierLimit`](super::TierLimit): the
@@ -38,6 +41,9 @@ pin_project! {
         // The last frame, held until the settlement is made: a client that
         // has the whole body sees the settlement's effect.
         held: Option<Frame<B::Data>>,
+        // The slots of concurrency limits the request holds: given back
+        // when the body ends, fails or is dropped.
+        slots: Option<Arc<Slots>>,
     }
 
     impl<B: Body> PinnedDrop for LimitBody<B> {
@@ -73,6 +79,7 @@ impl<B: Body> LimitBody<B> {
             finish: None,
             settling: None,
             held: None,
+            slots: None,
         }
     }
 
@@ -93,7 +100,14 @@ impl<B: Body> LimitBody<B> {
             finish: Some(Box::new(finish)),
             settling: None,
             held: None,
+            slots: None,
         }
+    }
+
+    /// The same body, holding `slots` until it ends.
+    pub(super) fn holding(mut self, slots: Option<Arc<Slots>>) -> Self {
+        self.slots = slots;
+        self
     }
 }
 
@@ -129,7 +143,13 @@ where
                 *this.settling = None;
                 return Poll::Ready(this.held.take().map(Ok));
             }
-            let frame = match ready!(this.inner.as_mut().poll_frame(cx)) {
+            let polled = ready!(this.inner.as_mut().poll_frame(cx));
+            if matches!(polled, None | Some(Err(_)))
+                || this.inner.is_end_stream()
+            {
+                *this.slots = None;
+            }
+            let frame = match polled {
                 Some(Ok(frame)) => frame,
                 Some(Err(error)) => {
                     if let Some(finish) = this.finish.take() {

@@ -211,12 +211,14 @@ where
                         );
                     }
                     let (head, body) = response.into_parts();
+                    let slots = after.info.and_then(|info| info.slots.0);
                     // What waits for the end of the body rides in it.
-                    let body = match after.settle.and_then(|s| s.at_head(&head))
-                    {
-                        Some(finish) => LimitBody::finishing(body, finish),
-                        None => LimitBody::new(body),
-                    };
+                    let body =
+                        match after.settle.and_then(|s| s.at_head(&head)) {
+                            Some(finish) => LimitBody::finishing(body, finish),
+                            None => LimitBody::new(body),
+                        }
+                        .holding(slots);
                     this.state.set(State::Done);
                     return Poll::Ready(Ok(Response::from_parts(head, body)));
                 }

@@ -14,6 +14,7 @@ mod builder;
 mod future;
 mod prepare;
 pub(crate) mod ruling;
+pub(crate) mod slots;
 pub(crate) mod step;
 
 use std::cell::RefCell;
@@ -75,7 +76,7 @@ pub(crate) struct Inner {
     pub(crate) clock: SharedClock,
     pub(crate) key_secret: Option<KeySecret>,
     /// Who hears every event, the store's included, each once.
-    listeners: Listeners<LimitEvent>,
+    pub(crate) listeners: Listeners<LimitEvent>,
     /// Who sees every check, each once.
     observers: Vec<Arc<dyn Observer>>,
     /// The store's events, passed on once someone listens.

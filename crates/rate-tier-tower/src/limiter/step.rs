@@ -21,6 +21,7 @@ use super::RateTier;
 use super::ask::Ask;
 use super::prepare::{INLINE, Owned, Prepared};
 use super::ruling::{Events, Judged, Ruling};
+use super::slots::{Held, Slots};
 use crate::error::Error;
 use crate::event::LimitEvent;
 use crate::identity::UserId;
@@ -138,6 +139,7 @@ impl PlanDecision {
                 window: Duration::from_micros(self.window_us),
                 now_us: self.now_us,
                 limits: None,
+                slots: Held::default(),
             }),
             Some(retry_after_us) => Err(Limited {
                 tier: Cow::Borrowed(self.tier),
@@ -397,6 +399,18 @@ impl RateTier {
                     window: most.map_or(Duration::ZERO, |s| s.window),
                     now_us,
                     limits,
+                    // A shadow limit that would have refused took no slot.
+                    slots: Held(Slots::held(
+                        &self.inner,
+                        prepared
+                            .keys
+                            .iter()
+                            .copied()
+                            .zip(&prepared.checks)
+                            .zip(states)
+                            .filter(|(_, state)| !state.shadow_limited)
+                            .map(|(taken, _)| taken),
+                    )),
                 })
             }
             Some(index) => {

@@ -5,7 +5,7 @@ use std::fmt;
 use std::ops::Range;
 use std::time::Duration;
 
-use gcra_core::{Period, PeriodUnit, Quota, Window};
+use gcra_core::{Concurrency, Period, PeriodUnit, Quota, Window};
 use rate_tier_storage::key::validate_tier_name;
 use serde::Deserialize;
 use toml::Spanned;
@@ -82,6 +82,7 @@ enum Kind {
     Rate,
     Window,
     Period,
+    Concurrency,
 }
 
 #[derive(Deserialize, Clone, Copy)]
@@ -147,6 +148,7 @@ fn rule_of(text: &str, tier: &TierDef) -> Result<Rule, PlansError> {
         Kind::Rate => "a rate",
         Kind::Window => "a window",
         Kind::Period => "a period",
+        Kind::Concurrency => "a concurrency limit",
     };
     // Fields that belong to another kind are refused, not ignored.
     let misplaced = [
@@ -212,6 +214,14 @@ fn rule_of(text: &str, tier: &TierDef) -> Result<Rule, PlansError> {
                 .map(Rule::Window)
                 .map_err(|e| at(tier.limit.span(), &e))
         }
+        Kind::Concurrency => {
+            if let Some(per) = &tier.per {
+                return Err(at(per.span(), &"a concurrency limit has no per"));
+            }
+            Concurrency::new(limit)
+                .map(Rule::Concurrency)
+                .map_err(|e| at(tier.limit.span(), &e))
+        }
         Kind::Period => {
             let per = tier.per.as_ref().ok_or_else(|| {
                 at(
@@ -271,6 +281,9 @@ impl PlansBuilder {
     /// limit = 1000
     /// per = "month"                # day | week (ISO, from Monday) | month
     /// utc_offset = "+05:30"        # optional, default "Z" (UTC)
+    /// [tiers.batch]
+    /// kind = "concurrency"         # at most `limit` requests in flight
+    /// limit = 4
     /// ```
     ///
     /// Unknown fields, a field of another kind (`burst` on a window), a
@@ -443,9 +456,20 @@ mod tests {
         );
         assert_eq!(line, 3);
         assert!(message.contains("1024"), "{message}");
+        let slots = rule("[tiers.t]\nkind = \"concurrency\"\nlimit = 4\n");
+        assert_eq!(
+            slots.unwrap(),
+            Some(Rule::Concurrency(Concurrency::new(4).unwrap()))
+        );
+        assert_eq!(
+            error(
+                "[tiers.t]\nkind = \"concurrency\"\nlimit = 4\nper = \"minute\"\n"
+            ),
+            (4, "a concurrency limit has no per".to_owned())
+        );
         // An unknown kind names the ones there are.
         let (line, message) =
-            error("[tiers.t]\nkind = \"concurrency\"\nlimit = 5\n");
+            error("[tiers.t]\nkind = \"semaphore\"\nlimit = 5\n");
         assert_eq!(line, 2);
         assert!(
             message.contains("rate") && message.contains("period"),

@@ -1,0 +1,143 @@
+//! `MemoryStorage`'s concurrency limits: never more in flight than the
+//! limit, under threads; a slot given back is taken again; a decision
+//! refused by another limit takes no slot; and the stores that do not
+//! decide them say so.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::{Arc, Barrier};
+use std::thread;
+
+use rate_tier_storage::clock::FakeClock;
+use rate_tier_storage::{
+    BucketCheck, Concurrency, Decision, LimitName, MemoryStorage, Quota,
+    RuleKind, Storage, StorageError,
+};
+
+const START_US: u64 = 1_790_947_094_000_000;
+
+fn store() -> MemoryStorage {
+    MemoryStorage::with_clock(FakeClock::at_us(START_US))
+}
+
+#[test]
+fn never_more_in_flight_than_the_limit_under_threads() {
+    let store = store();
+    let uploads = LimitName::of_limit("uploads").unwrap();
+    let barrier = Arc::new(Barrier::new(64));
+    let taken: usize = thread::scope(|scope| {
+        let handles: Vec<_> = (0..64)
+            .map(|_| {
+                let (store, uploads, barrier) = (&store, &uploads, &barrier);
+                scope.spawn(move || {
+                    let slot = [BucketCheck::of_rule(
+                        uploads,
+                        "ana",
+                        Concurrency::new(5).unwrap().into(),
+                        1,
+                    )
+                    .unwrap()];
+                    let mut out = [Decision::default()];
+                    barrier.wait();
+                    (0..10)
+                        .filter(|_| {
+                            store
+                                .check_sync(&slot, &mut out)
+                                .unwrap()
+                                .verdict
+                                .allowed
+                        })
+                        .count()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    assert_eq!(taken, 5);
+    // Three given back: exactly three more pass, with what is left said.
+    let slot = |cost| {
+        BucketCheck::of_rule(
+            &uploads,
+            "ana",
+            Concurrency::new(5).unwrap().into(),
+            cost,
+        )
+        .unwrap()
+    };
+    store.release_local(&[slot(3)]).unwrap().unwrap();
+    let mut out = [Decision::default()];
+    let decided = store.check_sync(&[slot(2)], &mut out).unwrap();
+    assert!(decided.verdict.allowed);
+    assert_eq!(out[0].remaining, 1);
+    assert!(
+        store
+            .check_sync(&[slot(1)], &mut out)
+            .unwrap()
+            .verdict
+            .allowed
+    );
+    let refused = store.check_sync(&[slot(1)], &mut out).unwrap();
+    assert!(!refused.verdict.allowed);
+    assert_eq!(refused.verdict.retry_after_us, gcra_core::RETRY_HINT_US);
+    // Everything given back: the bucket is forgotten.
+    store.release_local(&[slot(5)]).unwrap().unwrap();
+    assert_eq!(store.len(), 0);
+    // A release of more than is held stops at 0.
+    store.release_local(&[slot(2)]).unwrap().unwrap();
+    assert!(
+        store
+            .check_sync(&[slot(5)], &mut out)
+            .unwrap()
+            .verdict
+            .allowed
+    );
+}
+
+#[test]
+fn a_decision_refused_by_a_rate_takes_no_slot() {
+    let store = store();
+    let (plan, uploads) = (
+        LimitName::new("free").unwrap(),
+        LimitName::of_limit("uploads").unwrap(),
+    );
+    let checks = [
+        BucketCheck::new(&plan, "ana", Quota::per_minute(1), 1).unwrap(),
+        BucketCheck::of_rule(
+            &uploads,
+            "ana",
+            Concurrency::new(1).unwrap().into(),
+            1,
+        )
+        .unwrap(),
+    ];
+    let mut out = [Decision::default(); 2];
+    assert!(store.check_sync(&checks, &mut out).unwrap().verdict.allowed);
+    // Given back; the plan's one is spent.
+    store.release_local(&checks[1..]).unwrap().unwrap();
+    let refused = store.check_sync(&checks, &mut out).unwrap();
+    assert_eq!(refused.verdict.refused_by, Some(0));
+    // The slot is free: the refusal took none.
+    assert!(out[1].allowed && out[1].remaining == 1, "{out:?}");
+    assert!(
+        store
+            .check_sync(&checks[1..], &mut [Decision::default()])
+            .unwrap()
+            .verdict
+            .allowed
+    );
+}
+
+#[test]
+fn only_slots_are_released_and_the_fallback_does_not_claim_them() {
+    let store = store();
+    let free = LimitName::new("free").unwrap();
+    let rate = BucketCheck::new(&free, "ana", Quota::per_minute(1), 1).unwrap();
+    assert!(matches!(
+        store.release_local(&[rate]),
+        Some(Err(StorageError::Unsupported(_)))
+    ));
+    assert!(store.supports(RuleKind::Concurrency));
+    let fallback =
+        rate_tier_storage::FallbackStorage::builder(Arc::new(store)).build();
+    assert!(!fallback.supports(RuleKind::Concurrency));
+    assert!(fallback.supports(RuleKind::Window));
+}
