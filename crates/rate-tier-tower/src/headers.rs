@@ -122,7 +122,8 @@ pub struct Policy<'a> {
     pub name: &'a str,
     /// `q`: requests of cost 1 a full bucket allows.
     pub quota: u64,
-    /// `w`: seconds for a full quota to come back.
+    /// `w`: seconds for a full quota to come back; 0 (a concurrency
+    /// limit, which has no window) leaves it out.
     pub window_secs: u64,
     /// `r`: requests of cost 1 still allowed (0 for the refusing limit).
     pub remaining: u64,
@@ -154,7 +155,11 @@ pub fn ietf_fields<'a>(
         push_sf_string(&mut policy, item.name);
         push_sf_string(&mut state, item.name);
         // Writing to a String cannot fail.
-        let _ = write!(policy, ";q={};w={}", item.quota, item.window_secs);
+        let _ = write!(policy, ";q={}", item.quota);
+        // A concurrency limit has no window: `w` is optional, so left out.
+        if item.window_secs > 0 {
+            let _ = write!(policy, ";w={}", item.window_secs);
+        }
         let _ = write!(state, ";r={};t={}", item.remaining, item.reset_secs);
     }
     (policy, state)

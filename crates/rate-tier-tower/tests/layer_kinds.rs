@@ -81,6 +81,11 @@ async fn a_window_refuses_the_sixth_in_any_60_s_until_the_first_leaves() {
     );
     let policy = r.header("ratelimit-policy").unwrap();
     assert!(policy.contains(r#""login";q=5;w=60"#), "{policy}");
+    // The window is empty again when its newest login (at 4 s) leaves it.
+    assert_eq!(
+        r.header("x-ratelimit-reset"),
+        Some(&*(START_US + 64 * SECOND).div_ceil(SECOND).to_string())
+    );
     // The refusal charged the plan nothing: 5 of its 10 were spent.
     assert_eq!(tiers.peek("key_ana", "free").await.unwrap().remaining, 5);
 
@@ -456,4 +461,51 @@ async fn a_refusal_by_the_plan_takes_no_slot() {
     // Had they taken slots, uploads would refuse the next ones.
     let pro = get_as(&app, Some("key_bea"), "/upload").await;
     assert_eq!(pro.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_gcra_burst_of_5_lets_a_sixth_login_through_after_12_s_a_window_does_not()
+ {
+    let clock = FakeClock::at_us(START_US);
+    let tiers = post_plans(&clock).build();
+    let rate = Limit::new("rate", Quota::per_minute(5));
+    let window =
+        Limit::new("window", Window::new(5, Duration::from_secs(60)).unwrap());
+    for limit in [&rate, &window] {
+        for _ in 0..5 {
+            let request = tower_rate_tier::LimitRequest::new("bea", "pro", 1)
+                .limit(limit, 1);
+            assert!(tiers.decide(&request).await.unwrap().is_ok());
+        }
+    }
+    clock.advance(Duration::from_secs(12));
+    let sixth = |limit| {
+        tower_rate_tier::LimitRequest::new("bea", "pro", 1).limit(limit, 1)
+    };
+    assert!(tiers.decide(&sixth(&rate)).await.unwrap().is_ok());
+    let refused = tiers.decide(&sixth(&window)).await.unwrap().unwrap_err();
+    assert_eq!(refused.retry_after(), Duration::from_secs(48));
+}
+
+#[tokio::test]
+async fn a_concurrency_limit_has_no_policy_window() {
+    let clock = FakeClock::at_us(START_US);
+    let tiers = post_plans(&clock).build();
+    let app = Router::new()
+        .route("/upload", axum::routing::get(|| async { "ok\n" }))
+        .layer(
+            TierLimitLayer::new(tiers)
+                .identifier_fn(|_| Some(TierIdentity::new("bea", "pro")))
+                .limit(Limit::new("uploads", Concurrency::new(10).unwrap()))
+                .headers(HeaderStyle::Both),
+        );
+    let r = get_as(&app, None, "/upload").await;
+    assert_eq!(r.status, StatusCode::OK);
+    // The most constraining limit: uploads, 9 of 10 left.
+    assert_eq!((r.limit(), r.remaining()), (10, 9), "{r:?}");
+    assert_eq!(
+        r.header("ratelimit-policy"),
+        Some(r#""pro";q=100;w=60, "uploads";q=10"#),
+        "{r:?}"
+    );
 }
