@@ -140,6 +140,48 @@ fn upload_holds_one_of_two_slots_per_user_while_it_runs() {
 }
 
 #[test]
+fn a_client_that_goes_away_gives_its_upload_slot_back() {
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+    let server = Server::start(&[], &[]);
+    // Two uploads of 10 s, their connections kept open for now.
+    let streams: Vec<std::net::TcpStream> = (0..2)
+        .map(|_| {
+            let mut stream =
+                std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+            stream
+                .write_all(
+                    b"GET /upload?ms=10000 HTTP/1.1\r\nhost: x\r\nx-api-key: key_ana\r\n\r\n",
+                )
+                .unwrap();
+            stream
+        })
+        .collect();
+    // Bounded waits on a real server: until both hold their slots...
+    let until = |what: &str, done: &dyn Fn(&Response) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let r = server.get("/upload?ms=0", Some("key_ana"));
+            if done(&r) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{what}: {r:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    until("the two uploads never held their slots", &|r| {
+        r.status == 429
+    });
+    // ...then, the clients gone, until both slots are back: the server
+    // drops a request's future when its connection closes, and the slot
+    // with it, long before the 10 s are over.
+    drop(streams);
+    until("the slots were not given back", &|r| {
+        r.status == 200 && r.header("x-ratelimit-remaining") == Some("1")
+    });
+}
+
+#[test]
 fn on_a_store_that_decides_only_rates_the_routes_say_why_and_never_pass() {
     let postgres = PostgresServer::start();
     let server = Server::start(&["--postgres", &postgres.url()], &[]);
