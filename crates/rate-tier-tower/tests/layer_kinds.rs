@@ -509,3 +509,32 @@ async fn a_concurrency_limit_has_no_policy_window() {
         "{r:?}"
     );
 }
+
+#[tokio::test]
+async fn only_a_rate_is_settled() {
+    let clock = FakeClock::at_us(START_US);
+    let tiers = post_plans(&clock).build();
+    let login = login();
+    let request =
+        tower_rate_tier::LimitRequest::new("ana", "free", 1).limit(&login, 1);
+    let info = tiers.decide(&request).await.unwrap().unwrap();
+    let error = tiers
+        .settle("ana", &info, &login, tower_rate_tier::Adjust::Refund(1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            tower_rate_tier::Error::Storage(StorageError::Unsupported(_))
+        ),
+        "{error}"
+    );
+    // Nothing was given back: after the second login, 3 left.
+    let again = tiers.decide(&request).await.unwrap().unwrap();
+    let left = again
+        .limits()
+        .find(|l| l.name == "login")
+        .unwrap()
+        .remaining;
+    assert_eq!(left, 3);
+}

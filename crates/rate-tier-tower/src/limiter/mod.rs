@@ -27,7 +27,7 @@ use gcra_core::{Adjust, Quota};
 use rate_tier_storage::clock::SharedClock;
 use rate_tier_storage::event::Listeners;
 use rate_tier_storage::key::KeySecret;
-use rate_tier_storage::{BucketCheck, Store, Subscription};
+use rate_tier_storage::{BucketCheck, Rule, StorageError, Store, Subscription};
 
 pub use ask::LimitRequest;
 pub use builder::RateTierBuilder;
@@ -336,6 +336,8 @@ impl RateTier {
     /// quota is the one of `info`'s tier, and the settlement goes to the
     /// store that charged the estimate (during an outage, a fallback's local
     /// store; see [`FallbackStorage`](rate_tier_storage::FallbackStorage)).
+    /// Only a rate is settled: a limit of another kind is
+    /// [`StorageError::Unsupported`], and nothing changes.
     ///
     /// ```
     /// use tower_rate_tier::{Adjust, Limit, LimitRequest, Quota, RateTier, Settle, clock::FakeClock};
@@ -366,7 +368,12 @@ impl RateTier {
             .limits()
             .find(|state| state.name == limit.name())
             .map_or(rate_tier_storage::Charged::Primary, |state| state.charged);
-        let quota = limit.quota_for(&info.tier);
+        // Only a rate carries a debt or takes a refund.
+        let Rule::Rate(quota) = limit.rule_for(&info.tier) else {
+            return Err(Error::Storage(StorageError::Unsupported(
+                "settling a window, a period or a concurrency limit",
+            )));
+        };
         let bucket = BucketCheck::peek(limit.key, user, quota)
             .key_secret(self.inner.key_secret.as_ref());
         self.inner
