@@ -14,7 +14,8 @@
 //! expired entries, then the entry nearest to its expiry among a few (the
 //! least given away), as the rates' table does.
 
-use std::collections::HashMap;
+use std::collections::HashMap as StdHashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Mutex, PoisonError};
 
 use gcra_core::{CheckError, Decision, Verdict};
@@ -24,6 +25,31 @@ use super::{FEW, Inner};
 use crate::bucket::BucketCheck;
 use crate::rule::Rule;
 use crate::storage::StorageError;
+
+/// The map of names: a name already is a keyed SipHash of the bucket, so
+/// it is its own hash.
+type HashMap<K, V> = StdHashMap<K, V, BuildHasherDefault<NameHasher>>;
+
+/// Hashes a name (a `u64`) to itself.
+#[derive(Default)]
+struct NameHasher(u64);
+
+impl Hasher for NameHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `u64`s are hashed here; anything else is folded in.
+        for &byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+        }
+    }
+
+    fn write_u64(&mut self, name: u64) {
+        self.0 = name;
+    }
+}
 
 /// How many entries a full map looks at for one to evict.
 const EVICTION_SAMPLE: usize = 16;
