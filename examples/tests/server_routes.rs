@@ -54,14 +54,33 @@ fn quota(server: &Server, key: &str) -> (String, Vec<u64>) {
     without_resets(&r.body)
 }
 
+/// The example's limits of other kinds than a rate that a store decides:
+/// every one in memory; windows and periods on Redis.
+const IN_MEMORY: &[&str] = &["login", "exports", "uploads"];
+const ON_REDIS: &[&str] = &["login", "exports"];
+
 /// The JSON `/quota` answers, with `R` for each reset: `limits`, then
-/// `login` and `exports`, which this file's scenarios never charge.
-fn quota_json(tier: &str, limits: &[(&str, u32, u64)]) -> String {
-    let exports = if tier == "pro" { 100 } else { 3 };
-    let counted = [("login", 5, 5), ("exports", exports, u64::from(exports))];
+/// those of `login`, `exports` and `uploads` the store decides (this
+/// file's scenarios never charge them).
+fn quota_json(
+    counted: &[&str],
+    tier: &str,
+    limits: &[(&str, u32, u64)],
+) -> String {
+    let pro = tier == "pro";
+    let (exports, uploads) = if pro { (100, 10) } else { (3, 2) };
+    let kinds = [
+        ("login", 5, 5),
+        ("exports", exports, u64::from(exports)),
+        ("uploads", uploads, u64::from(uploads)),
+    ];
+    let kinds: Vec<_> = kinds
+        .into_iter()
+        .filter(|(name, ..)| counted.contains(name))
+        .collect();
     let limits: Vec<String> = limits
         .iter()
-        .chain(&counted)
+        .chain(&kinds)
         .map(|(name, limit, remaining)| {
             format!(
                 r#"{{"name":"{name}","limit":{limit},"remaining":{remaining},"reset":R}}"#
@@ -77,7 +96,7 @@ fn retry_after(r: &Response) -> u64 {
 
 /// The 0.3 example's users and the example's routes, on `a` and `b` (one server
 /// twice in memory, two servers sharing a store otherwise).
-fn routes_scenario(a: &Server, b: &Server) {
+fn routes_scenario(a: &Server, b: &Server, counted: &[&str]) {
     // Search: 3 a minute per user beside the plan, whichever server.
     for (k, server) in [a, b, a].into_iter().enumerate() {
         let r = server.get("/search", Some("key_ana"));
@@ -110,6 +129,7 @@ fn routes_scenario(a: &Server, b: &Server) {
     assert_eq!(
         shape,
         quota_json(
+            counted,
             "free",
             &[("free", 10, 7), ("search", 3, 0), ("tokens", 1000, 1000)]
         )
@@ -129,6 +149,7 @@ fn routes_scenario(a: &Server, b: &Server) {
     assert_eq!(
         quota(a, "key_bea").0,
         quota_json(
+            counted,
             "pro",
             &[
                 ("pro", 100, 100),
@@ -140,6 +161,7 @@ fn routes_scenario(a: &Server, b: &Server) {
     assert_eq!(
         quota(b, "key_eva").0,
         quota_json(
+            counted,
             "free",
             &[("free", 10, 10), ("search", 3, 3), ("tokens", 1000, 1000)]
         )
@@ -169,6 +191,7 @@ fn routes_scenario(a: &Server, b: &Server) {
     assert_eq!(
         shape,
         quota_json(
+            counted,
             "free",
             &[("free", 10, 6), ("search", 3, 0), ("tokens", 1000, 0)]
         )
@@ -188,6 +211,7 @@ fn routes_scenario(a: &Server, b: &Server) {
     assert_eq!(
         format!("{}8800{}", &shape[..at], &shape[at + digits..]),
         quota_json(
+            counted,
             "pro",
             &[
                 ("pro", 100, 99),
@@ -282,7 +306,7 @@ fn fixed_keys(cluster: bool) -> Vec<String> {
 #[test]
 fn server_routes_in_memory() {
     let server = Server::start(&[], &[]);
-    routes_scenario(&server, &server);
+    routes_scenario(&server, &server, IN_MEMORY);
     let shadow = Server::start(&["--shadow"], &[]);
     shadow_scenario(&shadow);
 }
@@ -303,7 +327,7 @@ fn server_routes_on_two_servers_sharing_redis() {
     clear_redis();
     let a = Server::start(&["--redis", &url], &[]);
     let b = Server::start(&[], &[("REDIS_URL", &url)]);
-    routes_scenario(&a, &b);
+    routes_scenario(&a, &b, ON_REDIS);
     // The buckets are in Redis, keyed by limit and user.
     let mut conn = redis::Client::open(url.as_str())
         .unwrap()
@@ -338,7 +362,7 @@ fn server_routes_on_two_servers_sharing_a_redis_cluster() {
     // Each server knows one node; the others are found from it.
     let a = Server::start(&["--redis-cluster", &urls[0]], &[]);
     let b = Server::start(&["--redis-cluster", &urls[1]], &[]);
-    routes_scenario(&a, &b);
+    routes_scenario(&a, &b, ON_REDIS);
     // One user's buckets share the user's hash tag: one slot, one node.
     let client = redis::cluster::ClusterClient::new(urls.clone()).unwrap();
     let mut conn = client.get_connection().unwrap();
