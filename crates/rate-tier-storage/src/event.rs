@@ -70,7 +70,10 @@ pub enum StorageEvent {
     /// A charge a store had to give back could not be: a decision whose
     /// caller gave up before Redis answered it (a late answer), or a slot of
     /// a Redis Cluster decision that a later slot refused. The bucket keeps
-    /// `units` too many until it refills; nothing else is wrong.
+    /// `units` too many until it refills; nothing else is wrong. A window's
+    /// or a period's charge is never refunded (only rates can be): of a
+    /// late answer, each is reported so, and counts until its entries leave
+    /// the window or the period ends.
     Unrefunded {
         /// The limit (tier) of the bucket.
         limit: String,

@@ -5,6 +5,14 @@
 //! slots (slot by slot, with refunds, in the decision's own task: see
 //! `job.rs`). The scripts, their arguments and replies are shared with the
 //! single-node store (`script.rs`).
+//!
+//! A decision with windows or periods (`decide_mixed.lua`) is decided so
+//! only when they are all in one slot (one user's buckets are: they share
+//! the user's hash tag): that slot's call is the last, after the
+//! rates-only slots, whose charges a refusal there refunds. A window's or
+//! a period's charge cannot be refunded, so with them in two slots no
+//! order would keep the decision all or nothing: it is refused with
+//! [`StorageError::Unsupported`] ([`one_slot_of_kinds`]) before any call.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +23,7 @@ use ::redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 use gcra_core::{Adjust, Quota};
 use smallvec::SmallVec;
 
+use super::job::Job;
 use super::link::{Conn, Source};
 use super::script::{Call, read_settled, within};
 use super::slots::Slots;
@@ -210,6 +219,26 @@ pub(super) fn by_slot<'k>(keys: impl Iterator<Item = &'k str>) -> Groups {
         }
     }
     groups
+}
+
+/// What a decision whose windows and periods are in two slots or more is
+/// answered.
+pub(super) const KINDS_IN_TWO_SLOTS: &str =
+    "windows and periods of one decision in two slots of a Redis Cluster";
+
+/// Refuses a decision whose windows and periods are not all in one slot
+/// (see the module docs), before anything is sent.
+pub(super) fn one_slot_of_kinds(job: &Job) -> Result<(), StorageError> {
+    let mut slots = (0..job.keys.len())
+        .filter(|&i| !job.is_rate(i))
+        .map(|i| key::slot_of_key(&job.keys[i]));
+    let first = slots.next();
+    match first {
+        Some(first) if slots.any(|slot| slot != first) => {
+            Err(StorageError::Unsupported(KINDS_IN_TWO_SLOTS))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// `error`, named with the master that owns `slot` when the slot map knows

@@ -15,6 +15,16 @@
 //! The task waits [`LATE_ANSWER`] at most for each answer. A connection
 //! that never answers leaves a decision unknown: it may have been charged
 //! (the request was sent), and nothing can tell.
+//!
+//! Only rates can be refunded (`gcra_settle.lua` gives a TAT back). A
+//! decision with a window or a period (`decide_mixed.lua`) that came back
+//! late has its rates refunded as any other, and its windows and periods
+//! left charged: a window's entry or a period's count cannot be taken back
+//! without forgiving a request another instance may have been refused
+//! for, so they over-charge (never forgive), and each is reported as
+//! [`StorageEvent::Unrefunded`]. On a cluster the slot of the windows and
+//! periods is decided last, after every rates-only slot, so that a refusal
+//! there is undone by refunds of rates alone.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,31 +40,106 @@ use super::{Shared, run_single};
 use crate::bucket::BucketCheck;
 use crate::event::StorageEvent;
 use crate::key::{self, KeyLayout};
+use crate::rule::Rule;
 use crate::storage::StorageError;
 
 /// Refunds are tried this many times before the charge is reported
 /// [`StorageEvent::Unrefunded`].
 const REFUND_TRIES: usize = 3;
 
-/// One decision: the buckets' keys (as sent to Redis) and charges, owned.
+/// One decision: the buckets' keys (as sent to Redis) and charges, owned,
+/// and their rules when one is not a rate.
 #[derive(Debug, Clone)]
 pub(super) struct Job {
     pub(super) keys: Vec<String>,
     pub(super) charges: Vec<Charge>,
+    /// Each bucket's rule, when at least one is a window or a period (the
+    /// decision is `decide_mixed.lua`'s); empty (no allocation) for a
+    /// decision of rates only, `gcra.lua`'s or `gcra_all.lua`'s.
+    rules: Vec<Rule>,
 }
 
 impl Job {
-    /// The decision over `checks`, their keys laid out as `layout`.
-    pub(super) fn of(checks: &[BucketCheck<'_>], layout: KeyLayout) -> Job {
+    /// The decision over `checks`, their keys laid out as `layout`;
+    /// `mixed`: at least one of them is not a rate.
+    pub(super) fn of(
+        checks: &[BucketCheck<'_>],
+        layout: KeyLayout,
+        mixed: bool,
+    ) -> Job {
         Job {
             keys: checks.iter().map(|c| c.key(layout)).collect(),
             charges: checks.iter().map(BucketCheck::charge).collect(),
+            rules: match mixed {
+                true => checks.iter().map(BucketCheck::rule).collect(),
+                false => Vec::new(),
+            },
         }
     }
 
     /// The keys, borrowed.
     pub(super) fn keys(&self) -> impl Iterator<Item = &str> {
         self.keys.iter().map(String::as_str)
+    }
+
+    /// Whether the bucket at `index` is a rate (what a refund can give
+    /// back).
+    pub(super) fn is_rate(&self, index: usize) -> bool {
+        self.rules
+            .get(index)
+            .is_none_or(|rule| matches!(rule, Rule::Rate(_)))
+    }
+
+    /// Whether a bucket of the decision is a window or a period.
+    pub(super) fn is_mixed(&self) -> bool {
+        !self.rules.is_empty()
+    }
+
+    /// The call that decides every bucket of the decision at once.
+    pub(super) fn call(&self) -> Call<'_> {
+        if self.is_mixed() {
+            Call::mixed(self.keys(), &self.charges, &self.rules)
+        } else {
+            Call::check(self.keys(), &self.charges)
+        }
+    }
+
+    /// The call that decides the buckets at `group` (one slot's), charged
+    /// as `charges` (theirs, or peeks of them): `decide_mixed.lua` if one
+    /// of them is a window or a period, else as [`Call::check`] chooses.
+    fn call_of<'k>(&'k self, group: &[usize], charges: &[Charge]) -> Call<'k> {
+        let keys = group.iter().map(|&i| self.keys[i].as_str());
+        if group.iter().all(|&i| self.is_rate(i)) {
+            return Call::check(keys, charges);
+        }
+        let rules: SmallVec<[Rule; 4]> =
+            group.iter().map(|&i| self.rules[i]).collect();
+        Call::mixed(keys, charges, &rules)
+    }
+
+    /// What the charge of the bucket at `index` would have met, from a
+    /// read of it (`peek`, decided at a cost of 0): a rate's by
+    /// [`Charge::would_meet`]; a period's exactly (it refuses until the
+    /// next period, the peek's reset); a window's pass exactly, and its
+    /// refusal with the peek's reset as its wait, the time until every
+    /// counted entry has left: never shorter than the real wait (until
+    /// enough of the oldest have left), which a read of the count alone
+    /// cannot tell.
+    fn would_meet(&self, index: usize, peek: &Decision) -> Decision {
+        let charge = &self.charges[index];
+        if self.is_rate(index) {
+            return charge.would_meet(peek);
+        }
+        if u64::from(charge.cost) <= peek.remaining {
+            return *peek;
+        }
+        Decision {
+            allowed: false,
+            remaining: 0,
+            retry_after_us: peek.reset_after_us,
+            reset_after_us: peek.reset_after_us,
+            store: None,
+        }
     }
 
     /// The positions `out` charged: none if it refused; else every bucket
@@ -87,10 +172,22 @@ pub(super) async fn decide(
         let conn = task_shared.link.current();
         let result = run(&task_shared, &conn, &job, timeout).await;
         if let Err(Ok(out)) = tx.send(result) {
-            // Nobody waits for this decision any more: undo it.
-            let charged = job.charged(&out);
+            // Nobody waits for this decision any more: undo it. Only the
+            // rates can be: a window's entries and a period's count stay
+            // charged (over-charging, never forgiving: see the module
+            // docs), and are reported.
+            let (refunds, kept): (SmallVec<[usize; 4]>, SmallVec<[usize; 4]>) =
+                job.charged(&out).into_iter().partition(|&i| job.is_rate(i));
+            for i in kept {
+                task_shared
+                    .listeners
+                    .emit_with(|| StorageEvent::Unrefunded {
+                        limit: key::limit_of_key(&job.keys[i]).to_owned(),
+                        units: job.charges[i].cost,
+                    });
+            }
             let refunds: SmallVec<[(usize, u32); 4]> =
-                charged.iter().map(|&i| (i, job.charges[i].cost)).collect();
+                refunds.iter().map(|&i| (i, job.charges[i].cost)).collect();
             refund(&task_shared, &conn, &job, &refunds, timeout).await;
         }
     });
@@ -112,7 +209,7 @@ async fn run(
 ) -> Result<Vec<Decision>, StorageError> {
     match conn {
         Conn::Single(conn) => {
-            let call = Call::check(job.keys(), &job.charges);
+            let call = job.call();
             let reply = within(LATE_ANSWER, run_single(conn, &call)).await?;
             let mut out = vec![Decision::default(); job.keys.len()];
             read_decisions(call.lua, reply, &mut out)?;
@@ -124,7 +221,8 @@ async fn run(
     }
 }
 
-/// Refunds `units` of each bucket `(position, units)` of `job`, one call
+/// Refunds `units` of each rate bucket `(position, units)` of `job` (a
+/// window or a period cannot be refunded: never given here), one call
 /// per slot, each tried [`REFUND_TRIES`] times; forgets their remembered
 /// refusals (they may pass now). What could not be refunded is reported.
 /// Returns each refunded bucket's state after the refund, by position.
@@ -200,8 +298,11 @@ pub(super) async fn refund(
 /// Decides `job`. One slot: one call, all or nothing. Several: slot by
 /// slot, each call waited for [`LATE_ANSWER`] at most; a refusal refunds
 /// the slots already charged and only reads the ones after it, and a
-/// failure refunds them and is the answer. Run in the decision's own task
-/// (see `job.rs`): it ends whatever the caller does.
+/// failure refunds them and is the answer. The slot of the windows and
+/// periods (one at most: the store refuses a decision with them in two
+/// before any call, see `cluster::one_slot_of_kinds`) is decided last, so
+/// that what a refusal or a failure undoes is rates alone. Run in the
+/// decision's own task (see `job.rs`): it ends whatever the caller does.
 async fn decide_cluster(
     shared: &Shared,
     conn: &ClusterConnection,
@@ -209,9 +310,17 @@ async fn decide_cluster(
     timeout: Duration,
 ) -> Result<Vec<Decision>, StorageError> {
     let mut out = vec![Decision::default(); job.keys.len()];
-    let groups = cluster::by_slot(job.keys());
+    let mut groups = cluster::by_slot(job.keys());
+    if job.is_mixed()
+        && let Some(kinds) = groups
+            .iter()
+            .position(|(_, group)| group.iter().any(|&i| !job.is_rate(i)))
+    {
+        let last = groups.remove(kinds);
+        groups.push(last);
+    }
     if let [(slot, _)] = groups.as_slice() {
-        let call = Call::check(job.keys(), &job.charges);
+        let call = job.call();
         let reply = within(LATE_ANSWER, cluster::run(conn, &call))
             .await
             .map_err(|error| cluster::in_domain(shared, *slot, error))?;
@@ -224,8 +333,7 @@ async fn decide_cluster(
     for (g, (slot, group)) in groups.iter().enumerate() {
         let charges: SmallVec<[Charge; 4]> =
             group.iter().map(|&i| job.charges[i]).collect();
-        let call =
-            Call::check(group.iter().map(|&i| job.keys[i].as_str()), &charges);
+        let call = job.call_of(group, &charges);
         let mut decided: SmallVec<[Decision; 4]> =
             SmallVec::from_elem(Decision::default(), group.len());
         let result = match within(LATE_ANSWER, cluster::run(conn, &call)).await
@@ -274,8 +382,9 @@ async fn decide_cluster(
 }
 
 /// Reads the buckets of `groups` without charging them, and says of each
-/// what its charge would have met: GCRA is the same at any origin of time,
-/// so the bucket read `reset_after` ahead is checked at 0. A bucket that
+/// what its charge would have met ([`Job::would_meet`]): GCRA is the same
+/// at any origin of time, so a rate read `reset_after` ahead is checked at
+/// 0; a window or a period is read by `decide_mixed.lua`. A bucket that
 /// would refuse too is reported refusing, with its wait, so that the
 /// decision's wait is the longest, as one call would have told it. A read
 /// that fails leaves its buckets reported passing with their state unknown:
@@ -296,8 +405,7 @@ async fn read_only(
                 ..job.charges[i]
             })
             .collect();
-        let call =
-            Call::check(group.iter().map(|&i| job.keys[i].as_str()), &peeks);
+        let call = job.call_of(group, &peeks);
         let mut decided: SmallVec<[Decision; 4]> =
             SmallVec::from_elem(Decision::default(), peeks.len());
         let left =
@@ -312,7 +420,7 @@ async fn read_only(
                     allowed: true,
                     ..Decision::default()
                 },
-                Ok(()) => job.charges[i].would_meet(peek),
+                Ok(()) => job.would_meet(i, peek),
             };
         }
     }

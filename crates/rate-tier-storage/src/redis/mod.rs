@@ -1,4 +1,4 @@
-//! Redis storage: one atomic Lua GCRA shared by every instance, on a single
+//! Redis storage: one atomic Lua script per decision shared by every instance, on a single
 //! Redis or on a Redis Cluster. Everything about it (keys, time, expiry, the
 //! script, timeouts, what redis-rs does) is documented on [`RedisStorage`],
 //! the one public item; what is particular to a cluster is in `cluster.rs`.
@@ -26,6 +26,7 @@ use crate::bucket::{BucketCheck, BucketSettle};
 use crate::clock::{Clock, MonotonicClock, SharedClock};
 use crate::event::{Listeners, StorageEvent, StorageListener, Subscription};
 use crate::key::{self, KeyLayout};
+use crate::rule::RuleKind;
 use crate::storage::{Decided, Storage, StorageError, validate};
 
 pub(crate) use link::USER_TIMEOUT;
@@ -84,6 +85,16 @@ pub const REMEMBERED: &str = "remembered";
 /// step. A settlement is one `EVALSHA` of `gcra_settle.lua`
 /// ([`gcra_core::Quota::settle`]).
 ///
+/// A decision with a window or a period ([`Rule::Window`](crate::Rule::Window),
+/// [`Rule::Period`](crate::Rule::Period); [`Storage::supports`] says so) is
+/// one `EVALSHA` of `decide_mixed.lua`, which decides its rates, windows and
+/// periods as gcra-core does, all or nothing in one step: if a window or a
+/// period refuses, no rate is charged; if a rate refuses, no window or
+/// period is written (but a refusing bucket's repair), and a bucket that
+/// passed in a refused decision answers with a read of it. Decisions of
+/// rates only never send it. A concurrency limit is
+/// [`StorageError::Unsupported`].
+///
 /// # Keys and values
 ///
 /// One string key per (limit, user) bucket, [`BucketCheck::key`]:
@@ -91,6 +102,12 @@ pub const REMEMBERED: &str = "remembered";
 /// with a [`KeySecret`](crate::key::KeySecret). The user id is never sent to
 /// Redis in clear. The value is the TAT (theoretical arrival time) in µs on
 /// Redis's clock, as an integer string, for example `1790947155000000`.
+///
+/// A window's key (same name) is a list of the counted requests' times
+/// (µs on Redis's clock, oldest first), expiring a window after the last
+/// write (`PEXPIRE`); a period's is a string `<start>:<count>` (the
+/// period's first instant in µs, and its count), expiring when the next
+/// period starts (`SET .. PX`).
 ///
 /// A key of another type, or a value that is not an integer string, counts
 /// as no value: the bucket starts fresh (the script never fails on it).
@@ -130,7 +147,10 @@ pub const REMEMBERED: &str = "remembered";
 /// it made is refunded (`gcra_settle.lua`), and what cannot be refunded is
 /// reported as [`StorageEvent::Unrefunded`]. A call whose answer never
 /// comes (the connection died after sending it) may have been charged,
-/// and nothing can tell.
+/// and nothing can tell. Only rates can be refunded: of a late decision
+/// with windows and periods, the rates are refunded and the windows and
+/// periods stay charged, each reported [`StorageEvent::Unrefunded`]
+/// (over-charged, never forgiven).
 ///
 /// A check needs a Tokio runtime with the time driver enabled (as
 /// `#[tokio::main]` builds it).
@@ -198,6 +218,17 @@ pub const REMEMBERED: &str = "remembered";
 ///   in what it leaves, not in what others see meanwhile. A failure names
 ///   the node that failed ([`StorageError::InDomain`]), so that a fallback
 ///   counts it against that node alone.
+/// - **Windows and periods** of one decision must be in one slot (one
+///   user's are, by the hash tag): that slot is decided last, by
+///   `decide_mixed.lua` (with the rates of that slot), after the rates-only
+///   slots, so that a refusal there is undone by refunds of rates alone;
+///   after a refusal in an earlier slot it is only read (a window's wait is
+///   then reported as the time until all of its counted requests leave: at
+///   least the real one). Windows and periods in two slots or more are
+///   [`StorageError::Unsupported`] ("windows and periods of one decision in
+///   two slots of a Redis Cluster"), before anything is sent: their charges
+///   cannot be refunded, so no order would keep the decision all or
+///   nothing.
 /// - **Routing**: redis-rs's cluster connection sends each `EVALSHA` to the
 ///   master that owns the key's slot (it reads the key after the key count),
 ///   whichever node the connection was seeded with; it follows `MOVED` and
@@ -584,24 +615,35 @@ async fn run_single(
 #[async_trait::async_trait]
 impl Storage for RedisStorage {
     /// Runs `gcra.lua` (one bucket) or `gcra_all.lua` (several, a peek, a
-    /// shadow limit) on the buckets.
+    /// shadow limit) on the buckets of rates, and `decide_mixed.lua` on a
+    /// decision with a window or a period.
     ///
     /// Errors: [`StorageError::Timeout`] past the timeout,
     /// [`StorageError::Backend`] for any error of Redis or of the connection
     /// (the script's error replies included), [`StorageError::Protocol`] for
-    /// a reply that is not four non-negative integers per bucket.
+    /// a reply that is not four non-negative integers per bucket,
+    /// [`StorageError::Unsupported`] for a concurrency limit, and on a
+    /// cluster for windows and periods of one decision in two slots.
     async fn check(
         &self,
         checks: &[BucketCheck<'_>],
         out: &mut [Decision],
     ) -> Result<Decided, StorageError> {
         validate(checks, out)?;
-        if !checks.iter().all(BucketCheck::is_rate) {
+        let mixed = !checks.iter().all(BucketCheck::is_rate);
+        if mixed
+            && checks
+                .iter()
+                .any(|check| !self.supports(check.rule().kind()))
+        {
             return Err(StorageError::Unsupported(
-                "windows and periods on Redis (rates only)",
+                "concurrency limits on Redis",
             ));
         }
-        let job = Job::of(checks, self.layout());
+        let job = Job::of(checks, self.layout(), mixed);
+        if mixed && self.shared.cluster {
+            cluster::one_slot_of_kinds(&job)?;
+        }
         let refusals = &self.shared.refusals;
         let sent_us = self.clock.now_us();
         if self.remember_refusals
@@ -653,6 +695,13 @@ impl Storage for RedisStorage {
 
     fn kind(&self) -> &'static str {
         "redis"
+    }
+
+    /// Rates, windows and periods (`decide_mixed.lua`); not concurrency
+    /// limits. On a Redis Cluster the windows and periods of one decision
+    /// must share a slot (one user's do: see [`RedisStorage`]).
+    fn supports(&self, kind: RuleKind) -> bool {
+        matches!(kind, RuleKind::Rate | RuleKind::Window | RuleKind::Period)
     }
 
     fn subscribe(&self, listener: StorageListener) -> Subscription {

@@ -18,6 +18,16 @@
 //! forgets the bucket's refusal at once. A refund made by another instance
 //! can let a bucket pass before the remembered time: the memory then
 //! refuses for at most the time left of that refusal's wait.
+//!
+//! Only a rate's refusal is remembered, and only a rate answers from
+//! memory: the reasoning above is GCRA's. A window's or a period's refusal
+//! (windows and periods are counted by `decide_mixed.lua`) always goes to
+//! Redis, and so does any request whose refusing bucket was one. The
+//! refusal of a rate in a decision with windows and periods is
+//! remembered: until it ends the same decision is refused by that rate,
+//! and a refused decision charges no window or period, so the answer from
+//! memory is the one Redis would give; the windows and periods are
+//! reported as they stood, as every other bucket is.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -117,7 +127,10 @@ impl Refusals {
     ) -> Option<usize> {
         let (index, refusal) = checks.iter().zip(keys).enumerate().find_map(
             |(i, (check, bucket_key))| {
-                if check.cost() == 0 || check.is_shadow() {
+                // A window or a period under a key a rate's refusal was
+                // remembered under (a plan reload changed its kind) is not
+                // that rate: its nominal quota may even be the same.
+                if check.cost() == 0 || check.is_shadow() || !check.is_rate() {
                     return None;
                 }
                 let key = self.key(bucket_key);
@@ -159,7 +172,8 @@ impl Refusals {
 
     /// Remembers the refusal of `checks[index]` in a decision whose buckets'
     /// keys are `keys` and whose parts are `out`, decided by a call sent at
-    /// `sent_us` (local clock).
+    /// `sent_us` (local clock). A refusal by a window or a period is not
+    /// remembered (see the module docs).
     pub(super) fn remember(
         &self,
         checks: &[BucketCheck<'_>],
@@ -173,7 +187,11 @@ impl Refusals {
         else {
             return;
         };
-        if decision.allowed || check.cost() == 0 || check.is_shadow() {
+        if decision.allowed
+            || check.cost() == 0
+            || check.is_shadow()
+            || !check.is_rate()
+        {
             return;
         }
         let key = self.key(bucket_key);
@@ -379,6 +397,54 @@ mod tests {
             .map(|c| c.key(crate::KeyLayout::Single))
             .collect();
         assert_eq!(refusals.answer(&wider, &wider_keys, 3_000, &mut out), None);
+    }
+
+    #[test]
+    fn only_a_rate_refusal_is_remembered_and_answers() {
+        use gcra_core::Window;
+        let refusals = Refusals::default();
+        let name = LimitName::of_limit("login").unwrap();
+        let window =
+            Window::new(5, std::time::Duration::from_secs(60)).unwrap();
+        let in_window =
+            BucketCheck::of_rule(&name, "ana", window.into(), 1).unwrap();
+        // Its nominal rate is a rate of the same numbers.
+        let rate =
+            BucketCheck::new(&name, "ana", Quota::per_minute(5), 1).unwrap();
+        assert_eq!(in_window.quota(), rate.quota());
+        let key = key_of(&in_window);
+        assert_eq!(key, key_of(&rate));
+
+        refusals.remember(&[in_window], &key, &[refused(1_000)], 0, 0);
+        assert_eq!(refusals.len(), 0, "a window's refusal is remembered");
+
+        // A rate's refusal does not answer a window under its key.
+        refusals.remember(&[rate], &key, &[refused(1_000)], 0, 0);
+        let mut out = [Decision::default()];
+        assert_eq!(refusals.answer(&[rate], &key, 10, &mut out), Some(0));
+        assert_eq!(refusals.answer(&[in_window], &key, 10, &mut out), None);
+
+        // A rate's refusal beside a window answers the same decision, the
+        // window as it stood.
+        let plan = LimitName::new("free").unwrap();
+        let checks = [
+            BucketCheck::new(&plan, "ana", Quota::per_minute(10), 1).unwrap(),
+            in_window,
+        ];
+        let keys: Vec<String> = checks
+            .iter()
+            .map(|c| c.key(crate::KeyLayout::Single))
+            .collect();
+        let peek = Decision {
+            allowed: true,
+            remaining: 4,
+            reset_after_us: 60_000,
+            ..Decision::default()
+        };
+        refusals.remember(&checks, &keys, &[refused(5_000), peek], 0, 1_000);
+        let mut two = [Decision::default(); 2];
+        assert_eq!(refusals.answer(&checks, &keys, 2_000, &mut two), Some(0));
+        assert_eq!((two[1].allowed, two[1].remaining), (true, 4));
     }
 
     #[test]

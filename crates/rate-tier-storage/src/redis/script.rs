@@ -4,7 +4,8 @@
 //! | script | for | `KEYS` | `ARGV` per key | reply per key |
 //! |---|---|---|---|---|
 //! | `gcra.lua` | one enforced bucket, cost >= 1 | 1 | `T`, `tau`, cost, and the max debt unless it is `tau` | allowed, remaining, retry_after_us, reset_after_us |
-//! | `gcra_all.lua` | any other decision (several buckets, a peek, a shadow limit) | n | `T`, `tau`, cost, shadow, max debt | the same |
+//! | `gcra_all.lua` | any other decision of rates only (several buckets, a peek, a shadow limit) | n | `T`, `tau`, cost, shadow, max debt | the same |
+//! | `decide_mixed.lua` | a decision with a window or a period (rates beside them included) | n | tag (0 rate, 1 window, 2 period), a, b, c, cost, shadow (see its header) | the same |
 //! | `gcra_settle.lua` | settlements | n | `T`, `tau`, units (+ debt, - refund), max debt | remaining, reset_after_us |
 
 use std::sync::LazyLock;
@@ -12,11 +13,12 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use ::redis::{Cmd, Script, Value};
-use gcra_core::{Adjust, Charge, Decision, Quota};
+use gcra_core::{Adjust, Charge, Decision, PeriodUnit, Quota};
 use smallvec::SmallVec;
 
 use super::backend;
 use crate::bucket::script_args;
+use crate::rule::Rule;
 use crate::storage::StorageError;
 
 /// The source of `gcra.lua`.
@@ -25,6 +27,8 @@ pub(super) const GCRA_SOURCE: &str = include_str!("gcra.lua");
 pub(super) const GCRA_ALL_SOURCE: &str = include_str!("gcra_all.lua");
 /// The source of `gcra_settle.lua`.
 pub(super) const GCRA_SETTLE_SOURCE: &str = include_str!("gcra_settle.lua");
+/// The source of `decide_mixed.lua`.
+pub(super) const DECIDE_MIXED_SOURCE: &str = include_str!("decide_mixed.lua");
 
 /// A script and its hash, built once per process.
 pub(super) struct Lua {
@@ -47,6 +51,11 @@ pub(super) static GCRA_SETTLE: Lua = Lua {
     script: LazyLock::new(|| Script::new(GCRA_SETTLE_SOURCE)),
     source: GCRA_SETTLE_SOURCE,
     name: "gcra_settle.lua",
+};
+pub(super) static DECIDE_MIXED: Lua = Lua {
+    script: LazyLock::new(|| Script::new(DECIDE_MIXED_SOURCE)),
+    source: DECIDE_MIXED_SOURCE,
+    name: "decide_mixed.lua",
 };
 
 /// How long a decision's task waits for an answer its caller may have given
@@ -107,6 +116,63 @@ impl<'k> Call<'k> {
                     .flat_map(|c| script_args(c).map(signed))
                     .collect(),
             },
+        }
+    }
+
+    /// The decision over the buckets `keys` under `charges` (their costs
+    /// and shadow flags) and `rules` (what each enforces), with at least
+    /// one window or period among them: `decide_mixed.lua`, 6 arguments per
+    /// key (tag, a, b, c, cost, shadow; see the script's header). A rate
+    /// there takes gcra_all.lua's `T`, `tau` and max debt. A concurrency
+    /// limit is no script's: the store refuses it before any call.
+    pub(super) fn mixed(
+        keys: impl IntoIterator<Item = &'k str>,
+        charges: &[Charge],
+        rules: &[Rule],
+    ) -> Call<'k> {
+        let args = charges
+            .iter()
+            .zip(rules)
+            .flat_map(|(charge, rule)| {
+                let [tag, a, b, c] = match rule {
+                    Rule::Window(window) => [
+                        1,
+                        i64::from(window.limit()),
+                        signed(window.window_us()),
+                        0,
+                    ],
+                    Rule::Period(period) => [
+                        2,
+                        i64::from(period.limit()),
+                        match period.unit() {
+                            PeriodUnit::Day => 0,
+                            PeriodUnit::Week => 1,
+                            PeriodUnit::Month => 2,
+                        },
+                        i64::from(period.offset_s()),
+                    ],
+                    // A rate, and what no call carries (see above).
+                    Rule::Rate(_) | Rule::Concurrency(_) => [
+                        0,
+                        signed(charge.quota.emission_interval_us()),
+                        signed(charge.quota.burst_offset_us()),
+                        signed(charge.quota.max_debt_us()),
+                    ],
+                };
+                [
+                    tag,
+                    a,
+                    b,
+                    c,
+                    i64::from(charge.cost),
+                    i64::from(charge.shadow),
+                ]
+            })
+            .collect();
+        Call {
+            lua: &DECIDE_MIXED,
+            keys: keys.into_iter().collect(),
+            args,
         }
     }
 
@@ -397,6 +463,42 @@ mod tests {
     }
 
     #[test]
+    fn a_mixed_call_sends_six_arguments_per_key() {
+        use crate::bucket::{BucketCheck, LimitName};
+        use gcra_core::{Period, Window};
+
+        let (plan, login, exports) = (
+            LimitName::new("free").unwrap(),
+            LimitName::of_limit("login").unwrap(),
+            LimitName::of_limit("exports").unwrap(),
+        );
+        let window =
+            Window::new(5, std::time::Duration::from_secs(60)).unwrap();
+        let period = Period::new(1000, PeriodUnit::Month, -3600).unwrap();
+        let checks = [
+            BucketCheck::new(&plan, "ana", Quota::per_minute(10), 2).unwrap(),
+            BucketCheck::of_rule(&login, "ana", window.into(), 1)
+                .unwrap()
+                .shadow(true),
+            BucketCheck::of_rule(&exports, "ana", period.into(), 0).unwrap(),
+        ];
+        let charges: Vec<Charge> =
+            checks.iter().map(BucketCheck::charge).collect();
+        let rules: Vec<Rule> = checks.iter().map(BucketCheck::rule).collect();
+        let call = Call::mixed(["a", "b", "c"], &charges, &rules);
+        assert_eq!(call.lua.name, "decide_mixed.lua");
+        assert_eq!(call.keys.as_slice(), ["a", "b", "c"]);
+        assert_eq!(
+            call.args,
+            [
+                0, 6_000_000, 60_000_000, 60_000_000, 2, 0, // the rate
+                1, 5, 60_000_000, 0, 1, 1, // the window, in shadow
+                2, 1000, 2, -3600, 0, 0, // the period, a peek
+            ]
+        );
+    }
+
+    #[test]
     fn decodes_a_settle_reply_and_refuses_anything_else() {
         assert_eq!(
             read_settled(
@@ -422,15 +524,17 @@ mod tests {
     #[test]
     fn each_script_is_its_file_and_its_hash_is_the_sha1_of_it() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/redis/");
-        for lua in [&GCRA, &GCRA_ALL, &GCRA_SETTLE] {
+        for lua in [&GCRA, &GCRA_ALL, &GCRA_SETTLE, &DECIDE_MIXED] {
             let on_disk =
                 std::fs::read_to_string(format!("{dir}{}", lua.name)).unwrap();
             assert_eq!(lua.source, on_disk, "{} is not the file", lua.name);
             let sha1 = hex::encode(Sha1::digest(on_disk.as_bytes()));
             assert_eq!(lua.script.get_hash(), sha1, "{}", lua.name);
         }
-        let hashes = [&GCRA, &GCRA_ALL, &GCRA_SETTLE]
+        let hashes = [&GCRA, &GCRA_ALL, &GCRA_SETTLE, &DECIDE_MIXED]
             .map(|lua| lua.script.get_hash().to_owned());
-        assert!(hashes[0] != hashes[1] && hashes[1] != hashes[2]);
+        for (i, hash) in hashes.iter().enumerate() {
+            assert!(!hashes[..i].contains(hash), "two scripts, one hash");
+        }
     }
 }
