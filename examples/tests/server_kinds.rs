@@ -1,8 +1,9 @@
 //! The example server's limits beside the rate, over real HTTP: `/login`
 //! (at most 5 in any 60 s per user, an exact window) and `/export` (3 per
 //! calendar month UTC on free, 100 on pro) and `/upload` (2 in flight per
-//! user on free), in memory; and, where the store does not decide them
-//! (PostgreSQL), a 503 that says why, never a pass.
+//! user on free), in memory, on two servers sharing Redis (windows and
+//! periods) and on PostgreSQL; where the store does not decide one
+//! (concurrency on Redis and PostgreSQL), a 503 that says why, never a pass.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -161,7 +162,8 @@ fn a_client_that_goes_away_gives_its_upload_slot_back() {
     let until = |what: &str, done: &dyn Fn(&Response) -> bool| {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            let r = server.get("/upload?ms=0", Some("key_ana"));
+            // Read, not charged: the plan is not spent by the waiting.
+            let r = server.get("/quota", Some("key_ana"));
             if done(&r) {
                 return;
             }
@@ -169,30 +171,105 @@ fn a_client_that_goes_away_gives_its_upload_slot_back() {
             std::thread::sleep(Duration::from_millis(20));
         }
     };
-    until("the two uploads never held their slots", &|r| {
-        r.status == 429
-    });
+    let uploads_left = |n: u32| {
+        move |r: &Response| {
+            r.body.contains(&format!(
+                r#"{{"name":"uploads","limit":2,"remaining":{n},"#
+            ))
+        }
+    };
+    until("the two uploads never held their slots", &uploads_left(0));
     // ...then, the clients gone, until both slots are back: the server
     // drops a request's future when its connection closes, and the slot
     // with it, long before the 10 s are over.
     drop(streams);
-    until("the slots were not given back", &|r| {
-        r.status == 200 && r.header("x-ratelimit-remaining") == Some("1")
-    });
+    until("the slots were not given back", &uploads_left(2));
 }
 
 #[test]
-fn on_a_store_that_decides_only_rates_the_routes_say_why_and_never_pass() {
+fn two_servers_on_one_redis_share_the_window_and_the_period_exactly() {
+    let url = rate_tier_test_support::redis_url();
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let keys: Vec<String> = ["limit/login", "limit/exports", "pro"]
+        .iter()
+        .map(|name| tower_rate_tier::key::bucket_key(name, "key_bea", None))
+        .collect();
+    let _: () = redis::cmd("DEL").arg(&keys).query(&mut conn).unwrap();
+    let a = Server::start(&["--redis", &url], &[]);
+    let b = Server::start(&[], &[("REDIS_URL", &url)]);
+    let ports = [a.port, b.port];
+    let at_once = |path: &'static str, n: usize| -> Vec<u16> {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..n)
+                .map(|i| {
+                    let port = ports[i % 2];
+                    scope.spawn(move || {
+                        support::get(port, path, Some("key_bea")).status
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    };
+    // Bea (pro, 100 a minute on the plan): 5 logins in any 60 s, over both.
+    let logins = at_once("/login", 60);
+    assert_eq!(
+        logins.iter().filter(|&&s| s == 200).count(),
+        5,
+        "{logins:?}"
+    );
+    assert!(logins.iter().all(|&s| s == 200 || s == 429), "{logins:?}");
+    // 100 exports a month on pro, of which 5 logins left the plan 95.
+    let exports = at_once("/export", 90);
+    assert_eq!(
+        exports.iter().filter(|&&s| s == 200).count(),
+        90,
+        "{exports:?}"
+    );
+    let r = a.get("/quota", Some("key_bea"));
+    assert!(
+        r.body
+            .contains(r#"{"name":"exports","limit":100,"remaining":10,"#),
+        "{r:?}"
+    );
+    // Uploads are a concurrency limit, which Redis does not decide yet.
+    let r = b.get("/upload", Some("key_bea"));
+    assert_eq!(r.status, 503, "{r:?}");
+    assert!(r.body.contains("does not decide"), "{r:?}");
+    // The window is a list, the period a string, under hashed keys.
+    let kind: String =
+        redis::cmd("TYPE").arg(&keys[0]).query(&mut conn).unwrap();
+    assert_eq!(kind, "list");
+    let kind: String =
+        redis::cmd("TYPE").arg(&keys[1]).query(&mut conn).unwrap();
+    assert_eq!(kind, "string");
+    let _: () = redis::cmd("DEL").arg(&keys).query(&mut conn).unwrap();
+}
+
+#[test]
+fn on_postgres_windows_and_periods_are_decided_and_uploads_say_why() {
     let postgres = PostgresServer::start();
     let server = Server::start(&["--postgres", &postgres.url()], &[]);
     server.wait_for_stderr("postgres, with local fallback");
-    let said = server.wait_for_stderr("/login is not served");
-    assert!(said.contains("window"), "{said}");
-    for route in ["/login", "/export", "/upload"] {
-        let r = server.get(route, Some("key_ana"));
-        assert_eq!(r.status, 503, "{route}: {r:?}");
-        assert!(r.body.contains("does not decide"), "{route}: {r:?}");
-    }
+    let said = server.wait_for_stderr("/upload is not served");
+    assert!(said.contains("a concurrency limit"), "{said}");
+    // A concurrency limit is refused when the layer is built: its route
+    // says why, and never passes.
+    let r = server.get("/upload", Some("key_ana"));
+    assert_eq!(r.status, 503, "{r:?}");
+    assert!(r.body.contains("does not decide"), "{r:?}");
+    // Windows and periods are PostgreSQL's too.
+    let logins: Vec<u16> = (0..6)
+        .map(|_| server.get("/login", Some("key_ana")).status)
+        .collect();
+    assert_eq!(logins, [200, 200, 200, 200, 200, 429]);
+    let exports: Vec<u16> = (0..4)
+        .map(|_| server.get("/export", Some("key_ana")).status)
+        .collect();
+    assert_eq!(exports, [200, 200, 200, 429]);
     // The rest of the service is limited as always.
     assert_eq!(server.get("/data", Some("key_ana")).status, 200);
 }

@@ -204,7 +204,10 @@ fn routes_scenario(a: &Server, b: &Server, counted: &[&str]) {
     let r = b.get("/generate?tokens=1200", Some("key_bea"));
     assert_eq!(r.status, 200);
     let (shape, _) = quota(a, "key_bea");
-    let at = shape.rfind("\"remaining\":").unwrap() + "\"remaining\":".len();
+    let tokens_at = shape.find("\"name\":\"tokens\"").unwrap();
+    let at = tokens_at
+        + shape[tokens_at..].find("\"remaining\":").unwrap()
+        + "\"remaining\":".len();
     let digits = shape[at..].chars().take_while(char::is_ascii_digit).count();
     let tokens: u64 = shape[at..at + digits].parse().unwrap();
     assert!((8_800..=8_820).contains(&tokens), "{shape}");
@@ -290,7 +293,14 @@ fn fixed_keys(cluster: bool) -> Vec<String> {
         [("key_ana", "free"), ("key_bea", "pro"), ("key_eva", "free")]
     {
         // A limit's buckets are in the limits' namespace: `limit/<name>`.
-        for name in [tier, "limit/search", "limit/tokens"] {
+        let limits = [
+            tier,
+            "limit/search",
+            "limit/tokens",
+            "limit/login",
+            "limit/exports",
+        ];
+        for name in limits {
             keys.push(if cluster {
                 cluster_bucket_key(name, user, None)
             } else {

@@ -76,6 +76,23 @@ impl RuleKind {
     }
 }
 
+impl RuleKind {
+    /// Its name with an article, for messages: `a rate`, `a window`, `a
+    /// period`, `a concurrency limit`.
+    ///
+    /// ```
+    /// assert_eq!(rate_tier_storage::RuleKind::Concurrency.described(), "a concurrency limit");
+    /// ```
+    pub fn described(self) -> &'static str {
+        match self {
+            RuleKind::Rate => "a rate",
+            RuleKind::Window => "a window",
+            RuleKind::Period => "a period",
+            RuleKind::Concurrency => "a concurrency limit",
+        }
+    }
+}
+
 impl fmt::Display for RuleKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

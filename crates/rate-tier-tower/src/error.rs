@@ -44,7 +44,8 @@ pub enum ConfigError {
     /// (see [`Storage::supports`](rate_tier_storage::Storage::supports)):
     /// it would never be enforced as written.
     #[error(
-        "limit {limit:?} is a {kind}, which the {store} store does not decide"
+        "limit {limit:?} is {}, which the {store} store does not decide",
+        kind.described()
     )]
     UnsupportedKind {
         /// The limit.
@@ -56,7 +57,7 @@ pub enum ConfigError {
     },
     /// A settled limit ([`Limit::settle`](crate::Limit::settle)) must be a
     /// rate: a window or a period has no debt to carry.
-    #[error("limit {limit:?} is settled, so it must be a rate, not a {kind}")]
+    #[error("limit {limit:?} is settled, so it must be a rate, not {}", kind.described())]
     SettleNeedsRate {
         /// The limit.
         limit: String,
