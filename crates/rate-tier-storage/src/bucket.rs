@@ -158,6 +158,9 @@ pub struct BucketCheck<'a> {
     cost: u32,
     shadow: bool,
     key_secret: Option<&'a KeySecret>,
+    /// The request's slots of a concurrency limit, on a store that keeps
+    /// one lease per slot: 0 when none was given.
+    lease_id: u64,
 }
 
 impl<'a> BucketCheck<'a> {
@@ -187,6 +190,7 @@ impl<'a> BucketCheck<'a> {
             cost,
             shadow: false,
             key_secret: None,
+            lease_id: 0,
         })
     }
 
@@ -230,6 +234,7 @@ impl<'a> BucketCheck<'a> {
             cost,
             shadow: false,
             key_secret: None,
+            lease_id: 0,
         })
     }
 
@@ -243,6 +248,7 @@ impl<'a> BucketCheck<'a> {
             cost: 0,
             shadow: false,
             key_secret: None,
+            lease_id: 0,
         }
     }
 
@@ -251,6 +257,29 @@ impl<'a> BucketCheck<'a> {
     pub fn shadow(mut self, shadow: bool) -> Self {
         self.shadow = shadow;
         self
+    }
+
+    /// The id of the slots this check takes on a concurrency limit, for a
+    /// store that keeps a lease per slot ([`Storage::lease`](crate::Storage::lease)):
+    /// the same id releases and renews them. Unique per request (a random
+    /// 64-bit number); ignored by other kinds and by the memory store.
+    ///
+    /// ```
+    /// use rate_tier_storage::{BucketCheck, Concurrency, LimitName};
+    /// let uploads = LimitName::of_limit("uploads")?;
+    /// let slot = BucketCheck::of_rule(&uploads, "ana", Concurrency::new(2)?.into(), 1)?
+    ///     .lease_id(0x5eed);
+    /// assert_eq!(slot.lease(), 0x5eed);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn lease_id(mut self, id: u64) -> Self {
+        self.lease_id = id;
+        self
+    }
+
+    /// The id of [`BucketCheck::lease_id`]; 0 when none was given.
+    pub fn lease(&self) -> u64 {
+        self.lease_id
     }
 
     /// The secret that turns the partition into an HMAC in shared keys.
@@ -421,7 +450,7 @@ impl BucketSettle<'_> {
 fn nominal_rate(rule: &Rule) -> Quota {
     let per = |limit: u32, length_us: u64| {
         Quota::new(limit, std::time::Duration::from_micros(length_us))
-            .unwrap_or(Quota::per_second(limit.max(1)))
+            .unwrap_or_else(|_| Quota::per_second(limit.max(1)))
     };
     match rule {
         Rule::Rate(quota) => *quota,

@@ -13,6 +13,14 @@
 //! The task waits [`LATE_ANSWER`] at most: a database that never answers
 //! leaves a decision unknown (it may have been charged, and nothing can
 //! tell).
+//!
+//! Only rates are refunded (the settle function gives a TAT back). A
+//! decision with a window or a period that came back late has its rates
+//! refunded as any other, and its windows and periods left charged: a
+//! window's entry or a period's count cannot be taken back without maybe
+//! forgiving a request that another decision was refused for (gcra-core
+//! has no settlement for them), so they over-charge by this request, until
+//! its entry leaves the window or the period ends, and never forgive one.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,20 +62,59 @@ pub(super) fn settle_args(
     ])
 }
 
-/// Decides `keys` (their 5 arguments each in `args`) in a task; the reply
-/// of the check function, or why there is none.
+/// How a decision's arguments are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Layout {
+    /// Rates alone, for the one-bucket statement or the check function: 5
+    /// per bucket (`T`, `tau`, cost, shadow, max debt).
+    Rates,
+    /// With a window or a period, for the mixed function: 6 per bucket
+    /// (tag, a, b, c, cost, shadow; a rate's tag is 0 and its a, b, c are
+    /// `T`, `tau` and the max debt).
+    Mixed,
+}
+
+impl Layout {
+    /// The function whose reply it is, after the table's name.
+    pub(super) fn function(self) -> &'static str {
+        match self {
+            Layout::Rates => "check",
+            Layout::Mixed => "decide_mixed",
+        }
+    }
+
+    /// Bucket `i`'s cost and shadow flag, and its `T`, `tau` and max debt
+    /// if it is a rate (`None`: a window or a period).
+    fn bucket(self, args: &[i64], i: usize) -> (i64, i64, Option<[i64; 3]>) {
+        match self {
+            Layout::Rates => {
+                let a = &args[5 * i..5 * i + 5];
+                (a[2], a[3], Some([a[0], a[1], a[4]]))
+            }
+            Layout::Mixed => {
+                let a = &args[6 * i..6 * i + 6];
+                let rate = (a[0] == 0).then_some([a[1], a[2], a[3]]);
+                (a[4], a[5], rate)
+            }
+        }
+    }
+}
+
+/// Decides `keys` (their arguments laid out as `layout` says in `args`) in
+/// a task; the reply of the function, or why there is none.
 pub(super) async fn decide(
     inner: &Arc<Inner>,
+    layout: Layout,
     keys: Vec<String>,
     args: Vec<i64>,
 ) -> Result<Vec<i64>, StorageError> {
     let (answer, answered) = oneshot::channel();
     let task = Arc::clone(inner);
     tokio::spawn(async move {
-        let reply = within(task.check(&keys, &args)).await;
+        let reply = within(task.check(layout, &keys, &args)).await;
         if let Err(Ok(reply)) = answer.send(reply) {
             // Nobody waits: give back what the decision charged.
-            refund(&task, keys, &args, &reply).await;
+            refund(&task, layout, keys, &args, &reply).await;
         }
     });
     wait(inner.timeout, answered).await
@@ -115,27 +162,30 @@ async fn wait<T>(
 
 /// Refunds the charges of a decision nobody saw: when it passed, each
 /// bucket charged its cost (peeks charge nothing); a refused one charged
-/// nothing.
-async fn refund(inner: &Inner, keys: Vec<String>, args: &[i64], reply: &[i64]) {
-    let charged = |i: usize| args[5 * i + 2] > 0 && reply[4 * i] == 1;
+/// nothing. Of the rates only: a window or a period stays charged (see the
+/// module's docs).
+async fn refund(
+    inner: &Inner,
+    layout: Layout,
+    keys: Vec<String>,
+    args: &[i64],
+    reply: &[i64],
+) {
     // Refused: an enforced bucket refused, and nothing was charged.
-    let refused =
-        (0..keys.len()).any(|i| reply[4 * i] == 0 && args[5 * i + 3] == 0);
+    let refused = (0..keys.len())
+        .any(|i| reply[4 * i] == 0 && layout.bucket(args, i).1 == 0);
     if refused {
         return;
     }
     let mut refund_keys = Vec::new();
     let mut refund_args = Vec::new();
     for (i, key) in keys.into_iter().enumerate() {
-        if charged(i) {
+        let (cost, _, rate) = layout.bucket(args, i);
+        // A window or a period: over-charged, never forgiven.
+        let Some([t, tau, debt]) = rate else { continue };
+        if cost > 0 && reply[4 * i] == 1 {
             refund_keys.push(key);
-            // T, tau, -cost, max debt.
-            refund_args.extend([
-                args[5 * i],
-                args[5 * i + 1],
-                -args[5 * i + 2],
-                args[5 * i + 4],
-            ]);
+            refund_args.extend([t, tau, -cost, debt]);
         }
     }
     if refund_keys.is_empty() {

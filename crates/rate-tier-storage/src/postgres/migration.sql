@@ -1,4 +1,4 @@
--- The schema of PostgresStorage: one table of buckets and the two functions
+-- The schema of PostgresStorage: one table of buckets and the functions
 -- that decide and settle them, each in one statement. `__TABLE__` is the
 -- table's name, `__UNLOGGED__` empty or UNLOGGED, `__LOCKS__` the class of
 -- the advisory locks (a 32-bit integer fixed per table). Run it with
@@ -16,11 +16,47 @@ SELECT pg_advisory_xact_lock(__LOCKS__, 0);
 -- both change on every charge, and an index on them would make every
 -- update a non-HOT one. The fill factor leaves room on each page for HOT
 -- updates.
+--
+-- The kinds beside the rate keep their state in the same row, in columns
+-- that a rate leaves alone (NULL in a row a rate created), so that the
+-- rates' statements stay as they are:
+--   window  tat_us = -1, log_us the counted requests' timestamps (us),
+--           oldest first; expires_us the window after its newest entry
+--           (rounded up to the millisecond): by then every entry expired
+--   period  tat_us = -2, period_start_us the period's first instant (us),
+--           period_count its count; expires_us the next period's start
+--           (rounded up to the millisecond)
+-- A negative TAT is no TAT to a rate (read as absent), and a row reads as
+-- a window or a period only with its kind's mark and columns: a row of
+-- another kind than the check's is absent, and the check's write replaces
+-- it (a rate's write by the one-bucket statement or the check function
+-- sets tat_us and leaves the other columns: with a TAT of 0 or more the
+-- row is a rate's, whatever they hold).
 CREATE __UNLOGGED__ TABLE IF NOT EXISTS __TABLE__ (
     key text COLLATE "C" PRIMARY KEY,
     tat_us bigint NOT NULL,
-    expires_us bigint NOT NULL
+    expires_us bigint NOT NULL,
+    log_us bigint[],
+    period_start_us bigint,
+    period_count bigint
 ) WITH (fillfactor = 70);
+
+-- A table of an earlier version (rates only) gets the columns of the other
+-- kinds: nullable and without a default, a change of the catalog alone (no
+-- rewrite of the table). Looked up first, so that running the migration
+-- again takes no lock on the table.
+DO $$
+BEGIN
+    IF (SELECT count(*) FROM pg_attribute
+        WHERE attrelid = '__TABLE__'::regclass AND NOT attisdropped
+        AND attname IN ('log_us', 'period_start_us', 'period_count')) < 3 THEN
+        ALTER TABLE __TABLE__
+            ADD COLUMN IF NOT EXISTS log_us bigint[],
+            ADD COLUMN IF NOT EXISTS period_start_us bigint,
+            ADD COLUMN IF NOT EXISTS period_count bigint;
+    END IF;
+END
+$$;
 
 -- The buckets of `keys`, locked until the end of the transaction, and their
 -- stored TATs in the order of `keys` (NULL: no row). The locks are
@@ -277,7 +313,376 @@ BEGIN
 END
 $$;
 
--- The two entry points: the same functions at the database's clock
+-- Limits of several kinds decided as one, all or nothing: the same rules,
+-- to the microsecond, as gcra-core's kinds (Quota::check and Quota::peek,
+-- Window::check, Period::check) combined as its crate docs say ("Several
+-- kinds in one decision"), and as the Redis script decide_mixed.lua:
+--
+--   1. each limit is decided alone;
+--   2. the decision is refused when an enforced limit (not a shadow)
+--      refuses;
+--   3. allowed: every limit's write is applied;
+--   4. refused: no write of a limit that passed (its write is its charge),
+--      which replies with a peek (its key as it stands); a refusing limit's
+--      write, a repair (a TAT capped after the clock went back, a window's
+--      entries ahead of now re-stamped), is applied.
+--
+-- keys           the bucket keys (distinct)
+-- args[6i-5..6i] for keys[i]: tag, a, b, c, cost (0: a peek), shadow (1:
+--                never refuses), as decide_mixed.lua's ARGV:
+--   tag 0 rate    a = T (us), b = tau (us), c = the most debt a settlement
+--                 may leave (us, 0 to 2^50), as __TABLE___check_at
+--   tag 1 window  a = limit (1 to 1024), b = window (us, 1 to 2^50), c = 0
+--   tag 2 period  a = limit (1 to 2^32 - 1), b = unit (0 day, 1 ISO week,
+--                 2 month), c = offset of local time from UTC (s, -64800
+--                 to 64800)
+-- at_us          the time (us since the epoch); NULL: the database's clock
+--                (clock_timestamp()), read once the keys are locked, so
+--                that the decisions of one key see a clock that never goes
+--                back (a time read before a wait for the lock would stamp a
+--                window's entry in the past of one already written)
+-- Returns {allowed_i, remaining_i, retry_after_us_i, reset_after_us_i} for
+-- each key, flattened. A cost above a limit, a time past 2^53 us (or a
+-- period that ends past it) or bad arguments raise, and nothing is written.
+--
+-- The keys are locked as by __TABLE___locked (the same advisory locks, in
+-- the same order), so that a decision here and one of __TABLE___check or
+-- the one-bucket statement over the same key wait for each other and never
+-- deadlock. What each kind reads from a row is in the table's comment: a
+-- row of another kind, or state that is no value of the kind (a log with a
+-- NULL or a negative entry, a count beyond 2^32 - 1), is absent; a log that
+-- is not sorted is corrupt, read as empty and replaced whole (gcra-core's
+-- rule), and so are entries beyond 2^53 (dropped by the next write).
+CREATE OR REPLACE FUNCTION __TABLE___decide_mixed_at(keys text[], args bigint[], at_us bigint)
+RETURNS bigint[] LANGUAGE plpgsql AS $$
+DECLARE
+    n int := coalesce(cardinality(keys), 0);
+    now_us bigint := at_us;
+    reply bigint[];
+    -- Per key, what the decision writes if it stands: w_what 0 nothing,
+    -- 1 a TAT (w_a), 2 a log (the entries w_a to w_b of the stored one, then
+    -- w_c entries of now), 3 a record (start w_a, count w_b); w_exp its
+    -- expiry. peek: for a limit that passed with a charge, the reset_after
+    -- of its key as it stands (its reply if the decision is refused).
+    w_what int[];
+    w_a bigint[]; w_b bigint[]; w_c bigint[]; w_exp bigint[];
+    peek bigint[];
+    refused boolean := false;
+    lock_id int;
+    r record;
+    i int; o int;
+    tag bigint; a bigint; b bigint; c bigint; cost bigint;
+    tat bigint; ahead bigint; remains bigint;
+    lo int; len int; expired int; counted int; early int; garbage int;
+    e bigint; prev_e bigint; usable boolean; newest bigint; reset_us bigint; kth bigint;
+    local_us bigint; day bigint; first_day bigint; span int;
+    era bigint; doe bigint; yoe bigint; doy bigint; mp bigint; yr bigint; mon bigint;
+    start_us bigint; next_us bigint; have bigint;
+BEGIN
+    IF n = 0 THEN
+        RAISE EXCEPTION 'rate_tier_decide_mixed: at least one key is required';
+    END IF;
+    IF coalesce(cardinality(args), 0) <> 6 * n THEN
+        RAISE EXCEPTION 'rate_tier_decide_mixed: 6 arguments per key are required (tag, a, b, c, cost, shadow)';
+    END IF;
+    IF (SELECT count(DISTINCT k) FROM unnest(keys) AS k) <> n THEN
+        RAISE EXCEPTION 'rate_tier_decide_mixed: the keys must be distinct and not NULL';
+    END IF;
+    -- Every argument, before any lock: a bad one raises, and nothing is
+    -- written anyway before the end.
+    FOR i IN 1..n LOOP
+        o := 6 * i - 6;
+        tag := args[o + 1]; a := args[o + 2]; b := args[o + 3]; c := args[o + 4]; cost := args[o + 5];
+        IF tag IS NULL OR a IS NULL OR b IS NULL OR c IS NULL OR cost IS NULL
+            OR cost < 0 OR cost > 4294967295
+            OR args[o + 6] IS NULL OR args[o + 6] NOT IN (0, 1) THEN
+            RAISE EXCEPTION 'rate_tier_decide_mixed: key %: the cost must be 0 to 2^32 - 1 and shadow 0 or 1', i;
+        END IF;
+        IF tag = 0 THEN
+            IF a < 1 OR b < a OR b > 1125899906842624 OR c < 0 OR c > 1125899906842624 THEN
+                RAISE EXCEPTION 'rate_tier_decide_mixed: key %: a rate''s T, tau or max debt out of range', i;
+            END IF;
+            IF cost > 0 AND a > b / cost THEN
+                RAISE EXCEPTION 'rate_tier_decide_mixed: key %: cost exceeds the burst: it can never pass', i;
+            END IF;
+        ELSIF tag = 1 THEN
+            IF a < 1 OR a > 1024 OR b < 1 OR b > 1125899906842624 OR c <> 0 THEN
+                RAISE EXCEPTION 'rate_tier_decide_mixed: key %: a window''s limit (1 to 1024), window (1 to 2^50 us) or third argument (0) out of range', i;
+            END IF;
+        ELSIF tag = 2 THEN
+            IF a < 1 OR a > 4294967295 OR b NOT IN (0, 1, 2) OR c < -64800 OR c > 64800 THEN
+                RAISE EXCEPTION 'rate_tier_decide_mixed: key %: a period''s limit (1 to 2^32 - 1), unit (0, 1 or 2) or offset (-64800 to 64800 s) out of range', i;
+            END IF;
+        ELSE
+            RAISE EXCEPTION 'rate_tier_decide_mixed: key %: the tag must be 0 (rate), 1 (window) or 2 (period)', i;
+        END IF;
+        IF tag <> 0 AND cost > a THEN
+            RAISE EXCEPTION 'rate_tier_decide_mixed: key %: cost exceeds the limit: it can never pass', i;
+        END IF;
+    END LOOP;
+
+    -- The locks of __TABLE___locked.
+    IF n = 1 THEN
+        PERFORM pg_advisory_xact_lock(__LOCKS__, hashtext(keys[1]));
+    ELSE
+        FOR lock_id IN SELECT DISTINCT hashtext(k) FROM unnest(keys) AS k ORDER BY 1 LOOP
+            PERFORM pg_advisory_xact_lock(__LOCKS__, lock_id);
+        END LOOP;
+    END IF;
+    IF now_us IS NULL THEN
+        now_us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+    END IF;
+    -- gcra-core's range of time: 2^53 us (the year 2255).
+    IF now_us < 0 OR now_us > 9007199254740992 THEN
+        RAISE EXCEPTION 'rate_tier_decide_mixed: time out of range';
+    END IF;
+
+    reply := array_fill(0::bigint, ARRAY[4 * n]);
+    w_what := array_fill(0, ARRAY[n]);
+    w_a := array_fill(NULL::bigint, ARRAY[n]); w_b := w_a; w_c := w_a; w_exp := w_a; peek := w_a;
+    -- Each limit alone, its row read once (by primary key).
+    FOR r IN
+        SELECT u.ord::int AS ord, s.tat_us, s.log_us, s.period_start_us, s.period_count
+        FROM unnest(keys) WITH ORDINALITY AS u(k, ord)
+        LEFT JOIN __TABLE__ AS s ON s.key = u.k
+    LOOP
+        i := r.ord;
+        o := 6 * i - 6;
+        tag := args[o + 1]; a := args[o + 2]; b := args[o + 3]; c := args[o + 4]; cost := args[o + 5];
+
+        IF tag = 0 THEN
+            -- A rate: __TABLE___check_at's rules, line for line. A = T,
+            -- b = tau, c = max debt.
+            tat := now_us;
+            IF r.tat_us >= now_us AND r.tat_us <= 9007199254740992 THEN
+                IF r.tat_us - now_us > b + c THEN
+                    tat := now_us + b + c;
+                    w_what[i] := 1; w_a[i] := tat;
+                ELSE
+                    tat := r.tat_us;
+                END IF;
+            END IF;
+            IF cost = 0 THEN
+                -- A peek: never a write, not even a cap.
+                w_what[i] := 0;
+                remains := greatest(b - (tat - now_us), 0);
+                reply[4 * i - 3] := 1; reply[4 * i - 2] := remains / a;
+                reply[4 * i - 1] := 0; reply[4 * i] := tat - now_us;
+            ELSE
+                IF tat + a * cost > 9007199254740992 THEN
+                    RAISE EXCEPTION 'rate_tier_decide_mixed: key %: time out of range', i;
+                END IF;
+                ahead := tat + a * cost - now_us;
+                IF ahead > b THEN
+                    reply[4 * i - 3] := 0; reply[4 * i - 2] := 0;
+                    reply[4 * i - 1] := ahead - b; reply[4 * i] := tat - now_us;
+                ELSE
+                    reply[4 * i - 3] := 1; reply[4 * i - 2] := (b - ahead) / a;
+                    reply[4 * i - 1] := 0; reply[4 * i] := ahead;
+                    w_what[i] := 1; w_a[i] := now_us + ahead;
+                    peek[i] := tat - now_us;
+                END IF;
+            END IF;
+            IF w_what[i] = 1 THEN
+                w_exp[i] := now_us + ((w_a[i] - now_us + 999) / 1000) * 1000;
+            END IF;
+
+        ELSIF tag = 1 THEN
+            -- A window: Window::check. a = limit, b = window.
+            -- Rules 2 and 3 in one pass: the entries of a sorted log are
+            -- expired (e + W <= now), counted, ahead of now (counted as
+            -- now, re-stamped by the next write) or garbage (beyond 2^53,
+            -- dropped by it), in that order. Not sorted: corrupt, read as
+            -- empty, dropped whole. Not a log (another kind's row, a NULL or
+            -- negative entry, more than one dimension): absent.
+            len := 0; expired := 0; counted := 0; early := 0; garbage := 0; lo := 1;
+            usable := coalesce(r.tat_us = -1, false) AND r.log_us IS NOT NULL
+                AND coalesce(array_ndims(r.log_us), 1) = 1
+                AND array_position(r.log_us, NULL) IS NULL;
+            IF usable THEN
+                lo := coalesce(array_lower(r.log_us, 1), 1);
+                prev_e := 0;
+                FOREACH e IN ARRAY r.log_us LOOP
+                    IF e < 0 THEN
+                        usable := false;
+                        EXIT;
+                    END IF;
+                    len := len + 1;
+                    IF e < prev_e THEN
+                        -- Corrupt: every entry is dropped by the next write.
+                        -- (A negative entry further on makes it absent: the
+                        -- same decision and the same write.)
+                        usable := false;
+                        EXIT;
+                    END IF;
+                    prev_e := e;
+                    IF e > 9007199254740992 THEN
+                        garbage := garbage + 1;
+                    ELSIF e > now_us THEN
+                        early := early + 1;
+                    ELSIF e + b <= now_us THEN
+                        expired := expired + 1;
+                    ELSE
+                        counted := counted + 1;
+                    END IF;
+                END LOOP;
+            END IF;
+            IF NOT usable THEN
+                len := 0; expired := 0; counted := 0; early := 0; garbage := 0; lo := 1;
+            END IF;
+            -- The counted entries are r.log_us[lo + expired .. lo + expired
+            -- + counted - 1]; the newest counts until it expires (an ahead
+            -- entry counts as now).
+            IF early > 0 THEN
+                reset_us := b;
+            ELSIF counted > 0 THEN
+                reset_us := r.log_us[lo + expired + counted - 1] + b - now_us;
+            ELSE
+                reset_us := 0;
+            END IF;
+            IF cost = 0 THEN
+                -- Rule 6: a peek, never a write.
+                reply[4 * i - 3] := 1; reply[4 * i - 2] := greatest(a - counted - early, 0);
+                reply[4 * i - 1] := 0; reply[4 * i] := reset_us;
+            ELSE
+                IF counted + early + cost > a THEN
+                    -- Rule 4: the k-th oldest counted entry must expire
+                    -- first (beyond the counted ones: an ahead one, now).
+                    IF counted + early + cost - a <= counted THEN
+                        kth := r.log_us[lo + expired + (counted + early + cost - a) - 1];
+                    ELSE
+                        kth := now_us;
+                    END IF;
+                    reply[4 * i - 3] := 0; reply[4 * i - 2] := 0;
+                    reply[4 * i - 1] := kth + b - now_us; reply[4 * i] := reset_us;
+                    -- A refusal's write only re-stamps the ahead entries.
+                    IF early > 0 THEN
+                        w_what[i] := 2; w_c[i] := early;
+                    END IF;
+                ELSE
+                    -- Rule 5.
+                    reply[4 * i - 3] := 1; reply[4 * i - 2] := a - counted - early - cost;
+                    reply[4 * i - 1] := 0; reply[4 * i] := b;
+                    w_what[i] := 2; w_c[i] := early + cost;
+                    peek[i] := reset_us;
+                END IF;
+                IF w_what[i] = 2 THEN
+                    -- The LogWrite: the expired entries dropped from the
+                    -- start, the ahead and garbage ones from the end, the
+                    -- re-stamped and new ones appended. Every entry then is
+                    -- at most now: all have expired a window later.
+                    w_a[i] := lo + expired;
+                    w_b[i] := lo + len - early - garbage - 1;
+                    w_exp[i] := now_us + ((b + 999) / 1000) * 1000;
+                END IF;
+            END IF;
+
+        ELSE
+            -- A period: Period::check. a = limit, b = unit, c = offset (s).
+            -- Rule 2, in days from 0000-03-01 (719 468 days before the
+            -- epoch), where every leap day ends a year.
+            local_us := now_us + 719468 * 86400000000 + c * 1000000;
+            day := local_us / 86400000000;
+            IF b = 0 THEN
+                first_day := day; span := 1;
+            ELSIF b = 1 THEN
+                -- 0000-03-01 was a Wednesday: day + 2 is 0 mod 7 on Mondays.
+                first_day := day - (day + 2) % 7; span := 7;
+            ELSE
+                -- Howard Hinnant's civil_from_days, as period.rs: eras of
+                -- 400 years (146 097 days), years from March 1st.
+                era := day / 146097;
+                doe := day % 146097;
+                yoe := (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+                yr := yoe + era * 400;
+                doy := doe - (365 * yoe + yoe / 4 - yoe / 100);
+                mp := (5 * doy + 2) / 153;
+                first_day := day - (doy - (153 * mp + 2) / 5);
+                IF mp < 10 THEN
+                    mon := mp + 3;
+                ELSE
+                    mon := mp - 9; yr := yr + 1;
+                END IF;
+                IF mon = 2 THEN
+                    IF yr % 4 = 0 AND (yr % 100 <> 0 OR yr % 400 = 0) THEN
+                        span := 29;
+                    ELSE
+                        span := 28;
+                    END IF;
+                ELSIF mon IN (4, 6, 9, 11) THEN
+                    span := 30;
+                ELSE
+                    span := 31;
+                END IF;
+            END IF;
+            -- Local midnights as UTC instants; before the epoch: 0.
+            start_us := greatest(first_day * 86400000000 - 719468 * 86400000000 - c * 1000000, 0);
+            next_us := greatest((first_day + span) * 86400000000 - 719468 * 86400000000 - c * 1000000, 0);
+            IF next_us > 9007199254740992 THEN
+                RAISE EXCEPTION 'rate_tier_decide_mixed: key %: time out of range', i;
+            END IF;
+            -- Rule 3: this period's count, or a later one's (the clock went
+            -- back); else 0.
+            have := 0;
+            IF r.tat_us = -2 AND r.period_count >= 0 AND r.period_count <= 4294967295
+                AND r.period_start_us >= start_us AND r.period_start_us <= 9007199254740992 THEN
+                have := r.period_count;
+            END IF;
+            reset_us := next_us - now_us;
+            IF cost = 0 THEN
+                reply[4 * i - 3] := 1; reply[4 * i - 2] := greatest(a - have, 0);
+                reply[4 * i - 1] := 0; reply[4 * i] := reset_us;
+            ELSIF have + cost > a THEN
+                reply[4 * i - 3] := 0; reply[4 * i - 2] := 0;
+                reply[4 * i - 1] := reset_us; reply[4 * i] := reset_us;
+            ELSE
+                reply[4 * i - 3] := 1; reply[4 * i - 2] := a - have - cost;
+                reply[4 * i - 1] := 0; reply[4 * i] := reset_us;
+                w_what[i] := 3; w_a[i] := start_us; w_b[i] := have + cost;
+                w_exp[i] := now_us + ((reset_us + 999) / 1000) * 1000;
+                peek[i] := reset_us;
+            END IF;
+        END IF;
+
+        IF reply[4 * i - 3] = 0 AND args[o + 6] = 0 THEN
+            refused := true;
+        END IF;
+    END LOOP;
+
+    -- The writes: every one if the decision stands; if it is refused, only
+    -- the repairs, and a limit that passed replies with its key as it
+    -- stands (cost more remaining, the peek's reset). One statement per
+    -- written key, by primary key; a write of a kind clears the others'
+    -- columns.
+    FOR i IN 1..n LOOP
+        IF refused AND peek[i] IS NOT NULL THEN
+            reply[4 * i - 2] := reply[4 * i - 2] + args[6 * i - 1];
+            reply[4 * i] := peek[i];
+        ELSIF w_what[i] = 1 THEN
+            INSERT INTO __TABLE__ AS s (key, tat_us, expires_us)
+            VALUES (keys[i], w_a[i], w_exp[i])
+            ON CONFLICT (key) DO UPDATE SET tat_us = excluded.tat_us, expires_us = excluded.expires_us,
+                log_us = NULL, period_start_us = NULL, period_count = NULL;
+        ELSIF w_what[i] = 2 THEN
+            INSERT INTO __TABLE__ AS s (key, tat_us, expires_us, log_us)
+            VALUES (keys[i], -1, w_exp[i], array_fill(now_us, ARRAY[w_c[i]::int]))
+            ON CONFLICT (key) DO UPDATE SET tat_us = -1, expires_us = excluded.expires_us,
+                log_us = CASE WHEN w_b[i] >= w_a[i]
+                    THEN s.log_us[w_a[i]:w_b[i]] || excluded.log_us ELSE excluded.log_us END,
+                period_start_us = NULL, period_count = NULL;
+        ELSIF w_what[i] = 3 THEN
+            INSERT INTO __TABLE__ AS s (key, tat_us, expires_us, period_start_us, period_count)
+            VALUES (keys[i], -2, w_exp[i], w_a[i], w_b[i])
+            ON CONFLICT (key) DO UPDATE SET tat_us = -2, expires_us = excluded.expires_us,
+                log_us = NULL, period_start_us = excluded.period_start_us,
+                period_count = excluded.period_count;
+        END IF;
+    END LOOP;
+    RETURN reply;
+END
+$$;
+
+-- The entry points: the same functions at the database's clock
 -- (`clock_timestamp()`, the time of the call, not of its transaction), so
 -- that every instance measures against one clock. The `_at` forms take the
 -- time as an argument, for tests that drive time.
@@ -289,6 +694,12 @@ $$;
 CREATE OR REPLACE FUNCTION __TABLE___settle(keys text[], args bigint[])
 RETURNS bigint[] LANGUAGE sql AS $$
     SELECT __TABLE___settle_at(keys, args, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+$$;
+
+-- The clock read once the keys are locked (see __TABLE___decide_mixed_at).
+CREATE OR REPLACE FUNCTION __TABLE___decide_mixed(keys text[], args bigint[])
+RETURNS bigint[] LANGUAGE sql AS $$
+    SELECT __TABLE___decide_mixed_at(keys, args, NULL)
 $$;
 
 COMMIT;

@@ -12,10 +12,12 @@ use smallvec::SmallVec;
 use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
 
+use self::job::Layout;
 pub use self::schema::InvalidTable;
 use self::schema::{DEFAULT_TABLE, MissingSchema, Schema};
 use crate::bucket::{BucketCheck, BucketSettle};
 use crate::key::KeyLayout;
+use crate::rule::{Rule, RuleKind};
 use crate::storage::{Decided, Storage, StorageError, validate};
 
 /// How long a call may take before its caller gets
@@ -39,6 +41,20 @@ const DEFAULT_CLEANUP_BATCH: u32 = 1_000;
 ///   with the same rules and the same lock, which costs the database about
 ///   half as much as the function; only when it does not pass (a refusal)
 ///   does the function decide it, in a second round trip.
+/// - **Windows and periods** ([`Rule::Window`], [`Rule::Period`]) too, in
+///   the same table and the same decisions: a decision with one of them is
+///   one call of another function (`<table>_decide_mixed`), which locks
+///   its buckets with the same locks in the same order (so it never
+///   deadlocks with, nor interleaves with, a decision of rates over the
+///   same rows) and decides every kind all or nothing, as gcra-core's
+///   crate docs say ("Several kinds in one decision") and the memory and
+///   Redis stores do: a window or a period that refuses charges no rate, a
+///   rate that refuses charges no window or period. A window's row keeps
+///   its log (an `int8[]`, at most its limit of timestamps), a period's its
+///   start and count; a row of another kind than the check's is read as
+///   absent (a limit whose kind changed starts fresh). The rates'
+///   statements are the same as without them. Concurrency limits are not
+///   decided here ([`StorageError::Unsupported`]).
 /// - **The database's clock** (`clock_timestamp()`), as Redis's `TIME`:
 ///   every instance measures against one clock.
 /// - **One row per bucket**: the same hashed key as Redis (never a user id
@@ -53,7 +69,9 @@ const DEFAULT_CLEANUP_BATCH: u32 = 1_000;
 ///   behind a [`FallbackStorage`](crate::FallbackStorage), a stopped or
 ///   hung PostgreSQL is decided locally. A decision whose caller stopped
 ///   waiting is run to its end and its charges refunded, so that no
-///   request is charged twice. Connections come from a pool
+///   request is charged twice: its rates, that is; a window's entry or a
+///   period's count stays charged (an over-charge, never a request
+///   forgiven; see `job.rs`). Connections come from a pool
 ///   (deadpool-postgres); a lost one is replaced.
 /// - **Never silently at start**: the table and its functions are created
 ///   by [`migrate`](Self::migrate) (or the SQL of
@@ -165,6 +183,59 @@ impl PostgresStorage {
         })
     }
 
+    /// The statement of a decision with a window or a period (see
+    /// [`PostgresStorage::mixed_args`]): `$1` the keys, `$2` the arguments,
+    /// at the database's clock as the store sends it, or with the time as
+    /// its parameter `$3` (µs since the epoch) for the tests that drive
+    /// time. For tests and benchmarks.
+    #[doc(hidden)]
+    pub fn mixed_sql(
+        table: &str,
+        time_as_parameter: bool,
+    ) -> Result<String, InvalidTable> {
+        let schema = Schema::new(table)?;
+        Ok(if time_as_parameter {
+            format!(
+                "SELECT {table}_decide_mixed_at($1::text[], $2::int8[], $3::int8)"
+            )
+        } else {
+            schema.decide_mixed
+        })
+    }
+
+    /// The cleanup statement (`$1` the most rows it removes) at the
+    /// database's clock, or with the time as its parameter `$2` (µs since
+    /// the epoch). For tests.
+    #[doc(hidden)]
+    pub fn cleanup_sql(
+        table: &str,
+        time_as_parameter: bool,
+    ) -> Result<String, InvalidTable> {
+        let schema = Schema::new(table)?;
+        Ok(if time_as_parameter {
+            schema::cleanup(table, "$2::int8")
+        } else {
+            schema.cleanup
+        })
+    }
+
+    /// The 6 arguments of `check` in a decision of
+    /// [`mixed_sql`](Self::mixed_sql), as the store sends them: a tag (0 a
+    /// rate, 1 a window, 2 a period), three numbers of the rule (a rate's
+    /// `T`, `tau` and max debt; a window's limit, length in µs and 0; a
+    /// period's limit, unit (0 day, 1 ISO week, 2 month) and offset from
+    /// UTC in s), the cost and the shadow flag. For tests.
+    ///
+    /// # Errors
+    ///
+    /// [`StorageError::Unsupported`] for a concurrency limit.
+    #[doc(hidden)]
+    pub fn mixed_args(
+        check: &BucketCheck<'_>,
+    ) -> Result<[i64; 6], StorageError> {
+        mixed_args(check)
+    }
+
     /// The SQL that [`migrate`](Self::migrate) runs, for a table named
     /// `table` (`rate_tier_buckets` by default), `UNLOGGED` or not: to read,
     /// or to run with your own migration tool.
@@ -187,7 +258,8 @@ impl PostgresStorage {
         Ok(Schema::new(table)?.migration(unlogged))
     }
 
-    /// Creates the table (if it is not there) and (re)creates its
+    /// Creates the table (if it is not there; a table of an earlier
+    /// version gets the columns of windows and periods) and (re)creates its
     /// functions. Safe to run again; never run by the store by itself.
     ///
     /// # Errors
@@ -397,15 +469,22 @@ impl Inner {
             })
     }
 
-    /// A decision: one enforced bucket that passes by the one-bucket
-    /// statement ([`schema::one_bucket`]), anything else (several buckets, a
-    /// peek, a shadow, a refusal) by the check function. The reply is the
-    /// check function's either way.
-    pub(super) async fn check(
+    /// A decision. Of rates: one enforced bucket that passes by the
+    /// one-bucket statement ([`schema::one_bucket`]), anything else
+    /// (several buckets, a peek, a shadow, a refusal) by the check
+    /// function, whose reply it is either way. With a window or a period:
+    /// the mixed function, one call.
+    async fn check(
         &self,
+        layout: Layout,
         keys: &[String],
         args: &[i64],
     ) -> Result<Vec<i64>, StorageError> {
+        if layout == Layout::Mixed {
+            return self
+                .call(&self.schema.decide_mixed, keys, args, keys.len() * 4)
+                .await;
+        }
         if let ([key], &[t, tau, cost, 0, _]) = (keys, args)
             && cost > 0
         {
@@ -485,6 +564,52 @@ fn backend(error: tokio_postgres::Error) -> StorageError {
     StorageError::Backend(Box::new(error))
 }
 
+/// The mixed function's 6 arguments of a bucket: see
+/// [`PostgresStorage::mixed_args`].
+fn mixed_args(check: &BucketCheck<'_>) -> Result<[i64; 6], StorageError> {
+    let exact = |v: u64| {
+        i64::try_from(v).map_err(|_| {
+            StorageError::Protocol(format!(
+                "argument {v} is beyond PostgreSQL's int8"
+            ))
+        })
+    };
+    let [tag, a, b, c] = match check.rule() {
+        Rule::Rate(quota) => [
+            0,
+            exact(quota.emission_interval_us())?,
+            exact(quota.burst_offset_us())?,
+            exact(quota.max_debt_us())?,
+        ],
+        Rule::Window(window) => {
+            [1, i64::from(window.limit()), exact(window.window_us())?, 0]
+        }
+        Rule::Period(period) => [
+            2,
+            i64::from(period.limit()),
+            match period.unit() {
+                gcra_core::PeriodUnit::Day => 0,
+                gcra_core::PeriodUnit::Week => 1,
+                gcra_core::PeriodUnit::Month => 2,
+            },
+            i64::from(period.offset_s()),
+        ],
+        Rule::Concurrency(_) => return Err(UNSUPPORTED),
+    };
+    Ok([
+        tag,
+        a,
+        b,
+        c,
+        i64::from(check.cost()),
+        i64::from(check.is_shadow()),
+    ])
+}
+
+/// What this store does not decide.
+const UNSUPPORTED: StorageError =
+    StorageError::Unsupported("concurrency limits on PostgreSQL");
+
 /// The functions' arguments of `checks`: 5 per bucket (see
 /// [`BucketCheck::script_args`]).
 fn check_args(checks: &[BucketCheck<'_>]) -> Result<Vec<i64>, StorageError> {
@@ -510,23 +635,27 @@ impl Storage for PostgresStorage {
         out: &mut [Decision],
     ) -> Result<Decided, StorageError> {
         validate(checks, out)?;
-        if !checks.iter().all(BucketCheck::is_rate) {
-            return Err(StorageError::Unsupported(
-                "windows and periods on PostgreSQL (rates only)",
-            ));
-        }
+        let (layout, args) = if checks.iter().all(BucketCheck::is_rate) {
+            (Layout::Rates, check_args(checks)?)
+        } else {
+            let mut args = Vec::with_capacity(checks.len() * 6);
+            for check in checks {
+                args.extend(mixed_args(check)?);
+            }
+            (Layout::Mixed, args)
+        };
         let keys: Vec<String> =
             checks.iter().map(|c| c.key(KeyLayout::Single)).collect();
-        let args = check_args(checks)?;
-        let reply = job::decide(&self.inner, keys, args).await?;
+        let reply = job::decide(&self.inner, layout, keys, args).await?;
         for (slot, n) in out.iter_mut().zip(reply.chunks_exact(4)) {
             let allowed = match n[0] {
                 0 => false,
                 1 => true,
                 other => {
                     return Err(StorageError::Protocol(format!(
-                        "{}_check returned allowed = {other}",
-                        self.inner.schema.table
+                        "{}_{} returned allowed = {other}",
+                        self.inner.schema.table,
+                        layout.function()
                     )));
                 }
             };
@@ -567,5 +696,10 @@ impl Storage for PostgresStorage {
 
     fn kind(&self) -> &'static str {
         "postgres"
+    }
+
+    /// Rates, windows and periods; not concurrency limits.
+    fn supports(&self, kind: RuleKind) -> bool {
+        matches!(kind, RuleKind::Rate | RuleKind::Window | RuleKind::Period)
     }
 }

@@ -32,6 +32,8 @@ pub(super) struct Schema {
     pub(super) check: String,
     /// One enforced bucket, at the database's clock: see [`one_bucket`].
     pub(super) check_one: String,
+    /// A decision with a window or a period: `<table>_decide_mixed`.
+    pub(super) decide_mixed: String,
     pub(super) settle: String,
     pub(super) cleanup: String,
     pub(super) exists: String,
@@ -58,20 +60,18 @@ impl Schema {
             table: table.to_owned(),
             check: format!("SELECT {table}_check($1::text[], $2::int8[])"),
             check_one: one_bucket(table, NOW),
-            settle: format!("SELECT {table}_settle($1::text[], $2::int8[])"),
-            // Bounded batches, rows being decided skipped: the expiry is
-            // not indexed (see migration.sql), so each batch scans until it
-            // has found its rows.
-            cleanup: format!(
-                "DELETE FROM {table} WHERE key IN (SELECT key FROM {table} \
-                 WHERE expires_us <= (extract(epoch FROM clock_timestamp()) * 1000000)::int8 \
-                 LIMIT $1 FOR UPDATE SKIP LOCKED) \
-                 AND expires_us <= (extract(epoch FROM clock_timestamp()) * 1000000)::int8"
+            decide_mixed: format!(
+                "SELECT {table}_decide_mixed($1::text[], $2::int8[])"
             ),
+            settle: format!("SELECT {table}_settle($1::text[], $2::int8[])"),
+            cleanup: cleanup(table, NOW),
+            // The function of the other kinds too: a table migrated by an
+            // earlier version (rates only) is migrated again first.
             exists: format!(
                 "SELECT to_regclass('{table}') IS NOT NULL \
                  AND to_regprocedure('{table}_check(text[], int8[])') IS NOT NULL \
-                 AND to_regprocedure('{table}_settle(text[], int8[])') IS NOT NULL"
+                 AND to_regprocedure('{table}_settle(text[], int8[])') IS NOT NULL \
+                 AND to_regprocedure('{table}_decide_mixed(text[], int8[])') IS NOT NULL"
             ),
         })
     }
@@ -87,6 +87,20 @@ impl Schema {
 
 /// The database's clock, in µs since the epoch, as the functions read it.
 const NOW: &str = "(extract(epoch FROM clock_timestamp()) * 1000000)::int8";
+
+/// The cleanup at the time `now` (an SQL expression): up to `$1` rows whose
+/// expiry has passed, in bounded batches, rows being decided skipped. The
+/// expiry is not indexed (see migration.sql), so each batch scans until it
+/// has found its rows. Every kind's rows: a rate's expires when its bucket
+/// is full, a window's when its newest entry left the window, a period's
+/// when the next period starts.
+pub(super) fn cleanup(table: &str, now: &str) -> String {
+    format!(
+        "DELETE FROM {table} WHERE key IN (SELECT key FROM {table} \
+         WHERE expires_us <= {now} LIMIT $1 FOR UPDATE SKIP LOCKED) \
+         AND expires_us <= {now}"
+    )
+}
 
 /// The statement that decides one enforced bucket (a cost of at least 1,
 /// not a shadow) without a function call, at the time `now` (an SQL
@@ -156,7 +170,8 @@ impl fmt::Display for MissingSchema {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "the table `{table}` or its functions `{table}_check` and `{table}_settle` are missing: \
+            "the table `{table}` or its functions `{table}_check`, `{table}_settle` and \
+             `{table}_decide_mixed` are missing: \
              run PostgresStorage::migrate() once (or the SQL of PostgresStorage::migration_sql())",
             table = self.table
         )
@@ -179,6 +194,8 @@ mod tests {
             )
         );
         assert!(sql.contains("FUNCTION limits.buckets_check("));
+        assert!(sql.contains("FUNCTION limits.buckets_decide_mixed("));
+        assert!(sql.contains("ALTER TABLE limits.buckets"));
         assert!(!sql.contains("__"));
         for bad in ["", "Buckets", "a-b", "a.b.c", "1a", "x;y", &"a".repeat(49)]
         {
