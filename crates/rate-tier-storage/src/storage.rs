@@ -138,6 +138,26 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
         Err(StorageError::Unsupported("concurrency limits"))
     }
 
+    /// How long a slot of a concurrency limit lives on this store unless
+    /// it is renewed ([`Storage::renew`]): a store shared by processes that
+    /// may die holding slots lets them expire. `None` (the default, and an
+    /// in-process store's answer): a slot lives until it is released.
+    fn lease(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Extends the leases of slots a request still holds (see
+    /// [`Storage::lease`]): a request that runs longer than the lease
+    /// renews them, every third of it. Slots already expired are not
+    /// taken again. Nothing to do by default.
+    async fn renew(
+        &self,
+        slots: &[BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        let _ = slots;
+        Ok(())
+    }
+
     /// [`Storage::release`] without awaiting, for a store that can do it
     /// synchronously; `None` when the store needs I/O (the default).
     fn release_local(

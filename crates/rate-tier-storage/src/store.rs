@@ -127,6 +127,25 @@ impl Store {
         }
     }
 
+    /// [`Storage::lease`].
+    pub fn lease(&self) -> Option<std::time::Duration> {
+        match self {
+            Store::Memory(_) => None,
+            Store::Other(storage) => storage.lease(),
+        }
+    }
+
+    /// [`Storage::renew`].
+    pub async fn renew(
+        &self,
+        slots: &[BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        match self {
+            Store::Memory(_) => Ok(()),
+            Store::Other(storage) => storage.renew(slots).await,
+        }
+    }
+
     /// [`Storage::supports`].
     pub fn supports(&self, kind: crate::RuleKind) -> bool {
         match self {

@@ -538,3 +538,95 @@ async fn only_a_rate_is_settled() {
         .remaining;
     assert_eq!(left, 3);
 }
+
+/// A memory store that leases its slots for 30 ms, counting renewals and
+/// releases (and the lease ids they carry).
+#[derive(Debug, Default)]
+struct Leasing {
+    memory: tower_rate_tier::MemoryStorage,
+    renewed: std::sync::Mutex<Vec<u64>>,
+    released: std::sync::Mutex<Vec<u64>>,
+}
+
+#[async_trait::async_trait]
+impl Storage for Leasing {
+    async fn check(
+        &self,
+        checks: &[tower_rate_tier::BucketCheck<'_>],
+        out: &mut [tower_rate_tier::Decision],
+    ) -> Result<tower_rate_tier::Decided, StorageError> {
+        self.memory.check(checks, out).await
+    }
+
+    async fn settle(
+        &self,
+        settles: &[tower_rate_tier::BucketSettle<'_>],
+    ) -> Result<(), StorageError> {
+        self.memory.settle(settles).await
+    }
+
+    fn supports(&self, _kind: RuleKind) -> bool {
+        true
+    }
+
+    fn lease(&self) -> Option<Duration> {
+        Some(Duration::from_millis(30))
+    }
+
+    async fn renew(
+        &self,
+        slots: &[tower_rate_tier::BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        self.renewed
+            .lock()
+            .unwrap()
+            .extend(slots.iter().map(|s| s.lease()));
+        Ok(())
+    }
+
+    async fn release(
+        &self,
+        slots: &[tower_rate_tier::BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        self.released
+            .lock()
+            .unwrap()
+            .extend(slots.iter().map(|s| s.lease()));
+        self.memory.release(slots).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn leased_slots_are_renewed_while_held_and_released_with_their_id() {
+    let store = Arc::new(Leasing::default());
+    let tiers = RateTier::builder()
+        .tier("free", Quota::per_minute(10))
+        .storage(store.clone())
+        .build();
+    let uploads = Limit::new("uploads", Concurrency::new(1).unwrap());
+    let request =
+        tower_rate_tier::LimitRequest::new("ana", "free", 1).limit(&uploads, 1);
+    let info = tiers.decide(&request).await.unwrap().unwrap();
+    assert!(
+        tiers.decide(&request).await.unwrap().is_err(),
+        "one in flight"
+    );
+    // 100 ms held: renewed every 10 ms (a third of the lease).
+    tokio::time::sleep(Duration::from_millis(105)).await;
+    let renewed = store.renewed.lock().unwrap().clone();
+    assert_eq!(renewed.len(), 10, "{renewed:?}");
+    let id = renewed[0];
+    assert!(id != 0 && renewed.iter().all(|&r| r == id), "{renewed:?}");
+    // Dropped: released under the same id, and renewed no more.
+    drop(info);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(*store.released.lock().unwrap(), [id]);
+    assert_eq!(store.renewed.lock().unwrap().len(), 10);
+    let again = tiers.decide(&request).await.unwrap().unwrap();
+    // Another request, another id.
+    drop(again);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let released = store.released.lock().unwrap().clone();
+    assert_eq!(released.len(), 2);
+    assert_ne!(released[1], id);
+}

@@ -74,6 +74,7 @@ impl Prepared<'_> {
                 rule: check.rule(),
                 cost: check.cost(),
                 shadow: check.is_shadow(),
+                lease: check.lease(),
             })
             .collect();
         Owned {
@@ -106,6 +107,7 @@ struct OwnedBucket {
     rule: Rule,
     cost: u32,
     shadow: bool,
+    lease: u64,
 }
 
 impl Owned {
@@ -126,7 +128,12 @@ impl Owned {
                 bucket.cost,
             ) {
                 keys.push(bucket.key);
-                checks.push(check.shadow(bucket.shadow).key_secret(secret));
+                checks.push(
+                    check
+                        .shadow(bucket.shadow)
+                        .key_secret(secret)
+                        .lease_id(bucket.lease),
+                );
             }
         }
         Prepared {
@@ -215,10 +222,16 @@ impl RateTier {
         events: &mut Events,
     ) -> Result<(), Ruling> {
         if let Ok(check) = BucketCheck::of_rule(key, partition, rule, cost) {
+            // A slot of a concurrency limit is known by its request's id
+            // on a store that leases slots.
+            let lease = match rule {
+                Rule::Concurrency(_) => lease_id(),
+                _ => 0,
+            };
             prepared.keys.push(key);
             prepared
                 .checks
-                .push(check.shadow(shadow).key_secret(secret));
+                .push(check.shadow(shadow).key_secret(secret).lease_id(lease));
             return Ok(());
         }
         let (tier, label) = (prepared.tier, key.as_str_static());
@@ -308,4 +321,16 @@ impl RateTier {
             })),
         }
     }
+}
+
+/// A new id for a request's slots: 64 random bits (std's per-process
+/// random keys over a counter), never 0.
+fn lease_id() -> u64 {
+    use std::hash::BuildHasher;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static KEYS: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+        std::sync::OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let keys = KEYS.get_or_init(std::collections::hash_map::RandomState::new);
+    keys.hash_one(NEXT.fetch_add(1, Ordering::Relaxed)).max(1)
 }
