@@ -13,6 +13,9 @@ pub(crate) enum GoalId {
     MemoryVsGovernor,
     Flood,
     ThreeLimits,
+    PeriodVsRate,
+    WindowVsRate,
+    SlotVsRate,
     HttpVsNoLayer,
     HttpVsGovernor,
     RedisVsBenchmark,
@@ -65,6 +68,33 @@ pub(crate) const GOALS: &[GoalEntry] = &[
         goal: Goal::below(3.0),
         why: "a decision over 3 limits costs less than 3 separate ones \
               (issue 20)",
+    },
+    GoalEntry {
+        id: GoalId::PeriodVsRate,
+        metric: "a decision with one calendar period / with one GCRA rate, \
+                 the same store and loop (1 hot user; 100k users)",
+        goal: Goal::at_most(1.2),
+        why: "a period keeps one count per bucket as a rate keeps one TAT: \
+              a monthly quota costs at most a fifth more than a rate \
+              (issue 22)",
+    },
+    GoalEntry {
+        id: GoalId::WindowVsRate,
+        metric: "a decision with one sliding window of N = 100, its log \
+                 full / with one GCRA rate (1 hot user; 100k users)",
+        goal: Goal::at_most(3.0),
+        why: "an exact window reads and shifts a log of up to N timestamps \
+              where a rate reads one: at N = 100 it costs at most three \
+              rate checks (issue 22)",
+    },
+    GoalEntry {
+        id: GoalId::SlotVsRate,
+        metric: "a concurrency slot taken and given back / one GCRA rate \
+                 check (1 hot user; 100k users)",
+        goal: Goal::at_most(2.0),
+        why: "a slot is two calls, taken at the decision and given back \
+              when the request ends: together at most two rate checks \
+              (issue 22)",
     },
     GoalEntry {
         id: GoalId::HttpVsNoLayer,
@@ -300,6 +330,12 @@ mod tests {
             GoalId::RedisRoundTrips.entry().goal.to_string(),
             "commands ≤ 1.0 per decision"
         );
+        // Issue 22's goals for the kinds beside the rate.
+        let kinds = [GoalId::PeriodVsRate, GoalId::WindowVsRate];
+        let kinds = kinds.map(|id| id.entry().goal.to_string());
+        assert_eq!(kinds, ["≤ 1.2", "≤ 3.0"]);
+        assert_eq!(GoalId::SlotVsRate.entry().goal.met(2.0), Some(true));
+        assert_eq!(GoalId::SlotVsRate.entry().goal.met(2.01), Some(false));
         for entry in GOALS {
             assert!(!entry.metric.is_empty() && !entry.why.is_empty());
             assert!(entry.goal.met(0.0).is_some(), "{:?} is a note", entry.id);

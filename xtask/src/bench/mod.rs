@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | `check` (criterion) | gcra-core decision; `RateTier::check` in memory; a check in a flooded full store | governor's keyed limiter; the unflooded check |
 //! | `limits` (criterion) | one decision over 3 limits of a user, in memory | the plan alone |
+//! | `kinds` (storage, criterion) | a decision with one window (N = 100), one period, a concurrency slot taken and given back, in memory | one GCRA rate check |
 //! | `breaker` (criterion) | a check with Redis down, breaker open | a plain memory check |
 //! | `http` | req/s of an axum route with `TierLimitLayer` | no layer; tower_governor |
 //! | `redis_store` | checks/s of `RedisStorage`, 64 tasks, one connection; commands sent per 3-limit decision | redis-benchmark, same script; 1 |
@@ -17,9 +18,10 @@
 //! The named parts are bench targets of `tower-rate-tier`
 //! (`crates/rate-tier-tower/benches/`, `--features redis`), except `rls`, of
 //! `rate-tier-service` (`crates/rate-tier-service/benches/`), and
-//! `postgres`, of `rate-tier-storage` (`--features postgres`); the Redis CPU
-//! part runs `redis-benchmark` itself. The modules: `runner` runs each part
-//! and hands back its figures or why it has none, `parse` reads their
+//! `kinds` and `postgres`, of `rate-tier-storage` (`postgres` with
+//! `--features postgres`); the Redis CPU part runs `redis-benchmark`
+//! itself. The modules: `runner` runs each part and hands back its figures
+//! or why it has none, `parse` reads their
 //! outputs (criterion's; the bench targets' results are the typed structs
 //! of `crates/bench-results`, which the benches write), `rows` turns them
 //! into the table's rows, each judged by a goal of `goal::GOALS` (one table
@@ -72,7 +74,7 @@ pub(crate) fn bench(full: bool, criterion_args: &[OsString]) -> Result<()> {
         runner::criterion(&plan, &built, &criterion_home, criterion_args);
     let criterion_missing = runner::CRITERION_BENCHES
         .into_iter()
-        .filter_map(|target| Some((target, built.exe(target).err()?)))
+        .filter_map(|(_, _, target)| Some((target, built.exe(target).err()?)))
         .collect();
     let results = Results {
         criterion,

@@ -9,7 +9,7 @@ use std::path::Path;
 use serde_json::Value;
 
 /// The criterion groups read (as directories: `/` becomes `_`).
-pub(crate) const CRITERION_GROUPS: [&str; 11] = [
+pub(crate) const CRITERION_GROUPS: [&str; 13] = [
     "gcra_core",
     "memory_one_key",
     "memory_100k_keys",
@@ -21,6 +21,8 @@ pub(crate) const CRITERION_GROUPS: [&str; 11] = [
     "limits_one_user",
     "limits_100k_users",
     "limits_store_one_user",
+    "kinds_memory_one_user",
+    "kinds_memory_100k_users",
 ];
 
 /// A JSON file of criterion's, or `Null` when missing or unreadable.
@@ -60,6 +62,23 @@ pub(crate) fn forget_criterion_results(criterion_home: &Path) {
 pub(crate) struct Passes(Vec<BTreeMap<(String, String), f64>>);
 
 impl Passes {
+    /// Passes of the given estimates, each `(group, bench, ns)`: for tests.
+    #[cfg(test)]
+    pub(crate) fn of(passes: &[&[(&str, &str, f64)]]) -> Self {
+        Passes(
+            passes
+                .iter()
+                .map(|pass| {
+                    pass.iter()
+                        .map(|&(group, bench, ns)| {
+                            ((group.to_owned(), bench.to_owned()), ns)
+                        })
+                        .collect()
+                })
+                .collect(),
+        )
+    }
+
     /// Reads this pass's estimates of every benchmark of the groups read.
     pub(crate) fn read(&mut self, home: &Path) {
         let mut pass = BTreeMap::new();

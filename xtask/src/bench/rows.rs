@@ -155,6 +155,7 @@ impl Row {
 pub(crate) fn rows(results: &Results) -> Vec<Row> {
     let mut rows = hot_path(results);
     rows.extend(limits(results));
+    rows.extend(kinds(results));
     rows.extend(http(&results.http));
     rows.extend(redis(&results.redis));
     rows.extend(redis_cpu(&results.redis_cpu));
@@ -285,6 +286,72 @@ fn limits(results: &Results) -> Vec<Row> {
         store.figures(ns(t), format!("{} (1 bucket)", ns(o)), Some(ratio));
     }
     rows.push(store);
+    rows
+}
+
+/// The stores of the kinds rows: (the group's store part, the label).
+/// Redis, when it decides windows, periods and slots, is one more entry:
+/// `kinds/redis_<users>` groups of the same bench names (and those groups
+/// in `parse::CRITERION_GROUPS`).
+const KINDS_STORES: [(&str, &str); 1] =
+    [("memory", "memory (`MemoryStorage::check_sync`)")];
+
+/// Each kind beside the rate: its bench in the `kinds` groups, what one
+/// iteration is, and its goal.
+const KINDS: [(&str, &str, GoalId); 3] = [
+    (
+        "period",
+        "one calendar period (`u32::MAX` a month)",
+        GoalId::PeriodVsRate,
+    ),
+    (
+        "window",
+        "one sliding window of N = 100, its log full",
+        GoalId::WindowVsRate,
+    ),
+    (
+        "slot",
+        "a concurrency slot taken and given back (`release_local`)",
+        GoalId::SlotVsRate,
+    ),
+];
+
+/// Windows, periods and concurrency slots, each against one GCRA rate
+/// check of the same store and loop (`kinds.rs` of the store's crate).
+fn kinds(results: &Results) -> Vec<Row> {
+    let criterion = &results.criterion;
+    let missing = criterion_missing(results, "kinds");
+    let mut rows = Vec::new();
+    for (store, store_label) in KINDS_STORES {
+        for (users, users_label) in [
+            ("one_user", "1 hot user"),
+            ("100k_users", "100k users round-robin"),
+        ] {
+            let group = format!("kinds_{store}_{users}");
+            for (bench, what, id) in KINDS {
+                let mut row = Row::judged_by(
+                    format!(
+                        "Other kinds, {store_label}, {users_label}: {what} vs \
+                         one GCRA rate (time per decision)"
+                    ),
+                    id,
+                )
+                .missing_unless_run(&missing);
+                if let (Some(kind), Some(rate), Some(ratio)) = (
+                    criterion.ns(&group, bench),
+                    criterion.ns(&group, "rate"),
+                    criterion.ratio(&group, bench, "rate"),
+                ) {
+                    row.figures(
+                        ns(kind),
+                        format!("{} (rate)", ns(rate)),
+                        Some(ratio),
+                    );
+                }
+                rows.push(row);
+            }
+        }
+    }
     rows
 }
 
@@ -1216,6 +1283,65 @@ mod tests {
             .map(Row::status)
             .collect();
         assert_eq!(statuses, [Status::Met, Status::Met]);
+    }
+
+    #[test]
+    fn the_kinds_rows_judge_each_kind_against_the_rate_of_its_pass() {
+        let mut results = results(Err("skipped: no redis-server".to_owned()));
+        let group = "kinds_memory_one_user";
+        let pass = |rate: f64, period, window, slot| {
+            [
+                (group, "rate", rate),
+                (group, "period", period),
+                (group, "window", window),
+                (group, "slot", slot),
+            ]
+        };
+        // The second pass is slow everywhere: its ratios are like the others'.
+        let passes = [
+            pass(100.0, 110.0, 250.0, 190.0),
+            pass(200.0, 230.0, 700.0, 380.0),
+            pass(100.0, 130.0, 280.0, 210.0),
+        ];
+        results.criterion =
+            Passes::of(&passes.each_ref().map(|pass| &pass[..]));
+        let rows = rows(&results);
+        let row = |prefix: &str| {
+            rows.iter().find(|r| r.metric.starts_with(prefix)).unwrap()
+        };
+        let hot =
+            "Other kinds, memory (`MemoryStorage::check_sync`), 1 hot user";
+        let period = row(&format!("{hot}: one calendar period"));
+        // 1.1, 1.15, 1.3: the median 1.15, met (≤ 1.2).
+        assert_eq!(period.ratio, Some(1.15));
+        assert_eq!(period.status(), Status::Met);
+        assert_eq!(period.ours, "130.0 ns");
+        assert_eq!(period.peer, "100.0 ns (rate)");
+        // 2.5, 3.5, 2.8: 2.8, met (≤ 3).
+        let window = row(&format!("{hot}: one sliding window"));
+        assert_eq!(window.ratio, Some(2.8));
+        assert_eq!(window.status(), Status::Met);
+        // 1.9, 1.9, 2.1: 1.9, met (≤ 2).
+        let slot = row(&format!("{hot}: a concurrency slot"));
+        assert_eq!(slot.ratio, Some(1.9));
+        assert_eq!(slot.goal.to_string(), "≤ 2.0");
+        assert_eq!(slot.status(), Status::Met);
+        // The 100k group did not run: its rows say so.
+        let spread =
+            row("Other kinds, memory (`MemoryStorage::check_sync`), 100k");
+        assert_eq!(
+            spread.status(),
+            Status::NoFigure("not run (filtered out after `--`?)".to_owned())
+        );
+        let slow = [pass(100.0, 125.0, 310.0, 210.0)];
+        results.criterion = Passes::of(&slow.each_ref().map(|p| &p[..]));
+        let statuses: Vec<Status> = super::rows(&results)
+            .iter()
+            .filter(|r| r.metric.starts_with(hot))
+            .map(Row::status)
+            .collect();
+        // 1.25, 3.1, 2.1: none met.
+        assert_eq!(statuses, vec![Status::NotMet; 3]);
     }
 
     #[test]

@@ -24,15 +24,25 @@ use crate::redis::RedisServer;
 /// The package the bench targets belong to, and the features they need.
 const PACKAGE: &str = "tower-rate-tier";
 const FEATURES: &str = "redis";
-/// The criterion bench targets, and the others (harness = false).
-pub(crate) const CRITERION_BENCHES: [&str; 3] = ["check", "breaker", "limits"];
+/// The criterion bench targets: the package's, and the store's `kinds`
+/// (windows, periods and concurrency slots against a rate; memory only,
+/// so no features: its Redis groups will need the store's `redis`).
+pub(crate) const CRITERION_BENCHES: [Target; 4] = [
+    (PACKAGE, FEATURES, "check"),
+    (PACKAGE, FEATURES, "breaker"),
+    (PACKAGE, FEATURES, "limits"),
+    (STORAGE_PACKAGE, "", KINDS_BENCH),
+];
+/// The package's other bench targets (harness = false).
 pub(crate) const OTHER_BENCHES: [&str; 3] = ["http", "redis_store", "memory"];
 /// The standalone service's package, and its bench target (no features).
 const SERVICE_PACKAGE: &str = "rate-tier-service";
 pub(crate) const RLS_BENCH: &str = "rls";
-/// The store's package, its PostgreSQL bench target and its feature.
+/// The store's package, its PostgreSQL bench target and its feature, and
+/// its criterion target of the kinds beside the rate.
 const STORAGE_PACKAGE: &str = "rate-tier-storage";
 pub(crate) const POSTGRES_BENCH: &str = "postgres";
+const KINDS_BENCH: &str = "kinds";
 /// Where the Lua scripts are.
 const SCRIPTS_DIR: &str = "crates/rate-tier-storage/src/redis";
 
@@ -61,8 +71,7 @@ pub(crate) type Target = (&'static str, &'static str, &'static str);
 pub(crate) fn targets() -> Vec<Target> {
     CRITERION_BENCHES
         .into_iter()
-        .chain(OTHER_BENCHES)
-        .map(|target| (PACKAGE, FEATURES, target))
+        .chain(OTHER_BENCHES.map(|target| (PACKAGE, FEATURES, target)))
         .chain([
             (SERVICE_PACKAGE, "", RLS_BENCH),
             (STORAGE_PACKAGE, "postgres", POSTGRES_BENCH),
@@ -125,7 +134,7 @@ pub(crate) fn criterion(
     parse::forget_criterion_results(criterion_home);
     for pass in 1..=plan.criterion_passes {
         println!("xtask: criterion pass {pass} of {}", plan.criterion_passes);
-        for target in CRITERION_BENCHES {
+        for (_, _, target) in CRITERION_BENCHES {
             let Ok(exe) = built.exe(target) else { continue };
             let mut criterion = Cmd::new(exe)
                 .env("CRITERION_HOME", criterion_home)
