@@ -12,7 +12,8 @@
 //!
 //! The map holds at most the store's capacity; a full map first drops its
 //! expired entries, then the entry nearest to its expiry among a few (the
-//! least given away), as the rates' table does.
+//! least given away), as the rates' table does: never one of the decision
+//! that needs the room, and reported once the lock is released.
 
 use std::collections::HashMap as StdHashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -138,6 +139,12 @@ impl Inner {
         if !crate::bucket::distinct(checks) {
             return Err(StorageError::DuplicateBucket);
         }
+        // Declared before the lock, so dropped after it: the evictions are
+        // reported once the map is unlocked, on every path out.
+        let mut evicted = Evictions {
+            inner: self,
+            debts: SmallVec::new(),
+        };
         let mut map = self.kinds.lock();
         let mut names: SmallVec<[u64; FEW]> = SmallVec::new();
         let mut pending: SmallVec<[Option<Pending>; FEW]> = SmallVec::new();
@@ -192,7 +199,8 @@ impl Inner {
             let Some(write) = write else { continue };
             let passed = out[i].allowed;
             if allowed || !passed {
-                apply(&mut map, names[i], write, now, self);
+                let (name, keep) = (names[i], names.as_slice());
+                apply(&mut map, name, write, now, self, keep, &mut evicted);
             } else {
                 let kept = map.get(&names[i]).filter(|k| k.expires_us > now);
                 let peek = checks[i].as_peek();
@@ -253,6 +261,8 @@ fn apply(
     write: Pending,
     now: u64,
     inner: &Inner,
+    keep: &[u64],
+    evicted: &mut Evictions<'_>,
 ) {
     let expires = |ttl_ms: u64| now.saturating_add(ttl_ms.saturating_mul(1000));
     let (state, expires_us) = match write {
@@ -283,25 +293,58 @@ fn apply(
         ),
     };
     if !map.contains_key(&name) && map.len() >= inner.capacity {
-        make_room(map, now, inner);
+        evicted.debts.extend(make_room(map, now, inner, keep));
     }
     map.insert(name, Kept { state, expires_us });
 }
 
 /// Room for one entry in a full map: the expired ones dropped, else the
-/// one of a sample nearest to its expiry.
-fn make_room(map: &mut HashMap<u64, Kept>, now: u64, inner: &Inner) {
+/// one of a sample nearest to its expiry; returns how far ahead its expiry
+/// was, for the caller to report once it unlocked the map.
+///
+/// Never one of `keep`, the buckets of the decision making room (as the
+/// rates' table): one of them evicted here would be written afresh, or not
+/// at all, after the decision answered with its count, so a window that
+/// said "0 remaining" would hold one entry and give its limit again. Only
+/// when every entry held is the decision's own (a capacity below the
+/// buckets of one decision) is one of them taken, to keep the bound.
+///
+/// The eviction is not reported here: a listener runs under no lock of the
+/// store (one that reads the store, its size for a gauge, would deadlock on
+/// this map's lock).
+fn make_room(
+    map: &mut HashMap<u64, Kept>,
+    now: u64,
+    inner: &Inner,
+    keep: &[u64],
+) -> Option<u64> {
     map.retain(|_, kept| kept.expires_us > now);
     if map.len() < inner.capacity {
-        return;
+        return None;
     }
-    let nearest = map
-        .iter()
-        .take(EVICTION_SAMPLE)
-        .min_by_key(|(_, kept)| kept.expires_us)
-        .map(|(&name, kept)| (name, kept.expires_us));
-    if let Some((name, expires_us)) = nearest {
-        map.remove(&name);
-        inner.evicted(expires_us.saturating_sub(now));
+    let nearest = |spare: bool| {
+        map.iter()
+            .filter(|(name, _)| !(spare && keep.contains(name)))
+            .take(EVICTION_SAMPLE)
+            .min_by_key(|(_, kept)| kept.expires_us)
+            .map(|(&name, kept)| (name, kept.expires_us))
+    };
+    let (name, expires_us) = nearest(true).or_else(|| nearest(false))?;
+    map.remove(&name);
+    Some(expires_us.saturating_sub(now))
+}
+
+/// The evictions of one decision, reported when it is dropped: after the
+/// map's lock, which is taken after it.
+struct Evictions<'a> {
+    inner: &'a Inner,
+    debts: SmallVec<[u64; FEW]>,
+}
+
+impl Drop for Evictions<'_> {
+    fn drop(&mut self) {
+        for &debt_us in &self.debts {
+            self.inner.evicted(debt_us);
+        }
     }
 }
