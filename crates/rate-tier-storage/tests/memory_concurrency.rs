@@ -141,3 +141,50 @@ fn only_slots_are_released_and_the_fallback_does_not_claim_them() {
     assert!(!fallback.supports(RuleKind::Concurrency));
     assert!(fallback.supports(RuleKind::Window));
 }
+
+#[test]
+fn a_full_store_never_forgets_a_count_in_flight() {
+    let store = MemoryStorage::builder()
+        .clock(FakeClock::at_us(START_US))
+        .capacity(2)
+        .build();
+    let uploads = LimitName::of_limit("uploads").unwrap();
+    let login = LimitName::of_limit("login").unwrap();
+    let users: Vec<String> = (0..2).map(|i| format!("user-{i}")).collect();
+    fn slot<'a>(uploads: &'a LimitName, user: &'a str) -> [BucketCheck<'a>; 1] {
+        [BucketCheck::of_rule(
+            uploads,
+            user,
+            Concurrency::new(1).unwrap().into(),
+            1,
+        )
+        .unwrap()]
+    }
+    let mut out = [Decision::default()];
+    for user in &users {
+        assert!(
+            store
+                .check_sync(&slot(&uploads, user), &mut out)
+                .unwrap()
+                .verdict
+                .allowed
+        );
+    }
+    // New windows into the full store: none of the counts is evicted.
+    let window =
+        rate_tier_storage::Window::new(5, std::time::Duration::from_secs(60))
+            .unwrap();
+    for k in 0..5 {
+        let user = format!("new-{k}");
+        let check =
+            [BucketCheck::of_rule(&login, &user, window.into(), 1).unwrap()];
+        assert!(store.check_sync(&check, &mut out).unwrap().verdict.allowed);
+    }
+    for user in &users {
+        let refused =
+            store.check_sync(&slot(&uploads, user), &mut out).unwrap();
+        assert!(!refused.verdict.allowed, "{user}'s slot was forgotten");
+    }
+    // The two counts beside the capacity's worth of windows.
+    assert!(store.len() <= 2 + 2, "{}", store.len());
+}

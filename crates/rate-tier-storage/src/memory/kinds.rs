@@ -17,6 +17,7 @@
 
 use std::collections::HashMap as StdHashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use gcra_core::{CheckError, Decision, Verdict};
@@ -59,6 +60,8 @@ const EVICTION_SAMPLE: usize = 16;
 #[derive(Debug, Default)]
 pub(super) struct Kinds {
     map: Mutex<HashMap<u64, Kept>>,
+    /// When a full map last dropped its expired entries (µs).
+    swept_at: AtomicU64,
 }
 
 /// What one bucket keeps, until `expires_us`.
@@ -70,8 +73,10 @@ struct Kept {
 
 #[derive(Debug)]
 enum State {
-    /// The counted requests' timestamps, oldest first.
-    Window(Vec<u64>),
+    /// The counted requests' timestamps, oldest first: `log[head..]` (the
+    /// entries before `head` have left, and are dropped now and then, so
+    /// that dropping the oldest costs no shift of the others).
+    Window { log: Vec<u64>, head: usize },
     /// The period's first instant and its count.
     Period { start_us: u64, count: u32 },
     /// Units of cost in flight (kept, without expiry, while above 0).
@@ -227,7 +232,9 @@ fn decide(
         Rule::Rate(_) => None,
         Rule::Window(window) => {
             let log = match state {
-                Some(State::Window(log)) => log.as_slice(),
+                Some(State::Window { log, head }) => {
+                    log.get(*head..).unwrap_or(&[])
+                }
                 _ => &[],
             };
             let decided = window.check(log, now, check.cost())?;
@@ -265,32 +272,72 @@ fn apply(
     evicted: &mut Evictions<'_>,
 ) {
     let expires = |ttl_ms: u64| now.saturating_add(ttl_ms.saturating_mul(1000));
-    let (state, expires_us) = match write {
-        Pending::Window(None)
-        | Pending::Period(None)
-        | Pending::InFlight(None) => return,
-        Pending::InFlight(Some(count)) => (State::InFlight(count), u64::MAX),
-        Pending::Window(Some(write)) => {
-            let mut log = match map.remove(&name) {
-                Some(Kept {
-                    state: State::Window(log),
-                    expires_us,
-                }) if expires_us > now => log,
-                _ => Vec::new(),
-            };
-            let kept = write.kept(log.len());
-            log.truncate(kept.end);
-            log.drain(..kept.start);
-            log.extend(std::iter::repeat_n(write.entry_us, write.append));
-            (State::Window(log), expires(write.ttl_ms))
+    // A live bucket of the same kind is written in place (no second
+    // lookup); anything else read as absent, and is replaced.
+    let live = map.get_mut(&name).filter(|kept| kept.expires_us > now);
+    let (state, expires_us) = match (write, live) {
+        (
+            Pending::Window(None)
+            | Pending::Period(None)
+            | Pending::InFlight(None),
+            _,
+        ) => {
+            return;
         }
-        Pending::Period(Some(write)) => (
+        (
+            Pending::Window(Some(write)),
+            Some(Kept {
+                state: State::Window { log, head },
+                expires_us,
+            }),
+        ) => {
+            let kept = write.kept(log.len().saturating_sub(*head));
+            log.truncate(*head + kept.end);
+            *head += kept.start;
+            // The entries that left are dropped once they are most of it.
+            if *head >= 32 && *head * 2 >= log.len() {
+                log.drain(..*head);
+                *head = 0;
+            }
+            log.extend(std::iter::repeat_n(write.entry_us, write.append));
+            *expires_us = expires(write.ttl_ms);
+            return;
+        }
+        (Pending::Window(Some(write)), _) => {
+            let log = vec![write.entry_us; write.append];
+            (State::Window { log, head: 0 }, expires(write.ttl_ms))
+        }
+        (
+            Pending::Period(Some(write)),
+            Some(Kept {
+                state: State::Period { start_us, count },
+                expires_us,
+            }),
+        ) => {
+            (*start_us, *count) = (write.start_us, write.count);
+            *expires_us = expires(write.ttl_ms);
+            return;
+        }
+        (Pending::Period(Some(write)), _) => (
             State::Period {
                 start_us: write.start_us,
                 count: write.count,
             },
             expires(write.ttl_ms),
         ),
+        (
+            Pending::InFlight(Some(count)),
+            Some(Kept {
+                state: State::InFlight(held),
+                ..
+            }),
+        ) => {
+            *held = count;
+            return;
+        }
+        (Pending::InFlight(Some(count)), _) => {
+            (State::InFlight(count), u64::MAX)
+        }
     };
     if !map.contains_key(&name) && map.len() >= inner.capacity {
         evicted.debts.extend(make_room(map, now, inner, keep));
@@ -309,6 +356,14 @@ fn apply(
 /// when every entry held is the decision's own (a capacity below the
 /// buckets of one decision) is one of them taken, to keep the bound.
 ///
+/// Never a count in flight either: forgetting one would let more requests
+/// run at once than the limit. A map full of them grows past the capacity,
+/// by at most the requests in flight.
+///
+/// The expired entries are dropped at most once per sweep interval (as the
+/// rates' table sweeps): a flood of new buckets into a full map costs a
+/// sample each, never a scan of the map.
+///
 /// The eviction is not reported here: a listener runs under no lock of the
 /// store (one that reads the store, its size for a gauge, would deadlock on
 /// this map's lock).
@@ -318,12 +373,21 @@ fn make_room(
     inner: &Inner,
     keep: &[u64],
 ) -> Option<u64> {
-    map.retain(|_, kept| kept.expires_us > now);
-    if map.len() < inner.capacity {
-        return None;
+    let swept = &inner.kinds.swept_at;
+    if now
+        >= swept
+            .load(Ordering::Relaxed)
+            .saturating_add(inner.sweep_interval_us)
+    {
+        swept.store(now, Ordering::Relaxed);
+        map.retain(|_, kept| kept.expires_us > now);
+        if map.len() < inner.capacity {
+            return None;
+        }
     }
     let nearest = |spare: bool| {
         map.iter()
+            .filter(|(_, kept)| !matches!(kept.state, State::InFlight(_)))
             .filter(|(name, _)| !(spare && keep.contains(name)))
             .take(EVICTION_SAMPLE)
             .min_by_key(|(_, kept)| kept.expires_us)
@@ -331,7 +395,8 @@ fn make_room(
     };
     let (name, expires_us) = nearest(true).or_else(|| nearest(false))?;
     map.remove(&name);
-    Some(expires_us.saturating_sub(now))
+    // An entry already expired is gone, not evicted.
+    (expires_us > now).then(|| expires_us - now)
 }
 
 /// The evictions of one decision, reported when it is dropped: after the

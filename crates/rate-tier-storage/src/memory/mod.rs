@@ -345,6 +345,12 @@ impl MemoryStorageBuilder {
     /// among a sample of a shard (a dead one first): it carries the least
     /// debt, so forgetting it gives the least away, and each eviction is a
     /// [`StorageEvent::Evicted`].
+    ///
+    /// Windows, periods and counts in flight are held apart from the
+    /// rates, under the same bound of their own (a store of both kinds
+    /// holds up to twice it). A count in flight is never evicted (that
+    /// would let more requests run at once than its limit): a store full
+    /// of them grows past the bound by at most the requests in flight.
     pub fn capacity(mut self, capacity: usize) -> Self {
         self.capacity = capacity.max(1);
         self
