@@ -330,29 +330,25 @@ impl Window {
 
     /// Rules 2 and 3: the log's entries by kind, oldest first.
     fn read(&self, log: &[u64], now_us: u64) -> Read {
-        let mut read = Read::default();
-        let mut previous = 0;
-        for &entry in log {
-            if entry < previous {
-                // Rule 2: corrupt, read as empty and dropped whole.
-                return Read {
-                    expired: log.len(),
-                    ..Read::default()
-                };
-            }
-            previous = entry;
-            let kind = if entry > MAX_TIME_US {
-                &mut read.garbage
-            } else if entry > now_us {
-                &mut read.ahead
-            } else if entry.saturating_add(self.window_us) <= now_us {
-                &mut read.expired
-            } else {
-                &mut read.counted
+        if !log.is_sorted() {
+            // Rule 2: corrupt, read as empty and dropped whole.
+            return Read {
+                expired: log.len(),
+                ..Read::default()
             };
-            *kind = kind.saturating_add(1);
         }
-        read
+        // Sorted, the kinds of rule 3 are runs in this order (now is at
+        // most MAX_TIME_US): found by binary search, not a walk.
+        let expired = log
+            .partition_point(|&e| e.saturating_add(self.window_us) <= now_us);
+        let counted_end = log.partition_point(|&e| e <= now_us);
+        let ahead_end = log.partition_point(|&e| e <= MAX_TIME_US);
+        Read {
+            expired,
+            counted: counted_end.saturating_sub(expired),
+            ahead: ahead_end.saturating_sub(counted_end),
+            garbage: log.len().saturating_sub(ahead_end),
+        }
     }
 
     /// The write that takes the log, read as `read`, to its entries still
