@@ -448,9 +448,11 @@ impl BucketSettle<'_> {
 
 /// A rule's quota as a rate: itself, or `limit` per the rule's length.
 fn nominal_rate(rule: &Rule) -> Quota {
+    // Too many for the length (a concurrency limit above 10^6 a nominal
+    // second): at most 10^6 a second, the fastest `per_second` holds.
     let per = |limit: u32, length_us: u64| {
         Quota::new(limit, std::time::Duration::from_micros(length_us))
-            .unwrap_or_else(|_| Quota::per_second(limit.max(1)))
+            .unwrap_or_else(|_| Quota::per_second(limit.clamp(1, 1_000_000)))
     };
     match rule {
         Rule::Rate(quota) => *quota,

@@ -1,21 +1,24 @@
 #![cfg(feature = "postgres")]
-//! Windows and periods in `PostgresStorage`, beside rates, on a real
-//! PostgreSQL.
+//! Windows, periods and concurrency limits in `PostgresStorage`, beside
+//! rates, on a real PostgreSQL.
 //!
 //! - The property test drives `<table>_decide_mixed_at` (the function the
 //!   store calls, with the time as a parameter) against gcra-core's kinds of
-//!   limit (`Quota`, `Window`, `Period`) decided as one the way its crate
-//!   docs say ("Several kinds in one decision"): random sequences of
-//!   decisions over 1 to 4 keys of random kinds, costs from 0 to above the
-//!   limit, shadow flags, clock steps that land on an entry's expiry, a
-//!   period's start or a bucket's next pass (and 1 µs either side), starts
-//!   around month ends and leap Februaries, rows of another kind or not
-//!   what the store writes, decisions of rates alone sent the way the store
-//!   sends them (the one-bucket statement, then `<table>_check_at`), and
-//!   the cleanup at the step's time. Each step requires the same reply
-//!   field by field and exactly the rows gcra-core asks for (TAT, log,
-//!   record, expiry, and the columns a write clears), nothing else; and a
-//!   row the cleanup removes must read the same as no row.
+//!   limit (`Quota`, `Window`, `Period`, `Concurrency` over `Lease`)
+//!   decided as one the way its crate docs say ("Several kinds in one
+//!   decision"): random sequences of decisions over 1 to 4 keys of random
+//!   kinds, costs from 0 to above the limit, shadow flags, clock steps that
+//!   land on an entry's expiry, a period's start, a slot's expiry or a
+//!   bucket's next pass (and 1 µs either side), starts around month ends
+//!   and leap Februaries, rows of another kind or not what the store
+//!   writes, decisions of rates alone sent the way the store sends them
+//!   (the one-bucket statement, then `<table>_check_at`), releases and
+//!   renewals of slots by id (`<table>_release_at`, `<table>_renew_at`,
+//!   against a model of (id, units, expiry) per key), and the cleanup at
+//!   the step's time. Each step requires the same reply field by field and
+//!   exactly the rows gcra-core asks for (TAT, log, record, slots, expiry,
+//!   and the columns a write clears), nothing else; and a row the cleanup
+//!   removes must read the same as no row.
 //! - The store itself: exact counts under concurrency across two
 //!   instances, all or nothing across kinds, what a caller that stops
 //!   waiting leaves charged, the migration of a table of rates only, the
@@ -35,7 +38,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use cases::{USER, decisions, key, names, subset};
 use gcra_core::{
-    Charge, CheckError, Concurrency, Decision, LogWrite, MAX_OFFSET_S,
+    Charge, CheckError, Concurrency, Decision, Lease, LogWrite, MAX_OFFSET_S,
     MAX_TIME_US, MAX_WINDOW_LIMIT, MAX_WINDOW_US, Period, PeriodUnit,
     PeriodWrite, Quota, StoreTat, Verdict, Window,
 };
@@ -74,7 +77,12 @@ enum Limit {
     Rate(Quota),
     Window(Window),
     Period(Period),
+    /// A concurrency limit, its slots taken for this lease.
+    Slots(Concurrency, Lease),
 }
+
+/// The lease the tests give the other kinds' checks (which ignore it).
+const ANY_LEASE_US: u64 = 30 * SECOND;
 
 impl Limit {
     fn rule(&self) -> Rule {
@@ -82,13 +90,21 @@ impl Limit {
             Limit::Rate(q) => Rule::Rate(q),
             Limit::Window(w) => Rule::Window(w),
             Limit::Period(p) => Rule::Period(p),
+            Limit::Slots(c, _) => Rule::Concurrency(c),
         }
     }
 
-    /// The mixed function's 6 arguments: the store's own
+    /// The mixed function's 6 arguments of a check of the slots' `id`
+    /// (ignored by the other kinds): the store's own
     /// (`PostgresStorage::mixed_args`), or the same layout by hand for a
     /// cost above the limit, which a `BucketCheck` cannot hold.
-    fn args(&self, name: &LimitName, cost: u32, shadow: bool) -> [i64; 6] {
+    fn args(
+        &self,
+        name: &LimitName,
+        cost: u32,
+        shadow: bool,
+        id: u64,
+    ) -> [i64; 6] {
         let (tag, a, b, c) = match self {
             Limit::Rate(q) => (
                 0,
@@ -105,6 +121,12 @@ impl Limit {
                 };
                 (2, u64::from(p.limit()), unit, i64::from(p.offset_s()))
             }
+            Limit::Slots(c, lease) => (
+                3,
+                u64::from(c.limit()),
+                lease.lease_us(),
+                PostgresStorage::slot_id(id),
+            ),
         };
         let by_hand = [
             tag,
@@ -115,16 +137,20 @@ impl Limit {
             i64::from(shadow),
         ];
         if let Ok(check) = BucketCheck::of_rule(name, USER, self.rule(), cost) {
-            let args =
-                PostgresStorage::mixed_args(&check.shadow(shadow)).unwrap();
+            let lease = match self {
+                Limit::Slots(_, lease) => lease.lease_us(),
+                _ => ANY_LEASE_US,
+            };
+            let check = check.shadow(shadow).lease_id(id);
+            let args = PostgresStorage::mixed_args(&check, lease).unwrap();
             assert_eq!(args, by_hand, "the store's arguments of {self:?}");
         }
         by_hand
     }
 }
 
-/// A row as the test reads it back: `log_us` as PostgreSQL prints it, so
-/// that its bounds and dimensions are compared too.
+/// A row as the test reads it back: `log_us` and `slots` as PostgreSQL
+/// prints them, so that their bounds and dimensions are compared too.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Row {
     tat: i64,
@@ -132,15 +158,23 @@ struct Row {
     log: Option<String>,
     start: Option<i64>,
     count: Option<i64>,
+    slots: Option<String>,
 }
+
+/// One slot of a concurrency limit as a row keeps it: its id, its units
+/// and its expiry (µs).
+type Slot = [i64; 3];
 
 /// What the model keeps of a row: the row, the log it holds if it is one
 /// (the store's reading of `log_us`: one dimension, no NULL, no negative
-/// entry), and whether the store wrote it (the cleanup test's concern).
+/// entry), the slots it holds if it is slots (the store's reading of
+/// `slots`: one dimension, no NULL, triples), and whether the store wrote
+/// it (the cleanup test's concern).
 #[derive(Debug, Clone)]
 struct Kept {
     row: Row,
     log: Option<Vec<u64>>,
+    slots: Option<Vec<Slot>>,
     by_store: bool,
 }
 
@@ -150,12 +184,28 @@ enum Handed {
     Tat(Option<u64>),
     Log(Vec<u64>),
     Record(Option<(u64, u32)>),
+    /// Every slot of the row, live or not.
+    Slots(Vec<Slot>),
+}
+
+/// A slot still held at `now`: its expiry live by `Lease::live`, and 1 to
+/// `u32::MAX` units (anything else is no slot, dropped by a write).
+fn live(slot: &Slot, now: u64) -> bool {
+    (1..=i64::from(u32::MAX)).contains(&slot[1])
+        && u64::try_from(slot[2]).is_ok_and(|e| Lease::live(&[e], now) == 1)
+}
+
+fn slots_text(slots: &[Slot]) -> String {
+    let items: Vec<String> =
+        slots.iter().flatten().map(i64::to_string).collect();
+    format!("{{{}}}", items.join(","))
 }
 
 /// The store's reading rules (migration.sql, the table's comment): a rate
 /// reads a TAT of 0 or more; a window the log of a row marked -1; a period
 /// the record of a row marked -2 with a start of 0 or more and a count of
-/// a u32. Anything else is absent.
+/// a u32; a concurrency limit the slots of a row marked -3. Anything else
+/// is absent.
 fn handed(limit: &Limit, kept: Option<&Kept>) -> Handed {
     let row = kept.map(|k| &k.row);
     match limit {
@@ -173,23 +223,32 @@ fn handed(limit: &Limit, kept: Option<&Kept>) -> Handed {
             }
             Some((u64::try_from(r.start?).ok()?, u32::try_from(r.count?).ok()?))
         })),
+        Limit::Slots(..) => Handed::Slots(
+            kept.filter(|k| k.row.tat == -3)
+                .and_then(|k| k.slots.clone())
+                .unwrap_or_default(),
+        ),
     }
 }
 
 /// The write gcra-core asks of the store for one limit.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 enum Change {
     Tat(StoreTat),
     Log(LogWrite),
     Record(PeriodWrite),
+    /// The slots the row holds next: the live ones, then the request's.
+    Slots(Vec<Slot>),
 }
 
-/// One limit decided alone (a cost of 0 is a peek, for every kind).
+/// One limit decided alone (a cost of 0 is a peek, for every kind), a
+/// concurrency limit's slots taken under `id`.
 fn decide(
     limit: &Limit,
     handed: &Handed,
     now: u64,
     cost: u32,
+    id: u64,
 ) -> Result<(Decision, Option<Change>), CheckError> {
     Ok(match (limit, handed) {
         (Limit::Rate(q), Handed::Tat(tat)) => {
@@ -207,6 +266,31 @@ fn decide(
         (Limit::Period(p), Handed::Record(record)) => {
             let d = p.check(*record, now, cost)?;
             (d.as_decision(), d.write.map(Change::Record))
+        }
+        (Limit::Slots(c, lease), Handed::Slots(slots)) => {
+            // The store's range of time, for every kind (acquire itself
+            // takes no time).
+            if now > MAX_TIME_US {
+                return Err(CheckError::TimeOutOfRange);
+            }
+            let live: Vec<Slot> =
+                slots.iter().filter(|s| live(s, now)).copied().collect();
+            let held: u64 = live.iter().map(|s| s[1] as u64).sum();
+            let d = c.acquire(u32::try_from(held).unwrap_or(u32::MAX), cost)?;
+            let change = match d.write {
+                None => None,
+                Some(count) => {
+                    assert_eq!(u64::from(count), held + u64::from(cost));
+                    let mut next = live;
+                    next.push([
+                        PostgresStorage::slot_id(id),
+                        i64::from(cost),
+                        us(lease.expiry(now)?),
+                    ]);
+                    Some(Change::Slots(next))
+                }
+            };
+            (d.as_decision(), change)
         }
         _ => unreachable!("a key read for another kind"),
     })
@@ -230,10 +314,11 @@ fn combine(
     handed: &[Handed],
     now: u64,
     chosen: &[(usize, u32, bool)],
+    ids: &[u64],
 ) -> Result<Expected, CheckError> {
     let parts = chosen
         .iter()
-        .map(|&(i, cost, _)| decide(&limits[i], &handed[i], now, cost))
+        .map(|&(i, cost, _)| decide(&limits[i], &handed[i], now, cost, ids[i]))
         .collect::<Result<Vec<_>, _>>()?;
     let answers: Vec<Decision> = parts.iter().map(|p| p.0).collect();
     let verdict = Verdict::of(chosen.iter().map(|c| c.2), &answers);
@@ -241,7 +326,7 @@ fn combine(
     let mut writes = Vec::new();
     for (&(i, cost, _), (decision, change)) in chosen.iter().zip(parts) {
         if !verdict.allowed && decision.allowed && cost > 0 {
-            reply.push(decide(&limits[i], &handed[i], now, 0)?.0);
+            reply.push(decide(&limits[i], &handed[i], now, 0, ids[i])?.0);
         } else {
             reply.push(decision);
             writes.extend(change.map(|c| (i, c)));
@@ -288,6 +373,7 @@ fn written(
         log: None,
         start: None,
         count: None,
+        slots: None,
     };
     match (change, handed) {
         (Change::Tat(s), _) => {
@@ -300,11 +386,13 @@ fn written(
                         ..old.row.clone()
                     },
                     log: old.log.clone(),
+                    slots: old.slots.clone(),
                     by_store: true,
                 },
                 _ => Kept {
                     row: blank(tat, expires),
                     log: None,
+                    slots: None,
                     by_store: true,
                 },
             }
@@ -317,6 +405,7 @@ fn written(
                     ..blank(-1, expires(w.ttl_ms))
                 },
                 log: Some(log),
+                slots: None,
                 by_store: true,
             }
         }
@@ -327,6 +416,17 @@ fn written(
                 ..blank(-2, expires(w.ttl_ms))
             },
             log: None,
+            slots: None,
+            by_store: true,
+        },
+        // The row's expiry: its latest slot's.
+        (Change::Slots(slots), _) => Kept {
+            row: Row {
+                slots: Some(slots_text(slots)),
+                ..blank(-3, slots.iter().map(|s| s[2]).max().unwrap())
+            },
+            log: None,
+            slots: Some(slots.clone()),
             by_store: true,
         },
         _ => unreachable!("a log write for another kind"),
@@ -369,8 +469,9 @@ struct World {
     limits: Vec<Limit>,
     model: BTreeMap<String, Kept>,
     /// Steps through the mixed function, rates-only steps through the rate
-    /// statements, rows the cleanup removed: the run must see each.
-    seen: std::cell::Cell<[u64; 3]>,
+    /// statements, rows the cleanup removed, slots taken, releases and
+    /// renewals that found slots of their id: the run must see each.
+    seen: std::cell::Cell<[u64; 5]>,
 }
 
 impl World {
@@ -385,7 +486,7 @@ impl World {
             .query(
                 &format!(
                     "SELECT key, tat_us, expires_us, log_us::text, period_start_us, \
-                     period_count FROM {}",
+                     period_count, slots::text FROM {}",
                     self.table
                 ),
                 &[],
@@ -402,6 +503,7 @@ impl World {
                         log: r.get(3),
                         start: r.get(4),
                         count: r.get(5),
+                        slots: r.get(6),
                     },
                 )
             })
@@ -421,11 +523,12 @@ impl World {
         self.db
             .execute(
                 &format!(
-                    "INSERT INTO {} VALUES ($1, $2, $3, $4::text::int8[], $5, $6) \
+                    "INSERT INTO {} VALUES ($1, $2, $3, $4::text::int8[], $5, $6, \
+                     $7::text::int8[]) \
                      ON CONFLICT (key) DO UPDATE SET tat_us = excluded.tat_us, \
                      expires_us = excluded.expires_us, log_us = excluded.log_us, \
                      period_start_us = excluded.period_start_us, \
-                     period_count = excluded.period_count",
+                     period_count = excluded.period_count, slots = excluded.slots",
                     self.table
                 ),
                 &[
@@ -435,6 +538,7 @@ impl World {
                     &r.log,
                     &r.start,
                     &r.count,
+                    &r.slots,
                 ],
             )
             .await
@@ -517,8 +621,8 @@ impl World {
                 continue;
             }
             let limit = &self.limits[k];
-            let was = decide(limit, &handed(limit, Some(kept)), now, 0);
-            let gone = decide(limit, &handed(limit, None), now, 0);
+            let was = decide(limit, &handed(limit, Some(kept)), now, 0, 0);
+            let gone = decide(limit, &handed(limit, None), now, 0, 0);
             if let (Ok(was), Ok(gone)) = (was, gone) {
                 prop_assert_eq!(
                     was.0,
@@ -541,6 +645,154 @@ impl World {
         }
         Ok(())
     }
+
+    /// A release or a renewal of one key's slots at `now`, through the
+    /// function and the model.
+    async fn slot_op(
+        &mut self,
+        op: &SlotOp,
+        now: u64,
+        ctx: &str,
+    ) -> Result<(), TestCaseError> {
+        // Mostly a concurrency limit's key, if there is one.
+        let n = self.keys.len();
+        let slots: Vec<usize> = (0..n)
+            .filter(|&k| matches!(self.limits[k], Limit::Slots(..)))
+            .collect();
+        let k = if slots.is_empty() || op.key.is_multiple_of(4) {
+            op.key % n
+        } else {
+            slots[op.key / 4 % slots.len()]
+        };
+        let key = self.keys[k].clone();
+        let sql =
+            PostgresStorage::slots_sql(&self.table, op.renew, true).unwrap();
+        let args = [PostgresStorage::slot_id(op.id), op.v];
+        let reply: Result<Vec<i64>, String> = self
+            .db
+            .query_one(
+                &sql,
+                &[&std::slice::from_ref(&key), &&args[..], &us(now)],
+            )
+            .await
+            .map(|row| row.get(0))
+            .map_err(message);
+        let ctx = format!("{ctx}, {op:?} on {:?}", self.model.get(&key));
+        match slots_op(self.model.get(&key), op, now) {
+            Ok((units, next)) => {
+                let reply = reply.map_err(|err| {
+                    TestCaseError::fail(format!("{ctx}: {err}"))
+                })?;
+                prop_assert_eq!(reply, vec![units], "{}", &ctx);
+                if units > 0 {
+                    self.count(4);
+                }
+                match next {
+                    None => {}
+                    Some(None) => {
+                        self.model.remove(&key);
+                    }
+                    Some(Some(kept)) => {
+                        self.model.insert(key, kept);
+                    }
+                }
+            }
+            Err(()) => {
+                prop_assert!(reply.is_err(), "{}: {:?}", &ctx, reply);
+            }
+        }
+        prop_assert_eq!(self.rows().await, self.expected_rows(), "{}", &ctx);
+        Ok(())
+    }
+}
+
+/// A release (`v` units at most) or a renewal (for a lease of `v` µs) of
+/// the slots of `id` on a key picked by `key` (see `World::slot_op`).
+#[derive(Debug, Clone)]
+struct SlotOp {
+    key: usize,
+    id: u64,
+    renew: bool,
+    v: i64,
+}
+
+/// What `<table>_release_at` and `<table>_renew_at` must do (migration.sql):
+/// the units given back or renewed, and the row next (`None`: unchanged,
+/// `Some(None)`: deleted); `Err` for arguments or a time out of range.
+/// A release gives back at most `v` units of the id's live slots, the
+/// earliest taken first; a renewal sets their expiry to now + `v`; either
+/// drops the slots that are no longer live, and writes only a row it
+/// changes, leaving its other columns.
+#[allow(clippy::type_complexity)]
+fn slots_op(
+    kept: Option<&Kept>,
+    op: &SlotOp,
+    now: u64,
+) -> Result<(i64, Option<Option<Kept>>), ()> {
+    let valid = if op.renew {
+        (1..=us(MAX_WINDOW_US)).contains(&op.v)
+    } else {
+        (0..=i64::from(u32::MAX)).contains(&op.v)
+    };
+    if !valid || now > MAX_TIME_US {
+        return Err(());
+    }
+    let renewed_to = us(now) + op.v;
+    if op.renew {
+        let lease = Lease::new(Duration::from_micros(op.v as u64)).unwrap();
+        lease.expiry(now).map_err(drop)?;
+    }
+    let Some(kept) = kept.filter(|k| k.row.tat == -3) else {
+        return Ok((0, None));
+    };
+    let Some(slots) = &kept.slots else {
+        return Ok((0, None));
+    };
+    let id = PostgresStorage::slot_id(op.id);
+    let (mut left, mut units_done, mut changed) = (op.v, 0, false);
+    let mut next = Vec::new();
+    for slot in slots {
+        if !live(slot, now) {
+            changed = true;
+            continue;
+        }
+        let [slot_id, mut units, mut expiry] = *slot;
+        if slot_id == id {
+            if op.renew {
+                units_done += units;
+                changed |= expiry != renewed_to;
+                expiry = renewed_to;
+            } else if left > 0 {
+                let give = units.min(left);
+                (left, units, units_done) =
+                    (left - give, units - give, units_done + give);
+                changed = true;
+            }
+        }
+        if units > 0 {
+            next.push([slot_id, units, expiry]);
+        }
+    }
+    if !changed {
+        return Ok((units_done, None));
+    }
+    if next.is_empty() {
+        return Ok((units_done, Some(None)));
+    }
+    let row = Row {
+        expires: next.iter().map(|s| s[2]).max().unwrap(),
+        slots: Some(slots_text(&next)),
+        ..kept.row.clone()
+    };
+    Ok((
+        units_done,
+        Some(Some(Kept {
+            row,
+            log: kept.log.clone(),
+            slots: Some(next),
+            by_store: true,
+        })),
+    ))
 }
 
 // ---------------------------------------------------------------------------
@@ -583,6 +835,13 @@ enum Mess {
         count: Option<i64>,
         mark: i64,
     },
+    /// Slots of (id, units, expiry from now), maybe not triples: a NULL
+    /// entry, two dimensions, a length not a multiple of 3, other bounds.
+    Slots {
+        entries: Vec<(u64, i64, i64)>,
+        twist: u8,
+        mark: i64,
+    },
     /// No row.
     Gone,
 }
@@ -597,6 +856,7 @@ impl Mess {
             log: None,
             start: None,
             count: None,
+            slots: None,
         };
         Some(match self {
             Mess::Gone => return None,
@@ -607,16 +867,19 @@ impl Mess {
             } => {
                 let tat = absolute.unwrap_or(us(now) + offset);
                 let mut r = row(tat);
+                let slot = [1, 1, us(now) + 1000];
                 if *stale {
                     r.log = Some(format!("{{{}}}", us(now)));
                     r.start = Some(0);
                     r.count = Some(1);
+                    r.slots = Some(slots_text(&[slot]));
                 }
-                // The stale log is a log: a mark of -1 makes the row a
-                // window's.
+                // The stale log is a log, the stale slot a slot: a mark of
+                // -1 makes the row a window's, -3 slots.
                 Kept {
                     row: r,
                     log: stale.then(|| vec![now]),
+                    slots: stale.then(|| vec![slot]),
                     by_store: false,
                 }
             }
@@ -671,6 +934,7 @@ impl Mess {
                         ..row(*mark)
                     },
                     log,
+                    slots: None,
                     by_store: false,
                 }
             }
@@ -698,6 +962,65 @@ impl Mess {
                         ..row(*mark)
                     },
                     log: None,
+                    slots: None,
+                    by_store: false,
+                }
+            }
+            Mess::Slots {
+                entries,
+                twist,
+                mark,
+            } => {
+                let mut slots: Vec<Slot> = entries
+                    .iter()
+                    .map(|&(id, units, offset)| {
+                        let expiry = us(now).saturating_add(offset);
+                        [PostgresStorage::slot_id(id), units, expiry]
+                    })
+                    .collect();
+                let items: Vec<String> =
+                    slots.iter().flatten().map(i64::to_string).collect();
+                let (text, slots) = match twist {
+                    // A NULL entry, a length not a multiple of 3: none.
+                    1 => (format!("{{{},NULL,1,2}}", items.join(",")), None),
+                    2 => (format!("{{{},7}}", items.join(",")), None),
+                    // Two dimensions: none.
+                    3 => {
+                        let one = items[..3].join(",");
+                        (format!("{{{{{one}}},{{{one}}}}}"), None)
+                    }
+                    // Subscripts from 0: slots all the same.
+                    4 => (
+                        format!(
+                            "[0:{}]={{{}}}",
+                            items.len() - 1,
+                            items.join(",")
+                        ),
+                        Some(slots),
+                    ),
+                    // Expiries beyond 2^53, units that are no u32 above 0:
+                    // no slot, dropped by a write.
+                    5 => {
+                        slots.extend([
+                            [1, 1, us(MAX_TIME_US) + 1],
+                            [2, 1, i64::MAX],
+                            [1, 0, us(now) + 1000],
+                            [3, -1, us(now) + 1000],
+                            [1, i64::from(u32::MAX) + 1, us(now) + 1000],
+                        ]);
+                        (slots_text(&slots), Some(slots))
+                    }
+                    // Empty.
+                    6 => ("{}".to_owned(), Some(Vec::new())),
+                    _ => (slots_text(&slots), Some(slots)),
+                };
+                Kept {
+                    row: Row {
+                        slots: Some(text),
+                        ..row(*mark)
+                    },
+                    log: None,
+                    slots,
                     by_store: false,
                 }
             }
@@ -711,6 +1034,11 @@ struct Step {
     mess: Vec<Option<Mess>>,
     /// The keys of the decision, in order, with their cost and shadow flag.
     chosen: Vec<(usize, u32, bool)>,
+    /// Per key, the id its slots are taken under (if it is a concurrency
+    /// limit).
+    ids: Vec<u64>,
+    /// A release or a renewal after the decision.
+    slot_op: Option<SlotOp>,
     /// Rates alone: through the rate statements, as the store sends them.
     rate_path: bool,
     /// The cleanup at the step's time, before the decision.
@@ -769,12 +1097,42 @@ fn period_strategy() -> impl Strategy<Value = Period> {
         .prop_map(|(l, u, o)| Period::new(l, u, o).unwrap())
 }
 
+fn lease_strategy() -> impl Strategy<Value = Lease> {
+    let lease_us = prop_oneof![
+        3 => 1u64..=2_000,
+        3 => 2_000u64..=60_000_000,
+        1 => 60_000_000u64..=100 * DAY,
+        1 => Just(MAX_WINDOW_US),
+        1 => prop::sample::select(vec![1, 999, 1000, 1001, 30 * SECOND]),
+    ];
+    lease_us.prop_map(|l| Lease::new(Duration::from_micros(l)).unwrap())
+}
+
+fn slots_strategy() -> impl Strategy<Value = Limit> {
+    let limit = prop_oneof![
+        6 => 1u32..=4,
+        2 => 5u32..=40,
+        1 => Just(u32::MAX),
+        1 => 1u32..=u32::MAX,
+    ];
+    (limit, lease_strategy()).prop_map(|(l, lease)| {
+        Limit::Slots(Concurrency::new(l).unwrap(), lease)
+    })
+}
+
 fn limit_strategy() -> impl Strategy<Value = Limit> {
     prop_oneof![
         quota_strategy().prop_map(Limit::Rate),
         window_strategy().prop_map(Limit::Window),
         period_strategy().prop_map(Limit::Period),
+        slots_strategy(),
     ]
+}
+
+/// The ids of slots: a few, so that releases and renewals find them, and
+/// the ends of the range (0: slots without an id).
+fn id_strategy() -> impl Strategy<Value = u64> {
+    prop::sample::select(vec![1, 2, 3, 1, 2, 0, u64::MAX, 1 << 63])
 }
 
 fn cost_strategy(limit: &Limit) -> BoxedStrategy<u32> {
@@ -782,6 +1140,7 @@ fn cost_strategy(limit: &Limit) -> BoxedStrategy<u32> {
         Limit::Rate(q) => return cases::cost_strategy(*q).boxed(),
         Limit::Window(w) => w.limit(),
         Limit::Period(p) => p.limit(),
+        Limit::Slots(c, _) => c.limit(),
     };
     prop_oneof![
         6 => 1..=most,
@@ -810,6 +1169,18 @@ fn pace_strategy(limit: &Limit) -> BoxedStrategy<i64> {
             } as i64;
             prop_oneof![0..=length, 0..=length / 24, -length..=0].boxed()
         }
+        Limit::Slots(_, lease) => {
+            let l = lease.lease_us() as i64;
+            prop_oneof![
+                0..=l,
+                0..=l / 3,
+                Just(l),
+                Just(l - 1),
+                -l..=0,
+                0..=3 * l
+            ]
+            .boxed()
+        }
     }
 }
 
@@ -818,6 +1189,7 @@ fn mess_strategy(limit: &Limit) -> BoxedStrategy<Option<Mess>> {
         Limit::Rate(q) => q.burst_offset_us() as i64,
         Limit::Window(w) => w.window_us() as i64,
         Limit::Period(_) => DAY as i64,
+        Limit::Slots(_, lease) => lease.lease_us() as i64,
     };
     let rate = (
         prop_oneof![3 => -3 * scale..=3 * scale, 1 => Just(-i64::MAX / 2)],
@@ -826,6 +1198,7 @@ fn mess_strategy(limit: &Limit) -> BoxedStrategy<Option<Mess>> {
             prop::sample::select(vec![
                 -1i64,
                 -2,
+                -3,
                 0,
                 us(MAX_TIME_US),
                 us(MAX_TIME_US) + 1,
@@ -847,7 +1220,7 @@ fn mess_strategy(limit: &Limit) -> BoxedStrategy<Option<Mess>> {
         prop::collection::vec(offset, 1..=12),
         prop::bool::weighted(0.8),
         prop_oneof![6 => Just(0u8), 1 => 1u8..=6],
-        prop_oneof![8 => Just(-1i64), 1 => Just(-2i64), 1 => Just(5i64)],
+        prop_oneof![8 => Just(-1i64), 1 => Just(-2i64), 1 => Just(-3i64), 1 => Just(5i64)],
     )
         .prop_map(|(offsets, sorted, twist, mark)| Mess::Log {
             offsets,
@@ -857,6 +1230,7 @@ fn mess_strategy(limit: &Limit) -> BoxedStrategy<Option<Mess>> {
         });
     let most = match limit {
         Limit::Period(p) => i64::from(p.limit()),
+        Limit::Slots(c, _) => i64::from(c.limit()),
         _ => 5,
     };
     let record = (
@@ -878,7 +1252,7 @@ fn mess_strategy(limit: &Limit) -> BoxedStrategy<Option<Mess>> {
             1 => Just(Some(-1)),
             1 => Just(None),
         ],
-        prop_oneof![8 => Just(-2i64), 1 => Just(-1i64), 1 => Just(7i64)],
+        prop_oneof![8 => Just(-2i64), 1 => Just(-1i64), 1 => Just(-3i64), 1 => Just(7i64)],
     )
         .prop_map(|(anchor, delta, absolute, count, mark)| Mess::Record {
             anchor,
@@ -887,20 +1261,63 @@ fn mess_strategy(limit: &Limit) -> BoxedStrategy<Option<Mess>> {
             count,
             mark,
         });
+    let units = prop_oneof![
+        6 => 1..=most.min(3),
+        2 => 1..=most,
+        1 => Just(most),
+        1 => prop::sample::select(vec![0, -1, i64::from(u32::MAX), i64::from(u32::MAX) + 1]),
+    ];
+    let expiry = prop_oneof![
+        3 => -2 * scale..=2 * scale,
+        2 => prop::sample::select(vec![-scale, 0, 1, -1, scale, scale + 1, -i64::MAX / 2]),
+    ];
+    let slots = (
+        prop::collection::vec((id_strategy(), units, expiry), 1..=8),
+        prop_oneof![6 => Just(0u8), 1 => 1u8..=6],
+        prop_oneof![8 => Just(-3i64), 1 => Just(-1i64), 1 => Just(-2i64), 1 => Just(4i64)],
+    )
+        .prop_map(|(entries, twist, mark)| Mess::Slots {
+            entries,
+            twist,
+            mark,
+        });
     // Mostly rows of the key's own kind, sometimes of the others.
-    let (own, other_a, other_b) = match limit {
-        Limit::Rate(_) => (rate.boxed(), log.boxed(), record.boxed()),
-        Limit::Window(_) => (log.boxed(), rate.boxed(), record.boxed()),
-        Limit::Period(_) => (record.boxed(), rate.boxed(), log.boxed()),
+    let (own, others) = match limit {
+        Limit::Rate(_) => {
+            (rate.boxed(), [log.boxed(), record.boxed(), slots.boxed()])
+        }
+        Limit::Window(_) => {
+            (log.boxed(), [rate.boxed(), record.boxed(), slots.boxed()])
+        }
+        Limit::Period(_) => {
+            (record.boxed(), [rate.boxed(), log.boxed(), slots.boxed()])
+        }
+        Limit::Slots(..) => {
+            (slots.boxed(), [rate.boxed(), log.boxed(), record.boxed()])
+        }
     };
+    let [other_a, other_b, other_c] = others;
     prop_oneof![
-        24 => Just(None),
-        3 => own.prop_map(Some),
+        32 => Just(None),
+        4 => own.prop_map(Some),
         1 => other_a.prop_map(Some),
         1 => other_b.prop_map(Some),
+        1 => other_c.prop_map(Some),
         1 => Just(Some(Mess::Gone)),
     ]
     .boxed()
+}
+
+fn slot_op_strategy() -> impl Strategy<Value = Option<SlotOp>> {
+    let v = prop_oneof![
+        4 => 0..=4i64,
+        2 => 1..=(2 * HOUR as i64),
+        1 => Just(i64::from(u32::MAX)),
+        1 => prop::sample::select(vec![-1, 1 << 32, 1 << 50, (1 << 50) + 1]),
+    ];
+    let op = (any::<usize>(), id_strategy(), any::<bool>(), v)
+        .prop_map(|(key, id, renew, v)| SlotOp { key, id, renew, v });
+    prop::option::weighted(0.4, op)
 }
 
 fn step_strategy(limits: Vec<Limit>) -> impl Strategy<Value = Step> {
@@ -940,16 +1357,23 @@ fn step_strategy(limits: Vec<Limit>) -> impl Strategy<Value = Step> {
         advance,
         mess,
         chosen,
+        (prop::collection::vec(id_strategy(), n), slot_op_strategy()),
         prop::bool::weighted(0.5),
         prop::bool::weighted(0.15),
     )
-        .prop_map(|(advance, mess, chosen, rate_path, cleanup)| Step {
-            advance,
-            mess,
-            chosen,
-            rate_path,
-            cleanup,
-        })
+        .prop_map(
+            |(advance, mess, chosen, (ids, slot_op), rate_path, cleanup)| {
+                Step {
+                    advance,
+                    mess,
+                    chosen,
+                    ids,
+                    slot_op,
+                    rate_path,
+                    cleanup,
+                }
+            },
+        )
 }
 
 fn start_strategy() -> impl Strategy<Value = u64> {
@@ -1008,6 +1432,9 @@ fn target(w: &World, now: u64, advance: &Advance) -> u64 {
             tat.saturating_add(q.emission_interval_us())
                 .saturating_sub(q.burst_offset_us())
         }),
+        (Limit::Slots(..), Handed::Slots(slots)) if !slots.is_empty() => {
+            u64::try_from(slots[pick % slots.len()][2]).ok()
+        }
         _ => None,
     };
     at.map_or(now, |at| at.saturating_add_signed(delta))
@@ -1057,13 +1484,13 @@ async fn check_step(
         let args: Vec<i64> = chosen
             .iter()
             .flat_map(|&(i, cost, shadow)| {
-                w.limits[i].args(&w.names[i], cost, shadow)
+                w.limits[i].args(&w.names[i], cost, shadow, step.ids[i])
             })
             .collect();
         w.mixed(&keys, &args, now).await
     };
     let ctx = format!("{ctx}, handed {handed_all:?}, rate path {rate_path}");
-    match combine(&w.limits, &handed_all, now, chosen) {
+    match combine(&w.limits, &handed_all, now, chosen, &step.ids) {
         Ok(e) => {
             let reply = reply
                 .map_err(|err| TestCaseError::fail(format!("{ctx}: {err}")))?;
@@ -1076,6 +1503,9 @@ async fn check_step(
                 &ctx
             );
             for (i, change) in &e.writes {
+                if matches!(change, Change::Slots(_)) {
+                    w.count(3);
+                }
                 let key = &w.keys[*i];
                 let kept = written(
                     w.model.get(key),
@@ -1130,6 +1560,9 @@ async fn run_case(w: &mut World, case: &Case) -> Result<(), TestCaseError> {
             w.limits, step.chosen
         );
         check_step(w, now, step, &ctx).await?;
+        if let Some(op) = &step.slot_op {
+            w.slot_op(op, now, &ctx).await?;
+        }
     }
     Ok(())
 }
@@ -1172,11 +1605,12 @@ fn the_mixed_function_agrees_with_gcra_core() {
             runtime.block_on(run_case(&mut world.borrow_mut(), &case))
         })
         .unwrap();
-    let [mixed, rates, cleaned] = world.borrow().seen.get();
+    let [mixed, rates, cleaned, taken, found] = world.borrow().seen.get();
     assert!(
-        mixed > 0 && rates > 0 && cleaned > 0,
+        mixed > 0 && rates > 0 && cleaned > 0 && taken > 0 && found > 0,
         "{mixed} mixed decisions, {rates} through the rate statements, {cleaned} rows \
-         cleaned up: the cases must exercise each"
+         cleaned up, {taken} slots taken, {found} releases and renewals of slots \
+         held: the cases must exercise each"
     );
 }
 
@@ -1212,7 +1646,7 @@ fn calendar_periods_agree_with_gcra_core() {
                         .await
                         .unwrap();
                     let period = Period::new(3, unit, offset).unwrap();
-                    let args = Limit::Period(period).args(&name, 1, false);
+                    let args = Limit::Period(period).args(&name, 1, false, 0);
                     let mut record = None;
                     let mut times = vec![t, t];
                     if let Ok(next) = period.next_start(t) {
@@ -1275,10 +1709,11 @@ fn the_examples_of_the_docs() {
             Limit::Window(Window::new(3, Duration::from_secs(10)).unwrap());
         let at = |s: u64| START_US + s * SECOND;
         for s in [0, 4, 5] {
-            let reply = w.mixed(&k, &window.args(&name, 1, false), at(s)).await;
+            let reply =
+                w.mixed(&k, &window.args(&name, 1, false, 0), at(s)).await;
             assert!(decisions(&reply.unwrap())[0].allowed);
         }
-        let args = window.args(&name, 1, false);
+        let args = window.args(&name, 1, false, 0);
         assert_eq!(
             w.mixed(&k, &args, at(9)).await,
             Ok(vec![0, 0, SECOND as i64, 6 * SECOND as i64])
@@ -1296,10 +1731,11 @@ fn the_examples_of_the_docs() {
                 log: Some(log_text(&[at(4), at(5), at(10)])),
                 start: None,
                 count: None,
+                slots: None,
             }
         );
         assert_eq!(
-            w.mixed(&k, &window.args(&name, 2, false), at(10)).await,
+            w.mixed(&k, &window.args(&name, 2, false, 0), at(10)).await,
             Ok(vec![0, 0, 5 * SECOND as i64, 10 * SECOND as i64])
         );
 
@@ -1313,17 +1749,17 @@ fn the_examples_of_the_docs() {
         let feb_28_23h = 1_709_161_200_000_000;
         let march_1 = 1_709_251_200_000_000;
         assert_eq!(
-            w.mixed(&k, &monthly.args(&name, 998, false), feb_1 + 5)
+            w.mixed(&k, &monthly.args(&name, 998, false, 0), feb_1 + 5)
                 .await,
             Ok(vec![1, 2, 0, (29 * DAY - 5) as i64])
         );
         assert_eq!(
-            w.mixed(&k, &monthly.args(&name, 2, false), feb_28_23h)
+            w.mixed(&k, &monthly.args(&name, 2, false, 0), feb_28_23h)
                 .await,
             Ok(vec![1, 0, 0, 25 * HOUR as i64])
         );
         assert_eq!(
-            w.mixed(&k, &monthly.args(&name, 1, false), feb_28_23h)
+            w.mixed(&k, &monthly.args(&name, 1, false, 0), feb_28_23h)
                 .await,
             Ok(vec![0, 0, 25 * HOUR as i64, 25 * HOUR as i64])
         );
@@ -1333,7 +1769,8 @@ fn the_examples_of_the_docs() {
             (-2, us(march_1), Some(us(feb_1)), Some(1000))
         );
         assert_eq!(
-            w.mixed(&k, &monthly.args(&name, 1, false), march_1).await,
+            w.mixed(&k, &monthly.args(&name, 1, false, 0), march_1)
+                .await,
             Ok(vec![1, 999, 0, 31 * DAY as i64])
         );
         // In India (UTC+05:30) that instant is already February 29th,
@@ -1343,7 +1780,7 @@ fn the_examples_of_the_docs() {
         );
         let name = LimitName::new("india").unwrap();
         assert_eq!(
-            w.mixed(&[key(&name)], &india.args(&name, 0, false), feb_28_23h)
+            w.mixed(&[key(&name)], &india.args(&name, 0, false, 0), feb_28_23h)
                 .await,
             Ok(vec![1, 1000, 0, (19 * HOUR + HOUR / 2) as i64])
         );
@@ -1359,6 +1796,7 @@ fn bad_arguments_raise_and_write_nothing() {
         let rate = [0, 6_000_000, 60_000_000, 60_000_000, 1, 0];
         let window = [1, 3, 10_000_000, 0, 1, 0];
         let period = [2, 5, 0, 0, 1, 0];
+        let slots = [3, 5, 1_000_000, 7, 1, 0];
         let with = |base: [i64; 6], slot: usize, v: i64| {
             let mut args = base;
             args[slot] = v;
@@ -1379,9 +1817,10 @@ fn bad_arguments_raise_and_write_nothing() {
                 vec![a.clone(), a.clone()],
                 [rate, rate].concat(),
             ),
-            ("tag 3".into(), vec![a.clone()], with(rate, 0, 3).to_vec()),
+            ("tag 4".into(), vec![a.clone()], with(rate, 0, 4).to_vec()),
+            ("tag -1".into(), vec![a.clone()], with(rate, 0, -1).to_vec()),
         ];
-        let per_kind: [(&str, [i64; 6], Bad); 3] = [
+        let per_kind: [(&str, [i64; 6], Bad); 4] = [
             (
                 "rate",
                 rate,
@@ -1421,6 +1860,19 @@ fn bad_arguments_raise_and_write_nothing() {
                     (4, 1 << 32),
                 ],
             ),
+            (
+                "slots",
+                slots,
+                &[
+                    (1, 0),
+                    (1, 1 << 32),
+                    (2, 0),
+                    (2, (1 << 50) + 1),
+                    (4, 6),
+                    (4, -1),
+                    (5, 2),
+                ],
+            ),
         ];
         for (kind, base, bad) in per_kind {
             for &(slot, v) in bad {
@@ -1445,14 +1897,71 @@ fn bad_arguments_raise_and_write_nothing() {
             );
             assert_eq!(w.rows().await, BTreeMap::new(), "{what}: wrote");
         }
-        // Past 2^53, and a period that ends past it: even a peek.
+        // Past 2^53, a period that ends past it (even a peek), and slots
+        // whose lease ends past it.
         let day = [2, 5, 0, 0, 0, 0];
-        for (now, args) in [(MAX_TIME_US + 1, window), (MAX_TIME_US - 1, day)] {
+        let peek_slots = with(slots, 4, 0);
+        for (now, args) in [
+            (MAX_TIME_US + 1, window),
+            (MAX_TIME_US - 1, day),
+            (MAX_TIME_US + 1, peek_slots),
+            (MAX_TIME_US - 999_999, slots),
+        ] {
             let error = w
                 .mixed(std::slice::from_ref(&a), &args, now)
                 .await
                 .unwrap_err();
             assert!(error.contains("time out of range"), "{error}");
+        }
+        // A peek of slots at 2^53 raises nothing: no lease starts.
+        let reply = w.mixed(std::slice::from_ref(&a), &peek_slots, MAX_TIME_US);
+        assert_eq!(reply.await, Ok(vec![1, 5, 0, 0]));
+
+        // The release and renew functions: their arguments, and the time.
+        for renew in [false, true] {
+            let sql =
+                PostgresStorage::slots_sql(&w.table, renew, true).unwrap();
+            let run = |keys: Vec<String>, args: Vec<i64>, now: u64| {
+                let sql = sql.clone();
+                let db = &w.db;
+                async move {
+                    db.query_one(&sql, &[&keys, &args, &us(now)])
+                        .await
+                        .map(|row| row.get::<_, Vec<i64>>(0))
+                        .map_err(message)
+                }
+            };
+            let name = if renew {
+                "rate_tier_renew"
+            } else {
+                "rate_tier_release"
+            };
+            let mut bad: Vec<(Vec<String>, Vec<i64>, u64)> = vec![
+                (vec![], vec![], START_US),
+                (vec![a.clone()], vec![1], START_US),
+                (vec![a.clone()], vec![1, 1, 1], START_US),
+                (vec![a.clone()], vec![1, -1], START_US),
+                (vec![a.clone()], vec![1, 1], MAX_TIME_US + 1),
+            ];
+            if renew {
+                bad.extend([
+                    (vec![a.clone()], vec![1, 0], START_US),
+                    (vec![a.clone()], vec![1, (1 << 50) + 1], START_US),
+                    (vec![a.clone()], vec![1, 10], MAX_TIME_US - 9),
+                ]);
+            } else {
+                bad.push((vec![a.clone()], vec![1, 1 << 32], START_US));
+            }
+            for (keys, args, now) in bad {
+                let what = format!("{name} {keys:?} {args:?} at {now}");
+                let error = run(keys, args, now).await.unwrap_err();
+                assert!(error.contains(name), "{what}: {error}");
+            }
+            // Two keys, one twice, without a row: nothing to do.
+            let keys = vec![a.clone(), b.clone(), a.clone()];
+            let reply = run(keys, vec![1, 1, 2, 1, 1, 1], START_US).await;
+            assert_eq!(reply, Ok(vec![0, 0, 0]));
+            assert_eq!(w.rows().await, BTreeMap::new());
         }
     });
 }
@@ -1519,8 +2028,8 @@ async fn row_of(
 ) -> Option<Row> {
     db.query_opt(
         &format!(
-            "SELECT tat_us, expires_us, log_us::text, period_start_us, period_count \
-             FROM {table} WHERE key = $1"
+            "SELECT tat_us, expires_us, log_us::text, period_start_us, period_count, \
+             slots::text FROM {table} WHERE key = $1"
         ),
         &[&check.key(KeyLayout::Single)],
     )
@@ -1532,6 +2041,7 @@ async fn row_of(
         log: r.get(2),
         start: r.get(3),
         count: r.get(4),
+        slots: r.get(5),
     })
 }
 
@@ -1547,13 +2057,18 @@ fn daily_at_noon(limit: u32) -> Period {
 }
 
 #[tokio::test]
-async fn postgres_supports_rates_windows_and_periods_not_concurrency() {
+async fn postgres_supports_every_kind() {
     let url = env::postgres_url();
     let store = migrated(&url).await;
-    for kind in [RuleKind::Rate, RuleKind::Window, RuleKind::Period] {
+    for kind in [
+        RuleKind::Rate,
+        RuleKind::Window,
+        RuleKind::Period,
+        RuleKind::Concurrency,
+    ] {
         assert!(store.supports(kind), "{kind}");
     }
-    assert!(!store.supports(RuleKind::Concurrency));
+    assert_eq!(store.lease(), Some(Duration::from_secs(30)));
     let slots = name("slots");
     let window = name("window");
     let concurrency = Concurrency::new(3).unwrap();
@@ -1565,13 +2080,23 @@ async fn postgres_supports_rates_windows_and_periods_not_concurrency() {
             1,
         )
         .unwrap(),
-        BucketCheck::of_rule(&slots, "ana", concurrency.into(), 1).unwrap(),
+        BucketCheck::of_rule(&slots, "ana", concurrency.into(), 1)
+            .unwrap()
+            .lease_id(7),
     ];
-    let mut out = [Decision::default(); 2];
-    let error = store.check(&checks, &mut out).await.unwrap_err();
-    assert!(matches!(error, StorageError::Unsupported(_)), "{error}");
-    // Nothing was sent: the window is untouched.
-    assert_eq!(peek(&store, checks[0]).await.remaining, 5);
+    let (allowed, out) = run(&store, &checks).await;
+    assert!(allowed);
+    assert_eq!((out[0].remaining, out[1].remaining), (4, 2));
+    assert_eq!(peek(&store, checks[1]).await.remaining, 2);
+    store.release(&checks[1..]).await.unwrap();
+    assert_eq!(peek(&store, checks[1]).await.remaining, 3);
+    // Only a concurrency limit's slots are released or renewed.
+    for error in [
+        store.release(&checks[..1]).await.unwrap_err(),
+        store.renew(&checks[..1]).await.unwrap_err(),
+    ] {
+        assert!(matches!(error, StorageError::Unsupported(_)), "{error}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1852,7 +2377,8 @@ async fn a_table_of_rates_only_is_migrated_in_place_and_again() {
             "expires_us",
             "log_us",
             "period_start_us",
-            "period_count"
+            "period_count",
+            "slots"
         ]
     );
     let store = instance(&url, &table).await;

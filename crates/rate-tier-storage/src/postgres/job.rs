@@ -8,19 +8,24 @@
 //! caller waits for it within the store's timeout, and when the caller is
 //! gone by the time the answer comes, the task refunds every charge the
 //! decision made, as the Redis store does. A settlement is run to its end
-//! the same way: once sent, it is applied whether or not anyone waits.
+//! the same way: once sent, it is applied whether or not anyone waits, and
+//! so are a release and a renewal of slots.
 //!
 //! The task waits [`LATE_ANSWER`] at most: a database that never answers
 //! leaves a decision unknown (it may have been charged, and nothing can
 //! tell).
 //!
-//! Only rates are refunded (the settle function gives a TAT back). A
+//! Rates are refunded (the settle function gives a TAT back), and the
+//! slots of concurrency limits given back (the release function, by the
+//! id they were taken under: exactly those, never another request's). A
 //! decision with a window or a period that came back late has its rates
-//! refunded as any other, and its windows and periods left charged: a
-//! window's entry or a period's count cannot be taken back without maybe
-//! forgiving a request that another decision was refused for (gcra-core
-//! has no settlement for them), so they over-charge by this request, until
-//! its entry leaves the window or the period ends, and never forgive one.
+//! and slots given back as any other, and its windows and periods left
+//! charged: a window's entry or a period's count cannot be taken back
+//! without maybe forgiving a request that another decision was refused for
+//! (gcra-core has no settlement for them), so they over-charge by this
+//! request, until its entry leaves the window or the period ends, and never
+//! forgive one. A decision that never came back (past [`LATE_ANSWER`]) may
+//! hold slots nobody will release: they are free when their lease ends.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,10 +73,22 @@ pub(super) enum Layout {
     /// Rates alone, for the one-bucket statement or the check function: 5
     /// per bucket (`T`, `tau`, cost, shadow, max debt).
     Rates,
-    /// With a window or a period, for the mixed function: 6 per bucket
-    /// (tag, a, b, c, cost, shadow; a rate's tag is 0 and its a, b, c are
-    /// `T`, `tau` and the max debt).
+    /// With a window, a period or a concurrency limit, for the mixed
+    /// function: 6 per bucket (tag, a, b, c, cost, shadow; a rate's tag is
+    /// 0 and its a, b, c are `T`, `tau` and the max debt; a concurrency
+    /// limit's 3, and its c is the slots' id).
     Mixed,
+}
+
+/// What a passed decision took from one bucket, as far as it can be given
+/// back.
+enum Taken {
+    /// A rate's `T`, `tau` and max debt: its charge is refunded.
+    Rate([i64; 3]),
+    /// Slots of a concurrency limit under this id: they are released.
+    Slots(i64),
+    /// A window or a period: kept (see the module's docs).
+    Kept,
 }
 
 impl Layout {
@@ -83,18 +100,21 @@ impl Layout {
         }
     }
 
-    /// Bucket `i`'s cost and shadow flag, and its `T`, `tau` and max debt
-    /// if it is a rate (`None`: a window or a period).
-    fn bucket(self, args: &[i64], i: usize) -> (i64, i64, Option<[i64; 3]>) {
+    /// Bucket `i`'s cost and shadow flag, and what a pass took from it.
+    fn bucket(self, args: &[i64], i: usize) -> (i64, i64, Taken) {
         match self {
             Layout::Rates => {
                 let a = &args[5 * i..5 * i + 5];
-                (a[2], a[3], Some([a[0], a[1], a[4]]))
+                (a[2], a[3], Taken::Rate([a[0], a[1], a[4]]))
             }
             Layout::Mixed => {
                 let a = &args[6 * i..6 * i + 6];
-                let rate = (a[0] == 0).then_some([a[1], a[2], a[3]]);
-                (a[4], a[5], rate)
+                let taken = match a[0] {
+                    0 => Taken::Rate([a[1], a[2], a[3]]),
+                    3 => Taken::Slots(a[3]),
+                    _ => Taken::Kept,
+                };
+                (a[4], a[5], taken)
             }
         }
     }
@@ -126,14 +146,40 @@ pub(super) async fn settle(
     keys: Vec<String>,
     args: Vec<i64>,
 ) -> Result<(), StorageError> {
+    run(inner, Call::Settle, keys, args).await.map(drop)
+}
+
+/// A call that is applied once sent, whoever waits for it.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Call {
+    /// `<table>_settle`: 4 arguments per key, 2 numbers per key back.
+    Settle,
+    /// `<table>_release`: the id and the units per key, the units given
+    /// back per key.
+    Release,
+    /// `<table>_renew`: the id and the lease per key, the units renewed
+    /// per key.
+    Renew,
+}
+
+/// Runs `call` over `keys` in a task: its reply, or why there is none.
+pub(super) async fn run(
+    inner: &Arc<Inner>,
+    call: Call,
+    keys: Vec<String>,
+    args: Vec<i64>,
+) -> Result<Vec<i64>, StorageError> {
     let (answer, answered) = oneshot::channel();
     let task = Arc::clone(inner);
     tokio::spawn(async move {
-        let expected = keys.len() * 2;
-        let reply =
-            within(task.call(&task.schema.settle, &keys, &args, expected))
-                .await;
-        let _ = answer.send(reply.map(drop));
+        let (statement, per_key) = match call {
+            Call::Settle => (&task.schema.settle, 2),
+            Call::Release => (&task.schema.release, 1),
+            Call::Renew => (&task.schema.renew, 1),
+        };
+        let expected = keys.len() * per_key;
+        let reply = within(task.call(statement, &keys, &args, expected)).await;
+        let _ = answer.send(reply);
     });
     wait(inner.timeout, answered).await
 }
@@ -160,10 +206,10 @@ async fn wait<T>(
     }
 }
 
-/// Refunds the charges of a decision nobody saw: when it passed, each
-/// bucket charged its cost (peeks charge nothing); a refused one charged
-/// nothing. Of the rates only: a window or a period stays charged (see the
-/// module's docs).
+/// Gives back what a decision nobody saw took: when it passed, each bucket
+/// charged its cost (peeks charge nothing); a refused one charged nothing.
+/// Its rates are refunded and its slots released; a window or a period
+/// stays charged (see the module's docs).
 async fn refund(
     inner: &Inner,
     layout: Layout,
@@ -177,27 +223,46 @@ async fn refund(
     if refused {
         return;
     }
-    let mut refund_keys = Vec::new();
-    let mut refund_args = Vec::new();
+    let (mut refund_keys, mut refund_args) = (Vec::new(), Vec::new());
+    let (mut slot_keys, mut slot_args) = (Vec::new(), Vec::new());
     for (i, key) in keys.into_iter().enumerate() {
-        let (cost, _, rate) = layout.bucket(args, i);
-        // A window or a period: over-charged, never forgiven.
-        let Some([t, tau, debt]) = rate else { continue };
-        if cost > 0 && reply[4 * i] == 1 {
-            refund_keys.push(key);
-            refund_args.extend([t, tau, -cost, debt]);
+        let (cost, _, taken) = layout.bucket(args, i);
+        if cost == 0 || reply[4 * i] != 1 {
+            continue;
+        }
+        match taken {
+            Taken::Rate([t, tau, debt]) => {
+                refund_keys.push(key);
+                refund_args.extend([t, tau, -cost, debt]);
+            }
+            Taken::Slots(id) => {
+                slot_keys.push(key);
+                slot_args.extend([id, cost]);
+            }
+            // A window or a period: over-charged, never forgiven.
+            Taken::Kept => {}
         }
     }
-    if refund_keys.is_empty() {
-        return;
+    // Best effort: a refund that fails leaves the charge (as Redis's), a
+    // release that fails leaves the slots until their lease ends.
+    if !refund_keys.is_empty() {
+        let expected = refund_keys.len() * 2;
+        let _ = within(inner.call(
+            &inner.schema.settle,
+            &refund_keys,
+            &refund_args,
+            expected,
+        ))
+        .await;
     }
-    let expected = refund_keys.len() * 2;
-    // Best effort: a refund that fails leaves the charge (as Redis's).
-    let _ = within(inner.call(
-        &inner.schema.settle,
-        &refund_keys,
-        &refund_args,
-        expected,
-    ))
-    .await;
+    if !slot_keys.is_empty() {
+        let expected = slot_keys.len();
+        let _ = within(inner.call(
+            &inner.schema.release,
+            &slot_keys,
+            &slot_args,
+            expected,
+        ))
+        .await;
+    }
 }

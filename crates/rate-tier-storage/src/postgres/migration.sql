@@ -26,8 +26,13 @@ SELECT pg_advisory_xact_lock(__LOCKS__, 0);
 --   period  tat_us = -2, period_start_us the period's first instant (us),
 --           period_count its count; expires_us the next period's start
 --           (rounded up to the millisecond)
+--   slots   tat_us = -3, slots the slots of a concurrency limit held, in
+--           the order they were taken: (id, units, expiry_us) triples,
+--           flattened, one per request (the request's id, its cost, when
+--           its lease ends unless it is renewed); expires_us the latest
+--           expiry: by then every slot is free
 -- A negative TAT is no TAT to a rate (read as absent), and a row reads as
--- a window or a period only with its kind's mark and columns: a row of
+-- a window, a period or slots only with its kind's mark and columns: a row of
 -- another kind than the check's is absent, and the check's write replaces
 -- it (a rate's write by the one-bucket statement or the check function
 -- sets tat_us and leaves the other columns: with a TAT of 0 or more the
@@ -38,7 +43,8 @@ CREATE __UNLOGGED__ TABLE IF NOT EXISTS __TABLE__ (
     expires_us bigint NOT NULL,
     log_us bigint[],
     period_start_us bigint,
-    period_count bigint
+    period_count bigint,
+    slots bigint[]
 ) WITH (fillfactor = 70);
 
 -- A table of an earlier version (rates only) gets the columns of the other
@@ -49,11 +55,12 @@ DO $$
 BEGIN
     IF (SELECT count(*) FROM pg_attribute
         WHERE attrelid = '__TABLE__'::regclass AND NOT attisdropped
-        AND attname IN ('log_us', 'period_start_us', 'period_count')) < 3 THEN
+        AND attname IN ('log_us', 'period_start_us', 'period_count', 'slots')) < 4 THEN
         ALTER TABLE __TABLE__
             ADD COLUMN IF NOT EXISTS log_us bigint[],
             ADD COLUMN IF NOT EXISTS period_start_us bigint,
-            ADD COLUMN IF NOT EXISTS period_count bigint;
+            ADD COLUMN IF NOT EXISTS period_count bigint,
+            ADD COLUMN IF NOT EXISTS slots bigint[];
     END IF;
 END
 $$;
@@ -315,8 +322,9 @@ $$;
 
 -- Limits of several kinds decided as one, all or nothing: the same rules,
 -- to the microsecond, as gcra-core's kinds (Quota::check and Quota::peek,
--- Window::check, Period::check) combined as its crate docs say ("Several
--- kinds in one decision"), and as the Redis script decide_mixed.lua:
+-- Window::check, Period::check, Concurrency::acquire over Lease::live)
+-- combined as its crate docs say ("Several kinds in one decision"), and as
+-- the Redis script decide_mixed.lua (rates, windows and periods):
 --
 --   1. each limit is decided alone;
 --   2. the decision is refused when an enforced limit (not a shadow)
@@ -336,6 +344,11 @@ $$;
 --   tag 2 period  a = limit (1 to 2^32 - 1), b = unit (0 day, 1 ISO week,
 --                 2 month), c = offset of local time from UTC (s, -64800
 --                 to 64800)
+--   tag 3 slots   a = limit (1 to 2^32 - 1), b = lease (us, 1 to 2^50), c =
+--                 the id of the request's slots (any int8: a u64 as its
+--                 bits; 0 for slots without an id): a pass that stands
+--                 takes `cost` units under the id, expiring at now + lease
+--                 (see __TABLE___release and __TABLE___renew)
 -- at_us          the time (us since the epoch); NULL: the database's clock
 --                (clock_timestamp()), read once the keys are locked, so
 --                that the decisions of one key see a clock that never goes
@@ -350,9 +363,12 @@ $$;
 -- the one-bucket statement over the same key wait for each other and never
 -- deadlock. What each kind reads from a row is in the table's comment: a
 -- row of another kind, or state that is no value of the kind (a log with a
--- NULL or a negative entry, a count beyond 2^32 - 1), is absent; a log that
--- is not sorted is corrupt, read as empty and replaced whole (gcra-core's
--- rule), and so are entries beyond 2^53 (dropped by the next write).
+-- NULL or a negative entry, a count beyond 2^32 - 1, slots that are not
+-- triples), is absent; a log that is not sorted is corrupt, read as empty
+-- and replaced whole (gcra-core's rule), and so are entries beyond 2^53
+-- (dropped by the next write). A slot is live while now < expiry <= 2^53
+-- with 1 to 2^32 - 1 units; any other (expired, garbage) is dropped by the
+-- next write of its row.
 CREATE OR REPLACE FUNCTION __TABLE___decide_mixed_at(keys text[], args bigint[], at_us bigint)
 RETURNS bigint[] LANGUAGE plpgsql AS $$
 DECLARE
@@ -362,8 +378,10 @@ DECLARE
     -- Per key, what the decision writes if it stands: w_what 0 nothing,
     -- 1 a TAT (w_a), 2 a log (the entries w_a to w_b of the stored one, then
     -- w_c entries of now), 3 a record (start w_a, count w_b); w_exp its
-    -- expiry. peek: for a limit that passed with a charge, the reset_after
-    -- of its key as it stands (its reply if the decision is refused).
+    -- expiry; 4 slots (the live ones, kept[w_a:w_b], then w_c's expiry
+    -- for the request's). peek: for a limit that passed with a charge, the
+    -- reset_after of its key as it stands (its reply if the decision is
+    -- refused).
     w_what int[];
     w_a bigint[]; w_b bigint[]; w_c bigint[]; w_exp bigint[];
     peek bigint[];
@@ -378,6 +396,9 @@ DECLARE
     local_us bigint; day bigint; first_day bigint; span int;
     era bigint; doe bigint; yoe bigint; doy bigint; mp bigint; yr bigint; mon bigint;
     start_us bigint; next_us bigint; have bigint;
+    -- The live slots of every slots key, one after the other.
+    kept bigint[] := '{}';
+    kept_lo int; held bigint; units bigint; latest bigint;
 BEGIN
     IF n = 0 THEN
         RAISE EXCEPTION 'rate_tier_decide_mixed: at least one key is required';
@@ -413,8 +434,12 @@ BEGIN
             IF a < 1 OR a > 4294967295 OR b NOT IN (0, 1, 2) OR c < -64800 OR c > 64800 THEN
                 RAISE EXCEPTION 'rate_tier_decide_mixed: key %: a period''s limit (1 to 2^32 - 1), unit (0, 1 or 2) or offset (-64800 to 64800 s) out of range', i;
             END IF;
+        ELSIF tag = 3 THEN
+            IF a < 1 OR a > 4294967295 OR b < 1 OR b > 1125899906842624 THEN
+                RAISE EXCEPTION 'rate_tier_decide_mixed: key %: a concurrency limit''s limit (1 to 2^32 - 1) or lease (1 to 2^50 us) out of range', i;
+            END IF;
         ELSE
-            RAISE EXCEPTION 'rate_tier_decide_mixed: key %: the tag must be 0 (rate), 1 (window) or 2 (period)', i;
+            RAISE EXCEPTION 'rate_tier_decide_mixed: key %: the tag must be 0 (rate), 1 (window), 2 (period) or 3 (concurrency)', i;
         END IF;
         IF tag <> 0 AND cost > a THEN
             RAISE EXCEPTION 'rate_tier_decide_mixed: key %: cost exceeds the limit: it can never pass', i;
@@ -442,7 +467,7 @@ BEGIN
     w_a := array_fill(NULL::bigint, ARRAY[n]); w_b := w_a; w_c := w_a; w_exp := w_a; peek := w_a;
     -- Each limit alone, its row read once (by primary key).
     FOR r IN
-        SELECT u.ord::int AS ord, s.tat_us, s.log_us, s.period_start_us, s.period_count
+        SELECT u.ord::int AS ord, s.tat_us, s.log_us, s.period_start_us, s.period_count, s.slots
         FROM unnest(keys) WITH ORDINALITY AS u(k, ord)
         LEFT JOIN __TABLE__ AS s ON s.key = u.k
     LOOP
@@ -577,6 +602,47 @@ BEGIN
                 END IF;
             END IF;
 
+        ELSIF tag = 3 THEN
+            -- Slots: Concurrency::acquire over the units of the live slots
+            -- (Lease::live). a = limit, b = lease, c = the request's id.
+            -- Not triples (another kind's row, a NULL entry, more than one
+            -- dimension, a length not a multiple of 3): absent.
+            held := 0; latest := 0; kept_lo := cardinality(kept) + 1;
+            IF coalesce(r.tat_us = -3, false) AND r.slots IS NOT NULL
+                AND coalesce(array_ndims(r.slots), 1) = 1
+                AND cardinality(r.slots) % 3 = 0
+                AND array_position(r.slots, NULL) IS NULL THEN
+                lo := coalesce(array_lower(r.slots, 1), 1);
+                FOR j IN lo..lo + cardinality(r.slots) - 1 BY 3 LOOP
+                    units := r.slots[j + 1]; e := r.slots[j + 2];
+                    IF units >= 1 AND units <= 4294967295 AND e > now_us AND e <= 9007199254740992 THEN
+                        held := held + units;
+                        latest := greatest(latest, e);
+                        kept := kept || ARRAY[r.slots[j], units, e];
+                    END IF;
+                END LOOP;
+            END IF;
+            held := least(held, 4294967295);
+            IF cost = 0 THEN
+                -- Rule 4: a peek, never a write.
+                reply[4 * i - 3] := 1; reply[4 * i - 2] := greatest(a - held, 0);
+                reply[4 * i - 1] := 0; reply[4 * i] := 0;
+            ELSIF held + cost > a THEN
+                -- Rule 2: RETRY_HINT_US, nothing to write.
+                reply[4 * i - 3] := 0; reply[4 * i - 2] := 0;
+                reply[4 * i - 1] := 1000000; reply[4 * i] := 0;
+            ELSE
+                -- Rule 3: the live slots and the request's (Lease::expiry).
+                IF now_us + b > 9007199254740992 THEN
+                    RAISE EXCEPTION 'rate_tier_decide_mixed: key %: time out of range', i;
+                END IF;
+                reply[4 * i - 3] := 1; reply[4 * i - 2] := a - held - cost;
+                reply[4 * i - 1] := 0; reply[4 * i] := 0;
+                w_what[i] := 4; w_a[i] := kept_lo; w_b[i] := cardinality(kept);
+                w_c[i] := now_us + b; w_exp[i] := greatest(latest, now_us + b);
+                peek[i] := 0;
+            END IF;
+
         ELSE
             -- A period: Period::check. a = limit, b = unit, c = offset (s).
             -- Rule 2, in days from 0000-03-01 (719 468 days before the
@@ -662,24 +728,152 @@ BEGIN
             INSERT INTO __TABLE__ AS s (key, tat_us, expires_us)
             VALUES (keys[i], w_a[i], w_exp[i])
             ON CONFLICT (key) DO UPDATE SET tat_us = excluded.tat_us, expires_us = excluded.expires_us,
-                log_us = NULL, period_start_us = NULL, period_count = NULL;
+                log_us = NULL, period_start_us = NULL, period_count = NULL, slots = NULL;
         ELSIF w_what[i] = 2 THEN
             INSERT INTO __TABLE__ AS s (key, tat_us, expires_us, log_us)
             VALUES (keys[i], -1, w_exp[i], array_fill(now_us, ARRAY[w_c[i]::int]))
             ON CONFLICT (key) DO UPDATE SET tat_us = -1, expires_us = excluded.expires_us,
                 log_us = CASE WHEN w_b[i] >= w_a[i]
                     THEN s.log_us[w_a[i]:w_b[i]] || excluded.log_us ELSE excluded.log_us END,
-                period_start_us = NULL, period_count = NULL;
+                period_start_us = NULL, period_count = NULL, slots = NULL;
         ELSIF w_what[i] = 3 THEN
             INSERT INTO __TABLE__ AS s (key, tat_us, expires_us, period_start_us, period_count)
             VALUES (keys[i], -2, w_exp[i], w_a[i], w_b[i])
             ON CONFLICT (key) DO UPDATE SET tat_us = -2, expires_us = excluded.expires_us,
                 log_us = NULL, period_start_us = excluded.period_start_us,
-                period_count = excluded.period_count;
+                period_count = excluded.period_count, slots = NULL;
+        ELSIF w_what[i] = 4 THEN
+            INSERT INTO __TABLE__ AS s (key, tat_us, expires_us, slots)
+            VALUES (keys[i], -3, w_exp[i], kept[w_a[i]:w_b[i]] || ARRAY[args[6 * i - 2], args[6 * i - 1], w_c[i]])
+            ON CONFLICT (key) DO UPDATE SET tat_us = -3, expires_us = excluded.expires_us,
+                log_us = NULL, period_start_us = NULL, period_count = NULL, slots = excluded.slots;
         END IF;
     END LOOP;
     RETURN reply;
 END
+$$;
+
+-- The slots of concurrency limits given back (__TABLE___release_at) or
+-- kept longer (__TABLE___renew_at), by the id a decision took them under
+-- (tag 3 of __TABLE___decide_mixed_at).
+--
+-- keys           the bucket keys (the same key twice: one after the other)
+-- args[2i-1..2i] for keys[i]: the id, then
+--   release      the units to give back (0 to 2^32 - 1): at most that many
+--                of the id's live slots (all of them for the id of one
+--                request, which took its cost), the earliest taken first
+--   renew        the lease (us, 1 to 2^50): the id's live slots expire at
+--                now + lease; an expired slot is never taken again
+-- at_us          the time (us since the epoch); NULL: the database's clock,
+--                read once the keys are locked
+-- Returns the units given back, or renewed, for each key. Either writes a
+-- row only if it changes it: every slot that is no longer live is dropped
+-- with them (as by a decision's write), the row's expiry is its latest
+-- slot's, and a row left without slots is deleted. A row of another kind
+-- (or slots that are not triples) is left as it is. The keys are locked as
+-- by __TABLE___locked; bad arguments raise, and nothing is written.
+CREATE OR REPLACE FUNCTION __TABLE___slots_at(keys text[], args bigint[], at_us bigint, renewing boolean)
+RETURNS bigint[] LANGUAGE plpgsql AS $$
+DECLARE
+    n int := coalesce(cardinality(keys), 0);
+    now_us bigint := at_us;
+    who text := CASE WHEN renewing THEN 'rate_tier_renew' ELSE 'rate_tier_release' END;
+    reply bigint[];
+    lock_id int;
+    i int; lo int;
+    mark bigint; stored bigint[]; kept bigint[];
+    id bigint; v bigint; units bigint; e bigint; give bigint; latest bigint; changed boolean;
+BEGIN
+    IF n = 0 THEN
+        RAISE EXCEPTION '%: at least one key is required', who;
+    END IF;
+    IF coalesce(cardinality(args), 0) <> 2 * n THEN
+        RAISE EXCEPTION '%: 2 arguments per key are required (id, units or lease)', who;
+    END IF;
+    FOR i IN 1..n LOOP
+        v := args[2 * i];
+        IF keys[i] IS NULL OR args[2 * i - 1] IS NULL OR v IS NULL
+            OR (NOT renewing AND (v < 0 OR v > 4294967295))
+            OR (renewing AND (v < 1 OR v > 1125899906842624)) THEN
+            RAISE EXCEPTION '%: key %: the id, the units (0 to 2^32 - 1) or the lease (1 to 2^50 us) out of range', who, i;
+        END IF;
+    END LOOP;
+
+    -- The locks of __TABLE___locked.
+    IF n = 1 THEN
+        PERFORM pg_advisory_xact_lock(__LOCKS__, hashtext(keys[1]));
+    ELSE
+        FOR lock_id IN SELECT DISTINCT hashtext(k) FROM unnest(keys) AS k ORDER BY 1 LOOP
+            PERFORM pg_advisory_xact_lock(__LOCKS__, lock_id);
+        END LOOP;
+    END IF;
+    IF now_us IS NULL THEN
+        now_us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+    END IF;
+    IF now_us < 0 OR now_us > 9007199254740992 THEN
+        RAISE EXCEPTION '%: time out of range', who;
+    END IF;
+    IF renewing THEN
+        FOR i IN 1..n LOOP
+            IF now_us + args[2 * i] > 9007199254740992 THEN
+                RAISE EXCEPTION '%: key %: time out of range', who, i;
+            END IF;
+        END LOOP;
+    END IF;
+
+    reply := array_fill(0::bigint, ARRAY[n]);
+    FOR i IN 1..n LOOP
+        SELECT s.tat_us, s.slots INTO mark, stored FROM __TABLE__ AS s WHERE s.key = keys[i];
+        CONTINUE WHEN NOT coalesce(mark = -3, false) OR stored IS NULL
+            OR coalesce(array_ndims(stored), 1) <> 1
+            OR cardinality(stored) % 3 <> 0
+            OR array_position(stored, NULL) IS NOT NULL;
+        id := args[2 * i - 1]; v := args[2 * i];
+        kept := '{}'; latest := 0; changed := false;
+        lo := coalesce(array_lower(stored, 1), 1);
+        FOR j IN lo..lo + cardinality(stored) - 1 BY 3 LOOP
+            units := stored[j + 1]; e := stored[j + 2];
+            IF NOT (units >= 1 AND units <= 4294967295 AND e > now_us AND e <= 9007199254740992) THEN
+                changed := true;
+                CONTINUE;
+            END IF;
+            IF stored[j] = id THEN
+                IF renewing THEN
+                    reply[i] := reply[i] + units;
+                    IF e <> now_us + v THEN
+                        e := now_us + v; changed := true;
+                    END IF;
+                ELSIF v > 0 THEN
+                    give := least(units, v);
+                    v := v - give; units := units - give;
+                    reply[i] := reply[i] + give; changed := true;
+                END IF;
+            END IF;
+            IF units > 0 THEN
+                kept := kept || ARRAY[stored[j], units, e];
+                latest := greatest(latest, e);
+            END IF;
+        END LOOP;
+        IF NOT changed THEN
+            CONTINUE;
+        ELSIF cardinality(kept) = 0 THEN
+            DELETE FROM __TABLE__ WHERE key = keys[i];
+        ELSE
+            UPDATE __TABLE__ SET slots = kept, expires_us = latest WHERE key = keys[i];
+        END IF;
+    END LOOP;
+    RETURN reply;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION __TABLE___release_at(keys text[], args bigint[], at_us bigint)
+RETURNS bigint[] LANGUAGE sql AS $$
+    SELECT __TABLE___slots_at(keys, args, at_us, false)
+$$;
+
+CREATE OR REPLACE FUNCTION __TABLE___renew_at(keys text[], args bigint[], at_us bigint)
+RETURNS bigint[] LANGUAGE sql AS $$
+    SELECT __TABLE___slots_at(keys, args, at_us, true)
 $$;
 
 -- The entry points: the same functions at the database's clock
@@ -700,6 +894,16 @@ $$;
 CREATE OR REPLACE FUNCTION __TABLE___decide_mixed(keys text[], args bigint[])
 RETURNS bigint[] LANGUAGE sql AS $$
     SELECT __TABLE___decide_mixed_at(keys, args, NULL)
+$$;
+
+CREATE OR REPLACE FUNCTION __TABLE___release(keys text[], args bigint[])
+RETURNS bigint[] LANGUAGE sql AS $$
+    SELECT __TABLE___slots_at(keys, args, NULL, false)
+$$;
+
+CREATE OR REPLACE FUNCTION __TABLE___renew(keys text[], args bigint[])
+RETURNS bigint[] LANGUAGE sql AS $$
+    SELECT __TABLE___slots_at(keys, args, NULL, true)
 $$;
 
 COMMIT;

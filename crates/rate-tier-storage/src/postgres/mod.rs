@@ -7,12 +7,12 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use gcra_core::{Decision, Verdict};
+use gcra_core::{ConcurrencyError, Decision, Lease, Verdict};
 use smallvec::SmallVec;
 use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
 
-use self::job::Layout;
+use self::job::{Call, Layout};
 pub use self::schema::InvalidTable;
 use self::schema::{DEFAULT_TABLE, MissingSchema, Schema};
 use crate::bucket::{BucketCheck, BucketSettle};
@@ -27,6 +27,10 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
 /// How often expired rows are removed, and how many at most per statement.
 const DEFAULT_CLEANUP_EVERY: Duration = Duration::from_secs(60);
 const DEFAULT_CLEANUP_BATCH: u32 = 1_000;
+
+/// How long a slot of a concurrency limit is held without a renewal,
+/// unless the builder says otherwise.
+const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
 /// GCRA buckets in PostgreSQL, shared by every instance that uses the same
 /// database: for the services that run PostgreSQL and no Redis.
@@ -53,8 +57,21 @@ const DEFAULT_CLEANUP_BATCH: u32 = 1_000;
 ///   its log (an `int8[]`, at most its limit of timestamps), a period's its
 ///   start and count; a row of another kind than the check's is read as
 ///   absent (a limit whose kind changed starts fresh). The rates'
-///   statements are the same as without them. Concurrency limits are not
-///   decided here ([`StorageError::Unsupported`]).
+///   statements are the same as without them.
+/// - **Concurrency limits** ([`Rule::Concurrency`]) with leases, in the
+///   same decisions: a row keeps one slot per request that holds one (the
+///   request's id, [`BucketCheck::lease_id`], its cost, and when its lease
+///   ends), and a decision counts the units of the slots still live, by
+///   [`Concurrency::acquire`](gcra_core::Concurrency::acquire)'s rules. A
+///   pass that stands takes its cost under the request's id, for the
+///   store's [`lease`](PostgresStorageBuilder::lease) (30 s by default);
+///   [`release`](Storage::release) gives back that id's slots and
+///   [`renew`](Storage::renew) sets their expiry to now + the lease (the
+///   limiter renews them every third of it while the request runs), both
+///   under the same locks. Slots an instance never releases nor renews (it
+///   died) are free once their lease ends, and their row goes by the
+///   cleanup. A check without an id (0) takes anonymous slots: a release
+///   gives back its cost of them, a renewal renews them all.
 /// - **The database's clock** (`clock_timestamp()`), as Redis's `TIME`:
 ///   every instance measures against one clock.
 /// - **One row per bucket**: the same hashed key as Redis (never a user id
@@ -69,10 +86,10 @@ const DEFAULT_CLEANUP_BATCH: u32 = 1_000;
 ///   behind a [`FallbackStorage`](crate::FallbackStorage), a stopped or
 ///   hung PostgreSQL is decided locally. A decision whose caller stopped
 ///   waiting is run to its end and its charges refunded, so that no
-///   request is charged twice: its rates, that is; a window's entry or a
-///   period's count stays charged (an over-charge, never a request
-///   forgiven; see `job.rs`). Connections come from a pool
-///   (deadpool-postgres); a lost one is replaced.
+///   request is charged twice: its rates are refunded and its slots
+///   released; a window's entry or a period's count stays charged (an
+///   over-charge, never a request forgiven; see `job.rs`). Connections
+///   come from a pool (deadpool-postgres); a lost one is replaced.
 /// - **Never silently at start**: the table and its functions are created
 ///   by [`migrate`](Self::migrate) (or the SQL of
 ///   [`migration_sql`](Self::migration_sql), run by hand);
@@ -106,6 +123,7 @@ pub(super) struct Inner {
     schema: Schema,
     timeout: Duration,
     unlogged: bool,
+    lease: Lease,
 }
 
 /// Builds a [`PostgresStorage`]: see [`PostgresStorage::builder`].
@@ -114,6 +132,7 @@ pub struct PostgresStorageBuilder {
     config: tokio_postgres::Config,
     schema: Schema,
     timeout: Duration,
+    lease: Lease,
     pool_size: usize,
     unlogged: bool,
     cleanup_every: Option<Duration>,
@@ -133,6 +152,10 @@ pub enum PostgresConfigError {
     /// The pool could not be built.
     #[error("cannot build the connection pool: {0}")]
     Pool(String),
+    /// The lease of concurrency slots is shorter than 1 µs or longer than
+    /// [`gcra_core::MAX_WINDOW_US`].
+    #[error("invalid lease of concurrency slots: {0}")]
+    Lease(#[from] ConcurrencyError),
 }
 
 impl PostgresStorage {
@@ -158,6 +181,7 @@ impl PostgresStorage {
             config,
             schema: Schema::new(DEFAULT_TABLE)?,
             timeout: DEFAULT_TIMEOUT,
+            lease: Lease::new(DEFAULT_LEASE)?,
             pool_size: 16,
             unlogged: false,
             cleanup_every: Some(DEFAULT_CLEANUP_EVERY),
@@ -183,8 +207,9 @@ impl PostgresStorage {
         })
     }
 
-    /// The statement of a decision with a window or a period (see
-    /// [`PostgresStorage::mixed_args`]): `$1` the keys, `$2` the arguments,
+    /// The statement of a decision with a window, a period or a
+    /// concurrency limit (see [`PostgresStorage::mixed_args`]): `$1` the
+    /// keys, `$2` the arguments,
     /// at the database's clock as the store sends it, or with the time as
     /// its parameter `$3` (µs since the epoch) for the tests that drive
     /// time. For tests and benchmarks.
@@ -201,6 +226,35 @@ impl PostgresStorage {
         } else {
             schema.decide_mixed
         })
+    }
+
+    /// The statement that releases slots (`renew` false: 2 arguments per
+    /// key in `$2`, the id and the units) or renews them (`renew` true: the
+    /// id and the lease in µs), `$1` the keys, at the database's clock as
+    /// the store sends it, or with the time as its parameter `$3` (µs
+    /// since the epoch). For tests.
+    #[doc(hidden)]
+    pub fn slots_sql(
+        table: &str,
+        renew: bool,
+        time_as_parameter: bool,
+    ) -> Result<String, InvalidTable> {
+        let schema = Schema::new(table)?;
+        let function = if renew { "renew" } else { "release" };
+        Ok(match (time_as_parameter, renew) {
+            (true, _) => format!(
+                "SELECT {table}_{function}_at($1::text[], $2::int8[], $3::int8)"
+            ),
+            (false, true) => schema.renew,
+            (false, false) => schema.release,
+        })
+    }
+
+    /// The id of slots as the functions take it: the 64 bits of
+    /// [`BucketCheck::lease`] as an `int8`. For tests.
+    #[doc(hidden)]
+    pub fn slot_id(id: u64) -> i64 {
+        slot_id(id)
     }
 
     /// The cleanup statement (`$1` the most rows it removes) at the
@@ -220,20 +274,26 @@ impl PostgresStorage {
     }
 
     /// The 6 arguments of `check` in a decision of
-    /// [`mixed_sql`](Self::mixed_sql), as the store sends them: a tag (0 a
-    /// rate, 1 a window, 2 a period), three numbers of the rule (a rate's
-    /// `T`, `tau` and max debt; a window's limit, length in µs and 0; a
-    /// period's limit, unit (0 day, 1 ISO week, 2 month) and offset from
-    /// UTC in s), the cost and the shadow flag. For tests.
+    /// [`mixed_sql`](Self::mixed_sql), as a store whose lease is
+    /// `lease_us` sends them: a tag (0 a rate, 1 a window, 2 a period, 3 a
+    /// concurrency limit), three numbers of the rule (a rate's `T`, `tau`
+    /// and max debt; a window's limit, length in µs and 0; a period's
+    /// limit, unit (0 day, 1 ISO week, 2 month) and offset from UTC in s;
+    /// a concurrency limit's limit, the lease in µs and the slots' id, see
+    /// [`slot_id`](Self::slot_id)), the cost and the shadow flag. For
+    /// tests.
     ///
     /// # Errors
     ///
-    /// [`StorageError::Unsupported`] for a concurrency limit.
+    /// A lease out of range ([`StorageError::Protocol`]).
     #[doc(hidden)]
     pub fn mixed_args(
         check: &BucketCheck<'_>,
+        lease_us: u64,
     ) -> Result<[i64; 6], StorageError> {
-        mixed_args(check)
+        let lease = Lease::new(Duration::from_micros(lease_us))
+            .map_err(|e| StorageError::Protocol(e.to_string()))?;
+        mixed_args(check, lease)
     }
 
     /// The SQL that [`migrate`](Self::migrate) runs, for a table named
@@ -259,8 +319,9 @@ impl PostgresStorage {
     }
 
     /// Creates the table (if it is not there; a table of an earlier
-    /// version gets the columns of windows and periods) and (re)creates its
-    /// functions. Safe to run again; never run by the store by itself.
+    /// version gets the columns of windows, periods and concurrency slots)
+    /// and (re)creates its functions. Safe to run again; never run by the
+    /// store by itself.
     ///
     /// # Errors
     ///
@@ -339,6 +400,37 @@ impl PostgresStorageBuilder {
         self
     }
 
+    /// How long a slot of a concurrency limit is held unless it is renewed
+    /// (30 s by default): what [`Storage::lease`] answers. A request holds
+    /// its slots for as long as it runs, as the limiter renews them every
+    /// third of the lease; the slots of an instance that died (never
+    /// released nor renewed) are free once it ends. A shorter lease frees
+    /// them sooner, at the cost of more renewals (one statement per
+    /// request in flight every third of it). Instances that share a table
+    /// should use the same lease.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rate_tier_storage::PostgresStorage;
+    /// let builder = PostgresStorage::builder("postgres://app@db.internal/app")?;
+    /// assert!(builder.lease(Duration::from_secs(10)).is_ok());
+    /// let builder = PostgresStorage::builder("postgres://app@db.internal/app")?;
+    /// assert!(builder.lease(Duration::ZERO).is_err());
+    /// # Ok::<(), rate_tier_storage::PostgresConfigError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// A lease shorter than 1 µs or longer than [`gcra_core::MAX_WINDOW_US`]
+    /// ([`PostgresConfigError::Lease`]).
+    pub fn lease(
+        mut self,
+        lease: Duration,
+    ) -> Result<Self, PostgresConfigError> {
+        self.lease = Lease::new(lease)?;
+        Ok(self)
+    }
+
     /// At most this many connections (16 by default).
     #[must_use]
     pub fn pool_size(mut self, size: usize) -> Self {
@@ -396,6 +488,7 @@ impl PostgresStorageBuilder {
                 schema: self.schema,
                 timeout: self.timeout,
                 unlogged: self.unlogged,
+                lease: self.lease,
             }),
         };
         if let (Some(every), Ok(runtime)) =
@@ -472,8 +565,8 @@ impl Inner {
     /// A decision. Of rates: one enforced bucket that passes by the
     /// one-bucket statement ([`schema::one_bucket`]), anything else
     /// (several buckets, a peek, a shadow, a refusal) by the check
-    /// function, whose reply it is either way. With a window or a period:
-    /// the mixed function, one call.
+    /// function, whose reply it is either way. With a window, a period or
+    /// a concurrency limit: the mixed function, one call.
     async fn check(
         &self,
         layout: Layout,
@@ -566,7 +659,10 @@ fn backend(error: tokio_postgres::Error) -> StorageError {
 
 /// The mixed function's 6 arguments of a bucket: see
 /// [`PostgresStorage::mixed_args`].
-fn mixed_args(check: &BucketCheck<'_>) -> Result<[i64; 6], StorageError> {
+fn mixed_args(
+    check: &BucketCheck<'_>,
+    lease: Lease,
+) -> Result<[i64; 6], StorageError> {
     let exact = |v: u64| {
         i64::try_from(v).map_err(|_| {
             StorageError::Protocol(format!(
@@ -594,7 +690,12 @@ fn mixed_args(check: &BucketCheck<'_>) -> Result<[i64; 6], StorageError> {
             },
             i64::from(period.offset_s()),
         ],
-        Rule::Concurrency(_) => return Err(UNSUPPORTED),
+        Rule::Concurrency(concurrency) => [
+            3,
+            i64::from(concurrency.limit()),
+            exact(lease.lease_us())?,
+            slot_id(check.lease()),
+        ],
     };
     Ok([
         tag,
@@ -606,9 +707,31 @@ fn mixed_args(check: &BucketCheck<'_>) -> Result<[i64; 6], StorageError> {
     ])
 }
 
-/// What this store does not decide.
-const UNSUPPORTED: StorageError =
-    StorageError::Unsupported("concurrency limits on PostgreSQL");
+/// The id of a request's slots as an `int8`: its 64 bits.
+fn slot_id(id: u64) -> i64 {
+    i64::from_ne_bytes(id.to_ne_bytes())
+}
+
+/// The keys of `slots` and 2 arguments each, the id and `second(check)`
+/// (the units or the lease): the release and renew functions' arguments.
+/// Every check must be a concurrency limit's.
+fn slots_args(
+    slots: &[BucketCheck<'_>],
+    second: impl Fn(&BucketCheck<'_>) -> i64,
+) -> Result<(Vec<String>, Vec<i64>), StorageError> {
+    let mut keys = Vec::with_capacity(slots.len());
+    let mut args = Vec::with_capacity(slots.len() * 2);
+    for check in slots {
+        if !matches!(check.rule(), Rule::Concurrency(_)) {
+            return Err(StorageError::Unsupported(
+                "releasing or renewing a bucket that is not a concurrency limit",
+            ));
+        }
+        keys.push(check.key(KeyLayout::Single));
+        args.extend([slot_id(check.lease()), second(check)]);
+    }
+    Ok((keys, args))
+}
 
 /// The functions' arguments of `checks`: 5 per bucket (see
 /// [`BucketCheck::script_args`]).
@@ -640,7 +763,7 @@ impl Storage for PostgresStorage {
         } else {
             let mut args = Vec::with_capacity(checks.len() * 6);
             for check in checks {
-                args.extend(mixed_args(check)?);
+                args.extend(mixed_args(check, self.inner.lease)?);
             }
             (Layout::Mixed, args)
         };
@@ -698,8 +821,57 @@ impl Storage for PostgresStorage {
         "postgres"
     }
 
-    /// Rates, windows and periods; not concurrency limits.
+    /// Gives back each check's slots: at most its cost of the slots its id
+    /// ([`BucketCheck::lease`]) holds on its bucket, in one statement under
+    /// the buckets' locks; run to its end once sent, whether or not the
+    /// caller waits. Slots already expired are dropped with them. A check
+    /// that is not a concurrency limit's is [`StorageError::Unsupported`].
+    async fn release(
+        &self,
+        slots: &[BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        if slots.is_empty() {
+            return Ok(());
+        }
+        let (keys, args) = slots_args(slots, |c| i64::from(c.cost()))?;
+        job::run(&self.inner, Call::Release, keys, args)
+            .await
+            .map(drop)
+    }
+
+    /// The builder's [`lease`](PostgresStorageBuilder::lease): 30 s by
+    /// default.
+    fn lease(&self) -> Option<Duration> {
+        Some(Duration::from_micros(self.inner.lease.lease_us()))
+    }
+
+    /// Sets the expiry of each check's live slots (those of its id) to the
+    /// lease from now, at the database's clock, in one statement under the
+    /// buckets' locks. An expired slot is not taken again: its request
+    /// lost it (a limit that another request may now hold).
+    async fn renew(
+        &self,
+        slots: &[BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        if slots.is_empty() {
+            return Ok(());
+        }
+        let lease = i64::try_from(self.inner.lease.lease_us())
+            .map_err(|_| StorageError::Protocol("lease beyond int8".into()))?;
+        let (keys, args) = slots_args(slots, |_| lease)?;
+        job::run(&self.inner, Call::Renew, keys, args)
+            .await
+            .map(drop)
+    }
+
+    /// Every kind: rates, windows, periods and concurrency limits.
     fn supports(&self, kind: RuleKind) -> bool {
-        matches!(kind, RuleKind::Rate | RuleKind::Window | RuleKind::Period)
+        matches!(
+            kind,
+            RuleKind::Rate
+                | RuleKind::Window
+                | RuleKind::Period
+                | RuleKind::Concurrency
+        )
     }
 }

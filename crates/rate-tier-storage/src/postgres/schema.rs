@@ -32,8 +32,13 @@ pub(super) struct Schema {
     pub(super) check: String,
     /// One enforced bucket, at the database's clock: see [`one_bucket`].
     pub(super) check_one: String,
-    /// A decision with a window or a period: `<table>_decide_mixed`.
+    /// A decision with a window, a period or a concurrency limit:
+    /// `<table>_decide_mixed`.
     pub(super) decide_mixed: String,
+    /// Slots given back: `<table>_release`.
+    pub(super) release: String,
+    /// Slots kept longer: `<table>_renew`.
+    pub(super) renew: String,
     pub(super) settle: String,
     pub(super) cleanup: String,
     pub(super) exists: String,
@@ -63,15 +68,20 @@ impl Schema {
             decide_mixed: format!(
                 "SELECT {table}_decide_mixed($1::text[], $2::int8[])"
             ),
+            release: format!("SELECT {table}_release($1::text[], $2::int8[])"),
+            renew: format!("SELECT {table}_renew($1::text[], $2::int8[])"),
             settle: format!("SELECT {table}_settle($1::text[], $2::int8[])"),
             cleanup: cleanup(table, NOW),
-            // The function of the other kinds too: a table migrated by an
-            // earlier version (rates only) is migrated again first.
+            // The functions of the other kinds too: a table migrated by an
+            // earlier version (rates only, or without concurrency limits)
+            // is migrated again first.
             exists: format!(
                 "SELECT to_regclass('{table}') IS NOT NULL \
                  AND to_regprocedure('{table}_check(text[], int8[])') IS NOT NULL \
                  AND to_regprocedure('{table}_settle(text[], int8[])') IS NOT NULL \
-                 AND to_regprocedure('{table}_decide_mixed(text[], int8[])') IS NOT NULL"
+                 AND to_regprocedure('{table}_decide_mixed(text[], int8[])') IS NOT NULL \
+                 AND to_regprocedure('{table}_release(text[], int8[])') IS NOT NULL \
+                 AND to_regprocedure('{table}_renew(text[], int8[])') IS NOT NULL"
             ),
         })
     }
@@ -93,7 +103,9 @@ const NOW: &str = "(extract(epoch FROM clock_timestamp()) * 1000000)::int8";
 /// expiry is not indexed (see migration.sql), so each batch scans until it
 /// has found its rows. Every kind's rows: a rate's expires when its bucket
 /// is full, a window's when its newest entry left the window, a period's
-/// when the next period starts.
+/// when the next period starts, a concurrency limit's when its latest
+/// slot's lease ends (its slots never renewed nor released: an instance
+/// that died holding them).
 pub(super) fn cleanup(table: &str, now: &str) -> String {
     format!(
         "DELETE FROM {table} WHERE key IN (SELECT key FROM {table} \
@@ -170,8 +182,8 @@ impl fmt::Display for MissingSchema {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "the table `{table}` or its functions `{table}_check`, `{table}_settle` and \
-             `{table}_decide_mixed` are missing: \
+            "the table `{table}` or its functions `{table}_check`, `{table}_settle`, \
+             `{table}_decide_mixed`, `{table}_release` and `{table}_renew` are missing: \
              run PostgresStorage::migrate() once (or the SQL of PostgresStorage::migration_sql())",
             table = self.table
         )
@@ -195,6 +207,8 @@ mod tests {
         );
         assert!(sql.contains("FUNCTION limits.buckets_check("));
         assert!(sql.contains("FUNCTION limits.buckets_decide_mixed("));
+        assert!(sql.contains("FUNCTION limits.buckets_release("));
+        assert!(sql.contains("FUNCTION limits.buckets_renew("));
         assert!(sql.contains("ALTER TABLE limits.buckets"));
         assert!(!sql.contains("__"));
         for bad in ["", "Buckets", "a-b", "a.b.c", "1a", "x;y", &"a".repeat(49)]
