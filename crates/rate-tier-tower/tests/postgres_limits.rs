@@ -102,3 +102,42 @@ async fn a_settled_debt_is_waited_for_whole() {
         next.retry_after_secs()
     );
 }
+
+/// Real time, as PostgreSQL's clock runs: a 400 ms lease, held for 1.2 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_held_past_its_lease_is_renewed_and_given_back_when_dropped() {
+    let lease = std::time::Duration::from_millis(400);
+    let store = PostgresStorage::builder(&env::postgres_url())
+        .unwrap()
+        .timeout(TEST_TIMEOUT)
+        .lease(lease)
+        .unwrap()
+        .build()
+        .unwrap();
+    store.migrate().await.unwrap();
+    let tier = unique("free");
+    let limiter = RateTier::builder()
+        .tier(&tier, Quota::per_minute(100))
+        .storage(Arc::new(store))
+        .build();
+    let uploads = Limit::new(
+        unique("uploads"),
+        tower_rate_tier::Concurrency::new(1).unwrap(),
+    );
+    let request = LimitRequest::new("ana", &tier, 1).limit(&uploads, 1);
+    let held = limiter.decide(&request).await.unwrap().unwrap();
+    // Three leases later, still held: the limiter renewed it.
+    tokio::time::sleep(3 * lease).await;
+    assert!(limiter.decide(&request).await.unwrap().is_err());
+    // Dropped: given back (by a task of its own), long before a lease.
+    drop(held);
+    let deadline = tokio::time::Instant::now() + lease / 2;
+    loop {
+        if let Ok(info) = limiter.decide(&request).await.unwrap() {
+            drop(info);
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not given back");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
