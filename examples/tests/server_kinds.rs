@@ -3,7 +3,8 @@
 //! calendar month UTC on free, 100 on pro) and `/upload` (2 in flight per
 //! user on free), in memory, on two servers sharing Redis (windows and
 //! periods) and on PostgreSQL; where the store does not decide one
-//! (concurrency on Redis and PostgreSQL), a 503 that says why, never a pass.
+//! (concurrency behind the fallback the example puts in front of Redis and
+//! PostgreSQL), a 503 that says why, never a pass.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -235,7 +236,8 @@ fn two_servers_on_one_redis_share_the_window_and_the_period_exactly() {
             .contains(r#"{"name":"exports","limit":100,"remaining":10,"#),
         "{r:?}"
     );
-    // Uploads are a concurrency limit, which Redis does not decide yet.
+    // Uploads are a concurrency limit: Redis decides them, but the
+    // fallback in front of it does not take slots yet.
     let r = b.get("/upload", Some("key_bea"));
     assert_eq!(r.status, 503, "{r:?}");
     assert!(r.body.contains("does not decide"), "{r:?}");

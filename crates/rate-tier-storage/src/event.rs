@@ -73,7 +73,9 @@ pub enum StorageEvent {
     /// `units` too many until it refills; nothing else is wrong. A window's
     /// or a period's charge is never refunded (only rates can be): of a
     /// late answer, each is reported so, and counts until its entries leave
-    /// the window or the period ends.
+    /// the window or the period ends. Slots of a concurrency limit that a
+    /// late answer took and that could not be released are reported so
+    /// too: they are free when their lease ends.
     Unrefunded {
         /// The limit (tier) of the bucket.
         limit: String,

@@ -1,27 +1,33 @@
 //! `src/redis/decide_mixed.lua` in an embedded Lua 5.1 (`lua_support`),
-//! against gcra-core's kinds of limit (`Quota`, `Window`, `Period`) decided
-//! as one the way its crate docs say ("Several kinds in one decision").
+//! against gcra-core's kinds of limit (`Quota`, `Window`, `Period`,
+//! `Concurrency` with a `Lease`) decided as one the way its crate docs say
+//! ("Several kinds in one decision").
 //!
 //! The property test runs random sequences of decisions over 1 to 4 keys
 //! of random kinds (cluster keys of one user, as `RedisStorage` names
 //! them), with clock steps that land on an entry's expiry, a period's
-//! start or a bucket's next pass (and 1 µs either side), corrupt values and
-//! shadow flags, through the script and through gcra-core, and requires
-//! the same reply field by field and exactly the state gcra-core asks for
-//! in every key (TAT, list, record, and their expiry), nothing else.
+//! start, a slot's expiry or a bucket's next pass (and 1 µs either side),
+//! corrupt values and shadow flags, through the script and through
+//! gcra-core, and requires the same reply field by field and exactly the
+//! state gcra-core asks for in every key (TAT, list, record, sorted set of
+//! slots, and their expiry), nothing else. A concurrency limit's model is
+//! gcra-core's: the list of the slots' expiries, of which
+//! `Lease::live` counts the live ones, `Concurrency::acquire` decides, and a
+//! pass that stands keeps the live ones and adds its cost's, expiring at
+//! `Lease::expiry`.
 #![allow(clippy::unwrap_used)]
 
 mod cases;
 mod lua_support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use cases::{decisions, key, names, subset};
 use gcra_core::{
-    Charge, CheckError, Decision, LogWrite, MAX_OFFSET_S, MAX_TIME_US,
-    MAX_WINDOW_LIMIT, MAX_WINDOW_US, Period, PeriodUnit, PeriodWrite, Quota,
-    StoreTat, Verdict, Window, check_all,
+    Charge, CheckError, Concurrency, Decision, Lease, LogWrite, MAX_OFFSET_S,
+    MAX_TIME_US, MAX_WINDOW_LIMIT, MAX_WINDOW_US, Period, PeriodUnit,
+    PeriodWrite, Quota, RETRY_HINT_US, StoreTat, Verdict, Window, check_all,
 };
 use lua_support::{
     Corrupt, DECIDE_MIXED, GARBAGE, Harness, START_US, ScriptError, Stored,
@@ -43,11 +49,14 @@ enum Limit {
     Rate(Quota),
     Window(Window),
     Period(Period),
+    /// A concurrency limit, and the lease of the store that decides it.
+    Concurrency(Concurrency, Lease),
 }
 
 impl Limit {
-    /// The script's 6 arguments for this limit: tag, a, b, c, cost, shadow.
-    fn args(&self, cost: u32, shadow: bool) -> [String; 6] {
+    /// The script's 6 arguments for this limit: tag, a, b, c, cost, shadow;
+    /// `id` is a concurrency limit's slot id.
+    fn args(&self, cost: u32, shadow: bool, id: u64) -> [String; 6] {
         let (tag, a, b, c) = match self {
             Limit::Rate(q) => (
                 0,
@@ -65,6 +74,9 @@ impl Limit {
                     PeriodUnit::Month => 2,
                 };
                 (2, u64::from(p.limit()), unit, p.offset_s().to_string())
+            }
+            Limit::Concurrency(c, lease) => {
+                (3, u64::from(c.limit()), lease.lease_us(), id.to_string())
             }
         };
         [
@@ -84,6 +96,25 @@ enum Handed {
     Tat(Option<u64>),
     Log(Vec<u64>),
     Record(Option<(u64, u32)>),
+    /// A concurrency limit's slots: member to expiry (a sorted set's
+    /// score).
+    Slots(BTreeMap<String, f64>),
+}
+
+/// A slot's expiry as gcra-core reads it: the score rounded up (Redis
+/// compares the double with integer bounds: `score > now` is `ceil(score) >
+/// now`), an infinite one beyond every time.
+fn expiry_of(score: f64) -> u64 {
+    if score.is_nan() {
+        0
+    } else {
+        score.ceil() as u64
+    }
+}
+
+/// Whether a slot scored `score` is live at `now`: `Lease::live`'s rule.
+fn is_live(score: f64, now: u64) -> bool {
+    Lease::live(&[expiry_of(score)], now) == 1
 }
 
 fn is_canonical(s: &str) -> bool {
@@ -95,7 +126,8 @@ fn is_canonical(s: &str) -> bool {
 /// The store's reading rules (the script's header): a rate's TAT is a
 /// canonical integer string; a window's log a list of canonical integers
 /// up to 2^53, else none; a period's record `start:count`, a u64 and a
-/// u32. Anything else, and a key of another type, is absent.
+/// u32; a concurrency limit's slots a sorted set. Anything else, and a key
+/// of another type, is absent.
 fn handed(limit: &Limit, stored: Option<&Stored>) -> Handed {
     match limit {
         Limit::Rate(_) => Handed::Tat(match stored {
@@ -125,23 +157,34 @@ fn handed(limit: &Limit, stored: Option<&Stored>) -> Handed {
             }),
             _ => None,
         }),
+        Limit::Concurrency(..) => Handed::Slots(match stored {
+            Some(Stored::ZSet(set)) => set.clone(),
+            _ => BTreeMap::new(),
+        }),
     }
 }
 
 /// The write gcra-core asks of the store for one limit.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 enum Change {
     Tat(StoreTat),
     Log(LogWrite),
     Record(PeriodWrite),
+    /// Slots taken: these members, expiring at `expiry`.
+    Slots {
+        expiry: u64,
+        members: Vec<String>,
+    },
 }
 
-/// One limit decided alone (a cost of 0 is a peek, for every kind).
+/// One limit decided alone (a cost of 0 is a peek, for every kind); `id`
+/// is a concurrency limit's slot id.
 fn decide(
     limit: &Limit,
     handed: &Handed,
     now: u64,
     cost: u32,
+    id: u64,
 ) -> Result<(Decision, Option<Change>), CheckError> {
     Ok(match (limit, handed) {
         (Limit::Rate(q), Handed::Tat(tat)) => {
@@ -159,6 +202,24 @@ fn decide(
         (Limit::Period(p), Handed::Record(record)) => {
             let d = p.check(*record, now, cost)?;
             (d.as_decision(), d.write.map(Change::Record))
+        }
+        (Limit::Concurrency(c, lease), Handed::Slots(slots)) => {
+            // Past 2^53 the store decides nothing, as for every kind (and
+            // as Lease::expiry says of a pass), even a peek.
+            if now > MAX_TIME_US {
+                return Err(CheckError::TimeOutOfRange);
+            }
+            let expiries: Vec<u64> =
+                slots.values().map(|&s| expiry_of(s)).collect();
+            let d = c.acquire(Lease::live(&expiries, now), cost)?;
+            let change = match d.write {
+                Some(_) => Some(Change::Slots {
+                    expiry: lease.expiry(now)?,
+                    members: (1..=cost).map(|k| format!("{id}:{k}")).collect(),
+                }),
+                None => None,
+            };
+            (d.as_decision(), change)
         }
         _ => unreachable!("a key read for another kind"),
     })
@@ -180,12 +241,13 @@ struct Expected {
 fn combine(
     limits: &[Limit],
     handed: &[Handed],
+    ids: &[u64],
     now: u64,
     chosen: &[(usize, u32, bool)],
 ) -> Result<Expected, CheckError> {
     let parts = chosen
         .iter()
-        .map(|&(i, cost, _)| decide(&limits[i], &handed[i], now, cost))
+        .map(|&(i, cost, _)| decide(&limits[i], &handed[i], now, cost, ids[i]))
         .collect::<Result<Vec<_>, _>>()?;
     let answers: Vec<Decision> = parts.iter().map(|p| p.0).collect();
     let verdict = Verdict::of(chosen.iter().map(|c| c.2), &answers);
@@ -193,7 +255,7 @@ fn combine(
     let mut writes = Vec::new();
     for (&(i, cost, _), (decision, change)) in chosen.iter().zip(parts) {
         if !verdict.allowed && decision.allowed && cost > 0 {
-            reply.push(decide(&limits[i], &handed[i], now, 0)?.0);
+            reply.push(decide(&limits[i], &handed[i], now, 0, ids[i])?.0);
         } else {
             reply.push(decision);
             writes.extend(change.map(|c| (i, c)));
@@ -235,6 +297,20 @@ fn written(
             Stored::Str(format!("{}:{}", w.start_us, w.count)),
             Some(ms + w.ttl_ms),
         ),
+        (Change::Slots { expiry, members }, Handed::Slots(slots)) => {
+            // The live slots kept, the new ones added (a member of the same
+            // name moved), and the key kept until the latest expires.
+            let mut kept: BTreeMap<String, f64> = slots
+                .iter()
+                .filter(|&(_, &s)| is_live(s, now))
+                .map(|(m, &s)| (m.clone(), s))
+                .collect();
+            for member in members {
+                kept.insert(member.clone(), *expiry as f64);
+            }
+            let latest = kept.values().map(|&s| expiry_of(s)).max().unwrap();
+            (Stored::ZSet(kept), Some(ms + (latest - now).div_ceil(1000)))
+        }
         _ => unreachable!("a log write for another kind"),
     }
 }
@@ -245,19 +321,33 @@ fn write_key(write: &Write) -> &str {
         | Write::Del { key }
         | Write::Rpush { key, .. }
         | Write::Ltrim { key, .. }
-        | Write::Pexpire { key, .. } => key,
+        | Write::Pexpire { key, .. }
+        | Write::Zadd { key, .. }
+        | Write::Zrem { key, .. }
+        | Write::Zremrangebyscore { key, .. } => key,
     }
 }
 
-/// The script's call for these limits.
+/// The script's call for these limits (a concurrency limit's slot id: 1).
 fn eval(
     h: &Harness,
     keys: &[&str],
     limits: &[(Limit, u32, bool)],
 ) -> Result<Vec<i64>, ScriptError> {
+    eval_ids(h, keys, limits, &vec![1; limits.len()])
+}
+
+/// The script's call for these limits, `ids[i]` the slot id of the `i`-th.
+fn eval_ids(
+    h: &Harness,
+    keys: &[&str],
+    limits: &[(Limit, u32, bool)],
+    ids: &[u64],
+) -> Result<Vec<i64>, ScriptError> {
     let args: Vec<String> = limits
         .iter()
-        .flat_map(|(limit, cost, shadow)| limit.args(*cost, *shadow))
+        .zip(ids)
+        .flat_map(|((limit, cost, shadow), id)| limit.args(*cost, *shadow, *id))
         .collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     h.eval(keys, &args)
@@ -518,6 +608,7 @@ fn bad_arguments_are_error_replies_and_write_nothing() {
     let rate = ["0", "6000000", "60000000", "60000000", "1", "0"];
     let window = ["1", "3", "10000000", "0", "1", "0"];
     let period = ["2", "5", "0", "0", "1", "0"];
+    let slots = ["3", "2", "30000000", "7", "1", "0"];
     let with = |base: [&'static str; 6], slot: usize, v: &'static str| {
         let mut a = base;
         a[slot] = v;
@@ -534,11 +625,7 @@ fn bad_arguments_are_error_replies_and_write_nothing() {
             vec![k, k],
             [rate, rate].concat(),
         ),
-        (
-            "tag 3 (concurrency)".into(),
-            vec![k],
-            with(rate, 0, "3").to_vec(),
-        ),
+        ("tag 4".into(), vec![k], with(rate, 0, "4").to_vec()),
         ("tag 00".into(), vec![k], with(rate, 0, "00").to_vec()),
         ("empty tag".into(), vec![k], with(rate, 0, "").to_vec()),
         (
@@ -549,7 +636,7 @@ fn bad_arguments_are_error_replies_and_write_nothing() {
     ];
     // Per kind: its good arguments, and bad values for some slots.
     type Bad = &'static [(usize, &'static str)];
-    let per_kind: [(&str, [&str; 6], Bad); 3] = [
+    let per_kind: [(&str, [&str; 6], Bad); 4] = [
         (
             "rate",
             rate,
@@ -607,6 +694,30 @@ fn bad_arguments_are_error_replies_and_write_nothing() {
                 (5, "-1"),
             ],
         ),
+        (
+            "concurrency",
+            slots,
+            &[
+                (1, "0"),
+                (1, "4294967296"),
+                (1, "02"),
+                (2, "0"),
+                (2, "1125899906842625"),
+                (2, "10000000000000000"),
+                (2, "1.5"),
+                (3, "-1"),
+                (3, "07"),
+                (3, ""),
+                (3, "1e3"),
+                (3, "18446744073709551616"),
+                (3, "99999999999999999999"),
+                (3, "100000000000000000000"),
+                // Taking slots needs an id (a peek does not: see below).
+                (3, "0"),
+                (4, "3"),
+                (5, "2"),
+            ],
+        ),
     ];
     for (kind, base, bad) in per_kind {
         for &(slot, v) in bad {
@@ -659,6 +770,251 @@ fn past_2_to_the_53_is_an_error_even_for_a_peek() {
         "now past 2^53",
     );
     assert_eq!(h.take_writes(), []);
+}
+
+/// A sorted set of slots, member to expiry.
+fn zset(slots: &[(&str, u64)]) -> Stored {
+    Stored::ZSet(
+        slots
+            .iter()
+            .map(|&(m, e)| (m.to_owned(), e as f64))
+            .collect(),
+    )
+}
+
+fn uploads(limit: u32, lease: Duration) -> Limit {
+    Limit::Concurrency(
+        Concurrency::new(limit).unwrap(),
+        Lease::new(lease).unwrap(),
+    )
+}
+
+#[test]
+fn two_uploads_at_once_and_a_slot_frees_when_its_lease_ends() {
+    // Concurrency::acquire's doc example, leased for 30 s at Redis's clock.
+    let k = "trt:up:{u}";
+    let two = uploads(2, Duration::from_secs(30));
+    let h = Harness::new(DECIDE_MIXED, START_US);
+    let take = |h: &Harness, id: u64, cost: u32| {
+        eval_ids(h, &[k], &[(two, cost, false)], &[id])
+    };
+    assert_eq!(take(&h, 7, 1), Ok(vec![1, 1, 0, 0]));
+    let expiry = START_US + 30 * SECOND;
+    assert_eq!(
+        h.take_writes(),
+        [
+            Write::Zremrangebyscore {
+                key: k.into(),
+                min: "-inf".into(),
+                max: START_US.to_string(),
+            },
+            Write::Zremrangebyscore {
+                key: k.into(),
+                min: "(9007199254740992".into(),
+                max: "+inf".into(),
+            },
+            Write::Zadd {
+                key: k.into(),
+                xx: false,
+                pairs: vec![(expiry.to_string(), "7:1".into())],
+            },
+            Write::Pexpire {
+                key: k.into(),
+                ms: 30_000,
+            },
+        ]
+    );
+    assert_eq!(
+        h.entry(k),
+        Some((zset(&[("7:1", expiry)]), Some(START_US / 1000 + 30_000)))
+    );
+    h.set_now(START_US + 10 * SECOND);
+    assert_eq!(take(&h, 8, 1), Ok(vec![1, 0, 0, 0]));
+    h.take_writes();
+    // Full: refused with the hint, and a peek (no id needed) says 0 left;
+    // neither writes.
+    assert_eq!(take(&h, 9, 1), Ok(vec![0, 0, RETRY_HINT_US as i64, 0]));
+    assert_eq!(take(&h, 0, 0), Ok(vec![1, 0, 0, 0]));
+    assert_eq!(h.take_writes(), []);
+    // The first slot is held until its expiry, and free from it on.
+    h.set_now(expiry - 1);
+    assert_eq!(take(&h, 9, 1), Ok(vec![0, 0, RETRY_HINT_US as i64, 0]));
+    h.set_now(expiry);
+    assert_eq!(take(&h, 9, 1), Ok(vec![1, 0, 0, 0]));
+    assert_eq!(
+        h.entry(k),
+        Some((
+            zset(&[
+                ("8:1", expiry + 10 * SECOND),
+                ("9:1", expiry + 30 * SECOND)
+            ]),
+            Some(expiry / 1000 + 30_000)
+        ))
+    );
+    // A cost above the limit can never pass: an error, nothing written.
+    h.take_writes();
+    assert_error_reply(
+        take(&h, 10, 3),
+        "decide_mixed: key 1: cost exceeds",
+        "cost 3 of 2",
+    );
+    assert_eq!(h.take_writes(), []);
+    // The largest id, and a cost of several slots: one member per unit.
+    let h = Harness::new(DECIDE_MIXED, START_US);
+    assert_eq!(take(&h, u64::MAX, 2), Ok(vec![1, 0, 0, 0]));
+    assert_eq!(
+        h.entry(k).map(|e| e.0),
+        Some(zset(&[
+            ("18446744073709551615:1", expiry),
+            ("18446744073709551615:2", expiry)
+        ]))
+    );
+}
+
+#[test]
+fn a_slot_is_taken_only_when_the_decision_stands() {
+    let keys = ["trt:plan:{u}", "trt:up:{u}"];
+    let plan = Limit::Rate(Quota::per_hour(1));
+    let two = uploads(2, Duration::from_secs(30));
+    let h = Harness::new(DECIDE_MIXED, START_US);
+    // The plan is spent: the upload's slot is not taken, and it replies
+    // with the limit as it stands.
+    h.set_raw(keys[0], Stored::Str((START_US + 3600 * SECOND).to_string()));
+    let reply = eval(&h, &keys, &[(plan, 1, false), (two, 1, false)]).unwrap();
+    assert_eq!(reply[0], 0);
+    assert_eq!(reply[4..], [1, 2, 0, 0]);
+    assert_eq!(h.take_writes(), []);
+    assert_eq!(h.entry(keys[1]), None);
+
+    // The uploads are full: the plan is not charged.
+    let h = Harness::new(DECIDE_MIXED, START_US);
+    let held = START_US + 5 * SECOND;
+    h.set_raw(keys[1], zset(&[("1:1", held), ("2:1", held)]));
+    let reply = eval(&h, &keys, &[(plan, 1, false), (two, 1, false)]).unwrap();
+    assert_eq!(reply[0..4], [1, 1, 0, 0], "the plan as it stands");
+    assert_eq!(reply[4..], [0, 0, RETRY_HINT_US as i64, 0]);
+    assert_eq!(h.take_writes(), []);
+    // In shadow the full uploads refuse nothing, and take nothing.
+    let reply = eval(&h, &keys, &[(plan, 1, false), (two, 1, true)]).unwrap();
+    assert_eq!(reply[0], 1);
+    assert_eq!(reply[4..], [0, 0, RETRY_HINT_US as i64, 0]);
+    let writes = h.take_writes();
+    let touched: BTreeSet<&str> = writes.iter().map(write_key).collect();
+    assert_eq!(touched, BTreeSet::from([keys[0]]));
+    assert_eq!(
+        h.entry(keys[1]).map(|e| e.0),
+        Some(zset(&[("1:1", held), ("2:1", held)]))
+    );
+}
+
+#[test]
+fn a_key_of_another_kind_holds_no_slots_and_is_replaced() {
+    let k = "trt:up:{u}";
+    let two = uploads(2, Duration::from_secs(30));
+    let expiry = START_US + 30 * SECOND;
+    for other in [
+        Stored::Str((START_US + SECOND).to_string()),
+        Stored::Str(format!("{START_US}:1")),
+        strs(&[START_US]),
+        Stored::WrongType,
+    ] {
+        let h = Harness::new(DECIDE_MIXED, START_US);
+        h.set_raw(k, other.clone());
+        assert_eq!(eval(&h, &[k], &[(two, 0, false)]), Ok(vec![1, 2, 0, 0]));
+        assert_eq!(h.take_writes(), [], "{other:?}: a peek writes nothing");
+        assert_eq!(eval(&h, &[k], &[(two, 2, false)]), Ok(vec![1, 0, 0, 0]));
+        let writes = h.take_writes();
+        assert_eq!(writes[0], Write::del(k), "{other:?}");
+        assert_eq!(
+            h.entry(k),
+            Some((
+                zset(&[("1:1", expiry), ("1:2", expiry)]),
+                Some(START_US / 1000 + 30_000)
+            ))
+        );
+    }
+    // And the other kinds read a sorted set as no value.
+    let h = Harness::new(DECIDE_MIXED, START_US);
+    h.set_raw(k, zset(&[("1:1", START_US + SECOND)]));
+    let window =
+        Limit::Window(Window::new(2, Duration::from_secs(60)).unwrap());
+    assert_eq!(eval(&h, &[k], &[(window, 0, false)]), Ok(vec![1, 2, 0, 0]));
+    let day = Limit::Period(Period::new(5, PeriodUnit::Day, 0).unwrap());
+    assert_eq!(eval(&h, &[k], &[(day, 0, false)]).unwrap()[..2], [1, 5]);
+    let rate = Limit::Rate(Quota::per_minute(10));
+    assert_eq!(eval(&h, &[k], &[(rate, 0, false)]), Ok(vec![1, 10, 0, 0]));
+}
+
+#[test]
+fn a_pass_drops_the_expired_and_garbage_slots_a_peek_leaves_them() {
+    let k = "trt:up:{u}";
+    let three = uploads(3, Duration::from_secs(30));
+    let h = Harness::new(DECIDE_MIXED, START_US);
+    let mut slots: BTreeMap<String, f64> = BTreeMap::new();
+    slots.insert("expired".into(), START_US as f64);
+    slots.insert("live".into(), (START_US + 1) as f64);
+    slots.insert("last".into(), MAX_TIME_US as f64);
+    slots.insert("beyond".into(), (MAX_TIME_US + 2) as f64);
+    slots.insert("forever".into(), f64::INFINITY);
+    slots.insert("past".into(), f64::NEG_INFINITY);
+    h.set_raw(k, Stored::ZSet(slots.clone()));
+    // Two live: "live" and "last".
+    assert_eq!(eval(&h, &[k], &[(three, 0, false)]), Ok(vec![1, 1, 0, 0]));
+    assert_eq!(
+        eval(&h, &[k], &[(three, 2, false)]),
+        Ok(vec![0, 0, RETRY_HINT_US as i64, 0])
+    );
+    assert_eq!(h.take_writes(), []);
+    assert_eq!(h.stored(k), Some(Stored::ZSet(slots)));
+    assert_eq!(eval(&h, &[k], &[(three, 1, false)]), Ok(vec![1, 0, 0, 0]));
+    assert_eq!(
+        h.entry(k),
+        Some((
+            zset(&[
+                ("live", START_US + 1),
+                ("last", MAX_TIME_US),
+                ("1:1", START_US + 30 * SECOND)
+            ]),
+            // Until the latest slot expires, rounded up to the ms.
+            Some(START_US / 1000 + (MAX_TIME_US - START_US).div_ceil(1000))
+        ))
+    );
+}
+
+#[test]
+fn a_lease_is_rounded_up_to_the_ms_and_may_not_end_past_2_to_the_53() {
+    let k = "trt:up:{u}";
+    let short = uploads(1, Duration::from_micros(1500));
+    let h = Harness::new(DECIDE_MIXED, START_US + 1);
+    assert_eq!(eval(&h, &[k], &[(short, 1, false)]), Ok(vec![1, 0, 0, 0]));
+    assert_eq!(
+        h.take_writes().last(),
+        Some(&Write::Pexpire {
+            key: k.into(),
+            ms: 2
+        })
+    );
+    // Held until START_US + 1501, and the key until its ms has passed.
+    h.set_now(START_US + 1500);
+    assert_eq!(eval(&h, &[k], &[(short, 0, false)]), Ok(vec![1, 0, 0, 0]));
+    h.set_now(START_US + 1501);
+    assert_eq!(eval(&h, &[k], &[(short, 0, false)]), Ok(vec![1, 1, 0, 0]));
+
+    let h = Harness::new(DECIDE_MIXED, MAX_TIME_US - 10);
+    let ends_at_max = uploads(1, Duration::from_micros(10));
+    let beyond = uploads(1, Duration::from_micros(11));
+    assert_eq!(eval(&h, &[k], &[(beyond, 0, false)]), Ok(vec![1, 1, 0, 0]));
+    assert_error_reply(
+        eval(&h, &[k], &[(beyond, 1, false)]),
+        "decide_mixed: time values",
+        "a lease ending past 2^53",
+    );
+    assert_eq!(h.take_writes(), []);
+    assert_eq!(
+        eval(&h, &[k], &[(ends_at_max, 1, false)]),
+        Ok(vec![1, 0, 0, 0])
+    );
+    assert_eq!(h.entry(k).map(|e| e.0), Some(zset(&[("1:1", MAX_TIME_US)])));
 }
 
 #[test]
@@ -799,6 +1155,15 @@ enum Mess {
         /// A u64: a count above u32::MAX is no record.
         count: u64,
     },
+    /// A sorted set of slots: each member, scored `now + offset` or as
+    /// given.
+    Slots(Vec<(&'static str, SlotScore)>),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum SlotScore {
+    Relative(i64),
+    Absolute(f64),
 }
 
 impl Mess {
@@ -849,6 +1214,25 @@ impl Mess {
                     start.unwrap_or(*absolute).saturating_add_signed(*delta);
                 Stored::Str(format!("{start}:{count}"))
             }
+            Mess::Slots(slots) if slots.is_empty() => {
+                // Redis keeps no empty set: the key is gone.
+                h.remove(key);
+                return;
+            }
+            Mess::Slots(slots) => Stored::ZSet(
+                slots
+                    .iter()
+                    .map(|&(member, score)| {
+                        let score = match score {
+                            SlotScore::Relative(o) => {
+                                now.saturating_add_signed(o) as f64
+                            }
+                            SlotScore::Absolute(v) => v,
+                        };
+                        (member.to_owned(), score)
+                    })
+                    .collect(),
+            ),
         };
         h.set_raw(key, value);
     }
@@ -860,6 +1244,8 @@ struct Step {
     mess: Vec<Option<Mess>>,
     /// The keys of the decision, in order, with their cost and shadow flag.
     chosen: Vec<(usize, u32, bool)>,
+    /// Each key's slot id, for a concurrency limit.
+    ids: Vec<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -896,19 +1282,52 @@ fn period_strategy() -> impl Strategy<Value = Period> {
         .prop_map(|(l, u, o)| Period::new(l, u, o).unwrap())
 }
 
+fn concurrency_strategy() -> impl Strategy<Value = Limit> {
+    let limit = prop_oneof![
+        6 => 1u32..=4,
+        2 => 5u32..=40,
+        1 => Just(u32::MAX),
+        1 => 1u32..=u32::MAX,
+    ];
+    let lease_us = prop_oneof![
+        3 => 1u64..=2_000,
+        3 => 2_000u64..=60_000_000,
+        1 => 60_000_000u64..=MAX_WINDOW_US,
+        1 => Just(MAX_WINDOW_US),
+        // Where the expiry in ms rounds up, or does not.
+        2 => prop::sample::select(vec![1, 999, 1000, 1001, 1500, 30_000_000]),
+    ];
+    (limit, lease_us).prop_map(|(l, lease)| {
+        Limit::Concurrency(
+            Concurrency::new(l).unwrap(),
+            Lease::new(Duration::from_micros(lease)).unwrap(),
+        )
+    })
+}
+
 fn limit_strategy() -> impl Strategy<Value = Limit> {
     prop_oneof![
         quota_strategy().prop_map(Limit::Rate),
         window_strategy().prop_map(Limit::Window),
         period_strategy().prop_map(Limit::Period),
+        concurrency_strategy(),
     ]
 }
+
+/// The slot ids of the steps: few, so that a release or a second
+/// acquisition meets an id's own members.
+const IDS: [u64; 4] = [1, 2, 3, u64::MAX];
 
 fn cost_strategy(limit: &Limit) -> BoxedStrategy<u32> {
     let most = match limit {
         Limit::Rate(q) => return cases::cost_strategy(*q).boxed(),
         Limit::Window(w) => w.limit(),
         Limit::Period(p) => p.limit(),
+        // One member per unit: costs a test can hold.
+        Limit::Concurrency(c, _) if c.limit() > 64 => {
+            return prop_oneof![3 => 1..=64u32, 1 => Just(0u32)].boxed();
+        }
+        Limit::Concurrency(c, _) => c.limit(),
     };
     prop_oneof![
         6 => 1..=most,
@@ -936,6 +1355,18 @@ fn pace_strategy(limit: &Limit) -> BoxedStrategy<i64> {
                 PeriodUnit::Month => 31 * DAY,
             } as i64;
             prop_oneof![0..=length, 0..=length / 24, -length..=0].boxed()
+        }
+        Limit::Concurrency(_, lease) => {
+            let l = lease.lease_us() as i64;
+            prop_oneof![
+                0..=l,
+                Just(l),
+                Just(l - 1),
+                0..=l / 3,
+                -l..=0,
+                0..=3 * l
+            ]
+            .boxed()
         }
     }
 }
@@ -1028,6 +1459,40 @@ fn mess_strategy(limit: &Limit) -> BoxedStrategy<Option<Mess>> {
             prop_oneof![14 => Just(None), 2 => record.prop_map(Some), 1 => raw.prop_map(Some)]
                 .boxed()
         }
+        Limit::Concurrency(_, lease) => {
+            let l = lease.lease_us() as i64;
+            let member = prop::sample::select(vec![
+                "1:1",
+                "1:2",
+                "2:1",
+                "3:1",
+                "3:2",
+                "18446744073709551615:1",
+                "",
+                "x",
+                "1",
+                "1:1:1",
+                "01:1",
+            ]);
+            let score = prop_oneof![
+                4 => (-2 * l..=2 * l).prop_map(SlotScore::Relative),
+                2 => prop::sample::select(vec![0, 1, -1, l, l + 1, -l])
+                    .prop_map(SlotScore::Relative),
+                1 => prop::sample::select(vec![
+                    0.0,
+                    MAX_TIME_US as f64,
+                    (MAX_TIME_US - 1) as f64,
+                    (MAX_TIME_US + 2) as f64,
+                    f64::INFINITY,
+                    f64::NEG_INFINITY,
+                ])
+                .prop_map(SlotScore::Absolute),
+            ];
+            let slots = prop::collection::vec((member, score), 0..=8)
+                .prop_map(Mess::Slots);
+            prop_oneof![14 => Just(None), 3 => slots.prop_map(Some), 1 => raw.prop_map(Some)]
+                .boxed()
+        }
     }
 }
 
@@ -1064,10 +1529,12 @@ fn step_strategy(limits: Vec<Limit>) -> impl Strategy<Value = Step> {
             .map(|i| (i, costs[i].0, costs[i].1))
             .collect::<Vec<_>>()
     });
-    (advance, mess, chosen).prop_map(|(advance, mess, chosen)| Step {
+    let ids = prop::collection::vec(prop::sample::select(IDS.to_vec()), n);
+    (advance, mess, chosen, ids).prop_map(|(advance, mess, chosen, ids)| Step {
         advance,
         mess,
         chosen,
+        ids,
     })
 }
 
@@ -1116,6 +1583,12 @@ fn target(
                 .ok()
                 .and_then(|next| p.next_start(next).ok()),
         },
+        (Limit::Concurrency(..), Handed::Slots(slots)) if !slots.is_empty() => {
+            slots
+                .values()
+                .nth(pick % slots.len())
+                .map(|&s| expiry_of(s))
+        }
         (Limit::Rate(q), Handed::Tat(Some(tat))) => Some(if pick % 2 == 0 {
             tat
         } else {
@@ -1132,6 +1605,7 @@ fn check_step(
     h: &Harness,
     limits: &[Limit],
     keys: &[String],
+    ids: &[u64],
     now: u64,
     chosen: &[(usize, u32, bool)],
     ctx: &str,
@@ -1146,11 +1620,12 @@ fn check_step(
         chosen.iter().map(|&(i, ..)| keys[i].as_str()).collect();
     let calls: Vec<(Limit, u32, bool)> =
         chosen.iter().map(|&(i, c, s)| (limits[i], c, s)).collect();
-    let reply = eval(h, &call_keys, &calls);
+    let call_ids: Vec<u64> = chosen.iter().map(|&(i, ..)| ids[i]).collect();
+    let reply = eval_ids(h, &call_keys, &calls, &call_ids);
     let writes = h.take_writes();
-    let ctx = format!("{ctx}, handed {handed_all:?}");
+    let ctx = format!("{ctx}, ids {ids:?}, handed {handed_all:?}");
 
-    let expected = combine(limits, &handed_all, now, chosen);
+    let expected = combine(limits, &handed_all, ids, now, chosen);
     // Over rates alone the combination is check_all's.
     if chosen
         .iter()
@@ -1268,8 +1743,8 @@ fn run_case(case: &Case) -> Result<(), TestCaseError> {
                 let old = handed(limit, Some(old));
                 let absent = handed(limit, None);
                 if let (Ok(was), Ok(gone)) = (
-                    decide(limit, &old, now, 0),
-                    decide(limit, &absent, now, 0),
+                    decide(limit, &old, now, 0, 1),
+                    decide(limit, &absent, now, 0, 1),
                 ) {
                     prop_assert_eq!(
                         was,
@@ -1293,7 +1768,7 @@ fn run_case(case: &Case) -> Result<(), TestCaseError> {
             "step {s}: now {now}, limits {limits:?}, {:?}",
             step.chosen
         );
-        check_step(&h, limits, &keys, now, &step.chosen, &ctx)?;
+        check_step(&h, limits, &keys, &step.ids, now, &step.chosen, &ctx)?;
     }
     Ok(())
 }

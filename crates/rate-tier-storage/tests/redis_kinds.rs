@@ -420,13 +420,19 @@ async fn window_and_period_keys_are_hashed_a_list_and_a_string_with_px() {
 // ---------------------------------------------------------------------------
 // What the store says it decides
 
+/// Every kind (concurrency limits: `redis_concurrency.rs`); a slot taken
+/// without an id is refused before anything is sent.
 #[tokio::test]
-async fn redis_supports_rates_windows_and_periods_not_concurrency() {
+async fn redis_supports_every_kind_and_no_slot_without_an_id() {
     let store = store().await;
-    for kind in [RuleKind::Rate, RuleKind::Window, RuleKind::Period] {
+    for kind in [
+        RuleKind::Rate,
+        RuleKind::Window,
+        RuleKind::Period,
+        RuleKind::Concurrency,
+    ] {
         assert!(store.supports(kind), "{kind}");
     }
-    assert!(!store.supports(RuleKind::Concurrency));
     let (plan, uploads) = (limit("splan"), limit("sup"));
     let checks = [
         BucketCheck::new(&plan, "ana", Quota::per_hour(10), 1).unwrap(),
@@ -700,7 +706,7 @@ async fn cluster_windows_and_periods_in_two_slots_are_unsupported() {
     match store.check(&[in_window, elsewhere], &mut out).await {
         Err(StorageError::Unsupported(what)) => assert_eq!(
             what,
-            "windows and periods of one decision in two slots of a Redis Cluster"
+            "windows, periods and concurrency limits of one decision in two slots of a Redis Cluster"
         ),
         other => panic!("{other:?}"),
     }

@@ -404,3 +404,40 @@ async fn a_shadow_limit_on_redis_refuses_nothing_and_counts_exactly() {
 fn limit_key(name: &str) -> String {
     format!("limit/{name}")
 }
+
+/// Real time, as Redis's clock runs: a 400 ms lease, held for 1.2 s by one
+/// instance while another is refused; given back when dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_held_past_its_lease_is_renewed_and_given_back_when_dropped() {
+    let lease = std::time::Duration::from_millis(400);
+    let tier = unique("free");
+    let instance = |conn: ConnectionManager| {
+        RateTier::builder()
+            .tier(&tier, Quota::per_minute(100))
+            .storage(Arc::new(
+                RedisStorage::new(conn).timeout(TEST_TIMEOUT).lease(lease),
+            ))
+            .build()
+    };
+    let (a, b) = (instance(connect().await), instance(connect().await));
+    let uploads = Limit::new(
+        unique("uploads"),
+        tower_rate_tier::Concurrency::new(1).unwrap(),
+    );
+    let request = LimitRequest::new("ana", &tier, 1).limit(&uploads, 1);
+    let held = a.decide(&request).await.unwrap().unwrap();
+    // Three leases later, still held: the limiter renewed it.
+    tokio::time::sleep(3 * lease).await;
+    assert!(b.decide(&request).await.unwrap().is_err());
+    // Dropped: given back (by a task of its own), long before a lease.
+    drop(held);
+    let deadline = tokio::time::Instant::now() + lease / 2;
+    loop {
+        if let Ok(info) = b.decide(&request).await.unwrap() {
+            drop(info);
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not given back");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}

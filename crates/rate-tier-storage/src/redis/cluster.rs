@@ -6,13 +6,17 @@
 //! `job.rs`). The scripts, their arguments and replies are shared with the
 //! single-node store (`script.rs`).
 //!
-//! A decision with windows or periods (`decide_mixed.lua`) is decided so
-//! only when they are all in one slot (one user's buckets are: they share
-//! the user's hash tag): that slot's call is the last, after the
-//! rates-only slots, whose charges a refusal there refunds. A window's or
-//! a period's charge cannot be refunded, so with them in two slots no
-//! order would keep the decision all or nothing: it is refused with
-//! [`StorageError::Unsupported`] ([`one_slot_of_kinds`]) before any call.
+//! A decision with windows, periods or concurrency limits
+//! (`decide_mixed.lua`) is decided so only when they are all in one slot
+//! (one user's buckets are: they share the user's hash tag): that slot's
+//! call is the last, after the rates-only slots, whose charges a refusal
+//! there refunds, so that what it takes (entries, counts, slots) stands. A
+//! window's or a period's charge cannot be refunded, and slots taken in one
+//! slot of the cluster could be refused in another, so with them in two
+//! slots no order would keep the decision all or nothing: it is refused
+//! with [`StorageError::Unsupported`] ([`one_slot_of_kinds`]) before any
+//! call. Releases and renewals of slots are one call per slot of the
+//! cluster ([`slots`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,12 +24,12 @@ use std::time::Duration;
 use ::redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::{ErrorKind, RedisError, ServerErrorKind, Value};
-use gcra_core::{Adjust, Quota};
+use gcra_core::{Adjust, Lease, Quota};
 use smallvec::SmallVec;
 
 use super::job::Job;
 use super::link::{Conn, Source};
-use super::script::{Call, read_settled, within};
+use super::script::{Call, read_counts, read_settled, within};
 use super::slots::Slots;
 use super::{RedisStorage, Shared, backend};
 use crate::bucket::BucketSettle;
@@ -221,13 +225,12 @@ pub(super) fn by_slot<'k>(keys: impl Iterator<Item = &'k str>) -> Groups {
     groups
 }
 
-/// What a decision whose windows and periods are in two slots or more is
-/// answered.
-pub(super) const KINDS_IN_TWO_SLOTS: &str =
-    "windows and periods of one decision in two slots of a Redis Cluster";
+/// What a decision whose windows, periods and concurrency limits are in two
+/// slots or more is answered.
+pub(super) const KINDS_IN_TWO_SLOTS: &str = "windows, periods and concurrency limits of one decision in two slots of a Redis Cluster";
 
-/// Refuses a decision whose windows and periods are not all in one slot
-/// (see the module docs), before anything is sent.
+/// Refuses a decision whose windows, periods and concurrency limits are not
+/// all in one slot (see the module docs), before anything is sent.
 pub(super) fn one_slot_of_kinds(job: &Job) -> Result<(), StorageError> {
     let mut slots = (0..job.keys.len())
         .filter(|&i| !job.is_rate(i))
@@ -276,4 +279,37 @@ pub(super) async fn settle(
         read_settled(call.lua, reply, adjusts.len())?;
     }
     Ok(())
+}
+
+/// Releases (`renew` `None`) or renews for a lease the slots `(id, cost)`
+/// of `keys`, by position: one call per slot of the cluster, each within
+/// `timeout`, a failure named by the node that owns the slot. Returns the
+/// slots released or renewed, by position.
+pub(super) async fn slots(
+    shared: &Shared,
+    conn: &ClusterConnection,
+    keys: &[String],
+    taken: &[(u64, u32)],
+    renew: Option<Lease>,
+    timeout: Duration,
+) -> Result<Vec<u64>, StorageError> {
+    let mut counts = vec![0; keys.len()];
+    for (slot, group) in by_slot(keys.iter().map(String::as_str)) {
+        let part: SmallVec<[(u64, u32); 4]> =
+            group.iter().map(|&i| taken[i]).collect();
+        let group_keys = group.iter().map(|&i| keys[i].as_str());
+        let call = match renew {
+            Some(lease) => Call::renew(group_keys, &part, lease),
+            None => Call::release(group_keys, &part),
+        };
+        let done = match within(timeout, run(conn, &call)).await {
+            Ok(reply) => read_counts(call.lua, reply, group.len()),
+            Err(error) => Err(error),
+        }
+        .map_err(|error| in_domain(shared, slot, error))?;
+        for (&i, count) in group.iter().zip(done) {
+            counts[i] = count;
+        }
+    }
+    Ok(counts)
 }

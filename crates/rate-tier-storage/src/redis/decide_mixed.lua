@@ -5,6 +5,8 @@
 --                             exactly as gcra_all.lua
 --   tag 1  a sliding window   Window::check
 --   tag 2  a calendar period  Period::check
+--   tag 3  a concurrency      Concurrency::acquire over the live slots
+--          limit              (Lease::live), each leased (Lease::expiry)
 --
 -- and they are combined as gcra-core's crate docs say ("Several kinds in one
 -- decision"): the verdict is Verdict::of over the decisions (a shadow limit
@@ -12,8 +14,9 @@
 -- refuses, no write of a limit that passed (a pass's write is its charge;
 -- such a limit replies with a peek, the key as it stands), and the write of
 -- a limit that refused, a repair (a TAT capped after the clock went back, a
--- window's entries ahead of now re-stamped), is applied. Concurrency
--- (acquire and release by id) is another script's.
+-- window's entries ahead of now re-stamped), is applied. A concurrency
+-- limit's slots are taken here; their release and renewal by id are
+-- release.lua's and renew.lua's.
 --
 -- KEYS[i]         the keys (distinct; one slot on a cluster)
 -- ARGV[6i-5..6i]  for KEYS[i]: tag, a, b, c, cost (0: a peek), shadow (1:
@@ -24,6 +27,9 @@
 --   tag 2 period  a = limit (1 to 2^32 - 1), b = unit (0 day, 1 ISO week,
 --                 2 month), c = offset of local time from UTC (s, -64800
 --                 to 64800)
+--   tag 3 concurrency  a = limit (1 to 2^32 - 1), b = lease (us, 1 to
+--                 2^50), c = the request's slot id (1 to 2^64 - 1; 0 only
+--                 for a peek, which takes nothing)
 -- Returns {allowed_i, remaining_i, retry_after_us_i, reset_after_us_i} for
 -- each key, in order, flattened, like gcra_all.lua. A cost above a limit,
 -- a time past 2^53 us or bad arguments return an error reply, never a
@@ -41,9 +47,20 @@
 --           string, not a hash: it is read by the same MGET as the TATs and
 --           written, with its expiry, by one SET .. PX; a hash would take
 --           an HMGET per key and HSET then PEXPIRE
+--   concurrency  a sorted set, one member "<id>:<k>" (k = 1 .. cost) per
+--           unit of cost a request holds, scored by its expiry (us); a
+--           slot is live while now < score <= 2^53 (a score beyond 2^53
+--           is garbage). A decision counts the live ones (ZCOUNT, no
+--           write); a pass that stands drops the others (expired or
+--           garbage), adds its cost's members expiring at now + lease and
+--           PEXPIREs the key to its latest expiry (rounded up to the ms):
+--           by then every slot has expired. A refusal, a peek, or a pass
+--           in a refused decision writes nothing: expired slots count for
+--           nothing anyway
 --
 -- Written for Redis's CPU, like the other scripts: no helper functions, one
--- MGET for every key (a list answers nil there), an LRANGE per window.
+-- MGET for every key (a list answers nil there), an LRANGE per window, a
+-- ZCOUNT per concurrency limit.
 
 local MAX = 9007199254740992
 local keys, argv = KEYS, ARGV
@@ -82,10 +99,12 @@ local values = redis.call("MGET", unpack(keys))
 
 -- Each limit alone. reply starts as a copy of ARGV's first 4n (a table at
 -- its full size). Per key: write[i], what to write (false: nothing; a rate's
--- TAT, a period's record, or the number of entries a window appends), ttl[i]
--- its expiry in ms, peek[i] the reset_after of the key as it stands when the
--- write is a charge (false for a repair), and for a window trim[i] (-1: DEL,
--- false: keep every entry, else LTRIM from there) to stop[i].
+-- TAT, a period's record, the number of entries a window appends, or the
+-- expiry of a concurrency limit's new slots), ttl[i] its expiry in ms,
+-- peek[i] the reset_after of the key as it stands when the write is a charge
+-- (false for a repair), for a window trim[i] (-1: DEL, false: keep every
+-- entry, else LTRIM from there) to stop[i], and for a concurrency limit
+-- trim[i] true when the key is of another type (DEL it first).
 local reply, refused = { unpack(argv, 1, 4 * n) }, false
 local write, ttl, peek, trim, stop = {}, {}, {}, {}, {}
 for i = 1, n do
@@ -336,9 +355,58 @@ for i = 1, n do
       write[i], ttl[i], peek[i] = format("%d:%d", start, count + cost), (px - px % 1000) / 1000, reset
     end
 
+  elseif tag == "3" then
+    -- A concurrency limit: Concurrency::acquire over Lease::live. limit <
+    -- 2^32, lease <= 2^50, the id a u64 (compared as a string: 20 digits
+    -- are beyond a double's exact range).
+    if not (find(a1, "^[1-9]%d*$") and find(a2, "^[1-9]%d*$") and (a3 == "0" or find(a3, "^[1-9]%d*$")))
+        or #a1 > 10 or a1 + 0 > 4294967295 or #a2 > 16 or a2 + 0 > 1125899906842624
+        or #a3 > 20 or (#a3 == 20 and a3 > "18446744073709551615") then
+      return redis.error_reply("decide_mixed: key " .. i .. ": a concurrency limit's limit (1 to 2^32 - 1), lease"
+        .. " (1 to 2^50 us) and slot id (0 to 2^64 - 1) must be integers, got " .. a1 .. " " .. a2 .. " " .. a3)
+    end
+    local limit, lease = a1 + 0, a2 + 0
+    if cost > limit then
+      return redis.error_reply("decide_mixed: key " .. i .. ": cost exceeds the limit: it can never pass")
+    end
+    if cost > 0 and a3 == "0" then
+      return redis.error_reply("decide_mixed: key " .. i .. ": taking slots needs a slot id from 1")
+    end
+    -- The live slots. A string (MGET saw it) or a key of another type
+    -- (ZCOUNT fails): no slots, replaced whole by the next write.
+    local live, replace = 0, false
+    if values[i] then
+      replace = true
+    else
+      local counted = redis.pcall("ZCOUNT", keys[i], format("(%d", now), "9007199254740992")
+      if type(counted) == "number" then
+        live = counted
+      else
+        replace = true
+      end
+    end
+    if cost == 0 then
+      local left = limit - live
+      if left < 0 then
+        left = 0
+      end
+      reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4] = 1, left, 0, 0
+    elseif live + cost > limit then
+      -- gcra_core::RETRY_HINT_US: when a slot frees, nothing here knows.
+      reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4] = 0, 0, 1000000, 0
+    else
+      -- Lease::expiry: past 2^53 is an error, as for every time here.
+      if lease > MAX - now then
+        return redis.error_reply("decide_mixed: time values exceed the exact range of Lua numbers")
+      end
+      reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4] = 1, limit - live - cost, 0, 0
+      -- The expiry of the new slots; trim: DEL first (another type).
+      write[i], peek[i], trim[i] = now + lease, 0, replace
+    end
+
   else
-    return redis.error_reply("decide_mixed: key " .. i .. ": the tag must be 0 (rate), 1 (window) or 2 (period),"
-      .. " got " .. tag)
+    return redis.error_reply("decide_mixed: key " .. i .. ": the tag must be 0 (rate), 1 (window), 2 (period)"
+      .. " or 3 (concurrency), got " .. tag)
   end
 
   if reply[r + 1] == 0 and a5 == "0" then
@@ -374,6 +442,33 @@ for i = 1, n do
         v = v - m
       end
       redis.call("PEXPIRE", key, format("%d", ttl[i]))
+    elseif tag == "3" then
+      -- v: the new slots' expiry. The expired and garbage slots dropped,
+      -- the cost's members <id>:1 .. <id>:cost added (at most 1000 per
+      -- ZADD; a member of the same name, the same request's, is moved),
+      -- and the key kept until its latest slot expires.
+      if trim[i] then
+        redis.call("DEL", key)
+      else
+        redis.call("ZREMRANGEBYSCORE", key, "-inf", format("%d", now))
+        redis.call("ZREMRANGEBYSCORE", key, "(9007199254740992", "+inf")
+      end
+      local id, score, cost, k = argv[6 * i - 2], format("%d", v), argv[6 * i - 1] + 0, 1
+      local batch = {}
+      while k <= cost do
+        local m = 0
+        while m < 2000 and k <= cost do
+          batch[m + 1], batch[m + 2] = score, format("%s:%d", id, k)
+          m, k = m + 2, k + 1
+        end
+        redis.call("ZADD", key, unpack(batch, 1, m))
+      end
+      local latest = redis.call("ZRANGE", key, "-1", "-1", "WITHSCORES")[2] - now
+      local px = latest - latest % 1 + 999
+      if latest % 1 > 0 then
+        px = px + 1
+      end
+      redis.call("PEXPIRE", key, format("%d", (px - px % 1000) / 1000))
     elseif tag == "0" then
       redis.call("SET", key, format("%d", v), "PX", format("%d", ttl[i]))
     else

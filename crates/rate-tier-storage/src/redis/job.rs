@@ -16,26 +16,34 @@
 //! that never answers leaves a decision unknown: it may have been charged
 //! (the request was sent), and nothing can tell.
 //!
-//! Only rates can be refunded (`gcra_settle.lua` gives a TAT back). A
-//! decision with a window or a period (`decide_mixed.lua`) that came back
-//! late has its rates refunded as any other, and its windows and periods
-//! left charged: a window's entry or a period's count cannot be taken back
-//! without forgiving a request another instance may have been refused
-//! for, so they over-charge (never forgive), and each is reported as
-//! [`StorageEvent::Unrefunded`]. On a cluster the slot of the windows and
-//! periods is decided last, after every rates-only slot, so that a refusal
-//! there is undone by refunds of rates alone.
+//! Rates are refunded (`gcra_settle.lua` gives a TAT back) and the slots of
+//! concurrency limits released (`release.lua`, by the id they were taken
+//! under: exactly those, never another request's). A decision with a
+//! window or a period (`decide_mixed.lua`) that came back late has its
+//! rates refunded and its slots released as any other, and its windows
+//! and periods left charged: a window's entry or a period's count cannot
+//! be taken back without forgiving a request another instance may have
+//! been refused for, so they over-charge (never forgive), and each is
+//! reported as [`StorageEvent::Unrefunded`], as is a slot whose release
+//! failed (it is free when its lease ends). On a cluster the slot of the
+//! windows, periods and concurrency limits is decided last, after every
+//! rates-only slot, so that a refusal there is undone by refunds of rates
+//! alone, and a pass there is the decision's.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::cluster_async::ClusterConnection;
-use gcra_core::{Adjust, Charge, Decision, Quota, Verdict};
+use gcra_core::{
+    Adjust, Charge, Decision, Lease, Quota, RETRY_HINT_US, Verdict,
+};
 use smallvec::SmallVec;
 
 use super::cluster;
 use super::link::Conn;
-use super::script::{Call, LATE_ANSWER, read_decisions, read_settled, within};
+use super::script::{
+    Call, LATE_ANSWER, read_counts, read_decisions, read_settled, within,
+};
 use super::{Shared, run_single};
 use crate::bucket::BucketCheck;
 use crate::event::StorageEvent;
@@ -48,32 +56,42 @@ use crate::storage::StorageError;
 const REFUND_TRIES: usize = 3;
 
 /// One decision: the buckets' keys (as sent to Redis) and charges, owned,
-/// and their rules when one is not a rate.
+/// and their rules and slot ids when one is not a rate.
 #[derive(Debug, Clone)]
 pub(super) struct Job {
     pub(super) keys: Vec<String>,
     pub(super) charges: Vec<Charge>,
-    /// Each bucket's rule, when at least one is a window or a period (the
-    /// decision is `decide_mixed.lua`'s); empty (no allocation) for a
-    /// decision of rates only, `gcra.lua`'s or `gcra_all.lua`'s.
+    /// Each bucket's rule, when at least one is a window, a period or a
+    /// concurrency limit (the decision is `decide_mixed.lua`'s); empty (no
+    /// allocation) for a decision of rates only, `gcra.lua`'s or
+    /// `gcra_all.lua`'s.
     rules: Vec<Rule>,
+    /// Each bucket's slot id ([`BucketCheck::lease`]), beside `rules`.
+    ids: Vec<u64>,
+    /// The store's lease of the slots it takes.
+    lease: Lease,
 }
 
 impl Job {
     /// The decision over `checks`, their keys laid out as `layout`;
-    /// `mixed`: at least one of them is not a rate.
+    /// `mixed`: at least one of them is not a rate. Slots taken are
+    /// leased for `lease`.
     pub(super) fn of(
         checks: &[BucketCheck<'_>],
         layout: KeyLayout,
         mixed: bool,
+        lease: Lease,
     ) -> Job {
+        let (rules, ids) = match mixed {
+            true => checks.iter().map(|c| (c.rule(), c.lease())).unzip(),
+            false => (Vec::new(), Vec::new()),
+        };
         Job {
             keys: checks.iter().map(|c| c.key(layout)).collect(),
             charges: checks.iter().map(BucketCheck::charge).collect(),
-            rules: match mixed {
-                true => checks.iter().map(BucketCheck::rule).collect(),
-                false => Vec::new(),
-            },
+            rules,
+            ids,
+            lease,
         }
     }
 
@@ -90,7 +108,14 @@ impl Job {
             .is_none_or(|rule| matches!(rule, Rule::Rate(_)))
     }
 
-    /// Whether a bucket of the decision is a window or a period.
+    /// Whether the bucket at `index` is a concurrency limit (whose slots a
+    /// release gives back).
+    pub(super) fn is_slot(&self, index: usize) -> bool {
+        matches!(self.rules.get(index), Some(Rule::Concurrency(_)))
+    }
+
+    /// Whether a bucket of the decision is a window, a period or a
+    /// concurrency limit.
     pub(super) fn is_mixed(&self) -> bool {
         !self.rules.is_empty()
     }
@@ -98,7 +123,13 @@ impl Job {
     /// The call that decides every bucket of the decision at once.
     pub(super) fn call(&self) -> Call<'_> {
         if self.is_mixed() {
-            Call::mixed(self.keys(), &self.charges, &self.rules)
+            Call::mixed(
+                self.keys(),
+                &self.charges,
+                &self.rules,
+                &self.ids,
+                self.lease,
+            )
         } else {
             Call::check(self.keys(), &self.charges)
         }
@@ -106,7 +137,7 @@ impl Job {
 
     /// The call that decides the buckets at `group` (one slot's), charged
     /// as `charges` (theirs, or peeks of them): `decide_mixed.lua` if one
-    /// of them is a window or a period, else as [`Call::check`] chooses.
+    /// of them is not a rate, else as [`Call::check`] chooses.
     fn call_of<'k>(&'k self, group: &[usize], charges: &[Charge]) -> Call<'k> {
         let keys = group.iter().map(|&i| self.keys[i].as_str());
         if group.iter().all(|&i| self.is_rate(i)) {
@@ -114,7 +145,9 @@ impl Job {
         }
         let rules: SmallVec<[Rule; 4]> =
             group.iter().map(|&i| self.rules[i]).collect();
-        Call::mixed(keys, charges, &rules)
+        let ids: SmallVec<[u64; 4]> =
+            group.iter().map(|&i| self.ids[i]).collect();
+        Call::mixed(keys, charges, &rules, &ids, self.lease)
     }
 
     /// What the charge of the bucket at `index` would have met, from a
@@ -124,7 +157,8 @@ impl Job {
     /// refusal with the peek's reset as its wait, the time until every
     /// counted entry has left: never shorter than the real wait (until
     /// enough of the oldest have left), which a read of the count alone
-    /// cannot tell.
+    /// cannot tell; a concurrency limit's exactly (a refusal waits
+    /// [`RETRY_HINT_US`], as `Concurrency::acquire` says).
     fn would_meet(&self, index: usize, peek: &Decision) -> Decision {
         let charge = &self.charges[index];
         if self.is_rate(index) {
@@ -133,10 +167,14 @@ impl Job {
         if u64::from(charge.cost) <= peek.remaining {
             return *peek;
         }
+        let wait = match self.is_slot(index) {
+            true => RETRY_HINT_US,
+            false => peek.reset_after_us,
+        };
         Decision {
             allowed: false,
             remaining: 0,
-            retry_after_us: peek.reset_after_us,
+            retry_after_us: wait,
             reset_after_us: peek.reset_after_us,
             store: None,
         }
@@ -172,12 +210,17 @@ pub(super) async fn decide(
         let conn = task_shared.link.current();
         let result = run(&task_shared, &conn, &job, timeout).await;
         if let Err(Ok(out)) = tx.send(result) {
-            // Nobody waits for this decision any more: undo it. Only the
-            // rates can be: a window's entries and a period's count stay
-            // charged (over-charging, never forgiving: see the module
-            // docs), and are reported.
-            let (refunds, kept): (SmallVec<[usize; 4]>, SmallVec<[usize; 4]>) =
-                job.charged(&out).into_iter().partition(|&i| job.is_rate(i));
+            // Nobody waits for this decision any more: undo it. The rates
+            // are refunded and the slots released; a window's entries and
+            // a period's count stay charged (over-charging, never
+            // forgiving: see the module docs), and are reported.
+            let (refunds, others): (
+                SmallVec<[usize; 4]>,
+                SmallVec<[usize; 4]>,
+            ) = job.charged(&out).into_iter().partition(|&i| job.is_rate(i));
+            let (slots, kept): (SmallVec<[usize; 4]>, SmallVec<[usize; 4]>) =
+                others.into_iter().partition(|&i| job.is_slot(i));
+            release(&task_shared, &conn, &job, &slots, timeout).await;
             for i in kept {
                 task_shared
                     .listeners
@@ -217,6 +260,67 @@ async fn run(
         }
         Conn::Cluster(cluster) => {
             decide_cluster(shared, cluster, job, timeout).await
+        }
+    }
+}
+
+/// Releases the slots `job` took at `slots` (positions of concurrency
+/// limits that passed), one call per slot of the cluster, each tried
+/// [`REFUND_TRIES`] times. What could not be released is reported
+/// [`StorageEvent::Unrefunded`]: it is free when its lease ends.
+async fn release(
+    shared: &Shared,
+    conn: &Conn,
+    job: &Job,
+    slots: &[usize],
+    timeout: Duration,
+) {
+    if slots.is_empty() {
+        return;
+    }
+    let groups: SmallVec<[SmallVec<[usize; 4]>; 2]> = match conn {
+        Conn::Single(_) => {
+            SmallVec::from_elem(slots.iter().copied().collect(), 1)
+        }
+        Conn::Cluster(_) => {
+            cluster::by_slot(slots.iter().map(|&i| job.keys[i].as_str()))
+                .into_iter()
+                .map(|(_, group)| group.iter().map(|&g| slots[g]).collect())
+                .collect()
+        }
+    };
+    for group in groups {
+        let keys = group.iter().map(|&i| job.keys[i].as_str());
+        let taken: SmallVec<[(u64, u32); 4]> = group
+            .iter()
+            .map(|&i| (job.ids[i], job.charges[i].cost))
+            .collect();
+        let call = Call::release(keys, &taken);
+        let mut released = false;
+        for _ in 0..REFUND_TRIES {
+            let reply = match conn {
+                Conn::Single(single) => {
+                    within(timeout, run_single(single, &call)).await
+                }
+                Conn::Cluster(cluster) => {
+                    within(timeout, cluster::run(cluster, &call)).await
+                }
+            };
+            if reply
+                .and_then(|r| read_counts(call.lua, r, group.len()))
+                .is_ok()
+            {
+                released = true;
+                break;
+            }
+        }
+        if !released {
+            for &i in &group {
+                shared.listeners.emit_with(|| StorageEvent::Unrefunded {
+                    limit: key::limit_of_key(&job.keys[i]).to_owned(),
+                    units: job.charges[i].cost,
+                });
+            }
         }
     }
 }
@@ -298,10 +402,11 @@ pub(super) async fn refund(
 /// Decides `job`. One slot: one call, all or nothing. Several: slot by
 /// slot, each call waited for [`LATE_ANSWER`] at most; a refusal refunds
 /// the slots already charged and only reads the ones after it, and a
-/// failure refunds them and is the answer. The slot of the windows and
-/// periods (one at most: the store refuses a decision with them in two
-/// before any call, see `cluster::one_slot_of_kinds`) is decided last, so
-/// that what a refusal or a failure undoes is rates alone. Run in the
+/// failure refunds them and is the answer. The slot of the windows,
+/// periods and concurrency limits (one at most: the store refuses a
+/// decision with them in two before any call, see
+/// `cluster::one_slot_of_kinds`) is decided last, so that what a refusal or
+/// a failure undoes is rates alone, and what it takes stands. Run in the
 /// decision's own task (see `job.rs`): it ends whatever the caller does.
 async fn decide_cluster(
     shared: &Shared,

@@ -15,18 +15,18 @@ use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{Client, IntoConnectionInfo, RedisError, Value};
-use gcra_core::{Decision, Verdict};
+use gcra_core::{Decision, Lease, MAX_WINDOW_US, Verdict};
 
 use self::job::Job;
 use self::link::{Conn, Link, Source};
 use self::refusals::Refusals;
-use self::script::{Call, read_settled};
+use self::script::{Call, read_counts, read_settled};
 use self::slots::Slots;
 use crate::bucket::{BucketCheck, BucketSettle};
 use crate::clock::{Clock, MonotonicClock, SharedClock};
 use crate::event::{Listeners, StorageEvent, StorageListener, Subscription};
 use crate::key::{self, KeyLayout};
-use crate::rule::RuleKind;
+use crate::rule::{Rule, RuleKind};
 use crate::storage::{Decided, Storage, StorageError, validate};
 
 pub(crate) use link::USER_TIMEOUT;
@@ -34,6 +34,12 @@ pub(crate) use link::USER_TIMEOUT;
 /// What [`Decided::by`] says of a refusal answered from the store's memory
 /// of an earlier one, without a call to Redis.
 pub const REMEMBERED: &str = "remembered";
+
+/// [`RedisStorage::DEFAULT_LEASE`], as a lease.
+const DEFAULT_LEASE: Lease = match Lease::new(RedisStorage::DEFAULT_LEASE) {
+    Ok(lease) => lease,
+    Err(_) => panic!("30 s is a lease"),
+};
 
 /// GCRA buckets in Redis, shared by every instance that uses the same Redis
 /// (or the same Redis Cluster).
@@ -85,15 +91,37 @@ pub const REMEMBERED: &str = "remembered";
 /// step. A settlement is one `EVALSHA` of `gcra_settle.lua`
 /// ([`gcra_core::Quota::settle`]).
 ///
-/// A decision with a window or a period ([`Rule::Window`](crate::Rule::Window),
-/// [`Rule::Period`](crate::Rule::Period); [`Storage::supports`] says so) is
-/// one `EVALSHA` of `decide_mixed.lua`, which decides its rates, windows and
-/// periods as gcra-core does, all or nothing in one step: if a window or a
-/// period refuses, no rate is charged; if a rate refuses, no window or
-/// period is written (but a refusing bucket's repair), and a bucket that
-/// passed in a refused decision answers with a read of it. Decisions of
-/// rates only never send it. A concurrency limit is
-/// [`StorageError::Unsupported`].
+/// A decision with a window, a period or a concurrency limit
+/// ([`Rule::Window`], [`Rule::Period`], [`Rule::Concurrency`];
+/// [`Storage::supports`] says so) is one `EVALSHA` of `decide_mixed.lua`, which decides its rates,
+/// windows, periods and concurrency limits as gcra-core does, all or
+/// nothing in one step: if a window, a period or a concurrency limit
+/// refuses, no rate is charged; if a rate refuses, no window or period is
+/// written (but a refusing bucket's repair) and no slot is taken, and a
+/// bucket that passed in a refused decision answers with a read of it.
+/// Decisions of rates only never send it.
+///
+/// # Concurrency limits and leases
+///
+/// A concurrency limit's slots are leased ([`Storage::lease`]): a slot
+/// taken at `now` is held until `now + lease` ([`gcra_core::Lease`]), and
+/// free from then on, as if released, so that the slots of an instance
+/// that died holding them come back by themselves. The lease is
+/// [`RedisStorage::lease`] (default [`RedisStorage::DEFAULT_LEASE`], 30 s),
+/// the same on every instance that shares the limits. A decision counts
+/// the live slots and decides by [`gcra_core::Concurrency::acquire`]'s
+/// rules (a refusal waits [`gcra_core::RETRY_HINT_US`]); a pass that stands
+/// takes its cost's slots under the request's id ([`BucketCheck::lease_id`],
+/// required: a check that takes slots without one is
+/// [`StorageError::Unsupported`]). [`Storage::release`] gives back exactly
+/// the slots of that id (`release.lua`); [`Storage::renew`] sets the expiry
+/// of those still live to now + the lease (`renew.lua`; an expired slot is
+/// not taken again): a limiter renews them every third of the lease while
+/// its request runs, and releases them when it ends.
+///
+/// Each request's id must be its own (a random 64-bit number, as the
+/// limiter draws): two requests under one id would share their slots' names
+/// and count as one.
 ///
 /// # Keys and values
 ///
@@ -107,7 +135,10 @@ pub const REMEMBERED: &str = "remembered";
 /// (µs on Redis's clock, oldest first), expiring a window after the last
 /// write (`PEXPIRE`); a period's is a string `<start>:<count>` (the
 /// period's first instant in µs, and its count), expiring when the next
-/// period starts (`SET .. PX`).
+/// period starts (`SET .. PX`). A concurrency limit's is a sorted set, one
+/// member `<id>:<k>` per unit of cost a request holds (`k` from 1 to the
+/// cost, `id` the request's slot id in decimal), scored by its expiry (µs on
+/// Redis's clock), expiring when its latest slot does (`PEXPIRE`).
 ///
 /// A key of another type, or a value that is not an integer string, counts
 /// as no value: the bucket starts fresh (the script never fails on it).
@@ -147,10 +178,12 @@ pub const REMEMBERED: &str = "remembered";
 /// it made is refunded (`gcra_settle.lua`), and what cannot be refunded is
 /// reported as [`StorageEvent::Unrefunded`]. A call whose answer never
 /// comes (the connection died after sending it) may have been charged,
-/// and nothing can tell. Only rates can be refunded: of a late decision
-/// with windows and periods, the rates are refunded and the windows and
-/// periods stay charged, each reported [`StorageEvent::Unrefunded`]
-/// (over-charged, never forgiven).
+/// and nothing can tell (a slot it took is free when its lease ends). Rates
+/// are refunded and slots released (by their id: exactly those the late
+/// decision took); of a late decision with windows and periods, the rates
+/// are refunded, the slots released, and the windows and periods stay
+/// charged, each reported [`StorageEvent::Unrefunded`] (over-charged, never
+/// forgiven).
 ///
 /// A check needs a Tokio runtime with the time driver enabled (as
 /// `#[tokio::main]` builds it).
@@ -218,17 +251,18 @@ pub const REMEMBERED: &str = "remembered";
 ///   in what it leaves, not in what others see meanwhile. A failure names
 ///   the node that failed ([`StorageError::InDomain`]), so that a fallback
 ///   counts it against that node alone.
-/// - **Windows and periods** of one decision must be in one slot (one
-///   user's are, by the hash tag): that slot is decided last, by
-///   `decide_mixed.lua` (with the rates of that slot), after the rates-only
-///   slots, so that a refusal there is undone by refunds of rates alone;
-///   after a refusal in an earlier slot it is only read (a window's wait is
-///   then reported as the time until all of its counted requests leave: at
-///   least the real one). Windows and periods in two slots or more are
-///   [`StorageError::Unsupported`] ("windows and periods of one decision in
-///   two slots of a Redis Cluster"), before anything is sent: their charges
+/// - **Windows, periods and concurrency limits** of one decision must be
+///   in one slot (one user's are, by the hash tag): that slot is decided
+///   last, by `decide_mixed.lua` (with the rates of that slot), after the
+///   rates-only slots, so that a refusal there is undone by refunds of
+///   rates alone, and what it takes stands; after a refusal in an earlier
+///   slot it is only read (a window's wait is then reported as the time
+///   until all of its counted requests leave: at least the real one). In
+///   two slots or more they are [`StorageError::Unsupported`] ("windows,
+///   periods and concurrency limits of one decision in two slots of a Redis
+///   Cluster"), before anything is sent: a window's or a period's charge
 ///   cannot be refunded, so no order would keep the decision all or
-///   nothing.
+///   nothing. A release or a renewal is one call per slot.
 /// - **Routing**: redis-rs's cluster connection sends each `EVALSHA` to the
 ///   master that owns the key's slot (it reads the key after the key count),
 ///   whichever node the connection was seeded with; it follows `MOVED` and
@@ -266,6 +300,7 @@ pub struct RedisStorage {
     rebuild_after: u32,
     remember_refusals: bool,
     clock: SharedClock,
+    lease: Lease,
 }
 
 /// What clones share: the connection, the cluster's slot map, the
@@ -286,6 +321,7 @@ impl std::fmt::Debug for RedisStorage {
             .field("timeout", &self.timeout)
             .field("rebuild_after", &self.rebuild_after)
             .field("remember_refusals", &self.remember_refusals)
+            .field("lease", &self.lease.lease_us())
             .finish_non_exhaustive()
     }
 }
@@ -301,6 +337,17 @@ impl RedisStorage {
     /// );
     /// ```
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
+
+    /// How long a slot of a concurrency limit is held without a renewal,
+    /// unless set with [`RedisStorage::lease`].
+    ///
+    /// ```
+    /// assert_eq!(
+    ///     rate_tier_storage::RedisStorage::DEFAULT_LEASE,
+    ///     std::time::Duration::from_secs(30)
+    /// );
+    /// ```
+    pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
     /// A store on `conn`, with the default timeout of 100 ms.
     ///
@@ -344,6 +391,7 @@ impl RedisStorage {
             rebuild_after: 3,
             remember_refusals: true,
             clock: Arc::new(MonotonicClock),
+            lease: DEFAULT_LEASE,
         }
     }
 
@@ -477,6 +525,48 @@ impl RedisStorage {
         self
     }
 
+    /// Sets how long a slot of a concurrency limit is held unless it is
+    /// renewed or released (default [`RedisStorage::DEFAULT_LEASE`], 30 s):
+    /// what [`Storage::lease`] answers. A limiter renews the slots of a
+    /// request every third of the lease while it runs, so a request may run
+    /// longer than the lease; the slots of an instance that died (never
+    /// released nor renewed) are free once it ends. A shorter lease frees
+    /// them sooner, at the cost of more renewals. Every instance that
+    /// shares the limits should use the same lease. Clamped to 1 ms ..
+    /// 2^50 µs ([`gcra_core::MAX_WINDOW_US`], about 35.7 years).
+    ///
+    /// The trait's getter has the same name: on a `RedisStorage` value, call
+    /// it as `Storage::lease(&store)`, or use [`RedisStorage::lease_duration`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rate_tier_storage::{RedisStorage, Storage};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = RedisStorage::from_url("redis://127.0.0.1:6390/")?;
+    /// assert_eq!(Storage::lease(&store), Some(Duration::from_secs(30)));
+    /// let store = store.lease(Duration::from_secs(10));
+    /// assert_eq!(store.lease_duration(), Duration::from_secs(10));
+    /// assert_eq!(store.lease(Duration::ZERO).lease_duration(), Duration::from_millis(1));
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn lease(mut self, lease: Duration) -> Self {
+        let lease = lease.clamp(
+            Duration::from_millis(1),
+            Duration::from_micros(MAX_WINDOW_US),
+        );
+        if let Ok(lease) = Lease::new(lease) {
+            self.lease = lease;
+        }
+        self
+    }
+
+    /// The lease of concurrency slots (see [`RedisStorage::lease`]).
+    pub fn lease_duration(&self) -> Duration {
+        Duration::from_micros(self.lease.lease_us())
+    }
+
     /// The timeout of each check (see [`RedisStorage::timeout`]).
     ///
     /// ```
@@ -550,6 +640,59 @@ impl RedisStorage {
         Ok(())
     }
 
+    /// Releases (`renew` `None`) or renews for a lease the slots of
+    /// `slots`, each within the store's timeout: see [`Storage::release`]
+    /// and [`Storage::renew`].
+    async fn slot_call(
+        &self,
+        slots: &[BucketCheck<'_>],
+        renew: Option<Lease>,
+    ) -> Result<(), StorageError> {
+        let mut keys = Vec::with_capacity(slots.len());
+        let mut taken = Vec::with_capacity(slots.len());
+        for check in slots {
+            if !matches!(check.rule(), Rule::Concurrency(_)) {
+                return Err(StorageError::Unsupported(
+                    "releasing or renewing a bucket that is not a concurrency limit",
+                ));
+            }
+            // No id, or no cost: no slot was taken (see `check`).
+            if check.cost() > 0 && check.lease() != 0 {
+                keys.push(check.key(self.layout()));
+                taken.push((check.lease(), check.cost()));
+            }
+        }
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let call = async {
+            match &*self.shared.link.current() {
+                Conn::Single(conn) => {
+                    let keys = keys.iter().map(String::as_str);
+                    let call = match renew {
+                        Some(lease) => Call::renew(keys, &taken, lease),
+                        None => Call::release(keys, &taken),
+                    };
+                    let reply =
+                        script::within(self.timeout, run_single(conn, &call))
+                            .await?;
+                    read_counts(call.lua, reply, taken.len()).map(drop)
+                }
+                Conn::Cluster(conn) => cluster::slots(
+                    &self.shared,
+                    conn,
+                    &keys,
+                    &taken,
+                    renew,
+                    self.timeout,
+                )
+                .await
+                .map(drop),
+            }
+        };
+        self.bounded(call).await
+    }
+
     /// Runs `call` within the store's timeout, keeping count of the
     /// timeouts in a row: past `rebuild_after`, a new connection.
     async fn bounded<T>(
@@ -616,14 +759,16 @@ async fn run_single(
 impl Storage for RedisStorage {
     /// Runs `gcra.lua` (one bucket) or `gcra_all.lua` (several, a peek, a
     /// shadow limit) on the buckets of rates, and `decide_mixed.lua` on a
-    /// decision with a window or a period.
+    /// decision with a window, a period or a concurrency limit.
     ///
     /// Errors: [`StorageError::Timeout`] past the timeout,
     /// [`StorageError::Backend`] for any error of Redis or of the connection
     /// (the script's error replies included), [`StorageError::Protocol`] for
     /// a reply that is not four non-negative integers per bucket,
-    /// [`StorageError::Unsupported`] for a concurrency limit, and on a
-    /// cluster for windows and periods of one decision in two slots.
+    /// [`StorageError::Unsupported`] for a concurrency limit's slots taken
+    /// without an id ([`BucketCheck::lease_id`]), and on a cluster for
+    /// windows, periods and concurrency limits of one decision in two
+    /// slots.
     async fn check(
         &self,
         checks: &[BucketCheck<'_>],
@@ -632,15 +777,17 @@ impl Storage for RedisStorage {
         validate(checks, out)?;
         let mixed = !checks.iter().all(BucketCheck::is_rate);
         if mixed
-            && checks
-                .iter()
-                .any(|check| !self.supports(check.rule().kind()))
+            && checks.iter().any(|check| {
+                matches!(check.rule(), Rule::Concurrency(_))
+                    && check.cost() > 0
+                    && check.lease() == 0
+            })
         {
             return Err(StorageError::Unsupported(
-                "concurrency limits on Redis",
+                "concurrency slots on Redis without a slot id (BucketCheck::lease_id)",
             ));
         }
-        let job = Job::of(checks, self.layout(), mixed);
+        let job = Job::of(checks, self.layout(), mixed, self.lease);
         if mixed && self.shared.cluster {
             cluster::one_slot_of_kinds(&job)?;
         }
@@ -697,11 +844,45 @@ impl Storage for RedisStorage {
         "redis"
     }
 
-    /// Rates, windows and periods (`decide_mixed.lua`); not concurrency
-    /// limits. On a Redis Cluster the windows and periods of one decision
-    /// must share a slot (one user's do: see [`RedisStorage`]).
+    /// Every kind: rates, windows, periods and concurrency limits
+    /// (`decide_mixed.lua`). On a Redis Cluster the windows, periods and
+    /// concurrency limits of one decision must share a slot (one user's do:
+    /// see [`RedisStorage`]).
     fn supports(&self, kind: RuleKind) -> bool {
-        matches!(kind, RuleKind::Rate | RuleKind::Window | RuleKind::Period)
+        matches!(
+            kind,
+            RuleKind::Rate
+                | RuleKind::Window
+                | RuleKind::Period
+                | RuleKind::Concurrency
+        )
+    }
+
+    /// Gives back the slots each check's request took under its id
+    /// ([`BucketCheck::lease_id`]): `release.lua`, exactly those members
+    /// (one call; on a cluster one per slot), within the timeout. A check
+    /// without an id or a cost took nothing, and is skipped; a bucket that
+    /// is not a concurrency limit is [`StorageError::Unsupported`].
+    async fn release(
+        &self,
+        slots: &[BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        self.slot_call(slots, None).await
+    }
+
+    /// [`RedisStorage::lease`]: a slot not renewed is free after it.
+    fn lease(&self) -> Option<Duration> {
+        Some(self.lease_duration())
+    }
+
+    /// Sets the expiry of the slots each check's request still holds to
+    /// now + the lease (Redis's `TIME`): `renew.lua`, within the timeout. A
+    /// slot already expired is not taken again.
+    async fn renew(
+        &self,
+        slots: &[BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        self.slot_call(slots, Some(self.lease)).await
     }
 
     fn subscribe(&self, listener: StorageListener) -> Subscription {

@@ -5,15 +5,17 @@
 //! |---|---|---|---|---|
 //! | `gcra.lua` | one enforced bucket, cost >= 1 | 1 | `T`, `tau`, cost, and the max debt unless it is `tau` | allowed, remaining, retry_after_us, reset_after_us |
 //! | `gcra_all.lua` | any other decision of rates only (several buckets, a peek, a shadow limit) | n | `T`, `tau`, cost, shadow, max debt | the same |
-//! | `decide_mixed.lua` | a decision with a window or a period (rates beside them included) | n | tag (0 rate, 1 window, 2 period), a, b, c, cost, shadow (see its header) | the same |
+//! | `decide_mixed.lua` | a decision with a window, a period or a concurrency limit (rates beside them included) | n | tag (0 rate, 1 window, 2 period, 3 concurrency), a, b, c, cost, shadow (see its header) | the same |
 //! | `gcra_settle.lua` | settlements | n | `T`, `tau`, units (+ debt, - refund), max debt | remaining, reset_after_us |
+//! | `release.lua` | the slots a request took, given back | n | slot id, cost | slots released |
+//! | `renew.lua` | the slots a request holds, renewed | n | slot id, cost, lease (µs) | slots renewed |
 
 use std::sync::LazyLock;
 
 use std::time::Duration;
 
 use ::redis::{Cmd, Script, Value};
-use gcra_core::{Adjust, Charge, Decision, PeriodUnit, Quota};
+use gcra_core::{Adjust, Charge, Decision, Lease, PeriodUnit, Quota};
 use smallvec::SmallVec;
 
 use super::backend;
@@ -29,6 +31,10 @@ pub(super) const GCRA_ALL_SOURCE: &str = include_str!("gcra_all.lua");
 pub(super) const GCRA_SETTLE_SOURCE: &str = include_str!("gcra_settle.lua");
 /// The source of `decide_mixed.lua`.
 pub(super) const DECIDE_MIXED_SOURCE: &str = include_str!("decide_mixed.lua");
+/// The source of `release.lua`.
+pub(super) const RELEASE_SOURCE: &str = include_str!("release.lua");
+/// The source of `renew.lua`.
+pub(super) const RENEW_SOURCE: &str = include_str!("renew.lua");
 
 /// A script and its hash, built once per process.
 pub(super) struct Lua {
@@ -57,6 +63,16 @@ pub(super) static DECIDE_MIXED: Lua = Lua {
     source: DECIDE_MIXED_SOURCE,
     name: "decide_mixed.lua",
 };
+pub(super) static RELEASE: Lua = Lua {
+    script: LazyLock::new(|| Script::new(RELEASE_SOURCE)),
+    source: RELEASE_SOURCE,
+    name: "release.lua",
+};
+pub(super) static RENEW: Lua = Lua {
+    script: LazyLock::new(|| Script::new(RENEW_SOURCE)),
+    source: RENEW_SOURCE,
+    name: "renew.lua",
+};
 
 /// How long a decision's task waits for an answer its caller may have given
 /// up on: long enough for a slow Redis, short enough that a silent one does
@@ -79,11 +95,13 @@ pub(super) async fn within(
     }
 }
 
-/// One script call: which script, its keys and its arguments.
+/// One script call: which script, its keys and its arguments (integers,
+/// sent in their canonical decimal form: an `i128` holds both a negative
+/// refund and a slot id up to 2^64 - 1).
 pub(super) struct Call<'k> {
     pub(super) lua: &'static Lua,
     pub(super) keys: SmallVec<[&'k str; 4]>,
-    pub(super) args: Vec<i64>,
+    pub(super) args: Vec<i128>,
 }
 
 impl<'k> Call<'k> {
@@ -97,10 +115,10 @@ impl<'k> Call<'k> {
         match charges {
             [one] if one.cost > 0 && !one.shadow => {
                 let [t, tau, cost, _, debt] = script_args(one);
-                let mut args = vec![signed(t), signed(tau), signed(cost)];
+                let mut args = vec![t.into(), tau.into(), cost.into()];
                 // The common case sends the three arguments SPEC names.
                 if debt != tau {
-                    args.push(signed(debt));
+                    args.push(debt.into());
                 }
                 Call {
                     lua: &GCRA,
@@ -113,7 +131,7 @@ impl<'k> Call<'k> {
                 keys,
                 args: charges
                     .iter()
-                    .flat_map(|c| script_args(c).map(signed))
+                    .flat_map(|c| script_args(c).map(i128::from))
                     .collect(),
             },
         }
@@ -121,52 +139,51 @@ impl<'k> Call<'k> {
 
     /// The decision over the buckets `keys` under `charges` (their costs
     /// and shadow flags) and `rules` (what each enforces), with at least
-    /// one window or period among them: `decide_mixed.lua`, 6 arguments per
-    /// key (tag, a, b, c, cost, shadow; see the script's header). A rate
-    /// there takes gcra_all.lua's `T`, `tau` and max debt. A concurrency
-    /// limit is no script's: the store refuses it before any call.
+    /// one window, period or concurrency limit among them:
+    /// `decide_mixed.lua`, 6 arguments per key (tag, a, b, c, cost, shadow;
+    /// see the script's header). A rate there takes gcra_all.lua's `T`,
+    /// `tau` and max debt; a concurrency limit its limit, the store's
+    /// `lease` and its slot id (`ids`, by position).
     pub(super) fn mixed(
         keys: impl IntoIterator<Item = &'k str>,
         charges: &[Charge],
         rules: &[Rule],
+        ids: &[u64],
+        lease: Lease,
     ) -> Call<'k> {
         let args = charges
             .iter()
             .zip(rules)
-            .flat_map(|(charge, rule)| {
+            .zip(ids.iter().copied().chain(std::iter::repeat(0)))
+            .flat_map(|((charge, rule), id)| {
                 let [tag, a, b, c] = match rule {
-                    Rule::Window(window) => [
-                        1,
-                        i64::from(window.limit()),
-                        signed(window.window_us()),
-                        0,
-                    ],
+                    Rule::Window(window) => {
+                        [1, window.limit().into(), window.window_us().into(), 0]
+                    }
                     Rule::Period(period) => [
                         2,
-                        i64::from(period.limit()),
+                        period.limit().into(),
                         match period.unit() {
                             PeriodUnit::Day => 0,
                             PeriodUnit::Week => 1,
                             PeriodUnit::Month => 2,
                         },
-                        i64::from(period.offset_s()),
+                        period.offset_s().into(),
                     ],
-                    // A rate, and what no call carries (see above).
-                    Rule::Rate(_) | Rule::Concurrency(_) => [
+                    Rule::Concurrency(concurrency) => [
+                        3,
+                        concurrency.limit().into(),
+                        lease.lease_us().into(),
+                        id.into(),
+                    ],
+                    Rule::Rate(_) => [
                         0,
-                        signed(charge.quota.emission_interval_us()),
-                        signed(charge.quota.burst_offset_us()),
-                        signed(charge.quota.max_debt_us()),
+                        charge.quota.emission_interval_us().into(),
+                        charge.quota.burst_offset_us().into(),
+                        charge.quota.max_debt_us().into(),
                     ],
                 };
-                [
-                    tag,
-                    a,
-                    b,
-                    c,
-                    i64::from(charge.cost),
-                    i64::from(charge.shadow),
-                ]
+                [tag, a, b, c, charge.cost.into(), i128::from(charge.shadow)]
             })
             .collect();
         Call {
@@ -188,15 +205,50 @@ impl<'k> Call<'k> {
                 .iter()
                 .flat_map(|&(quota, adjust)| {
                     let units = match adjust {
-                        Adjust::Charge(units) => i64::from(units),
-                        Adjust::Refund(units) => -i64::from(units),
+                        Adjust::Charge(units) => i128::from(units),
+                        Adjust::Refund(units) => -i128::from(units),
                     };
                     [
-                        signed(quota.emission_interval_us()),
-                        signed(quota.burst_offset_us()),
+                        quota.emission_interval_us().into(),
+                        quota.burst_offset_us().into(),
                         units,
-                        signed(quota.max_debt_us()),
+                        quota.max_debt_us().into(),
                     ]
+                })
+                .collect(),
+        }
+    }
+
+    /// The release of the slots `(id, cost)` of the keys `keys`, by
+    /// position: `release.lua`.
+    pub(super) fn release(
+        keys: impl IntoIterator<Item = &'k str>,
+        slots: &[(u64, u32)],
+    ) -> Call<'k> {
+        Call {
+            lua: &RELEASE,
+            keys: keys.into_iter().collect(),
+            args: slots
+                .iter()
+                .flat_map(|&(id, cost)| [id.into(), cost.into()])
+                .collect(),
+        }
+    }
+
+    /// The renewal of the slots `(id, cost)` of the keys `keys`, by
+    /// position, for `lease` from now: `renew.lua`.
+    pub(super) fn renew(
+        keys: impl IntoIterator<Item = &'k str>,
+        slots: &[(u64, u32)],
+        lease: Lease,
+    ) -> Call<'k> {
+        Call {
+            lua: &RENEW,
+            keys: keys.into_iter().collect(),
+            args: slots
+                .iter()
+                .flat_map(|&(id, cost)| {
+                    [id.into(), cost.into(), lease.lease_us().into()]
                 })
                 .collect(),
         }
@@ -229,11 +281,6 @@ impl<'k> Call<'k> {
     }
 }
 
-/// Times and costs are at most 2^53: they fit an `i64` exactly.
-fn signed(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
-}
-
 /// The reply of a check call into `out`: 4 non-negative integers per key.
 pub(super) fn read_decisions(
     lua: &Lua,
@@ -261,6 +308,16 @@ pub(super) fn read_decisions(
         };
     }
     Ok(())
+}
+
+/// The reply of a release or a renewal: 1 non-negative integer per key
+/// (the slots released or renewed).
+pub(super) fn read_counts(
+    lua: &Lua,
+    reply: Value,
+    keys: usize,
+) -> Result<Vec<u64>, StorageError> {
+    integers(lua, reply, keys)
 }
 
 /// The reply of a settle call: 2 non-negative integers per key.
@@ -432,9 +489,9 @@ mod tests {
                 checks.iter().map(|c| c.key(KeyLayout::Cluster)).collect();
             assert_eq!(keys, expected_keys);
             assert_eq!(args, expected);
-            let from_checks: Vec<i64> = checks
+            let from_checks: Vec<i128> = checks
                 .iter()
-                .flat_map(|c| c.script_args().map(signed))
+                .flat_map(|c| c.script_args().map(i128::from))
                 .collect();
             assert_eq!(args, from_checks);
         }
@@ -485,7 +542,8 @@ mod tests {
         let charges: Vec<Charge> =
             checks.iter().map(BucketCheck::charge).collect();
         let rules: Vec<Rule> = checks.iter().map(BucketCheck::rule).collect();
-        let call = Call::mixed(["a", "b", "c"], &charges, &rules);
+        let lease = Lease::new(std::time::Duration::from_secs(30)).unwrap();
+        let call = Call::mixed(["a", "b", "c"], &charges, &rules, &[], lease);
         assert_eq!(call.lua.name, "decide_mixed.lua");
         assert_eq!(call.keys.as_slice(), ["a", "b", "c"]);
         assert_eq!(
@@ -495,6 +553,42 @@ mod tests {
                 1, 5, 60_000_000, 0, 1, 1, // the window, in shadow
                 2, 1000, 2, -3600, 0, 0, // the period, a peek
             ]
+        );
+
+        // A concurrency limit: its limit, the store's lease, its slot id.
+        let uploads = LimitName::of_limit("uploads").unwrap();
+        let slot = BucketCheck::of_rule(
+            &uploads,
+            "ana",
+            gcra_core::Concurrency::new(2).unwrap().into(),
+            1,
+        )
+        .unwrap()
+        .lease_id(u64::MAX);
+        let call = Call::mixed(
+            ["a", "b"],
+            &[checks[0].charge(), slot.charge()],
+            &[checks[0].rule(), slot.rule()],
+            &[0, slot.lease()],
+            lease,
+        );
+        assert_eq!(
+            call.args[6..],
+            [3, 2, 30_000_000, i128::from(u64::MAX), 1, 0]
+        );
+        let keys = ["a", "b"];
+        let release = Call::release(keys, &[(u64::MAX, 2), (7, 1)]);
+        assert_eq!(release.lua.name, "release.lua");
+        assert_eq!(release.args, [i128::from(u64::MAX), 2, 7, 1]);
+        let renew = Call::renew(keys, &[(9, 1)], lease);
+        assert_eq!(renew.lua.name, "renew.lua");
+        assert_eq!(renew.args, [9, 1, 30_000_000]);
+        // Sent as the canonical decimal forms the scripts read.
+        let sent = release.command("EVALSHA").get_packed_command();
+        assert!(
+            String::from_utf8_lossy(&sent).contains("18446744073709551615"),
+            "{}",
+            String::from_utf8_lossy(&sent)
         );
     }
 
@@ -524,15 +618,22 @@ mod tests {
     #[test]
     fn each_script_is_its_file_and_its_hash_is_the_sha1_of_it() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/redis/");
-        for lua in [&GCRA, &GCRA_ALL, &GCRA_SETTLE, &DECIDE_MIXED] {
+        let all = [
+            &GCRA,
+            &GCRA_ALL,
+            &GCRA_SETTLE,
+            &DECIDE_MIXED,
+            &RELEASE,
+            &RENEW,
+        ];
+        for lua in all {
             let on_disk =
                 std::fs::read_to_string(format!("{dir}{}", lua.name)).unwrap();
             assert_eq!(lua.source, on_disk, "{} is not the file", lua.name);
             let sha1 = hex::encode(Sha1::digest(on_disk.as_bytes()));
             assert_eq!(lua.script.get_hash(), sha1, "{}", lua.name);
         }
-        let hashes = [&GCRA, &GCRA_ALL, &GCRA_SETTLE, &DECIDE_MIXED]
-            .map(|lua| lua.script.get_hash().to_owned());
+        let hashes = all.map(|lua| lua.script.get_hash().to_owned());
         for (i, hash) in hashes.iter().enumerate() {
             assert!(!hashes[..i].contains(hash), "two scripts, one hash");
         }

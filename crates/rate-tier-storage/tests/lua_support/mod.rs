@@ -2,7 +2,10 @@
 //! runs), with a stub of the `redis` library: no server needed. Shared by
 //! `lua_script.rs` (gcra.lua) and `lua_all.rs` (gcra_all.lua, gcra_settle.lua),
 //! and `lua_mixed.rs` (decide_mixed.lua, which adds lists: `LRANGE 0 -1`,
-//! `RPUSH`, `LTRIM`, `PEXPIRE`, and `SET` of a period's `start:count`).
+//! `RPUSH`, `LTRIM`, `PEXPIRE`, and `SET` of a period's `start:count`; and
+//! sorted sets for concurrency limits: `ZCOUNT`, `ZREMRANGEBYSCORE`, `ZADD
+//! [XX]`, `ZRANGE -1 -1 WITHSCORES`, `ZSCORE`, `ZREM`), with `lua_slots.rs`
+//! (release.lua, renew.lua).
 //!
 //! The stub is as strict as Redis or stricter: the commands the scripts use
 //! (`TIME`, `GET`, `MGET`, `SET .. PX`, `DEL`) with Redis's replies and
@@ -12,7 +15,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -26,6 +29,8 @@ pub(crate) const GCRA_SETTLE: &str =
     include_str!("../../src/redis/gcra_settle.lua");
 pub(crate) const DECIDE_MIXED: &str =
     include_str!("../../src/redis/decide_mixed.lua");
+pub(crate) const RELEASE: &str = include_str!("../../src/redis/release.lua");
+pub(crate) const RENEW: &str = include_str!("../../src/redis/renew.lua");
 
 /// A realistic Redis `TIME`, in µs: 2026-10-02.
 pub(crate) const START_US: u64 = 1_790_947_155_000_000;
@@ -44,6 +49,11 @@ pub(crate) enum Stored {
     /// [`Stored::WrongType`] stays a key of a third type for the list
     /// commands: they fail on it with WRONGTYPE, as on a string.
     List(Vec<String>),
+    /// A sorted set: member to score (a double, as Redis keeps it). Never
+    /// empty: Redis deletes a sorted set that becomes empty. The list
+    /// commands fail on it with WRONGTYPE, and the sorted set commands on
+    /// every other type.
+    ZSet(BTreeMap<String, f64>),
 }
 
 #[derive(Debug)]
@@ -66,6 +76,20 @@ pub(crate) enum Write {
     Ltrim { key: String, start: i64, stop: i64 },
     /// `PEXPIRE key ms`.
     Pexpire { key: String, ms: u64 },
+    /// `ZADD key [XX] score member ..`, the pairs as sent.
+    Zadd {
+        key: String,
+        xx: bool,
+        pairs: Vec<(String, String)>,
+    },
+    /// `ZREM key member ..`.
+    Zrem { key: String, members: Vec<String> },
+    /// `ZREMRANGEBYSCORE key min max`.
+    Zremrangebyscore {
+        key: String,
+        min: String,
+        max: String,
+    },
 }
 
 impl Write {
@@ -176,7 +200,7 @@ fn command(
                 ..
             }) => Ok(Value::String(lua.create_string(s).map_err(lua_err)?)),
             Some(Entry {
-                value: Stored::WrongType | Stored::List(_),
+                value: Stored::WrongType | Stored::List(_) | Stored::ZSet(_),
                 ..
             }) => Err("WRONGTYPE Operation against a key holding the wrong kind of value".into()),
         },
@@ -358,12 +382,235 @@ fn command(
             });
             ok(lua).map_err(lua_err)
         }
+        ("ZCOUNT", [key, min, max]) => {
+            let range = ScoreRange::parse(min, max)?;
+            match redis.keys.get(key) {
+                None => Ok(Value::Integer(0)),
+                Some(Entry {
+                    value: Stored::ZSet(set),
+                    ..
+                }) => {
+                    let n = set.values().filter(|&&s| range.holds(s)).count();
+                    Ok(Value::Integer(i64::try_from(n).unwrap()))
+                }
+                Some(_) => Err(WRONGTYPE.into()),
+            }
+        }
+        ("ZREMRANGEBYSCORE", [key, min, max]) => {
+            let range = ScoreRange::parse(min, max)?;
+            let (removed, emptied) = match redis.keys.get_mut(key) {
+                None => (0, false),
+                Some(Entry {
+                    value: Stored::ZSet(set),
+                    ..
+                }) => {
+                    let before = set.len();
+                    set.retain(|_, s| !range.holds(*s));
+                    (before - set.len(), set.is_empty())
+                }
+                Some(_) => return Err(WRONGTYPE.into()),
+            };
+            if emptied {
+                redis.keys.remove(key);
+            }
+            redis.writes.push(Write::Zremrangebyscore {
+                key: key.clone(),
+                min: min.clone(),
+                max: max.clone(),
+            });
+            Ok(Value::Integer(i64::try_from(removed).unwrap()))
+        }
+        ("ZADD", [key, rest @ ..]) => {
+            let (xx, pairs) = match rest {
+                [flag, pairs @ ..] if flag.eq_ignore_ascii_case("XX") => (true, pairs),
+                pairs => (false, pairs),
+            };
+            if pairs.is_empty() || pairs.len() % 2 != 0 {
+                return Err("ERR syntax error".into());
+            }
+            // Stricter than Redis: the scripts send integer scores.
+            let mut parsed = Vec::with_capacity(pairs.len() / 2);
+            for pair in pairs.chunks_exact(2) {
+                if !is_canonical_uint(&pair[0]) {
+                    return Err(format!("harness: ZADD score {:?}: not an integer string", pair[0]));
+                }
+                let score: u64 = pair[0]
+                    .parse()
+                    .map_err(|_| "ERR value is not a valid float")?;
+                parsed.push((score as f64, pair[1].clone()));
+            }
+            let added = match redis.keys.get_mut(key) {
+                None if xx => 0,
+                None => {
+                    let set: BTreeMap<String, f64> =
+                        parsed.iter().map(|(s, m)| (m.clone(), *s)).collect();
+                    let n = set.len();
+                    redis.keys.insert(
+                        key.clone(),
+                        Entry {
+                            value: Stored::ZSet(set),
+                            expire_at_ms: None,
+                        },
+                    );
+                    n
+                }
+                Some(Entry {
+                    value: Stored::ZSet(set),
+                    ..
+                }) => {
+                    let mut added = 0;
+                    for (score, member) in &parsed {
+                        match set.get_mut(member) {
+                            Some(old) => *old = *score,
+                            None if xx => {}
+                            None => {
+                                set.insert(member.clone(), *score);
+                                added += 1;
+                            }
+                        }
+                    }
+                    added
+                }
+                Some(_) => return Err(WRONGTYPE.into()),
+            };
+            redis.writes.push(Write::Zadd {
+                key: key.clone(),
+                xx,
+                pairs: pairs
+                    .chunks_exact(2)
+                    .map(|p| (p[0].clone(), p[1].clone()))
+                    .collect(),
+            });
+            Ok(Value::Integer(i64::try_from(added).unwrap()))
+        }
+        ("ZRANGE", [key, start, stop, with]) if start == "-1" && stop == "-1"
+            && with.eq_ignore_ascii_case("WITHSCORES") =>
+        {
+            let t = lua.create_table().map_err(lua_err)?;
+            match redis.keys.get(key) {
+                None => {}
+                Some(Entry {
+                    value: Stored::ZSet(set),
+                    ..
+                }) => {
+                    // The highest score, ties by the greatest member.
+                    let top = set
+                        .iter()
+                        .max_by(|a, b| a.1.total_cmp(b.1).then(a.0.cmp(b.0)))
+                        .unwrap();
+                    t.raw_set(1, top.0.as_str()).map_err(lua_err)?;
+                    t.raw_set(2, redis_double(*top.1)).map_err(lua_err)?;
+                }
+                Some(_) => return Err(WRONGTYPE.into()),
+            }
+            Ok(Value::Table(t))
+        }
+        ("ZSCORE", [key, member]) => match redis.keys.get(key) {
+            None => Ok(Value::Boolean(false)),
+            Some(Entry {
+                value: Stored::ZSet(set),
+                ..
+            }) => match set.get(member) {
+                None => Ok(Value::Boolean(false)),
+                Some(score) => Ok(Value::String(
+                    lua.create_string(redis_double(*score)).map_err(lua_err)?,
+                )),
+            },
+            Some(_) => Err(WRONGTYPE.into()),
+        },
+        ("ZREM", [key, members @ ..]) if !members.is_empty() => {
+            let (removed, emptied) = match redis.keys.get_mut(key) {
+                None => (0, false),
+                Some(Entry {
+                    value: Stored::ZSet(set),
+                    ..
+                }) => {
+                    let removed = members
+                        .iter()
+                        .filter(|m| set.remove(m.as_str()).is_some())
+                        .count();
+                    (removed, set.is_empty())
+                }
+                Some(_) => return Err(WRONGTYPE.into()),
+            };
+            if emptied {
+                redis.keys.remove(key);
+            }
+            redis.writes.push(Write::Zrem {
+                key: key.clone(),
+                members: members.to_vec(),
+            });
+            Ok(Value::Integer(i64::try_from(removed).unwrap()))
+        }
         ("DEL", [key]) => {
             let existed = redis.keys.remove(key).is_some();
             redis.writes.push(Write::Del { key: key.clone() });
             Ok(Value::Integer(i64::from(existed)))
         }
         _ => Err(format!("harness: unsupported command {words:?}")),
+    }
+}
+
+/// A score as Redis replies it to Lua (a bulk string): integers in full,
+/// infinities as `inf`. Stricter than Redis's `%.17g` for the rest (an
+/// exponent always), which the scripts must read with `tonumber` anyway.
+pub(crate) fn redis_double(score: f64) -> String {
+    if score.is_infinite() {
+        return if score > 0.0 { "inf" } else { "-inf" }.to_owned();
+    }
+    if score.fract() == 0.0 && score.abs() < 1e17 {
+        return format!("{}", score as i64);
+    }
+    format!("{score:e}")
+}
+
+/// The bounds of `ZCOUNT` and `ZREMRANGEBYSCORE`: `-inf`, `+inf`, or an
+/// integer string, `(` before it for an open bound (stricter than Redis,
+/// which takes any double).
+struct ScoreRange {
+    min: (f64, bool),
+    max: (f64, bool),
+}
+
+impl ScoreRange {
+    fn parse(min: &str, max: &str) -> Result<ScoreRange, String> {
+        let bound = |s: &str| -> Result<(f64, bool), String> {
+            let (open, rest) = match s.strip_prefix('(') {
+                Some(rest) => (true, rest),
+                None => (false, s),
+            };
+            let value = match rest {
+                "-inf" => f64::NEG_INFINITY,
+                "+inf" | "inf" => f64::INFINITY,
+                digits if is_canonical_uint(digits) => {
+                    digits.parse::<u64>().map_err(|e| e.to_string())? as f64
+                }
+                other => {
+                    return Err(format!(
+                        "harness: score bound {other:?}: not an integer string"
+                    ));
+                }
+            };
+            Ok((value, open))
+        };
+        Ok(ScoreRange {
+            min: bound(min)?,
+            max: bound(max)?,
+        })
+    }
+
+    fn holds(&self, score: f64) -> bool {
+        let above = if self.min.1 {
+            score > self.min.0
+        } else {
+            score >= self.min.0
+        };
+        let below = if self.max.1 {
+            score < self.max.0
+        } else {
+            score <= self.max.0
+        };
+        above && below
     }
 }
 
@@ -492,6 +739,11 @@ impl Harness {
                 expire_at_ms: None,
             },
         );
+    }
+
+    /// Deletes the key, as another client would.
+    pub(crate) fn remove(&self, key: &str) {
+        self.redis.borrow_mut().keys.remove(key);
     }
 
     /// The key's value now (after expiry), as `GET` would see it.
