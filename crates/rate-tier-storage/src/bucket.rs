@@ -151,9 +151,6 @@ impl fmt::Display for LimitName {
 pub struct BucketCheck<'a> {
     name: &'a LimitName,
     partition: &'a str,
-    /// The rate's quota; for another kind, its nominal rate (`limit` per
-    /// its length), which no store decides by.
-    quota: Quota,
     rule: Rule,
     cost: u32,
     shadow: bool,
@@ -185,7 +182,6 @@ impl<'a> BucketCheck<'a> {
         Ok(BucketCheck {
             name,
             partition,
-            quota,
             rule: Rule::Rate(quota),
             cost,
             shadow: false,
@@ -229,7 +225,6 @@ impl<'a> BucketCheck<'a> {
         Ok(BucketCheck {
             name,
             partition,
-            quota: nominal_rate(&rule),
             rule,
             cost,
             shadow: false,
@@ -243,7 +238,6 @@ impl<'a> BucketCheck<'a> {
         BucketCheck {
             name,
             partition,
-            quota,
             rule: Rule::Rate(quota),
             cost: 0,
             shadow: false,
@@ -306,8 +300,9 @@ impl<'a> BucketCheck<'a> {
     /// The quota of a rate. For a window or a period (see
     /// [`BucketCheck::rule`]): a nominal rate of its limit per its length,
     /// for reports only.
+    #[inline]
     pub fn quota(&self) -> Quota {
-        self.quota
+        self.rule.as_quota()
     }
 
     /// What the bucket enforces.
@@ -355,7 +350,6 @@ impl<'a> BucketCheck<'a> {
     /// The same bucket under another quota (a fallback's local share), the
     /// cost unchanged and not validated again.
     pub(crate) fn with_quota(mut self, quota: Quota) -> Self {
-        self.quota = quota;
         self.rule = Rule::Rate(quota);
         self
     }
@@ -363,7 +357,6 @@ impl<'a> BucketCheck<'a> {
     /// The same bucket under another rule of its kind (a fallback's local
     /// share), the cost unchanged and not validated again.
     pub(crate) fn with_rule(mut self, rule: Rule) -> Self {
-        self.quota = nominal_rate(&rule);
         self.rule = rule;
         self
     }
@@ -371,7 +364,7 @@ impl<'a> BucketCheck<'a> {
     /// What gcra-core decides for this bucket.
     pub fn charge(&self) -> Charge {
         Charge {
-            quota: self.quota,
+            quota: self.quota(),
             cost: self.cost,
             shadow: self.shadow,
         }
@@ -443,25 +436,6 @@ impl BucketSettle<'_> {
     pub fn charged(mut self, charged: Charged) -> Self {
         self.charged = charged;
         self
-    }
-}
-
-/// A rule's quota as a rate: itself, or `limit` per the rule's length.
-fn nominal_rate(rule: &Rule) -> Quota {
-    // Too many for the length (a concurrency limit above 10^6 a nominal
-    // second): at most 10^6 a second, the fastest `per_second` holds.
-    let per = |limit: u32, length_us: u64| {
-        Quota::new(limit, std::time::Duration::from_micros(length_us))
-            .unwrap_or_else(|_| Quota::per_second(limit.clamp(1, 1_000_000)))
-    };
-    match rule {
-        Rule::Rate(quota) => *quota,
-        Rule::Window(window) => per(window.limit(), window.window_us()),
-        Rule::Period(period) => {
-            per(period.limit(), crate::rule::nominal_us(period.unit()))
-        }
-        // A slot is held as long as its request: a nominal second.
-        Rule::Concurrency(concurrency) => per(concurrency.limit(), 1_000_000),
     }
 }
 

@@ -142,6 +142,27 @@ impl Rule {
         }
     }
 
+    /// A rate's quota; for another kind, a nominal rate of its limit per
+    /// its length (a period's nominal length, a second for a concurrency
+    /// limit), for reports only: no store decides another kind by it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rate_tier_storage::Rule;
+    /// use gcra_core::{Quota, Window};
+    /// assert_eq!(Rule::from(Quota::per_minute(10)).as_quota(), Quota::per_minute(10));
+    /// let login = Rule::from(Window::new(5, Duration::from_secs(60))?);
+    /// assert_eq!(login.as_quota(), Quota::per_minute(5));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn as_quota(&self) -> Quota {
+        match self {
+            Rule::Rate(quota) => *quota,
+            other => nominal_quota(other),
+        }
+    }
+
     /// Requests of cost 1 a fresh bucket allows: a rate's burst, a window's
     /// or a period's limit. No cost above it can ever pass.
     pub fn limit(&self) -> u32 {
@@ -225,5 +246,23 @@ pub(crate) fn nominal_us(unit: PeriodUnit) -> u64 {
         PeriodUnit::Day => DAY_US,
         PeriodUnit::Week => 7 * DAY_US,
         PeriodUnit::Month => 30 * DAY_US,
+    }
+}
+
+/// [`Rule::as_quota`] of a kind that is not a rate.
+#[cold]
+fn nominal_quota(rule: &Rule) -> Quota {
+    // Too many for the length (a concurrency limit above 10^6 a nominal
+    // second): at most 10^6 a second, the fastest `per_second` holds.
+    let per = |limit: u32, length_us: u64| {
+        Quota::new(limit, std::time::Duration::from_micros(length_us))
+            .unwrap_or_else(|_| Quota::per_second(limit.clamp(1, 1_000_000)))
+    };
+    match rule {
+        Rule::Rate(quota) => *quota,
+        Rule::Window(window) => per(window.limit(), window.window_us()),
+        Rule::Period(period) => per(period.limit(), nominal_us(period.unit())),
+        // A slot is held as long as its request: a nominal second.
+        Rule::Concurrency(concurrency) => per(concurrency.limit(), 1_000_000),
     }
 }

@@ -363,36 +363,6 @@ async fn renewed_slots_outlive_their_lease_and_expired_ones_stay_free() {
 }
 
 #[tokio::test]
-async fn a_real_lease_renewed_by_the_store_keeps_its_slot() {
-    // The store's own renewal, at the database's clock, every third of a
-    // real 1 s lease (as the limiter does), for 2.5 leases.
-    let url = env::postgres_url();
-    let store = migrated(&url, Duration::from_secs(1)).await;
-    assert_eq!(store.lease(), Some(Duration::from_secs(1)));
-    let jobs = name("jobs");
-    let held = BucketCheck::of_rule(&jobs, "ana", slots(1), 1)
-        .unwrap()
-        .lease_id(42);
-    assert!(run(&store, &[held]).await.0);
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_millis(2500) {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        store.renew(&[held]).await.unwrap();
-        assert_eq!(peek(&store, held).await.remaining, 0, "held");
-    }
-    // No more renewals: free once the lease ends.
-    let renewed = Instant::now();
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    let other = held.lease_id(43);
-    let (allowed, _) = run(&store, &[other]).await;
-    assert!(
-        allowed,
-        "free {:?} after the last renewal",
-        renewed.elapsed()
-    );
-}
-
-#[tokio::test]
 async fn slots_never_released_expire_after_the_lease() {
     // Injected time: two slots taken at T0 for 10 s, never released nor
     // renewed (their instance died).

@@ -294,9 +294,7 @@ impl Limit {
     /// assert_eq!(tokens.quota_for("free"), Quota::per_minute(1000).unbounded_debt());
     /// ```
     pub fn quota_for(&self, tier: &str) -> Quota {
-        let rule = self.rule_for(tier);
-        rate_tier_storage::BucketCheck::of_rule(self.key, "", rule, 0)
-            .map_or(Quota::per_second(1), |check| check.quota())
+        self.rule_for(tier).as_quota()
     }
 
     /// The rule that applies to a request of `tier`; a rate's settled

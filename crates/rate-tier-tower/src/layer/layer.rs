@@ -200,13 +200,7 @@ impl<R> TierLimitLayer<R> {
                     kind,
                 });
             }
-            if !store.supports(kind) {
-                return Err(ConfigError::UnsupportedKind {
-                    limit: limit.name.to_owned(),
-                    kind,
-                    store: store.kind(),
-                });
-            }
+            crate::limiter::decided_by(store, limit.name, kind)?;
         }
         Ok(self.map(|c| c.limits.push(limit)))
     }

@@ -242,14 +242,24 @@ pub(super) fn check_kinds(
     plans: &Plans,
     store: &Store,
 ) -> Result<(), ConfigError> {
-    for (tier, kind) in plans.kinds() {
-        if !store.supports(kind) {
-            return Err(ConfigError::UnsupportedKind {
-                limit: tier.to_owned(),
-                kind,
-                store: store.kind(),
-            });
-        }
+    plans
+        .kinds()
+        .try_for_each(|(tier, kind)| decided_by(store, tier, kind))
+}
+
+/// `limit` (a tier or a limit of its own) is of `kind`, which `store` must
+/// decide.
+pub(crate) fn decided_by(
+    store: &Store,
+    limit: &str,
+    kind: rate_tier_storage::RuleKind,
+) -> Result<(), ConfigError> {
+    if store.supports(kind) {
+        return Ok(());
     }
-    Ok(())
+    Err(ConfigError::UnsupportedKind {
+        limit: limit.to_owned(),
+        kind,
+        store: store.kind(),
+    })
 }

@@ -11,6 +11,7 @@
 
 pub(crate) mod ask;
 mod builder;
+pub(crate) use builder::decided_by;
 mod future;
 mod prepare;
 pub(crate) mod ruling;
