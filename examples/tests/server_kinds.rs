@@ -1,10 +1,8 @@
 //! The example server's limits beside the rate, over real HTTP: `/login`
 //! (at most 5 in any 60 s per user, an exact window) and `/export` (3 per
 //! calendar month UTC on free, 100 on pro) and `/upload` (2 in flight per
-//! user on free), in memory, on two servers sharing Redis (windows and
-//! periods) and on PostgreSQL; where the store does not decide one
-//! (concurrency behind the fallback the example puts in front of Redis and
-//! PostgreSQL), a 503 that says why, never a pass.
+//! user on free), in memory, on two servers sharing Redis and on
+//! PostgreSQL, each behind the fallback the example puts in front of them.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -110,17 +108,21 @@ fn export_is_a_calendar_month_per_plan_until_the_first_of_the_next() {
     );
 }
 
-#[test]
-fn upload_holds_one_of_two_slots_per_user_while_it_runs() {
-    let server = Server::start(&[], &[]);
-    let port = server.port;
-    // Three uploads of 1 s at once: two run, the third is refused at once.
+/// `key` (whose plan lets `limit` uploads run at once: 2 on free, 10 on
+/// pro) starts `n` uploads of 1.5 s at once, spread over the servers at
+/// `ports`: exactly `limit` run, the others are refused at once
+/// (`retry-after: 1`); once they ended, their slots are back.
+fn only_the_limit_of_uploads_runs_at_once(
+    ports: &[u16],
+    (key, limit): (&'static str, usize),
+    n: usize,
+) {
     let statuses: Vec<(u16, Option<String>)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..3)
-            .map(|_| {
+        let handles: Vec<_> = (0..n)
+            .map(|i| {
+                let port = ports[i % ports.len()];
                 scope.spawn(move || {
-                    let r =
-                        support::get(port, "/upload?ms=1000", Some("key_ana"));
+                    let r = support::get(port, "/upload?ms=1500", Some(key));
                     (r.status, r.header("retry-after").map(str::to_owned))
                 })
             })
@@ -129,16 +131,27 @@ fn upload_holds_one_of_two_slots_per_user_while_it_runs() {
     });
     let passed = statuses.iter().filter(|(s, _)| *s == 200).count();
     let refused: Vec<_> = statuses.iter().filter(|(s, _)| *s == 429).collect();
-    assert_eq!((passed, refused.len()), (2, 1), "{statuses:?}");
-    assert_eq!(refused[0].1.as_deref(), Some("1"), "{statuses:?}");
-    // Both ended: their slots are back.
-    let r = server.get("/upload?ms=0", Some("key_ana"));
-    assert_eq!(
-        (r.status, r.body.as_str()),
-        (200, "uploaded in 0 ms\n"),
-        "{r:?}"
+    assert_eq!((passed, refused.len()), (limit, n - limit), "{statuses:?}");
+    assert!(
+        refused.iter().all(|(_, wait)| wait.as_deref() == Some("1")),
+        "{statuses:?}"
     );
-    assert_eq!(r.header("x-ratelimit-limit"), Some("2"), "{r:?}");
+    for &port in ports {
+        let r = support::get(port, "/upload?ms=0", Some(key));
+        assert_eq!(
+            (r.status, r.body.as_str()),
+            (200, "uploaded in 0 ms\n"),
+            "{r:?}"
+        );
+        let limit = limit.to_string();
+        assert_eq!(r.header("x-ratelimit-limit"), Some(&*limit), "{r:?}");
+    }
+}
+
+#[test]
+fn upload_holds_one_of_two_slots_per_user_while_it_runs() {
+    let server = Server::start(&[], &[]);
+    only_the_limit_of_uploads_runs_at_once(&[server.port], ("key_ana", 2), 3);
 }
 
 #[test]
@@ -188,16 +201,23 @@ fn a_client_that_goes_away_gives_its_upload_slot_back() {
 }
 
 #[test]
-fn two_servers_on_one_redis_share_the_window_and_the_period_exactly() {
+fn two_servers_on_one_redis_share_the_window_the_period_and_the_uploads_exactly()
+ {
     let url = rate_tier_test_support::redis_url();
     let mut conn = redis::Client::open(url.as_str())
         .unwrap()
         .get_connection()
         .unwrap();
-    let keys: Vec<String> = ["limit/login", "limit/exports", "pro"]
-        .iter()
-        .map(|name| tower_rate_tier::key::bucket_key(name, "key_bea", None))
-        .collect();
+    let keys: Vec<String> = [
+        ("limit/login", "key_bea"),
+        ("limit/exports", "key_bea"),
+        ("pro", "key_bea"),
+        ("limit/uploads", "key_ana"),
+        ("free", "key_ana"),
+    ]
+    .iter()
+    .map(|(name, user)| tower_rate_tier::key::bucket_key(name, user, None))
+    .collect();
     let _: () = redis::cmd("DEL").arg(&keys).query(&mut conn).unwrap();
     let a = Server::start(&["--redis", &url], &[]);
     let b = Server::start(&[], &[("REDIS_URL", &url)]);
@@ -236,11 +256,8 @@ fn two_servers_on_one_redis_share_the_window_and_the_period_exactly() {
             .contains(r#"{"name":"exports","limit":100,"remaining":10,"#),
         "{r:?}"
     );
-    // Uploads are a concurrency limit: Redis decides them, but the
-    // fallback in front of it does not take slots yet.
-    let r = b.get("/upload", Some("key_bea"));
-    assert_eq!(r.status, 503, "{r:?}");
-    assert!(r.body.contains("does not decide"), "{r:?}");
+    // Uploads are a concurrency limit, shared: 2 in flight over both.
+    only_the_limit_of_uploads_runs_at_once(&ports, ("key_ana", 2), 6);
     // The window is a list, the period a string, under hashed keys.
     let kind: String =
         redis::cmd("TYPE").arg(&keys[0]).query(&mut conn).unwrap();
@@ -252,18 +269,11 @@ fn two_servers_on_one_redis_share_the_window_and_the_period_exactly() {
 }
 
 #[test]
-fn on_postgres_windows_and_periods_are_decided_and_uploads_say_why() {
+fn on_postgres_every_kind_is_decided() {
     let postgres = PostgresServer::start();
     let server = Server::start(&["--postgres", &postgres.url()], &[]);
     server.wait_for_stderr("postgres, with local fallback");
-    let said = server.wait_for_stderr("/upload is not served");
-    assert!(said.contains("a concurrency limit"), "{said}");
-    // A concurrency limit is refused when the layer is built: its route
-    // says why, and never passes.
-    let r = server.get("/upload", Some("key_ana"));
-    assert_eq!(r.status, 503, "{r:?}");
-    assert!(r.body.contains("does not decide"), "{r:?}");
-    // Windows and periods are PostgreSQL's too.
+    only_the_limit_of_uploads_runs_at_once(&[server.port], ("key_bea", 10), 13);
     let logins: Vec<u16> = (0..6)
         .map(|_| server.get("/login", Some("key_ana")).status)
         .collect();

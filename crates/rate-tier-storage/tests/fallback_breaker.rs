@@ -2,6 +2,7 @@
 //! primary that fails on command: per node, like the nodes of a cluster.
 #![allow(clippy::unwrap_used)]
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,8 +11,8 @@ use BreakerState::{Closed, HalfOpen, Open};
 use rate_tier_storage::clock::FakeClock;
 use rate_tier_storage::{
     Adjust, BreakerState, BucketCheck, BucketSettle, Charged, CheckError,
-    Decided, Decision, FallbackStorage, LimitName, MemoryStorage, Quota,
-    Storage, StorageError, StorageEvent, Subscription,
+    Concurrency, Decided, Decision, FallbackStorage, LimitName, MemoryStorage,
+    Quota, Rule, RuleKind, Storage, StorageError, StorageEvent, Subscription,
 };
 
 const START_US: u64 = 1_000_000_000;
@@ -23,6 +24,10 @@ const NODES: [&str; 2] = ["node-a", "node-b"];
 
 fn node_of(partition: &str) -> usize {
     usize::from(partition.starts_with('b'))
+}
+
+fn takes_slot(check: &BucketCheck<'_>) -> bool {
+    matches!(check.rule(), Rule::Concurrency(_)) && check.cost() > 0
 }
 
 /// A primary that decides like memory until told to fail, to hang, or to
@@ -40,6 +45,12 @@ struct Flaky {
     /// Calls of `check`, per node of the first bucket.
     calls: [AtomicUsize; 2],
     settles: AtomicUsize,
+    /// The lease ids of the slots held here: a release or a renewal goes
+    /// by id, as on Redis and PostgreSQL.
+    leases: Mutex<HashSet<u64>>,
+    /// Slots released and renewed here, by id.
+    released: Mutex<Vec<u64>>,
+    renewed: Mutex<Vec<u64>>,
 }
 
 impl Flaky {
@@ -52,6 +63,9 @@ impl Flaky {
             refuse: AtomicBool::new(false),
             calls: Default::default(),
             settles: AtomicUsize::new(0),
+            leases: Mutex::default(),
+            released: Mutex::default(),
+            renewed: Mutex::default(),
         }
     }
 
@@ -94,7 +108,51 @@ impl Storage for Flaky {
             return Err(StorageError::Timeout(Duration::from_millis(100)));
         }
         let decided = self.store.check(checks, out).await?;
+        if decided.verdict.allowed {
+            let mut leases = self.leases.lock().unwrap();
+            for (check, decision) in checks.iter().zip(out.iter()) {
+                if takes_slot(check) && decision.allowed {
+                    leases.insert(check.lease());
+                }
+            }
+        }
         Ok(Decided::new(decided.verdict, decided.now_us, "flaky"))
+    }
+
+    fn supports(&self, _kind: RuleKind) -> bool {
+        true
+    }
+
+    async fn release(
+        &self,
+        slots: &[BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        if slots
+            .iter()
+            .any(|c| self.down[self.node(c)].load(Ordering::SeqCst))
+        {
+            return Err(StorageError::Timeout(Duration::from_millis(100)));
+        }
+        for check in slots {
+            self.released.lock().unwrap().push(check.lease());
+            if self.leases.lock().unwrap().remove(&check.lease()) {
+                self.store.release(&[*check]).await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn lease(&self) -> Option<Duration> {
+        Some(Duration::from_secs(30))
+    }
+
+    async fn renew(
+        &self,
+        slots: &[BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        let mut renewed = self.renewed.lock().unwrap();
+        renewed.extend(slots.iter().map(BucketCheck::lease));
+        Ok(())
     }
 
     async fn settle(
@@ -984,4 +1042,182 @@ async fn the_primarys_own_events_reach_the_fallbacks_listeners() {
     store.check(&checks, &mut out).await.unwrap();
     assert_eq!(heard.lock().unwrap().len(), 1, "unsubscribed");
     assert_eq!(primary.evictions(), 2);
+}
+
+// ---------------------------------------------------------------------------
+// Concurrency limits: each slot goes back to the store that took it
+
+impl Setup {
+    /// A slot of `uploads` (2 in flight) for `user`, under `lease`.
+    fn slot<'a>(&'a self, user: &'a str, lease: u64) -> BucketCheck<'a> {
+        let rule = Rule::from(Concurrency::new(2).unwrap());
+        BucketCheck::of_rule(&self.search, user, rule, 1)
+            .unwrap()
+            .lease_id(lease)
+    }
+
+    /// Takes the slot of `lease` for `user`: whether it passed, and where.
+    async fn take(&self, user: &str, lease: u64) -> (bool, &'static str) {
+        let mut out = [Decision::default()];
+        let decided = self
+            .store
+            .check(&[self.slot(user, lease)], &mut out)
+            .await
+            .unwrap();
+        (decided.verdict.allowed, decided.by)
+    }
+
+    async fn release(
+        &self,
+        user: &str,
+        lease: u64,
+    ) -> Result<(), StorageError> {
+        self.store.release(&[self.slot(user, lease)]).await
+    }
+
+    /// Slots of `user` in flight on `store`, read with a check of cost 0.
+    fn in_flight(&self, store: &MemoryStorage, user: &str) -> u64 {
+        let rule = Rule::from(Concurrency::new(2).unwrap());
+        let peek = [BucketCheck::of_rule(&self.search, user, rule, 0).unwrap()];
+        let mut out = [Decision::default()];
+        store.check_sync(&peek, &mut out).unwrap();
+        2 - out[0].remaining
+    }
+
+    async fn open(&self) {
+        self.primary.set_down(true);
+        self.fail("ana", 3).await;
+        assert_eq!(self.store.state(), Open);
+    }
+}
+
+#[tokio::test]
+async fn a_slot_taken_on_the_primary_is_released_there() {
+    let s = setup(1);
+    assert!(
+        s.store.supports(RuleKind::Concurrency),
+        "the primary's kinds"
+    );
+    assert_eq!(s.store.lease(), Some(Duration::from_secs(30)));
+    assert_eq!(s.take("ana", 1).await, (true, "flaky"));
+    assert_eq!(s.in_flight(&s.primary.store, "ana"), 1);
+    assert_eq!(s.store.local_slots(), 0);
+    s.store.renew(&[s.slot("ana", 1)]).await.unwrap();
+    assert_eq!(*s.primary.renewed.lock().unwrap(), [1]);
+    s.release("ana", 1).await.unwrap();
+    assert_eq!(s.in_flight(&s.primary.store, "ana"), 0);
+    assert_eq!(*s.primary.released.lock().unwrap(), [1]);
+}
+
+#[tokio::test]
+async fn during_an_outage_slots_are_taken_and_released_locally_by_id() {
+    let s = setup(1);
+    s.open().await;
+    assert_eq!(s.take("ana", 1).await, (true, "fallback"));
+    assert_eq!(s.take("ana", 2).await, (true, "fallback"));
+    assert_eq!(s.take("ana", 3).await, (false, "fallback"), "2 in flight");
+    assert_eq!(s.store.local_slots(), 2);
+    assert_eq!(s.in_flight(s.store.local(), "ana"), 2);
+    // Local slots are not renewed on the primary, and their release
+    // needs no I/O.
+    s.store.renew(&[s.slot("ana", 1)]).await.unwrap();
+    assert!(s.primary.renewed.lock().unwrap().is_empty());
+    assert_eq!(
+        s.store.release_local(&[s.slot("ana", 1)]).map(Result::ok),
+        Some(Some(()))
+    );
+    assert_eq!(s.in_flight(s.store.local(), "ana"), 1);
+    // Released twice, the slot frees nothing more: the second release
+    // goes to the primary, which does not hold it.
+    assert!(s.release("ana", 1).await.is_err(), "the primary is down");
+    assert_eq!(s.in_flight(s.store.local(), "ana"), 1);
+    assert_eq!(s.take("ana", 4).await, (true, "fallback"));
+    assert_eq!(s.take("ana", 5).await, (false, "fallback"));
+    assert!(s.primary.released.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_local_slot_goes_back_locally_after_the_primary_is_back() {
+    let s = setup(1);
+    s.open().await;
+    assert_eq!(s.take("ana", 1).await, (true, "fallback"));
+    s.primary.set_down(false);
+    s.clock.advance(Duration::from_secs(2));
+    assert_eq!(s.check("ana", 1).await.0.by, "flaky", "closed again");
+    // The primary never saw slot 1: it is released where it was taken.
+    s.release("ana", 1).await.unwrap();
+    assert_eq!(s.in_flight(s.store.local(), "ana"), 0);
+    assert_eq!(s.store.local_slots(), 0);
+    assert!(s.primary.released.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_slot_taken_on_the_primary_stays_there_when_the_breaker_opens() {
+    let s = setup(1);
+    assert_eq!(s.take("ana", 1).await, (true, "flaky"));
+    s.open().await;
+    // Its release goes to the primary, fails (left to its lease there),
+    // and frees nothing locally.
+    assert!(s.release("ana", 1).await.is_err());
+    assert_eq!(s.in_flight(&s.primary.store, "ana"), 1);
+    assert_eq!(s.in_flight(s.store.local(), "ana"), 0);
+    assert!(
+        s.store.release_local(&[s.slot("ana", 1)]).is_none(),
+        "needs I/O"
+    );
+}
+
+#[tokio::test]
+async fn the_local_share_divides_a_concurrency_limit() {
+    let s = setup(2);
+    s.open().await;
+    assert_eq!(s.take("ana", 1).await, (true, "fallback"));
+    assert_eq!(
+        s.take("ana", 2).await,
+        (false, "fallback"),
+        "2 / 2 instances"
+    );
+    s.release("ana", 1).await.unwrap();
+    assert_eq!(s.take("ana", 3).await, (true, "fallback"));
+}
+
+#[tokio::test]
+async fn a_local_slot_without_a_lease_id_is_an_error_not_a_pass() {
+    let s = setup(1);
+    s.open().await;
+    let mut out = [Decision::default()];
+    let error = s
+        .store
+        .check(&[s.slot("ana", 0)], &mut out)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StorageError::Unsupported(_)), "{error}");
+    assert_eq!(s.in_flight(s.store.local(), "ana"), 0);
+}
+
+#[tokio::test]
+async fn a_mixed_decision_refused_by_the_primary_gives_the_local_slot_back() {
+    let s = build(1, true);
+    s.primary.down[1].store(true, Ordering::SeqCst);
+    s.fail("bea", 3).await;
+    assert_eq!(s.domain_state(1), Some(Open));
+    // ana's plan on node-a is spent; bea's slot on node-b is local.
+    for _ in 0..10 {
+        assert!(s.check("ana", 1).await.1.allowed);
+    }
+    let checks = [s.bucket("ana", 1), s.slot("bea", 7)];
+    let mut out = [Decision::default(); 2];
+    let decided = s.store.check(&checks, &mut out).await.unwrap();
+    assert!(!decided.verdict.allowed);
+    assert_eq!(decided.verdict.refused_by, Some(0));
+    assert_eq!(s.in_flight(s.store.local(), "bea"), 0, "given back");
+    assert_eq!(out[1].remaining, 2);
+    assert_eq!(s.store.local_slots(), 0);
+    // Passed, the local slot is held and goes back locally.
+    let checks = [s.bucket("bob", 1), s.slot("bea", 8)];
+    let decided = s.store.check(&checks, &mut out).await.unwrap();
+    assert!(decided.verdict.allowed);
+    assert_eq!(s.store.local_slots(), 1);
+    s.release("bea", 8).await.unwrap();
+    assert_eq!(s.in_flight(s.store.local(), "bea"), 0);
 }

@@ -127,7 +127,7 @@ fn a_decision_refused_by_a_rate_takes_no_slot() {
 }
 
 #[test]
-fn only_slots_are_released_and_the_fallback_does_not_claim_them() {
+fn only_slots_are_released_and_the_fallback_claims_its_primarys_kinds() {
     let store = store();
     let free = LimitName::new("free").unwrap();
     let rate = BucketCheck::new(&free, "ana", Quota::per_minute(1), 1).unwrap();
@@ -138,7 +138,7 @@ fn only_slots_are_released_and_the_fallback_does_not_claim_them() {
     assert!(store.supports(RuleKind::Concurrency));
     let fallback =
         rate_tier_storage::FallbackStorage::builder(Arc::new(store)).build();
-    assert!(!fallback.supports(RuleKind::Concurrency));
+    assert!(fallback.supports(RuleKind::Concurrency));
     assert!(fallback.supports(RuleKind::Window));
 }
 

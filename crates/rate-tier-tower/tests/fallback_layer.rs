@@ -1,7 +1,8 @@
 //! The layer over a FallbackStorage whose primary is down: the local share.
 //! A cost above the divided burst is transient (503, retry after 1 s), never
-//! the 403 of a cost that can never pass; and the headers describe the limit
-//! the instance actually applies.
+//! the 403 of a cost that can never pass; the headers describe the limit
+//! the instance actually applies; and a concurrency slot taken locally goes
+//! back to the local store.
 #![allow(clippy::unwrap_used, missing_docs)]
 
 mod support;
@@ -13,11 +14,12 @@ use axum::{Router, routing::get};
 use http::StatusCode;
 use support::http::{Events, get_as};
 use support::stores::TimingOut;
+use tower::ServiceExt;
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::layer::HeaderStyle;
 use tower_rate_tier::{
-    FallbackStorage, LimitEvent, OnStorageError, Quota, RateTier, StorageEvent,
-    TierIdentity, TierLimitLayer,
+    Concurrency, FallbackStorage, Limit, LimitEvent, OnStorageError, Quota,
+    RateTier, StorageEvent, TierIdentity, TierLimitLayer,
 };
 
 /// 2026-10-02 13:17:14 UTC, on a whole second.
@@ -159,4 +161,42 @@ async fn with_storage_errors_allowed_a_cost_above_the_local_share_passes() {
         )),
         1
     );
+}
+
+/// A concurrency limit behind a fallback whose primary (which decides
+/// every kind) is down: the slot is taken locally, held by the response
+/// body, and given back to the local store when the body is dropped; the
+/// primary is never asked to release it.
+#[tokio::test]
+async fn a_slot_taken_during_an_outage_goes_back_to_the_local_store() {
+    let clock = FakeClock::at_us(START_US);
+    let primary = Arc::new(TimingOut::of_every_kind("down"));
+    let storage = FallbackStorage::builder(primary.clone())
+        .clock(clock.clone())
+        .build();
+    let tiers = RateTier::builder()
+        .clock(clock)
+        .tier("free", Quota::per_minute(10))
+        .storage(Arc::new(storage.clone()))
+        .build();
+    let layer = TierLimitLayer::new(tiers)
+        .identifier_fn(|_| Some(TierIdentity::new("ana", "free")))
+        .limit(Limit::new("uploads", Concurrency::new(1).unwrap()));
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+
+    let request = || http::Request::get("/").body(axum::body::Body::empty());
+    let held = app.clone().oneshot(request().unwrap()).await.unwrap();
+    assert_eq!(held.status(), StatusCode::OK);
+    assert_eq!(storage.local_slots(), 1);
+    let r = get_as(&app, None, "/").await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{r:?}");
+    assert!(r.body.contains(r#""limit":"uploads""#), "{r:?}");
+
+    let calls = primary.calls();
+    drop(held);
+    assert_eq!(storage.local_slots(), 0);
+    assert_eq!(primary.calls(), calls, "released without the primary");
+    assert_eq!(get_as(&app, None, "/").await.status, StatusCode::OK);
 }

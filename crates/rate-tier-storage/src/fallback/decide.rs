@@ -24,6 +24,7 @@ use super::breaker::{Breaker, Route};
 use super::{Inner, LOCAL, ProbeGuard};
 use crate::bucket::BucketCheck;
 use crate::event::StorageEvent;
+use crate::rule::Rule;
 use crate::storage::{Decided, StorageError};
 
 /// The breakers a decision passes through, each with its domain.
@@ -91,8 +92,12 @@ impl Inner {
         checks: &[BucketCheck<'_>],
         out: &mut [Decision],
     ) -> Result<Decided, StorageError> {
+        Self::slots_have_ids(checks)?;
         let local = self.local_checks(checks.iter().copied())?;
         let decided = self.local.check_sync(&local, out)?;
+        if decided.verdict.allowed {
+            self.took_locally(&local, out);
+        }
         self.listeners.emit_with(|| StorageEvent::Fallback {
             limit: checks.first().map_or("", |c| c.name()).to_owned(),
             allowed: decided.verdict.allowed,
@@ -251,6 +256,7 @@ impl Inner {
 
         let local_checks =
             self.local_checks(here.iter().map(|&i| checks[i]))?;
+        Self::slots_have_ids(&local_checks)?;
         let mut local_out: SmallVec<[Decision; 4]> =
             SmallVec::from_elem(Decision::default(), here.len());
         let decided_here =
@@ -331,6 +337,9 @@ impl Inner {
         }
         let verdict =
             Verdict::of(checks.iter().map(BucketCheck::is_shadow), out);
+        if verdict.allowed {
+            self.took_locally(&local_checks, &local_out);
+        }
         let mut decided = Decided::new(verdict, None, LOCAL);
         decided.share = self.local_share;
         decided.local = if everything_local || checks.len() > 64 {
@@ -345,9 +354,22 @@ impl Inner {
     /// primary refused the rest of the decision), and says so in `out`.
     fn give_back(&self, checks: &[BucketCheck<'_>], out: &mut [Decision]) {
         for (check, decision) in checks.iter().zip(out.iter_mut()) {
+            if check.cost() == 0 || !decision.allowed {
+                continue;
+            }
+            if let Rule::Concurrency(concurrency) = check.rule() {
+                // The slots taken go back: the request is not served.
+                if self.local.release_sync(&[*check]).is_ok() {
+                    decision.remaining = decision
+                        .remaining
+                        .saturating_add(u64::from(check.cost()))
+                        .min(u64::from(concurrency.limit()));
+                }
+                continue;
+            }
             // A window's or a period's charge has no refund: it stays (the
             // user waits a little longer, never gets more).
-            if check.cost() == 0 || !decision.allowed || !check.is_rate() {
+            if !check.is_rate() {
                 continue;
             }
             let refund = check.settle(Adjust::Refund(check.cost()));

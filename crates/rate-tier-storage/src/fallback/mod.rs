@@ -58,12 +58,27 @@
 //! When a quota's burst is below K, each instance still allows 1 at once:
 //! K instances may pass up to K at once, at the divided rate.
 //!
+//! # Concurrency limits
+//!
+//! A slot of a concurrency limit goes back to the store that took it: one
+//! taken on the primary is released (and renewed, see [`Storage::lease`])
+//! there, even after the breaker opened (a release that fails leaves it
+//! to its lease); one taken locally during an outage is remembered by its
+//! lease id ([`BucketCheck::lease_id`], required for a slot behind a
+//! fallback) and released locally, even after the primary is back. So
+//! while the primary is down, the slots held on it still count there, and
+//! the local store counts only the requests it let through; the local
+//! share divides a concurrency limit like a burst. A local slot released
+//! twice is released once; the primary's are released by id on Redis and
+//! PostgreSQL, where a second release changes nothing.
+//!
 //! Every change of state and every local decision is a [`StorageEvent`] for
 //! the listeners.
 
 mod breaker;
 mod decide;
 mod settle;
+mod slots;
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -129,6 +144,8 @@ struct Inner {
     pending: Mutex<VecDeque<settle::Pending>>,
     pending_len: AtomicUsize,
     replaying: AtomicBool,
+    /// The slots of concurrency limits the local store took.
+    local_slots: Mutex<slots::LocalSlots>,
     /// This, for the task that replays `pending`.
     this: Weak<Inner>,
     /// The primary's and the local store's own events (an eviction during
@@ -246,6 +263,7 @@ impl FallbackStorageBuilder {
                 pending: Mutex::default(),
                 pending_len: AtomicUsize::new(0),
                 replaying: AtomicBool::new(false),
+                local_slots: Mutex::default(),
                 this: weak.clone(),
                 _forwarding: forwarding,
             }
@@ -307,6 +325,13 @@ impl FallbackStorage {
     /// (at most [`PENDING_MAX`]).
     pub fn pending_settlements(&self) -> usize {
         self.inner.pending()
+    }
+
+    /// How many slots of concurrency limits the local store holds for
+    /// requests it let through while the primary was down (see the
+    /// [module docs](self#concurrency-limits)).
+    pub fn local_slots(&self) -> usize {
+        self.inner.local_slots()
     }
 }
 
@@ -414,12 +439,52 @@ impl Storage for FallbackStorage {
         self.inner.primary.kind()
     }
 
-    /// The primary's kinds (the local store decides every kind), but
-    /// concurrency: a slot taken on one store must be given back to it,
-    /// which the fallback does not track yet.
+    /// The primary's kinds (the local store decides every kind).
     fn supports(&self, kind: crate::RuleKind) -> bool {
-        kind != crate::RuleKind::Concurrency
-            && self.inner.primary.supports(kind)
+        self.inner.primary.supports(kind)
+    }
+
+    /// Each slot goes back to the store that took it: see the
+    /// [module docs](self#concurrency-limits).
+    async fn release(
+        &self,
+        slots: &[BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        let primary = self.inner.release_here(slots)?;
+        if primary.is_empty() {
+            return Ok(());
+        }
+        self.inner.primary.release(&primary).await
+    }
+
+    /// Without I/O when every slot was taken locally (or the primary
+    /// needs none).
+    fn release_local(
+        &self,
+        slots: &[BucketCheck<'_>],
+    ) -> Option<Result<(), StorageError>> {
+        match self.inner.not_here(slots).len() {
+            0 => Some(self.inner.release_here(slots).map(drop)),
+            n if n == slots.len() => self.inner.primary.release_local(slots),
+            _ => None,
+        }
+    }
+
+    /// The primary's lease: the local store's slots do not expire.
+    fn lease(&self) -> Option<Duration> {
+        self.inner.primary.lease()
+    }
+
+    /// Renews the primary's slots (the local ones do not expire).
+    async fn renew(
+        &self,
+        slots: &[BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        let primary = self.inner.not_here(slots);
+        if primary.is_empty() {
+            return Ok(());
+        }
+        self.inner.primary.renew(&primary).await
     }
 
     fn subscribe(&self, listener: StorageListener) -> Subscription {

@@ -287,6 +287,20 @@ impl MemoryStorage {
             .try_for_each(|settle| self.inner.settle(settle, now))
     }
 
+    /// The same as [`Storage::release`], synchronously.
+    pub(crate) fn release_sync(
+        &self,
+        slots: &[BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        self.inner.release(slots)
+    }
+
+    /// The name of `check`'s bucket in this store (a keyed hash of its
+    /// limit and partition).
+    pub(crate) fn bucket_id(&self, check: &BucketCheck<'_>) -> u64 {
+        self.inner.name(check).0
+    }
+
     /// Drops every bucket whose TAT has passed, and gives the memory of
     /// emptied tables back. Runs by itself; public for tests and for stores
     /// built outside a Tokio runtime.

@@ -4,8 +4,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tower_rate_tier::{
-    BucketCheck, BucketSettle, Decided, Decision, MemoryStorage, Storage,
-    StorageError,
+    BucketCheck, BucketSettle, Decided, Decision, MemoryStorage, RuleKind,
+    Storage, StorageError,
 };
 
 /// Every check times out (after no time at all). Counts its calls.
@@ -13,6 +13,7 @@ use tower_rate_tier::{
 pub struct TimingOut {
     kind: &'static str,
     calls: AtomicUsize,
+    every_kind: bool,
 }
 
 impl TimingOut {
@@ -21,6 +22,16 @@ impl TimingOut {
         TimingOut {
             kind,
             calls: AtomicUsize::new(0),
+            every_kind: false,
+        }
+    }
+
+    /// The same, saying it decides every kind of limit (as Redis does).
+    #[allow(dead_code)]
+    pub fn of_every_kind(kind: &'static str) -> Self {
+        TimingOut {
+            every_kind: true,
+            ..TimingOut::new(kind)
         }
     }
 
@@ -51,6 +62,18 @@ impl Storage for TimingOut {
 
     fn kind(&self) -> &'static str {
         self.kind
+    }
+
+    fn supports(&self, kind: RuleKind) -> bool {
+        self.every_kind || kind == RuleKind::Rate
+    }
+
+    async fn release(
+        &self,
+        _slots: &[BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Err(StorageError::Timeout(Duration::from_millis(100)))
     }
 }
 
