@@ -306,36 +306,93 @@ impl Period {
             Some((stored_start, count))
                 if stored_start >= start && stored_start <= MAX_TIME_US =>
             {
-                count as u64
+                count
             }
             _ => 0,
         };
+        Ok(self.decide_in(start, next, count, now_us, cost))
+    }
+
+    /// [`Period::check`] of a record whose period's bounds the caller
+    /// kept: `start_us` is its write's [`PeriodWrite::start_us`] and
+    /// `next_us` the instant its decision reset at (`now +
+    /// reset_after_us`). While that period holds `now_us`, the calendar is
+    /// not computed again; otherwise this is `check(Some((start_us,
+    /// count)), now_us, cost)`. The same answer either way, for bounds
+    /// kept from a decision; other bounds mean nothing.
+    ///
+    /// ```
+    /// use gcra_core::{Period, PeriodUnit};
+    /// let daily = Period::new(3, PeriodUnit::Day, 0)?;
+    /// const DAY: u64 = 86_400_000_000;
+    /// let first = daily.check(None, DAY + 5, 1)?;
+    /// let write = first.write.expect("a pass writes");
+    /// let next = DAY + 5 + first.reset_after_us;
+    /// assert_eq!(next, 2 * DAY);
+    /// for now in [DAY + 9, 2 * DAY + 1, 5] {
+    ///     assert_eq!(
+    ///         daily.check_within(write.start_us, next, write.count, now, 1),
+    ///         daily.check(Some((write.start_us, write.count)), now, 1),
+    ///     );
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub const fn check_within(
+        &self,
+        start_us: u64,
+        next_us: u64,
+        count: u32,
+        now_us: u64,
+        cost: u32,
+    ) -> Result<PeriodDecision, CheckError> {
+        // Rule 1 holds: now < next <= MAX_TIME_US.
+        if start_us <= now_us
+            && now_us < next_us
+            && next_us <= MAX_TIME_US
+            && cost <= self.limit
+        {
+            return Ok(self.decide_in(start_us, next_us, count, now_us, cost));
+        }
+        self.check(Some((start_us, count)), now_us, cost)
+    }
+
+    /// Rules 4 to 6, in the period `[start, next)` that holds `now_us`,
+    /// with `count` already counted in it and `cost <= limit`.
+    const fn decide_in(
+        &self,
+        start: u64,
+        next: u64,
+        count: u32,
+        now_us: u64,
+        cost: u32,
+    ) -> PeriodDecision {
+        let count = count as u64;
         let limit = self.limit as u64;
         // next > now.
         let reset_after_us = next.saturating_sub(now_us);
         if cost == 0 {
             // Rule 6.
-            return Ok(PeriodDecision {
+            return PeriodDecision {
                 allowed: true,
                 remaining: limit.saturating_sub(count),
                 retry_after_us: 0,
                 reset_after_us,
                 write: None,
-            });
+            };
         }
         let need = count.saturating_add(cost as u64);
         if need > limit {
             // Rule 4.
-            return Ok(PeriodDecision {
+            return PeriodDecision {
                 allowed: false,
                 remaining: 0,
                 retry_after_us: reset_after_us,
                 reset_after_us,
                 write: None,
-            });
+            };
         }
         // Rule 5. need <= limit <= u32::MAX: lossless.
-        Ok(PeriodDecision {
+        PeriodDecision {
             allowed: true,
             remaining: limit.saturating_sub(need),
             retry_after_us: 0,
@@ -345,7 +402,7 @@ impl Period {
                 count: need as u32,
                 ttl_ms: reset_after_us.div_ceil(1000),
             }),
-        })
+        }
     }
 
     /// Rule 2: `(start, next)` of the period holding `now_us`; `next` may

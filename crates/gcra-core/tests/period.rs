@@ -350,6 +350,36 @@ proptest! {
             prop_assert!(count <= limit, "{} passed in the period of {}", count, start);
         }
     }
+
+    /// The bounds a store kept from a decision (its write's start, and
+    /// now + reset_after) give `check_within` the answers of `check`, at
+    /// any later or earlier instant and cost.
+    #[test]
+    fn check_within_kept_bounds_is_check(
+        (p, now) in period(),
+        first_cost in 1u32..=3,
+        later in prop::collection::vec((any::<i64>(), prop_oneof![3 => 0u32..=8, 1 => any::<u32>()]), 1..20),
+    ) {
+        let Ok(first) = p.check(None, now, first_cost.min(p.limit())) else {
+            return Ok(());
+        };
+        let Some(write) = first.write else { return Ok(()) };
+        let next = now + first.reset_after_us;
+        prop_assert_eq!(p.next_start(now), Ok(next));
+        for (step, cost) in later {
+            // Within this period, across its ends, and far away.
+            let at = match step % 3 {
+                0 => write.start_us.saturating_add(step.unsigned_abs() % (next - write.start_us + 2)),
+                1 => next.saturating_sub(1).saturating_add(step.unsigned_abs() % 3),
+                _ => step.unsigned_abs(),
+            };
+            prop_assert_eq!(
+                p.check_within(write.start_us, next, write.count, at, cost),
+                p.check(Some((write.start_us, write.count)), at, cost),
+                "{:?} kept [{}, {}) at {}", p, write.start_us, next, at
+            );
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -77,8 +77,14 @@ enum State {
     /// entries before `head` have left, and are dropped now and then, so
     /// that dropping the oldest costs no shift of the others).
     Window { log: Vec<u64>, head: usize },
-    /// The period's first instant and its count.
-    Period { start_us: u64, count: u32 },
+    /// The period's first instant, the next period's, and its count: the
+    /// bounds kept so that a decision in the same period needs no
+    /// calendar ([`gcra_core::Period::check_within`]).
+    Period {
+        start_us: u64,
+        next_us: u64,
+        count: u32,
+    },
     /// Units of cost in flight (kept, without expiry, while above 0).
     InFlight(u32),
 }
@@ -86,7 +92,8 @@ enum State {
 /// A bucket's decision, and the write it makes if the decision stands.
 enum Pending {
     Window(Option<gcra_core::LogWrite>),
-    Period(Option<gcra_core::PeriodWrite>),
+    /// The write, and the next period's start.
+    Period(Option<gcra_core::PeriodWrite>, u64),
     InFlight(Option<u32>),
 }
 
@@ -131,6 +138,36 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// One window, period or concurrency limit alone, on a live bucket of
+    /// its kind: decided and written under one lookup. `None` when the
+    /// bucket is absent, expired or of another kind (the general path
+    /// then makes it, with room).
+    pub(super) fn decide_live_alone(
+        &self,
+        check: &BucketCheck<'_>,
+        now: u64,
+        out: &mut Decision,
+    ) -> Result<Option<Verdict>, StorageError> {
+        let (name, _) = self.name(check);
+        let mut map = self.kinds.lock();
+        let Some(kept) = map.get_mut(&name).filter(|k| k.expires_us > now)
+        else {
+            return Ok(None);
+        };
+        let Some((decision, write)) = decide(check, Some(&kept.state), now)?
+        else {
+            return Ok(None);
+        };
+        if write_in_place(kept, write, now).is_err() {
+            return Ok(None);
+        }
+        *out = decision;
+        Ok(Some(Verdict::of(
+            std::iter::once(check.is_shadow()),
+            std::slice::from_ref(out),
+        )))
     }
 
     /// A decision with at least one window, period or concurrency limit:
@@ -241,14 +278,25 @@ fn decide(
             Some((decided.as_decision(), Pending::Window(decided.write)))
         }
         Rule::Period(period) => {
-            let stored = match state {
-                Some(&State::Period { start_us, count }) => {
-                    Some((start_us, count))
-                }
-                _ => None,
+            let decided = match state {
+                Some(&State::Period {
+                    start_us,
+                    next_us,
+                    count,
+                }) => period.check_within(
+                    start_us,
+                    next_us,
+                    count,
+                    now,
+                    check.cost(),
+                )?,
+                _ => period.check(None, now, check.cost())?,
             };
-            let decided = period.check(stored, now, check.cost())?;
-            Some((decided.as_decision(), Pending::Period(decided.write)))
+            let next_us = now.saturating_add(decided.reset_after_us);
+            Some((
+                decided.as_decision(),
+                Pending::Period(decided.write, next_us),
+            ))
         }
         Rule::Concurrency(concurrency) => {
             let in_flight = match state {
@@ -271,78 +319,99 @@ fn apply(
     keep: &[u64],
     evicted: &mut Evictions<'_>,
 ) {
-    let expires = |ttl_ms: u64| now.saturating_add(ttl_ms.saturating_mul(1000));
     // A live bucket of the same kind is written in place (no second
     // lookup); anything else read as absent, and is replaced.
-    let live = map.get_mut(&name).filter(|kept| kept.expires_us > now);
-    let (state, expires_us) = match (write, live) {
+    let write = match map.get_mut(&name).filter(|kept| kept.expires_us > now) {
+        Some(kept) => match write_in_place(kept, write, now) {
+            Ok(()) => return,
+            Err(write) => write,
+        },
+        None => write,
+    };
+    let Some(kept) = fresh(write, now) else {
+        return;
+    };
+    if !map.contains_key(&name) && map.len() >= inner.capacity {
+        evicted.debts.extend(make_room(map, now, inner, keep));
+    }
+    map.insert(name, kept);
+}
+
+fn expiry(now: u64, ttl_ms: u64) -> u64 {
+    now.saturating_add(ttl_ms.saturating_mul(1000))
+}
+
+/// Writes `write` into `kept`, a live bucket; gives the write back when
+/// `kept` is of another kind.
+fn write_in_place(
+    kept: &mut Kept,
+    write: Pending,
+    now: u64,
+) -> Result<(), Pending> {
+    match (write, &mut kept.state) {
         (
             Pending::Window(None)
-            | Pending::Period(None)
+            | Pending::Period(None, _)
             | Pending::InFlight(None),
             _,
-        ) => {
-            return;
-        }
-        (
-            Pending::Window(Some(write)),
-            Some(Kept {
-                state: State::Window { log, head },
-                expires_us,
-            }),
-        ) => {
-            let kept = write.kept(log.len().saturating_sub(*head));
-            log.truncate(*head + kept.end);
-            *head += kept.start;
+        ) => {}
+        (Pending::Window(Some(write)), State::Window { log, head }) => {
+            let kept_range = write.kept(log.len().saturating_sub(*head));
+            log.truncate(*head + kept_range.end);
+            *head += kept_range.start;
             // The entries that left are dropped once they are most of it.
             if *head >= 32 && *head * 2 >= log.len() {
                 log.drain(..*head);
                 *head = 0;
             }
             log.extend(std::iter::repeat_n(write.entry_us, write.append));
-            *expires_us = expires(write.ttl_ms);
-            return;
-        }
-        (Pending::Window(Some(write)), _) => {
-            let log = vec![write.entry_us; write.append];
-            (State::Window { log, head: 0 }, expires(write.ttl_ms))
+            kept.expires_us = expiry(now, write.ttl_ms);
         }
         (
-            Pending::Period(Some(write)),
-            Some(Kept {
-                state: State::Period { start_us, count },
-                expires_us,
-            }),
+            Pending::Period(Some(write), next),
+            State::Period {
+                start_us,
+                next_us,
+                count,
+            },
         ) => {
-            (*start_us, *count) = (write.start_us, write.count);
-            *expires_us = expires(write.ttl_ms);
-            return;
+            (*start_us, *next_us, *count) = (write.start_us, next, write.count);
+            kept.expires_us = expiry(now, write.ttl_ms);
         }
-        (Pending::Period(Some(write)), _) => (
+        (Pending::InFlight(Some(count)), State::InFlight(held)) => {
+            *held = count;
+        }
+        (write, _) => return Err(write),
+    }
+    Ok(())
+}
+
+/// A new bucket holding `write` (`None`: a write that writes nothing).
+fn fresh(write: Pending, now: u64) -> Option<Kept> {
+    let (state, expires_us) = match write {
+        Pending::Window(None)
+        | Pending::Period(None, _)
+        | Pending::InFlight(None) => {
+            return None;
+        }
+        Pending::Window(Some(write)) => (
+            State::Window {
+                log: vec![write.entry_us; write.append],
+                head: 0,
+            },
+            expiry(now, write.ttl_ms),
+        ),
+        Pending::Period(Some(write), next_us) => (
             State::Period {
                 start_us: write.start_us,
+                next_us,
                 count: write.count,
             },
-            expires(write.ttl_ms),
+            expiry(now, write.ttl_ms),
         ),
-        (
-            Pending::InFlight(Some(count)),
-            Some(Kept {
-                state: State::InFlight(held),
-                ..
-            }),
-        ) => {
-            *held = count;
-            return;
-        }
-        (Pending::InFlight(Some(count)), _) => {
-            (State::InFlight(count), u64::MAX)
-        }
+        Pending::InFlight(Some(count)) => (State::InFlight(count), u64::MAX),
     };
-    if !map.contains_key(&name) && map.len() >= inner.capacity {
-        evicted.debts.extend(make_room(map, now, inner, keep));
-    }
-    map.insert(name, Kept { state, expires_us });
+    Some(Kept { state, expires_us })
 }
 
 /// Room for one entry in a full map: the expired ones dropped, else the

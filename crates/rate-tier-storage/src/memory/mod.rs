@@ -506,11 +506,14 @@ impl Inner {
         out: &mut Decision,
     ) -> Result<Decided, StorageError> {
         let now = self.clock.now_us();
-        let verdict = self.decide_kinds(
-            std::slice::from_ref(check),
-            now,
-            std::slice::from_mut(out),
-        )?;
+        let verdict = match self.decide_live_alone(check, now, out)? {
+            Some(verdict) => verdict,
+            None => self.decide_kinds(
+                std::slice::from_ref(check),
+                now,
+                std::slice::from_mut(out),
+            )?,
+        };
         Ok(Decided::new(verdict, Some(now), "memory"))
     }
 
