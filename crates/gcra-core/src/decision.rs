@@ -329,7 +329,7 @@ impl Quota {
     /// Rule 1: where the bucket stands at `now`, and whether the stored TAT
     /// had to be capped (the clock went back).
     #[inline]
-    const fn stand(
+    pub(crate) const fn stand(
         &self,
         stored_tat_us: Option<u64>,
         now_us: u64,
@@ -412,7 +412,7 @@ pub struct Settled {
 }
 
 #[inline]
-const fn store_for(tat_us: u64, ahead_us: u64) -> StoreTat {
+pub(crate) const fn store_for(tat_us: u64, ahead_us: u64) -> StoreTat {
     StoreTat {
         tat_us,
         ttl_ms: ahead_us.div_ceil(1000),

@@ -113,6 +113,9 @@
 //!   debt to wait for, or a refund).
 //! - [`check_all`]: several limits (a plan, an endpoint, an IP) decided as
 //!   one, all or nothing, with shadow limits that report without refusing.
+//! - [`Quota::reserve`]: waiting instead of refusing (shaping): the next
+//!   slot a request may go at, if its wait is short enough, and
+//!   [`Quota::cancel`] to give it back when its caller went away.
 //!
 //! # Other kinds of limit
 //!
@@ -178,6 +181,7 @@ mod decision;
 mod joint;
 mod period;
 mod quota;
+mod reserve;
 mod window;
 
 pub use concurrency::{
@@ -189,6 +193,7 @@ pub use period::{
     MAX_OFFSET_S, Period, PeriodDecision, PeriodError, PeriodUnit, PeriodWrite,
 };
 pub use quota::{Quota, QuotaError};
+pub use reserve::{Reservation, Reserve};
 pub use window::{
     LogWrite, MAX_WINDOW_LIMIT, Window, WindowDecision, WindowError,
 };

@@ -1,0 +1,190 @@
+//! Waiting instead of refusing: a reservation of the next slot a request
+//! may go at, for a caller that prefers to wait (shaping, seed 004's leaky
+//! bucket: requests leave at the quota's rate however they arrive).
+
+use crate::decision::store_for;
+use crate::{CheckError, MAX_TIME_US, Quota, StoreTat, Write};
+
+/// A slot reserved by [`Quota::reserve`]: the caller waits `wait_us`, then
+/// goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Reservation {
+    /// How long the caller waits before it goes (0: it may go now).
+    pub wait_us: u64,
+    /// The units of cost reserved.
+    pub cost: u32,
+    /// The TAT the store must now hold: what [`Quota::cancel`] compares
+    /// with the stored one.
+    pub store: StoreTat,
+}
+
+/// The outcome of [`Quota::reserve`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reserve {
+    /// A slot was reserved: write its TAT, wait, go.
+    Reserved(Reservation),
+    /// The wait would be longer than allowed: nothing reserved.
+    TooLong {
+        /// The wait the request would need, from now.
+        wait_us: u64,
+        /// The TAT to write back: only a stored one capped because the
+        /// clock went back, as for a refusal by [`Quota::check`].
+        store: Option<StoreTat>,
+    },
+}
+
+impl Quota {
+    /// The most a reservation may wait: the quota's [max
+    /// debt](Quota::max_debt_us) (tau by default). A reservation moves the
+    /// TAT past `now + tau` by its wait, and a TAT further ahead than
+    /// `tau + max_debt` reads as a clock that went back and is capped: a
+    /// longer wait would be forgiven by the next decision.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let quota = gcra_core::Quota::per_second(10); // a burst of 10: tau = 1 s
+    /// assert_eq!(quota.max_wait_us(), 1_000_000);
+    /// assert_eq!(quota.allow_debt(Duration::from_secs(60)).max_wait_us(), 60_000_000);
+    /// ```
+    pub const fn max_wait_us(&self) -> u64 {
+        self.max_debt_us()
+    }
+
+    /// Reserves the next slot for a request of `cost` at `now_us`, if the
+    /// wait for it is at most `max_wait_us` (itself at most
+    /// [`Quota::max_wait_us`]). The rules, with `tat = max(stored, now)`
+    /// as [`Quota::check`] stands it (rule 1 of the crate docs):
+    ///
+    /// 1. A cost of 0 is [`CheckError::ZeroCost`]; a cost above the burst
+    ///    can never pass: [`CheckError::CostExceedsBurst`], as for a check.
+    /// 2. The request goes at `at = tat + T * cost - tau`, and waits
+    ///    `wait = at - now` (0 if `at <= now`: the check would allow it).
+    /// 3. If `wait <= min(max_wait, max_wait_us())`: reserved, and the
+    ///    store writes `tat + T * cost`, as a check that passed at `at`
+    ///    would have. A TAT beyond [`MAX_TIME_US`] is
+    ///    [`CheckError::TimeOutOfRange`].
+    /// 4. Else [`Reserve::TooLong`] with the `wait`, and the stored TAT
+    ///    unchanged (but for the cap of rule 1).
+    ///
+    /// So reservations are exactly the passes of the quota, each at its
+    /// slot: however many callers reserve at once, they go no faster than
+    /// the quota, and with a burst of 1 never two closer than `T * cost`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gcra_core::{Quota, Reserve};
+    /// // T = tau = 100 ms; callers may wait up to a second.
+    /// let quota = Quota::per_second(10).allow_burst(1).allow_debt(Duration::from_secs(1));
+    /// let Reserve::Reserved(first) = quota.reserve(None, 0, 1, 500_000)? else { unreachable!() };
+    /// assert_eq!(first.wait_us, 0);
+    /// let tat = Some(first.store.tat_us);
+    /// let Reserve::Reserved(second) = quota.reserve(tat, 0, 1, 500_000)? else { unreachable!() };
+    /// assert_eq!(second.wait_us, 100_000); // one interval later
+    ///
+    /// // Six intervals ahead is more than the 500 ms this caller waits:
+    /// // nothing kept.
+    /// assert_eq!(
+    ///     quota.reserve(Some(600_000), 0, 1, 500_000)?,
+    ///     Reserve::TooLong { wait_us: 600_000, store: None },
+    /// );
+    /// // Without a debt, a reservation waits at most tau.
+    /// let even = Quota::per_second(10).allow_burst(1);
+    /// assert!(matches!(even.reserve(Some(200_000), 0, 1, 500_000)?, Reserve::TooLong { .. }));
+    /// # Ok::<(), gcra_core::CheckError>(())
+    /// ```
+    pub const fn reserve(
+        &self,
+        stored_tat_us: Option<u64>,
+        now_us: u64,
+        cost: u32,
+        max_wait_us: u64,
+    ) -> Result<Reserve, CheckError> {
+        if cost == 0 {
+            return Err(CheckError::ZeroCost);
+        }
+        if !self.can_ever_pass(cost) {
+            return Err(CheckError::CostExceedsBurst {
+                cost,
+                burst: self.burst(),
+            });
+        }
+        let (tat, capped) = match self.stand(stored_tat_us, now_us) {
+            Ok(stand) => stand,
+            Err(error) => return Err(error),
+        };
+        // cost <= burst: T * cost <= tau <= 2^50.
+        let new_tat = tat.saturating_add(
+            self.emission_interval_us().saturating_mul(cost as u64),
+        );
+        if new_tat > MAX_TIME_US {
+            return Err(CheckError::TimeOutOfRange);
+        }
+        let at = new_tat.saturating_sub(self.burst_offset_us());
+        let wait_us = at.saturating_sub(now_us);
+        let most = if max_wait_us < self.max_wait_us() {
+            max_wait_us
+        } else {
+            self.max_wait_us()
+        };
+        if wait_us > most {
+            let store = if capped {
+                Some(store_for(tat, tat.saturating_sub(now_us)))
+            } else {
+                None
+            };
+            return Ok(Reserve::TooLong { wait_us, store });
+        }
+        Ok(Reserve::Reserved(Reservation {
+            wait_us,
+            cost,
+            store: store_for(new_tat, new_tat.saturating_sub(now_us)),
+        }))
+    }
+
+    /// Gives back `reservation` (its caller went away before it went), at
+    /// `now_us`, given the bucket's stored TAT: the write to make.
+    ///
+    /// Exact when no later reservation or pass was made after it (the
+    /// stored TAT is still the one it wrote): the TAT goes back by its
+    /// cost, as if it never was (never below `now`: [`Write::Clear`] when
+    /// the bucket is full again). After a later one, [`Write::Keep`]:
+    /// the later callers keep their slots, and moving the TAT back would
+    /// give the next caller a slot among theirs, closer than the quota
+    /// allows. The slot is lost, never handed out twice.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gcra_core::{Quota, Reserve, Write};
+    /// let quota = Quota::per_second(10).allow_burst(1).allow_debt(Duration::from_secs(1));
+    /// let Reserve::Reserved(a) = quota.reserve(Some(100_000), 0, 1, 1_000_000)? else { unreachable!() };
+    /// assert_eq!(a.store.tat_us, 200_000);
+    /// // Given back while last: the TAT is as before it.
+    /// let Write::Set(back) = quota.cancel(Some(200_000), 0, &a) else { unreachable!() };
+    /// assert_eq!(back.tat_us, 100_000);
+    /// // After a later reservation: kept.
+    /// assert_eq!(quota.cancel(Some(300_000), 0, &a), Write::Keep);
+    /// # Ok::<(), gcra_core::CheckError>(())
+    /// ```
+    pub const fn cancel(
+        &self,
+        stored_tat_us: Option<u64>,
+        now_us: u64,
+        reservation: &Reservation,
+    ) -> Write {
+        let tat = reservation.store.tat_us;
+        match stored_tat_us {
+            Some(stored) if stored == tat && tat > now_us => {
+                let back = self
+                    .emission_interval_us()
+                    .saturating_mul(reservation.cost as u64);
+                let floor = tat.saturating_sub(back);
+                if floor > now_us {
+                    Write::Set(store_for(floor, floor.saturating_sub(now_us)))
+                } else {
+                    Write::Clear
+                }
+            }
+            _ => Write::Keep,
+        }
+    }
+}
