@@ -115,7 +115,8 @@
 //!   one, all or nothing, with shadow limits that report without refusing.
 //! - [`Quota::reserve`]: waiting instead of refusing (shaping): the next
 //!   slot a request may go at, if its wait is short enough, and
-//!   [`Quota::cancel`] to give it back when its caller went away.
+//!   [`Quota::cancel`] to give it back when its caller went away;
+//!   [`reserve_all`] for several limits as one slot.
 //!
 //! # Other kinds of limit
 //!
@@ -193,7 +194,7 @@ pub use period::{
     MAX_OFFSET_S, Period, PeriodDecision, PeriodError, PeriodUnit, PeriodWrite,
 };
 pub use quota::{Quota, QuotaError};
-pub use reserve::{Reservation, Reserve};
+pub use reserve::{JointReservation, Reservation, Reserve, reserve_all};
 pub use window::{
     LogWrite, MAX_WINDOW_LIMIT, Window, WindowDecision, WindowError,
 };

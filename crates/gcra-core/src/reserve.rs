@@ -188,3 +188,105 @@ impl Quota {
         }
     }
 }
+
+/// The outcome of [`reserve_all`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct JointReservation {
+    /// Whether every bucket reserved the common slot.
+    pub reserved: bool,
+    /// How long the request waits for the slot every enforced limit
+    /// allows (when not reserved: the wait it would have needed).
+    pub wait_us: u64,
+}
+
+/// Reserves one slot in several limits at once, all or nothing: the
+/// earliest instant `go` at which every enforced limit would pass, if its
+/// wait is at most `max_wait_us` (and at most every quota's
+/// [`Quota::max_wait_us`]).
+///
+/// `go = now + max(wait_i)` over the enforced limits, `wait_i` as
+/// [`Quota::reserve`] computes it for each alone (a shadow limit never
+/// makes a request wait). Reserved, each bucket is charged as
+/// [`check_all`](crate::check_all) would charge it at `go`: `out[i]` is
+/// that check's decision (a shadow limit that would refuse at `go` is not
+/// charged), its write's expiry counted from `now`. So a request that goes
+/// at its slot is a pass of every limit at that instant, and no limit sees
+/// requests faster than its quota, even those that did not make it wait.
+/// Not reserved (the wait too long), nothing is charged: `out[i]` is the
+/// bucket as it stands, with only a TAT capped after the clock went back
+/// to write. A cost of 0 is a peek at `now`, as in `check_all`.
+///
+/// ```
+/// use std::time::Duration;
+/// use gcra_core::{Charge, Decision, Quota, reserve_all};
+/// let wait = Duration::from_secs(10);
+/// // A provider's 2 per second (burst 1) and 100 per minute.
+/// let charges = [
+///     Charge::new(Quota::per_second(2).allow_burst(1).allow_debt(wait), 1),
+///     Charge::new(Quota::per_minute(100).allow_debt(wait), 1),
+/// ];
+/// let mut out = [Decision::default(); 2];
+/// // A call went out at 0: the next waits 500 ms for the first limit.
+/// let stored = [Some(500_000), Some(600_000)];
+/// let r = reserve_all(&charges, &stored, 0, 1_000_000, &mut out)?;
+/// assert!(r.reserved);
+/// assert_eq!(r.wait_us, 500_000);
+/// assert_eq!(out[0].store.map(|s| s.tat_us), Some(1_000_000));
+/// assert_eq!(out[1].store.map(|s| s.tat_us), Some(1_200_000));
+/// # Ok::<(), gcra_core::JointError>(())
+/// ```
+pub fn reserve_all(
+    charges: &[crate::Charge],
+    stored: &[Option<u64>],
+    now_us: u64,
+    max_wait_us: u64,
+    out: &mut [crate::Decision],
+) -> Result<JointReservation, crate::JointError> {
+    use crate::JointError;
+    if charges.len() != stored.len() || charges.len() != out.len() {
+        return Err(JointError::LengthMismatch);
+    }
+    let mut wait_us = 0u64;
+    let mut most = max_wait_us;
+    for (index, (charge, tat)) in charges.iter().zip(stored).enumerate() {
+        if charge.cost == 0 || charge.shadow {
+            continue;
+        }
+        let alone = charge
+            .quota
+            .reserve(*tat, now_us, charge.cost, u64::MAX)
+            .map_err(|error| JointError::Charge { index, error })?;
+        let wait = match alone {
+            Reserve::Reserved(r) => r.wait_us,
+            Reserve::TooLong { wait_us, .. } => wait_us,
+        };
+        wait_us = wait_us.max(wait);
+        most = most.min(charge.quota.max_wait_us());
+    }
+    // now + wait <= MAX_TIME_US: each wait came from a TAT within it.
+    let go_us = now_us.saturating_add(wait_us);
+    let reserved = wait_us <= most;
+    for (index, ((charge, tat), slot)) in
+        charges.iter().zip(stored).zip(out.iter_mut()).enumerate()
+    {
+        let decided = if charge.cost == 0 {
+            charge.quota.peek(*tat, now_us)
+        } else if !reserved {
+            charge.quota.uncharged(*tat, now_us)
+        } else {
+            charge.quota.check(*tat, go_us, charge.cost)
+        };
+        let mut decision =
+            decided.map_err(|error| JointError::Charge { index, error })?;
+        if reserved && charge.cost > 0 {
+            // Seen from now: the wait is part of the bucket's time ahead.
+            decision.reset_after_us =
+                decision.reset_after_us.saturating_add(wait_us);
+            decision.store = decision
+                .store
+                .map(|s| store_for(s.tat_us, s.tat_us.saturating_sub(now_us)));
+        }
+        *slot = decision;
+    }
+    Ok(JointReservation { reserved, wait_us })
+}

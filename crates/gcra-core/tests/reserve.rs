@@ -7,7 +7,9 @@ mod common;
 use common::{
     MAX, Params, cost, medium_params, monotone_tick, small_params, tick, u,
 };
-use gcra_core::{CheckError, Quota, Reserve, Write};
+use gcra_core::{
+    Charge, CheckError, Decision, Quota, Reserve, Write, check_all, reserve_all,
+};
 use proptest::prelude::*;
 
 /// The rules of `Quota::reserve`, from the user's numbers, in i128.
@@ -174,6 +176,82 @@ proptest! {
         // A later reservation keeps its slot: nothing given back.
         if let Reserve::Reserved(next) = quota.reserve(Some(r.store.tat_us), now, 1, u64::MAX).unwrap() {
             prop_assert_eq!(quota.cancel(Some(next.store.tat_us), now, &r), Write::Keep);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(common::config(
+        1024,
+        concat!(env!("CARGO_MANIFEST_DIR"), "/proptest-regressions/reserve.txt"),
+    ))]
+
+    /// Several limits reserve one slot: the earliest instant at which
+    /// `check_all` passes them all, charged as `check_all` charges them
+    /// then; a wait too long charges nothing.
+    #[test]
+    fn reserve_all_is_check_all_at_the_earliest_common_slot(
+        limits in prop::collection::vec(
+            (small_params(), prop::option::of(0u64..=3_000), 0u32..=3, any::<bool>()),
+            1..4,
+        ),
+        now in 0u64..=2_000,
+        max_wait in any_max_wait(),
+    ) {
+        let charges: Vec<Charge> = limits
+            .iter()
+            .map(|(p, _, cost, shadow)| {
+                let charge = Charge::new(p.quota(), (*cost).min(p.burst()));
+                if *shadow { charge.shadow() } else { charge }
+            })
+            .collect();
+        let stored: Vec<Option<u64>> = limits.iter().map(|l| l.1).collect();
+        let mut out = vec![Decision::default(); charges.len()];
+        let r = reserve_all(&charges, &stored, now, max_wait, &mut out).unwrap();
+        let enforced = || charges.iter().filter(|c| !c.shadow && c.cost > 0);
+        let most = enforced()
+            .map(|c| c.quota.max_wait_us())
+            .fold(max_wait, u64::min);
+        prop_assert_eq!(r.reserved, r.wait_us <= most);
+        let go = now + r.wait_us;
+        let mut at_go = vec![Decision::default(); charges.len()];
+        let verdict = check_all(&charges, &stored, go, &mut at_go).unwrap();
+        // A TAT beyond the ceiling (a clock that went back) is capped
+        // against each instant's own ceiling: the slot is then the capped
+        // bucket's, and never reserved (its wait exceeds the max debt).
+        let capped = |c: &Charge, tat: &Option<u64>| {
+            c.cost > 0 && tat.is_some_and(|t| t > now + c.quota.ceiling_us())
+        };
+        let mut all = charges.iter().zip(&stored);
+        if all.clone().any(|(c, tat)| capped(c, tat)) {
+            prop_assert!(!r.reserved || !all.any(|(c, tat)| capped(c, tat) && !c.shadow));
+            return Ok(());
+        }
+        prop_assert!(verdict.allowed, "every limit passes at {}", go);
+        if r.wait_us > 0 {
+            let mut before = vec![Decision::default(); charges.len()];
+            let earlier = check_all(&charges, &stored, go - 1, &mut before).unwrap();
+            prop_assert!(!earlier.allowed, "and not a microsecond earlier");
+        }
+        for (i, (got, then)) in out.iter().zip(&at_go).enumerate() {
+            if charges[i].cost == 0 {
+                prop_assert_eq!(*got, charges[i].quota.peek(stored[i], now).unwrap());
+            } else if r.reserved {
+                prop_assert_eq!(got.store.map(|s| s.tat_us), then.store.map(|s| s.tat_us), "limit {}", i);
+                prop_assert_eq!(got.allowed, then.allowed);
+                if let Some(s) = got.store {
+                    prop_assert_eq!(s.ttl_ms, (s.tat_us - now).div_ceil(1000));
+                }
+            } else {
+                let stands = charges[i].quota.peek(stored[i], now).unwrap();
+                prop_assert_eq!(got.remaining, stands.remaining);
+                // Only a TAT from a clock that went back is written: capped.
+                let ceiling = now + charges[i].quota.ceiling_us();
+                prop_assert!(
+                    got.store.is_none_or(|s| s.tat_us == ceiling && stored[i] > Some(ceiling)),
+                    "{:?}", got
+                );
+            }
         }
     }
 }
