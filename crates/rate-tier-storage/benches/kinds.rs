@@ -1,14 +1,16 @@
-//! The kinds of limit beside the GCRA rate, in memory: one decision with
-//! one window (N = 100), with one calendar period, and a concurrency slot
-//! taken then given back, each against one GCRA rate check, on
-//! `MemoryStorage::check_sync` (issue 22).
+//! The kinds of limit beside the GCRA rate, in memory and on Redis: one
+//! decision with one window (N = 100), with one calendar period, and a
+//! concurrency slot taken then given back, each against one GCRA rate
+//! check of the same store (issue 22).
 //!
-//! Every case runs the same loop on a store of its own: the check built
-//! per call (`BucketCheck::of_rule`, as a limiter builds it per request),
-//! a `FakeClock` set forward by the same step before every call, one
-//! `check_sync`, and an assertion that it passed. No case ever refuses (a
-//! refusal writes nothing and would flatter it): every call reads,
-//! decides and writes its bucket.
+//! # Memory
+//!
+//! On `MemoryStorage::check_sync`. Every case runs the same loop on a
+//! store of its own: the check built per call (`BucketCheck::of_rule`, as
+//! a limiter builds it per request), a `FakeClock` set forward by the same
+//! step before every call, one `check_sync`, and an assertion that it
+//! passed. No case ever refuses (a refusal writes nothing and would
+//! flatter it): every call reads, decides and writes its bucket.
 //!
 //! - `rate`: 1 per µs with a burst of about 71 minutes (limits.rs's quota).
 //! - `window`: at most 100 in a window of `100 × step × users`, so that
@@ -27,11 +29,73 @@
 //! (`kinds/memory_100k_users`, a step of 10 µs, a window of 100 s; the
 //! windows' prefill is 10M checks and holds about 100 MiB of logs).
 //!
+//! # Redis
+//!
+//! With `--features redis` and `TRT_REDIS_URL` set (`cargo xtask bench`
+//! starts a throwaway Redis and sets it), the same four cases on
+//! `RedisStorage` (`Storage::check`, one multiplexed connection, a timeout
+//! of 5 s), on a current-thread Tokio runtime: the loop, the store and its
+//! connection on one client thread, as the `redis_store` bench runs them.
+//! The rate is one `EVALSHA` of `gcra.lua`; a window, a period or a slot
+//! one of `decide_mixed.lua`, as a limiter sends them. Each iteration is
+//! timed by itself (`iter_custom`): the check built, the decision awaited,
+//! for a slot its release awaited. The limit names carry the process's id
+//! and start time, so that no run reads another's keys; the keys expire by
+//! themselves (the periods' at the end of the month: use a Redis of your
+//! own).
+//!
+//! Redis decides on its own clock (`TIME`), so the loop cannot set the
+//! time; each case is made so that no call refuses on real time, and every
+//! call is asserted to pass:
+//!
+//! - `rate`, `period`: the same rules as in memory; they never refuse.
+//! - `slot`: the same; a slot id of its own per iteration
+//!   (`BucketCheck::lease_id`), given back by `Storage::release`: two round
+//!   trips, a `ZADD` and a `ZREM` of the same member.
+//! - `window`: N = 100, and a window as close as the real calls allow to
+//!   the memory case's full log. It cannot be exact: a user comes back
+//!   whenever the other users' calls are done, not at a fixed step. So the
+//!   window is measured from the calls themselves: a first estimate from
+//!   calls whose log holds one entry (a window of 1 µs), 100 rounds with a
+//!   window of 97% of 100 comebacks, then the window made again from the
+//!   time those calls took (their logs near full) and the rounds the logs
+//!   need to grow to it (5 to 100). A user's log then counts about 97
+//!   entries of the 99 a full log counts, and one expires at about every
+//!   call, as long as the calls keep the pace they had; fewer when they
+//!   slow down (on a noisy machine, 90 or less: the bench prints the mean
+//!   count). And so that no call ever refuses
+//!   whatever the timing does, the loop paces itself: a user is only called
+//!   once its call 100 calls back was answered at least a window ago (plus
+//!   a thousandth and 10 µs for the clocks), so that entry has expired at
+//!   Redis and at most 99 are counted. The wait is not timed. The bench
+//!   prints the window, the mean count of the measured calls and how many
+//!   were paced.
+//!
+//! Each case then runs for 300 ms before criterion measures it (its quick
+//! mode has no warm-up, and a loopback round trip is slower on an idle
+//! machine).
+//!
+//! Two groups: one hot user (`kinds/redis_one_user`, a window of about
+//! 100 round trips) and 1,000 users round-robin (`kinds/redis_1k_users`:
+//! 100,000 users would take a window prefill of 10M round trips, minutes
+//! in `--quick` mode). As in memory, the prefills run before criterion's
+//! filter is applied (a filter after `--` does not spare them). Without
+//! `TRT_REDIS_URL` (or the feature), the Redis groups are skipped, saying
+//! so; a `TRT_REDIS_URL` that does not answer fails the bench.
+//!
+//! # Running it
+//!
 //! `cargo bench -p rate-tier-storage --bench kinds` (`-- --quick` as
 //! `cargo xtask bench` runs it) for the rows "period / rate" (goal ≤ 1.2),
-//! "window / rate" (≤ 3) and "slot taken and given back / rate" (≤ 2).
-//! A Redis group, when Redis decides these kinds, is
-//! `kinds/redis_<users>` with the same bench names (see xtask's rows.rs).
+//! "window / rate" (≤ 3) and "slot taken and given back / rate" (≤ 2) of
+//! each store; with Redis:
+//!
+//! ```text
+//! TRT_REDIS_URL=redis://127.0.0.1:PORT/ cargo bench -p rate-tier-storage \
+//!     --features redis --bench kinds -- --quick redis
+//! ```
+//!
+//! The rows are read by xtask (`rows.rs`, `KINDS_STORES`).
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::hint::black_box;
@@ -140,7 +204,281 @@ fn kinds(c: &mut Criterion) {
         }
         group.finish();
     }
+    redis::kinds(c, &users);
 }
 
 criterion_group!(benches, kinds);
 criterion_main!(benches);
+
+/// The Redis groups (see the module docs).
+#[cfg(feature = "redis")]
+mod redis {
+    use std::collections::VecDeque;
+    use std::hint::black_box;
+    use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+    use criterion::Criterion;
+    use rate_tier_storage::{
+        BucketCheck, Decision, LimitName, RedisStorage, Rule, Storage, Window,
+    };
+    use tokio::runtime::Runtime;
+
+    use super::{N, rule};
+
+    /// The environment variable of the Redis to run on.
+    const URL_VAR: &str = "TRT_REDIS_URL";
+    /// The share of 100 comebacks a window lasts: about this many of the
+    /// 100 entries a log can hold are counted at each call.
+    const FILL: f64 = 0.97;
+    /// How long each case runs before criterion measures it.
+    const WARM_UP: Duration = Duration::from_millis(300);
+
+    /// One case's loop on Redis: the next user, one decision (and for a
+    /// slot, its release), each timed by itself.
+    struct Case {
+        store: RedisStorage,
+        name: LimitName,
+        rule: Rule,
+        next: usize,
+        slot_id: u64,
+        /// Per user, when its last `N` calls were answered (a window's
+        /// pace; empty for the other kinds).
+        answered: Vec<VecDeque<Instant>>,
+        /// The time spent waiting for the pace (not timed).
+        waited: Duration,
+        /// Calls since the prefill, those paced, and the entries their
+        /// logs counted before them (windows).
+        calls: u64,
+        paced: u64,
+        counted: u64,
+    }
+
+    impl Case {
+        fn new(case: &str, run: &str, users: usize, url: &str) -> Case {
+            let store = RedisStorage::from_url(url)
+                .unwrap()
+                .timeout(Duration::from_secs(5));
+            let window = matches!(case, "window");
+            Case {
+                store,
+                name: LimitName::new(format!("kinds-{case}-{run}")).unwrap(),
+                rule: rule(case, Duration::from_micros(1)),
+                next: 0,
+                slot_id: 0,
+                answered: if window {
+                    vec![VecDeque::with_capacity(N as usize); users]
+                } else {
+                    Vec::new()
+                },
+                waited: Duration::ZERO,
+                calls: 0,
+                paced: 0,
+                counted: 0,
+            }
+        }
+
+        /// Waits until the user's call `N` calls back was answered at
+        /// least a window ago (plus a thousandth and 10 µs: Redis's clock
+        /// is the real time, ours the monotonic one), so that its entry
+        /// has expired at Redis.
+        fn pace(&mut self, user: usize) {
+            let Rule::Window(window) = self.rule else {
+                return;
+            };
+            let log = &self.answered[user];
+            if log.len() < N as usize {
+                return;
+            }
+            let window = Duration::from_micros(window.window_us());
+            let due =
+                log[0] + window + window / 1000 + Duration::from_micros(10);
+            if Instant::now() < due {
+                self.paced += 1;
+                let start = Instant::now();
+                while Instant::now() < due {
+                    std::hint::spin_loop();
+                }
+                self.waited += start.elapsed();
+            }
+        }
+
+        /// One call: the time it took.
+        async fn call(&mut self, users: &[String]) -> Duration {
+            self.next = (self.next + 1) % users.len();
+            self.pace(self.next);
+            let start = Instant::now();
+            let mut check = BucketCheck::of_rule(
+                &self.name,
+                black_box(&users[self.next]),
+                self.rule,
+                1,
+            )
+            .unwrap();
+            let slot = matches!(self.rule, Rule::Concurrency(_));
+            if slot {
+                self.slot_id += 1;
+                check = check.lease_id(self.slot_id);
+            }
+            let mut out = [Decision::default()];
+            let verdict = self
+                .store
+                .check(std::slice::from_ref(&check), &mut out)
+                .await
+                .unwrap()
+                .verdict;
+            if slot {
+                self.store.release(&[check]).await.unwrap();
+            }
+            let took = start.elapsed();
+            assert!(verdict.allowed, "{:?} refused", self.rule.kind());
+            black_box(out[0]);
+            if let Some(log) = self.answered.get_mut(self.next) {
+                if log.len() == N as usize {
+                    log.pop_front();
+                }
+                log.push_back(start + took);
+                // The entries counted before the call: N - 1 - remaining.
+                self.counted += u64::from(N) - 1 - out[0].remaining;
+            }
+            self.calls += 1;
+            took
+        }
+
+        /// `calls` calls: their mean wall time, waits for the pace left out.
+        fn run(
+            &mut self,
+            runtime: &Runtime,
+            users: &[String],
+            calls: usize,
+        ) -> Duration {
+            let (start, waited) = (Instant::now(), self.waited);
+            runtime.block_on(async {
+                for _ in 0..calls {
+                    self.call(users).await;
+                }
+            });
+            (start.elapsed() - (self.waited - waited)) / calls as u32
+        }
+
+        /// Every bucket made; a window's length measured from the calls
+        /// and its logs filled (see the module docs).
+        fn prefill(&mut self, runtime: &Runtime, users: &[String]) {
+            let spread = users.len();
+            if let Rule::Window(_) = self.rule {
+                // Logs of one entry: a first estimate of a call's time.
+                let mut per_call = self.run(runtime, users, spread.max(200));
+                let (mut last, mut rounds) = (0.0, N as usize);
+                for _ in 0..2 {
+                    let comeback = per_call.as_secs_f64() * spread as f64;
+                    let window = (comeback * f64::from(N) * FILL).max(1e-6);
+                    if last > 0.0 {
+                        // The logs grow from the last window to this one.
+                        let grow = (1.0 - last / window).max(0.0);
+                        rounds = (grow * f64::from(N)).ceil() as usize + 5;
+                        rounds = rounds.min(N as usize);
+                    }
+                    last = window;
+                    self.rule = Window::new(N, Duration::from_secs_f64(window))
+                        .unwrap()
+                        .into();
+                    per_call = self.run(runtime, users, rounds * spread);
+                }
+            } else {
+                self.run(runtime, users, spread);
+            }
+            // Warm: the connection, the server and this machine busy, as
+            // criterion's quick mode has no warm-up of its own.
+            let warm = Instant::now();
+            while warm.elapsed() < WARM_UP {
+                self.run(runtime, users, 100);
+            }
+            (self.calls, self.paced, self.counted) = (0, 0, 0);
+            self.waited = Duration::ZERO;
+        }
+
+        /// What a window's measured calls saw.
+        fn report(&self, group: &str) {
+            let Rule::Window(window) = self.rule else {
+                return;
+            };
+            if self.calls == 0 {
+                return;
+            }
+            eprintln!(
+                "{group}/window: a window of {:.3} ms; the measured calls' \
+                 logs counted {:.1} entries on average before each call (a \
+                 full log: {}); {} of {} calls paced, {:.1} ms waited (not \
+                 timed)",
+                window.window_us() as f64 / 1000.0,
+                self.counted as f64 / self.calls as f64,
+                N - 1,
+                self.paced,
+                self.calls,
+                self.waited.as_secs_f64() * 1000.0,
+            );
+        }
+    }
+
+    pub(super) fn kinds(c: &mut Criterion, users: &[String]) {
+        let Some(url) =
+            std::env::var(URL_VAR).ok().filter(|url| !url.is_empty())
+        else {
+            eprintln!(
+                "kinds: {URL_VAR} is not set: the Redis groups are skipped"
+            );
+            return;
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _entered = runtime.enter();
+        let started = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        let run = format!("{}-{:x}", std::process::id(), started.as_micros());
+        // A Redis that does not answer fails the bench, before any group.
+        let probe = Case::new("rate", &run, 1, &url);
+        let name = LimitName::new(format!("kinds-probe-{run}")).unwrap();
+        let check =
+            [BucketCheck::of_rule(&name, "probe", probe.rule, 1).unwrap()];
+        let mut out = [Decision::default()];
+        if let Err(e) = runtime.block_on(probe.store.check(&check, &mut out)) {
+            panic!("{URL_VAR}={url} does not answer: {e}");
+        }
+        for (group, spread) in [("one_user", 1), ("1k_users", 1_000)] {
+            let users = &users[..spread];
+            let group = format!("kinds/redis_{group}");
+            let mut criterion_group = c.benchmark_group(&group);
+            for case in ["rate", "window", "period", "slot"] {
+                let mut bench = Case::new(case, &run, spread, &url);
+                bench.prefill(&runtime, users);
+                criterion_group.bench_function(case, |b| {
+                    b.iter_custom(|iters| {
+                        runtime.block_on(async {
+                            let mut total = Duration::ZERO;
+                            for _ in 0..iters {
+                                total += bench.call(users).await;
+                            }
+                            total
+                        })
+                    });
+                });
+                bench.report(&group);
+            }
+            criterion_group.finish();
+        }
+    }
+}
+
+/// Without the `redis` feature: no Redis group, and a word if one was asked.
+#[cfg(not(feature = "redis"))]
+mod redis {
+    use criterion::Criterion;
+
+    pub(super) fn kinds(_: &mut Criterion, _: &[String]) {
+        if std::env::var_os("TRT_REDIS_URL").is_some() {
+            eprintln!(
+                "kinds: the Redis groups need `--features redis`: skipped"
+            );
+        }
+    }
+}

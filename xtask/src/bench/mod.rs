@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | `check` (criterion) | gcra-core decision; `RateTier::check` in memory; a check in a flooded full store | governor's keyed limiter; the unflooded check |
 //! | `limits` (criterion) | one decision over 3 limits of a user, in memory | the plan alone |
-//! | `kinds` (storage, criterion) | a decision with one window (N = 100), one period, a concurrency slot taken and given back, in memory | one GCRA rate check |
+//! | `kinds` (storage, criterion) | a decision with one window (N = 100), one period, a concurrency slot taken and given back, in memory and on a throwaway Redis | one GCRA rate check of the same store |
 //! | `breaker` (criterion) | a check with Redis down, breaker open | a plain memory check |
 //! | `http` | req/s of an axum route with `TierLimitLayer` | no layer; tower_governor |
 //! | `redis_store` | checks/s of `RedisStorage`, 64 tasks, one connection; commands sent per 3-limit decision | redis-benchmark, same script; 1 |
@@ -18,7 +18,7 @@
 //! The named parts are bench targets of `tower-rate-tier`
 //! (`crates/rate-tier-tower/benches/`, `--features redis`), except `rls`, of
 //! `rate-tier-service` (`crates/rate-tier-service/benches/`), and
-//! `kinds` and `postgres`, of `rate-tier-storage` (`postgres` with
+//! `kinds` and `postgres`, of `rate-tier-storage` (`--features redis` and
 //! `--features postgres`); the Redis CPU part runs `redis-benchmark`
 //! itself. The modules: `runner` runs each part and hands back its figures
 //! or why it has none, `parse` reads their
@@ -70,15 +70,21 @@ pub(crate) fn bench(full: bool, criterion_args: &[OsString]) -> Result<()> {
     let runs_started = Instant::now();
 
     let criterion_home = target_dir.join("criterion");
-    let criterion =
-        runner::criterion(&plan, &built, &criterion_home, criterion_args);
+    let criterion = runner::criterion(
+        &plan,
+        &tools,
+        &built,
+        &criterion_home,
+        criterion_args,
+    );
     let criterion_missing = runner::CRITERION_BENCHES
         .into_iter()
         .filter_map(|(_, _, target)| Some((target, built.exe(target).err()?)))
         .collect();
     let results = Results {
-        criterion,
+        criterion: criterion.passes,
         criterion_missing,
+        kinds_no_redis: criterion.kinds_no_redis,
         http: runner::http(&plan, &tools, &built, &results_dir),
         redis: runner::redis_store(&plan, &tools, &built, &results_dir),
         redis_cpu: runner::redis_cpu(&plan, &tools),

@@ -9,7 +9,7 @@ use std::path::Path;
 use serde_json::Value;
 
 /// The criterion groups read (as directories: `/` becomes `_`).
-pub(crate) const CRITERION_GROUPS: [&str; 13] = [
+pub(crate) const CRITERION_GROUPS: [&str; 15] = [
     "gcra_core",
     "memory_one_key",
     "memory_100k_keys",
@@ -23,6 +23,8 @@ pub(crate) const CRITERION_GROUPS: [&str; 13] = [
     "limits_store_one_user",
     "kinds_memory_one_user",
     "kinds_memory_100k_users",
+    "kinds_redis_one_user",
+    "kinds_redis_1k_users",
 ];
 
 /// A JSON file of criterion's, or `Null` when missing or unreadable.

@@ -18,6 +18,9 @@ pub(crate) struct Results {
     pub(crate) criterion: Passes,
     /// Why criterion rows are missing, per bench target that did not build.
     pub(crate) criterion_missing: Vec<(&'static str, String)>,
+    /// Why the kinds rows on Redis have no figure, when they have none
+    /// (no Redis programs, or a throwaway Redis that did not start).
+    pub(crate) kinds_no_redis: Option<String>,
     pub(crate) http: Outcome<HttpResults>,
     pub(crate) redis: Outcome<RedisResults>,
     pub(crate) redis_cpu: Outcome<RedisCpu>,
@@ -289,12 +292,39 @@ fn limits(results: &Results) -> Vec<Row> {
     rows
 }
 
-/// The stores of the kinds rows: (the group's store part, the label).
-/// Redis, when it decides windows, periods and slots, is one more entry:
-/// `kinds/redis_<users>` groups of the same bench names (and those groups
-/// in `parse::CRITERION_GROUPS`).
-const KINDS_STORES: [(&str, &str); 1] =
-    [("memory", "memory (`MemoryStorage::check_sync`)")];
+/// A store of the kinds rows.
+struct KindsStore {
+    /// The groups' store part: `kinds_<store>_<users>`.
+    store: &'static str,
+    label: &'static str,
+    /// How a slot is given back.
+    release: &'static str,
+    /// The groups' users part, and its label.
+    users: [(&'static str, &'static str); 2],
+}
+
+/// The stores of the kinds rows, each with its groups in
+/// `parse::CRITERION_GROUPS` (`kinds.rs` of the store's crate).
+const KINDS_STORES: [KindsStore; 2] = [
+    KindsStore {
+        store: "memory",
+        label: "memory (`MemoryStorage::check_sync`)",
+        release: "release_local",
+        users: [
+            ("one_user", "1 hot user"),
+            ("100k_users", "100k users round-robin"),
+        ],
+    },
+    KindsStore {
+        store: "redis",
+        label: "Redis (`RedisStorage`, `Storage::check`)",
+        release: "Storage::release",
+        users: [
+            ("one_user", "1 hot user"),
+            ("1k_users", "1k users round-robin"),
+        ],
+    },
+];
 
 /// Each kind beside the rate: its bench in the `kinds` groups, what one
 /// iteration is, and its goal.
@@ -311,7 +341,7 @@ const KINDS: [(&str, &str, GoalId); 3] = [
     ),
     (
         "slot",
-        "a concurrency slot taken and given back (`release_local`)",
+        "a concurrency slot taken and given back",
         GoalId::SlotVsRate,
     ),
 ];
@@ -320,19 +350,31 @@ const KINDS: [(&str, &str, GoalId); 3] = [
 /// check of the same store and loop (`kinds.rs` of the store's crate).
 fn kinds(results: &Results) -> Vec<Row> {
     let criterion = &results.criterion;
-    let missing = criterion_missing(results, "kinds");
     let mut rows = Vec::new();
-    for (store, store_label) in KINDS_STORES {
-        for (users, users_label) in [
-            ("one_user", "1 hot user"),
-            ("100k_users", "100k users round-robin"),
-        ] {
-            let group = format!("kinds_{store}_{users}");
+    for kinds_store in &KINDS_STORES {
+        let missing = match &results.kinds_no_redis {
+            Some(why) if kinds_store.store == "redis" => {
+                if why.starts_with("skipped") {
+                    why.clone()
+                } else {
+                    format!("failed: {why}")
+                }
+            }
+            _ => criterion_missing(results, "kinds"),
+        };
+        for (users, users_label) in kinds_store.users {
+            let group = format!("kinds_{}_{users}", kinds_store.store);
             for (bench, what, id) in KINDS {
+                let what = if bench == "slot" {
+                    format!("{what} (`{}`)", kinds_store.release)
+                } else {
+                    what.to_owned()
+                };
                 let mut row = Row::judged_by(
                     format!(
-                        "Other kinds, {store_label}, {users_label}: {what} vs \
-                         one GCRA rate (time per decision)"
+                        "Other kinds, {}, {users_label}: {what} vs one GCRA \
+                         rate (time per decision)",
+                        kinds_store.label
                     ),
                     id,
                 )
@@ -967,6 +1009,7 @@ mod tests {
                 "check",
                 "bench target `check` did not build".to_owned(),
             )],
+            kinds_no_redis: None,
             http: Err("the `http` target did not build".to_owned()),
             redis: Err("skipped: no redis-benchmark".to_owned()),
             redis_cpu,
@@ -1342,6 +1385,83 @@ mod tests {
             .collect();
         // 1.25, 3.1, 2.1: none met.
         assert_eq!(statuses, vec![Status::NotMet; 3]);
+    }
+
+    #[test]
+    fn the_kinds_rows_on_redis_are_judged_alike_or_say_why_they_are_missing() {
+        let mut results = results(Err("skipped: no redis-server".to_owned()));
+        let redis = "Other kinds, Redis (`RedisStorage`, `Storage::check`)";
+        let group = "kinds_redis_1k_users";
+        let passes = [
+            [
+                (group, "rate", 40_000.0),
+                (group, "period", 40_000.0),
+                (group, "window", 60_000.0),
+                (group, "slot", 80_000.0),
+            ],
+            [
+                (group, "rate", 50_000.0),
+                (group, "period", 62_500.0),
+                (group, "window", 70_000.0),
+                (group, "slot", 95_000.0),
+            ],
+        ];
+        results.criterion =
+            Passes::of(&passes.each_ref().map(|pass| &pass[..]));
+        let all = rows(&results);
+        let row = |prefix: &str| {
+            all.iter().find(|r| r.metric.starts_with(prefix)).unwrap()
+        };
+        let spread = format!("{redis}, 1k users round-robin");
+        // 1.0 and 1.25: the median 1.125, met (≤ 1.2).
+        let period = row(&format!("{spread}: one calendar period"));
+        assert_eq!(period.ratio, Some(1.125));
+        assert_eq!(period.status(), Status::Met);
+        assert_eq!(period.ours, "51.25 µs");
+        assert_eq!(period.peer, "45.00 µs (rate)");
+        // 1.5 and 1.4.
+        let window = row(&format!("{spread}: one sliding window"));
+        assert!((window.ratio.unwrap() - 1.45).abs() < 1e-9);
+        assert_eq!(window.status(), Status::Met);
+        // 2.0 and 1.9: 1.95, met (≤ 2).
+        let slot = row(&format!(
+            "{spread}: a concurrency slot taken and given back \
+             (`Storage::release`)"
+        ));
+        assert!((slot.ratio.unwrap() - 1.95).abs() < 1e-9);
+        assert_eq!(slot.status(), Status::Met);
+        // The hot user's group did not run.
+        assert_eq!(
+            row(&format!("{redis}, 1 hot user")).status(),
+            Status::NoFigure("not run (filtered out after `--`?)".to_owned())
+        );
+
+        // No Redis: every Redis row says why, the memory rows do not.
+        results.criterion = Passes::default();
+        results.kinds_no_redis = Some("skipped: no redis-server".to_owned());
+        let all = rows(&results);
+        let kinds: Vec<&Row> = all
+            .iter()
+            .filter(|r| r.metric.starts_with("Other kinds, "))
+            .collect();
+        assert_eq!(kinds.len(), 12, "3 kinds, 2 stores, 2 groups each");
+        for row in kinds {
+            let why = if row.metric.starts_with(redis) {
+                "skipped: no redis-server"
+            } else {
+                "not run (filtered out after `--`?)"
+            };
+            assert_eq!(row.status(), Status::NoFigure(why.to_owned()));
+        }
+        results.kinds_no_redis = Some("trt-redis did not start".to_owned());
+        let all = rows(&results);
+        assert_eq!(
+            all.iter()
+                .find(|r| r.metric.starts_with(redis))
+                .unwrap()
+                .status(),
+            Status::NoFigure("failed: trt-redis did not start".to_owned())
+        );
     }
 
     #[test]

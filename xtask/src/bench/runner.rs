@@ -25,13 +25,13 @@ use crate::redis::RedisServer;
 const PACKAGE: &str = "tower-rate-tier";
 const FEATURES: &str = "redis";
 /// The criterion bench targets: the package's, and the store's `kinds`
-/// (windows, periods and concurrency slots against a rate; memory only,
-/// so no features: its Redis groups will need the store's `redis`).
+/// (windows, periods and concurrency slots against a rate, in memory and,
+/// with its `redis` feature and a throwaway Redis, on Redis).
 pub(crate) const CRITERION_BENCHES: [Target; 4] = [
     (PACKAGE, FEATURES, "check"),
     (PACKAGE, FEATURES, "breaker"),
     (PACKAGE, FEATURES, "limits"),
-    (STORAGE_PACKAGE, "", KINDS_BENCH),
+    (STORAGE_PACKAGE, "redis", KINDS_BENCH),
 ];
 /// The package's other bench targets (harness = false).
 pub(crate) const OTHER_BENCHES: [&str; 3] = ["http", "redis_store", "memory"];
@@ -43,6 +43,8 @@ pub(crate) const RLS_BENCH: &str = "rls";
 const STORAGE_PACKAGE: &str = "rate-tier-storage";
 pub(crate) const POSTGRES_BENCH: &str = "postgres";
 const KINDS_BENCH: &str = "kinds";
+/// Where the `kinds` bench finds the Redis of its Redis groups.
+const KINDS_REDIS_VAR: &str = "TRT_REDIS_URL";
 /// Where the Lua scripts are.
 const SCRIPTS_DIR: &str = "crates/rate-tier-storage/src/redis";
 
@@ -122,14 +124,41 @@ fn executable(messages: &str, target: &str) -> Option<PathBuf> {
     })
 }
 
+/// What the criterion targets measured.
+pub(crate) struct Criterion {
+    /// Every pass's estimates.
+    pub(crate) passes: Passes,
+    /// Why the `kinds` bench's Redis groups did not run, when they did not
+    /// (a missing tool: `skipped: ...`, or a throwaway Redis that did not
+    /// start).
+    pub(crate) kinds_no_redis: Option<String>,
+}
+
 /// The criterion targets, in passes, each pass's estimates read before the
-/// next overwrites them.
+/// next overwrites them. The `kinds` target runs on one throwaway Redis
+/// for every pass (its limit names are its process's own), when the Redis
+/// programs are there.
 pub(crate) fn criterion(
     plan: &Plan,
+    tools: &Tools,
     built: &Built,
     criterion_home: &Path,
     criterion_args: &[OsString],
-) -> Passes {
+) -> Criterion {
+    let kinds_redis = built.exe(KINDS_BENCH).ok().map(|_| {
+        tools
+            .redis
+            .as_ref()
+            .map_err(|why| format!("skipped: {why}"))
+            .and_then(|bins| RedisServer::start(&bins.server))
+    });
+    let kinds_no_redis = match &kinds_redis {
+        Some(Err(why)) => {
+            println!("xtask: the kinds rows on Redis have no figure: {why}");
+            Some(why.clone())
+        }
+        _ => None,
+    };
     let mut passes = Passes::default();
     parse::forget_criterion_results(criterion_home);
     for pass in 1..=plan.criterion_passes {
@@ -139,6 +168,9 @@ pub(crate) fn criterion(
             let mut criterion = Cmd::new(exe)
                 .env("CRITERION_HOME", criterion_home)
                 .arg("--bench");
+            if let (KINDS_BENCH, Some(Ok(server))) = (target, &kinds_redis) {
+                criterion = criterion.env(KINDS_REDIS_VAR, server.url());
+            }
             if !plan.full {
                 criterion = criterion.arg("--quick");
             }
@@ -149,7 +181,11 @@ pub(crate) fn criterion(
         passes.read(criterion_home);
         parse::forget_criterion_results(criterion_home);
     }
-    passes
+    Criterion {
+        passes,
+        kinds_no_redis,
+    }
+    // The kinds' Redis is stopped here.
 }
 
 /// Runs a bench target that writes its results `R` to `--out`, its file in
