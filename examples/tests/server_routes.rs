@@ -54,10 +54,9 @@ fn quota(server: &Server, key: &str) -> (String, Vec<u64>) {
     without_resets(&r.body)
 }
 
-/// The example's limits of other kinds than a rate that a store decides:
-/// every one in memory; windows and periods on Redis.
-const IN_MEMORY: &[&str] = &["login", "exports", "uploads"];
-const ON_REDIS: &[&str] = &["login", "exports"];
+/// The example's limits of other kinds than a rate: every store decides
+/// them all (concurrency too, behind the fallback).
+const OTHER_KINDS: &[&str] = &["login", "exports", "uploads"];
 
 /// The JSON `/quota` answers, with `R` for each reset: `limits`, then
 /// those of `login`, `exports` and `uploads` the store decides (this
@@ -316,7 +315,7 @@ fn fixed_keys(cluster: bool) -> Vec<String> {
 #[test]
 fn server_routes_in_memory() {
     let server = Server::start(&[], &[]);
-    routes_scenario(&server, &server, IN_MEMORY);
+    routes_scenario(&server, &server, OTHER_KINDS);
     let shadow = Server::start(&["--shadow"], &[]);
     shadow_scenario(&shadow);
 }
@@ -337,7 +336,7 @@ fn server_routes_on_two_servers_sharing_redis() {
     clear_redis();
     let a = Server::start(&["--redis", &url], &[]);
     let b = Server::start(&[], &[("REDIS_URL", &url)]);
-    routes_scenario(&a, &b, ON_REDIS);
+    routes_scenario(&a, &b, OTHER_KINDS);
     // The buckets are in Redis, keyed by limit and user.
     let mut conn = redis::Client::open(url.as_str())
         .unwrap()
@@ -372,7 +371,7 @@ fn server_routes_on_two_servers_sharing_a_redis_cluster() {
     // Each server knows one node; the others are found from it.
     let a = Server::start(&["--redis-cluster", &urls[0]], &[]);
     let b = Server::start(&["--redis-cluster", &urls[1]], &[]);
-    routes_scenario(&a, &b, ON_REDIS);
+    routes_scenario(&a, &b, OTHER_KINDS);
     // One user's buckets share the user's hash tag: one slot, one node.
     let client = redis::cluster::ClusterClient::new(urls.clone()).unwrap();
     let mut conn = client.get_connection().unwrap();
