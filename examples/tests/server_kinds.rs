@@ -111,7 +111,8 @@ fn export_is_a_calendar_month_per_plan_until_the_first_of_the_next() {
 /// `key` (whose plan lets `limit` uploads run at once: 2 on free, 10 on
 /// pro) starts `n` uploads of 1.5 s at once, spread over the servers at
 /// `ports`: exactly `limit` run, the others are refused at once
-/// (`retry-after: 1`); once they ended, their slots are back.
+/// (`retry-after: 1`); once they ended (and, on a shared store, their
+/// release landed), their slots are back.
 fn only_the_limit_of_uploads_runs_at_once(
     ports: &[u16],
     (key, limit): (&'static str, usize),
@@ -136,6 +137,23 @@ fn only_the_limit_of_uploads_runs_at_once(
         refused.iter().all(|(_, wait)| wait.as_deref() == Some("1")),
         "{statuses:?}"
     );
+    // On a shared store a slot is released by a task once the response
+    // ended, a moment after the client read it: a bounded wait until both
+    // are back (read, not charged).
+    let back =
+        format!(r#"{{"name":"uploads","limit":{limit},"remaining":{limit},"#);
+    let deadline =
+        std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !support::get(ports[0], "/quota", Some(key))
+        .body
+        .contains(&back)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slots never came back"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     for &port in ports {
         let r = support::get(port, "/upload?ms=0", Some(key));
         assert_eq!(
