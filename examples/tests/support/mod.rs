@@ -146,8 +146,17 @@ pub fn get(port: u16, path: &str, api_key: Option<&str>) -> Response {
         "GET {path} HTTP/1.1\r\nhost: localhost:{port}\r\n{key}connection: close\r\n\r\n"
     )
     .unwrap();
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).unwrap();
+    // Read to the end; a reset once the answer is in (the server closed
+    // the connection under a client still reading) loses nothing of it.
+    let mut bytes = Vec::new();
+    if let Err(error) = stream.read_to_end(&mut bytes) {
+        let whole = String::from_utf8_lossy(&bytes).contains("\r\n\r\n");
+        assert!(
+            error.kind() == std::io::ErrorKind::ConnectionReset && whole,
+            "GET {path}: {error} after {bytes:?}"
+        );
+    }
+    let raw = String::from_utf8(bytes).unwrap();
     let (head, body) = raw.split_once("\r\n\r\n").unwrap();
     let mut lines = head.split("\r\n");
     let status = lines.next().unwrap().split(' ').nth(1).unwrap();
