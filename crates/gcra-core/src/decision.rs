@@ -118,31 +118,13 @@ impl Quota {
         now_us: u64,
         cost: u32,
     ) -> Result<Decision, CheckError> {
-        if cost == 0 {
-            return Err(CheckError::ZeroCost);
-        }
-        if !self.can_ever_pass(cost) {
-            return Err(CheckError::CostExceedsBurst {
-                cost,
-                burst: self.burst(),
-            });
-        }
-        let (tat, capped) = match self.stand(stored_tat_us, now_us) {
-            Ok(stand) => stand,
-            Err(error) => return Err(error),
-        };
-        let t = self.emission_interval_us();
-        let tau = self.burst_offset_us();
-        // cost <= burst, so T * cost <= tau <= 2^50: no overflow.
-        let increment = t.saturating_mul(cost as u64);
-
-        // Rule 2.
-        let new_tat = tat.saturating_add(increment);
-        if new_tat > MAX_TIME_US {
-            return Err(CheckError::TimeOutOfRange);
-        }
+        let (tat, capped, new_tat) =
+            match self.charged(stored_tat_us, now_us, cost) {
+                Ok(charged) => charged,
+                Err(error) => return Err(error),
+            };
         // new_tat >= tat + increment and tat >= now: no underflow below.
-        let allow_at = new_tat.saturating_sub(tau);
+        let allow_at = new_tat.saturating_sub(self.burst_offset_us());
 
         if allow_at > now_us {
             // Rule 3: refused. Only a capped TAT is written back.
@@ -324,6 +306,39 @@ impl Quota {
                 None
             },
         })
+    }
+
+    /// Rules 1 and 2 for a request of `cost`: where the bucket stands, whether
+    /// its TAT was capped, and the TAT the request would move it to. The
+    /// errors of a cost of 0, of a cost above the burst and of a time out
+    /// of range.
+    #[inline]
+    pub(crate) const fn charged(
+        &self,
+        stored_tat_us: Option<u64>,
+        now_us: u64,
+        cost: u32,
+    ) -> Result<(u64, bool, u64), CheckError> {
+        if cost == 0 {
+            return Err(CheckError::ZeroCost);
+        }
+        if !self.can_ever_pass(cost) {
+            return Err(CheckError::CostExceedsBurst {
+                cost,
+                burst: self.burst(),
+            });
+        }
+        let (tat, capped) = match self.stand(stored_tat_us, now_us) {
+            Ok(stand) => stand,
+            Err(error) => return Err(error),
+        };
+        // cost <= burst, so T * cost <= tau <= 2^50: no overflow.
+        let increment = self.emission_interval_us().saturating_mul(cost as u64);
+        let new_tat = tat.saturating_add(increment);
+        if new_tat > MAX_TIME_US {
+            return Err(CheckError::TimeOutOfRange);
+        }
+        Ok((tat, capped, new_tat))
     }
 
     /// Rule 1: where the bucket stands at `now`, and whether the stored TAT

@@ -3,7 +3,7 @@
 //! bucket: requests leave at the quota's rate however they arrive).
 
 use crate::decision::store_for;
-use crate::{CheckError, MAX_TIME_US, Quota, StoreTat, Write};
+use crate::{CheckError, Quota, StoreTat, Write};
 
 /// A slot reserved by [`Quota::reserve`]: the caller waits `wait_us`, then
 /// goes.
@@ -61,7 +61,7 @@ impl Quota {
     ///    `wait = at - now` (0 if `at <= now`: the check would allow it).
     /// 3. If `wait <= min(max_wait, max_wait_us())`: reserved, and the
     ///    store writes `tat + T * cost`, as a check that passed at `at`
-    ///    would have. A TAT beyond [`MAX_TIME_US`] is
+    ///    would have. A TAT beyond [`MAX_TIME_US`](crate::MAX_TIME_US) is
     ///    [`CheckError::TimeOutOfRange`].
     /// 4. Else [`Reserve::TooLong`] with the `wait`, and the stored TAT
     ///    unchanged (but for the cap of rule 1).
@@ -99,26 +99,11 @@ impl Quota {
         cost: u32,
         max_wait_us: u64,
     ) -> Result<Reserve, CheckError> {
-        if cost == 0 {
-            return Err(CheckError::ZeroCost);
-        }
-        if !self.can_ever_pass(cost) {
-            return Err(CheckError::CostExceedsBurst {
-                cost,
-                burst: self.burst(),
-            });
-        }
-        let (tat, capped) = match self.stand(stored_tat_us, now_us) {
-            Ok(stand) => stand,
-            Err(error) => return Err(error),
-        };
-        // cost <= burst: T * cost <= tau <= 2^50.
-        let new_tat = tat.saturating_add(
-            self.emission_interval_us().saturating_mul(cost as u64),
-        );
-        if new_tat > MAX_TIME_US {
-            return Err(CheckError::TimeOutOfRange);
-        }
+        let (tat, capped, new_tat) =
+            match self.charged(stored_tat_us, now_us, cost) {
+                Ok(charged) => charged,
+                Err(error) => return Err(error),
+            };
         let at = new_tat.saturating_sub(self.burst_offset_us());
         let wait_us = at.saturating_sub(now_us);
         let most = if max_wait_us < self.max_wait_us() {
