@@ -182,6 +182,41 @@ pub struct JointReservation {
     /// How long the request waits for the slot every enforced limit
     /// allows (when not reserved: the wait it would have needed).
     pub wait_us: u64,
+    /// The limit that sets the wait: the first enforced one whose own wait
+    /// is `wait_us` (`None` when no limit makes the request wait).
+    pub by: Option<usize>,
+    /// The longest wait allowed: the caller's, or less where a quota's
+    /// [`Quota::max_wait_us`] is less.
+    pub most_us: u64,
+}
+
+impl JointReservation {
+    /// As a [`Verdict`](crate::Verdict): allowed when reserved; else
+    /// refused by the limit that sets the wait, retrying after the wait's
+    /// excess over the most allowed (when a reservation with the same
+    /// maximum would be made).
+    ///
+    /// ```
+    /// use gcra_core::JointReservation;
+    /// let r = JointReservation { reserved: false, wait_us: 900, by: Some(1), most_us: 500 };
+    /// let v = r.verdict();
+    /// assert_eq!((v.allowed, v.retry_after_us, v.refused_by), (false, 400, Some(1)));
+    /// ```
+    pub const fn verdict(&self) -> crate::Verdict {
+        if self.reserved {
+            crate::Verdict {
+                allowed: true,
+                retry_after_us: 0,
+                refused_by: None,
+            }
+        } else {
+            crate::Verdict {
+                allowed: false,
+                retry_after_us: self.wait_us.saturating_sub(self.most_us),
+                refused_by: self.by,
+            }
+        }
+    }
 }
 
 /// Reserves one slot in several limits at once, all or nothing: the
@@ -216,6 +251,7 @@ pub struct JointReservation {
 /// let r = reserve_all(&charges, &stored, 0, 1_000_000, &mut out)?;
 /// assert!(r.reserved);
 /// assert_eq!(r.wait_us, 500_000);
+/// assert_eq!(r.by, Some(0));
 /// assert_eq!(out[0].store.map(|s| s.tat_us), Some(1_000_000));
 /// assert_eq!(out[1].store.map(|s| s.tat_us), Some(1_200_000));
 /// # Ok::<(), gcra_core::JointError>(())
@@ -232,6 +268,7 @@ pub fn reserve_all(
         return Err(JointError::LengthMismatch);
     }
     let mut wait_us = 0u64;
+    let mut by = None;
     let mut most = max_wait_us;
     for (index, (charge, tat)) in charges.iter().zip(stored).enumerate() {
         if charge.cost == 0 || charge.shadow {
@@ -245,7 +282,10 @@ pub fn reserve_all(
             Reserve::Reserved(r) => r.wait_us,
             Reserve::TooLong { wait_us, .. } => wait_us,
         };
-        wait_us = wait_us.max(wait);
+        if wait > wait_us {
+            wait_us = wait;
+            by = Some(index);
+        }
         most = most.min(charge.quota.max_wait_us());
     }
     // now + wait <= MAX_TIME_US: each wait came from a TAT within it.
@@ -273,5 +313,10 @@ pub fn reserve_all(
         }
         *slot = decision;
     }
-    Ok(JointReservation { reserved, wait_us })
+    Ok(JointReservation {
+        reserved,
+        wait_us,
+        by,
+        most_us: most,
+    })
 }

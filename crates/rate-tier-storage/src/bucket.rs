@@ -394,6 +394,17 @@ impl<'a> BucketCheck<'a> {
         script_args(&self.charge())
     }
 
+    /// The reservation of this bucket that wrote `tat_us`, to give back
+    /// ([`Storage::cancel`](crate::Storage::cancel)), taken by the store
+    /// itself ([`Charged::Primary`]; see [`BucketCancel::charged`]).
+    pub fn cancel(self, tat_us: u64) -> BucketCancel<'a> {
+        BucketCancel {
+            bucket: self,
+            tat_us,
+            charged: Charged::Primary,
+        }
+    }
+
     /// An adjustment of this bucket after the request (see
     /// [`gcra_core::Quota::settle`]), charged by the store itself
     /// ([`Charged::Primary`]; see [`BucketSettle::charged`]).
@@ -403,6 +414,58 @@ impl<'a> BucketCheck<'a> {
             adjust,
             charged: Charged::Primary,
         }
+    }
+}
+
+/// A reservation to give back ([`Storage::cancel`](crate::Storage::cancel)):
+/// the bucket as it was reserved, and the TAT the reservation wrote
+/// (its [`Decision`]'s `store`).
+///
+/// ```
+/// use rate_tier_storage::{BucketCheck, LimitName, Quota};
+/// let name = LimitName::new("provider")?;
+/// let check = BucketCheck::new(&name, "", Quota::per_second(10), 1)?;
+/// let cancel = check.cancel(1_100_000);
+/// assert_eq!(cancel.tat_us, 1_100_000);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct BucketCancel<'a> {
+    /// The bucket and the cost it reserved.
+    pub bucket: BucketCheck<'a>,
+    /// The TAT the reservation wrote: given back only while it is the
+    /// stored one.
+    pub tat_us: u64,
+    /// Which store took it (behind a fallback).
+    pub charged: Charged,
+}
+
+impl BucketCancel<'_> {
+    /// The same, taken by `charged`.
+    #[must_use]
+    pub fn charged(mut self, charged: Charged) -> Self {
+        self.charged = charged;
+        self
+    }
+
+    /// The write that gives it back, given the bucket's stored TAT at
+    /// `now_us` ([`gcra_core::Quota::cancel`]).
+    pub fn write(
+        &self,
+        stored_tat_us: Option<u64>,
+        now_us: u64,
+    ) -> gcra_core::Write {
+        let reservation = gcra_core::Reservation {
+            wait_us: 0,
+            cost: self.bucket.cost(),
+            store: gcra_core::StoreTat {
+                tat_us: self.tat_us,
+                ttl_ms: 0,
+            },
+        };
+        self.bucket
+            .quota()
+            .cancel(stored_tat_us, now_us, &reservation)
     }
 }
 

@@ -59,7 +59,7 @@ mod storage;
 mod store;
 mod sync;
 
-pub use bucket::{BucketCheck, BucketSettle, Charged, LimitName};
+pub use bucket::{BucketCancel, BucketCheck, BucketSettle, Charged, LimitName};
 pub use event::{BreakerState, StorageEvent, StorageListener, Subscription};
 pub use fallback::FallbackStorage;
 pub use gcra_core::{

@@ -4,9 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gcra_core::{CheckError, Decision, Quota, Verdict};
+use gcra_core::{CheckError, Decision, JointReservation, Quota, Verdict};
 
-use crate::bucket::{BucketCheck, BucketSettle, Charged};
+use crate::bucket::{BucketCancel, BucketCheck, BucketSettle, Charged};
 use crate::event::{StorageListener, Subscription};
 use crate::rule::{Rule, RuleKind};
 
@@ -182,6 +182,92 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
         kind == RuleKind::Rate
     }
 
+    /// Reserves, all or nothing, the earliest slot at which every rate
+    /// limit of `checks` passes, if it is at most `max_wait` away:
+    /// [`gcra_core::reserve_all`] on the store's clock, atomically. The
+    /// caller waits [`Decided::wait_us`] and then goes; each bucket's
+    /// [`Decision`] is its charge at that slot. Not reserved (the wait
+    /// longer than `max_wait`, or than a quota's
+    /// [`max_wait_us`](gcra_core::Quota::max_wait_us)), nothing is
+    /// charged and `wait_us` is the wait it would have needed.
+    ///
+    /// Only rates reserve: a window, period or concurrency check is
+    /// [`StorageError::Unsupported`]. A store that does not reserve says so
+    /// in [`Storage::reserves`] and answers `Unsupported` (the default).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use rate_tier_storage::{BucketCheck, Decision, LimitName, MemoryStorage, Quota, Storage};
+    /// let store = MemoryStorage::new();
+    /// let name = LimitName::new("provider")?;
+    /// // 10 a second, evenly: one call every 100 ms; callers wait up to 1 s.
+    /// let quota = Quota::per_second(10).allow_burst(1).allow_debt(Duration::from_secs(1));
+    /// let check = [BucketCheck::new(&name, "", quota, 1)?];
+    /// let mut out = [Decision::default()];
+    /// let first = store.reserve(&check, Duration::from_secs(1), &mut out).await?;
+    /// let second = store.reserve(&check, Duration::from_secs(1), &mut out).await?;
+    /// assert!(first.verdict.allowed && second.verdict.allowed);
+    /// assert_eq!((first.wait_us, second.wait_us), (0, 100_000));
+    /// # Ok(())
+    /// # }
+    /// ```
+    async fn reserve(
+        &self,
+        checks: &[BucketCheck<'_>],
+        max_wait: Duration,
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        let _ = (checks, max_wait, out);
+        Err(StorageError::Unsupported("reservations"))
+    }
+
+    /// [`Storage::reserve`] without awaiting, for a store that can do it
+    /// synchronously; `None` when the store needs I/O (the default).
+    fn reserve_local(
+        &self,
+        checks: &[BucketCheck<'_>],
+        max_wait: Duration,
+        out: &mut [Decision],
+    ) -> Option<Result<Decided, StorageError>> {
+        let _ = (checks, max_wait, out);
+        None
+    }
+
+    /// Gives back reservations whose callers went away before their slot
+    /// came ([`gcra_core::Quota::cancel`] for each bucket): exact while no
+    /// later reservation or pass was made in the bucket, else the slot is
+    /// lost (never handed out twice). Each bucket on its own.
+    async fn cancel(
+        &self,
+        reserved: &[BucketCancel<'_>],
+    ) -> Result<(), StorageError> {
+        let _ = reserved;
+        Err(StorageError::Unsupported("reservations"))
+    }
+
+    /// [`Storage::cancel`] without awaiting, for a store that can do it
+    /// synchronously; `None` when the store needs I/O (the default).
+    fn cancel_local(
+        &self,
+        reserved: &[BucketCancel<'_>],
+    ) -> Option<Result<(), StorageError>> {
+        let _ = reserved;
+        None
+    }
+
+    /// Whether this store answers [`Storage::reserve`]; a layer that waits
+    /// refuses to be built on one that does not (false by default).
+    ///
+    /// ```
+    /// use rate_tier_storage::{MemoryStorage, Storage};
+    /// assert!(MemoryStorage::new().reserves());
+    /// ```
+    fn reserves(&self) -> bool {
+        false
+    }
+
     /// Adds a listener for what the store does by itself (a circuit
     /// breaker opening, a fallback decision, an eviction), until the
     /// returned [`Subscription`] is dropped. Stores that do nothing of the
@@ -221,6 +307,10 @@ pub struct Decided {
     /// [`REMEMBERED`](crate::REMEMBERED) refusal): it says nothing of the
     /// backend's health, so a breaker neither closes nor counts it.
     pub reached_backend: bool,
+    /// For a reservation ([`Storage::reserve`]): how long the caller waits
+    /// before it goes, or, not reserved, the wait it would have needed. 0
+    /// for a check.
+    pub wait_us: u64,
 }
 
 impl Decided {
@@ -237,7 +327,35 @@ impl Decided {
             share: 1,
             local: 0,
             reached_backend: true,
+            wait_us: 0,
         }
+    }
+
+    /// A reservation's answer ([`Storage::reserve`](crate::Storage::reserve))
+    /// from [`gcra_core::reserve_all`]'s summary: its verdict and wait.
+    ///
+    /// ```
+    /// use gcra_core::JointReservation;
+    /// use rate_tier_storage::Decided;
+    /// let joint = JointReservation { reserved: true, wait_us: 250, by: Some(0), most_us: 1_000 };
+    /// let decided = Decided::of_reservation(&joint, Some(7), "custom");
+    /// assert!(decided.verdict.allowed);
+    /// assert_eq!(decided.wait_us, 250);
+    /// ```
+    pub fn of_reservation(
+        joint: &JointReservation,
+        now_us: Option<u64>,
+        by: &'static str,
+    ) -> Decided {
+        Decided::new(joint.verdict(), now_us, by).with_wait(joint.wait_us)
+    }
+
+    /// The same decision, with the wait of a reservation
+    /// ([`Storage::reserve`]).
+    #[must_use]
+    pub fn with_wait(mut self, wait_us: u64) -> Self {
+        self.wait_us = wait_us;
+        self
     }
 
     /// The same decision, answered without the backend.
@@ -431,4 +549,23 @@ pub(crate) fn validate(
         return Err(StorageError::DuplicateBucket);
     }
     Ok(())
+}
+
+/// The wait a caller gives, in µs (a wait beyond `u64` µs is unbounded).
+pub(crate) fn micros(max_wait: Duration) -> u64 {
+    u64::try_from(max_wait.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Only rates reserve: a window, a period or a slot is refused, never
+/// decided as a rate.
+pub(crate) fn only_rates(
+    checks: &[BucketCheck<'_>],
+) -> Result<(), StorageError> {
+    if checks.iter().all(BucketCheck::is_rate) {
+        Ok(())
+    } else {
+        Err(StorageError::Unsupported(
+            "reserving a window, a period or a concurrency slot (only rates reserve)",
+        ))
+    }
 }

@@ -14,7 +14,12 @@
 use crate::sync::{AtomicU64, Ordering, spin};
 use std::sync::{RwLockReadGuard, RwLockWriteGuard};
 
-use gcra_core::{Charge, Decision, JointError, Verdict, check_all};
+use std::cell::Cell;
+
+use gcra_core::{
+    Charge, Decision, JointError, JointReservation, Verdict, check_all,
+    reserve_all,
+};
 use smallvec::SmallVec;
 
 use super::table::{LOCKED, NO_TAT, Table};
@@ -23,15 +28,28 @@ use crate::bucket::BucketCheck;
 use crate::storage::StorageError;
 
 impl Inner {
-    /// Several buckets, locked in name order, decided together.
+    /// Several buckets, locked in name order, checked together.
     pub(super) fn decide_many(
         &self,
         checks: &[BucketCheck<'_>],
         now: u64,
         out: &mut [Decision],
     ) -> Result<Verdict, StorageError> {
+        self.judge_many(checks, now, out, Check)
+    }
+
+    /// Several buckets, locked in name order, judged together by `judge`
+    /// (a check, or a reservation).
+    #[inline(always)]
+    pub(super) fn judge_many<J: Judge>(
+        &self,
+        checks: &[BucketCheck<'_>],
+        now: u64,
+        out: &mut [Decision],
+        judge: J,
+    ) -> Result<Verdict, StorageError> {
         if (2..=FEW).contains(&checks.len()) {
-            return self.decide_few(checks, now, out);
+            return self.decide_few(checks, now, out, judge);
         }
         // Filled by pushes: for a few items, cheaper than `collect`.
         let count = checks.len();
@@ -81,20 +99,21 @@ impl Inner {
             }
             let mut stored: SmallVec<[Option<u64>; 4]> =
                 SmallVec::from_elem(None, count);
-            match decide_locked(
+            match judge_locked(
                 &cells,
                 &order,
                 &mut stored,
                 &charges,
                 now,
                 out,
+                judge,
             )? {
                 Ok(verdict) => return Ok(verdict),
                 Err(needed) => needed,
             }
         };
         self.decide_inserting(
-            &charges, &names, &homes, &shards, now, out, needed,
+            &charges, &names, &homes, &shards, now, out, needed, judge,
         )
     }
 
@@ -120,11 +139,12 @@ impl Inner {
     /// and limits): the same steps on stack arrays, and usually one shard
     /// (a user's buckets share theirs), so one read lock.
     #[inline(always)]
-    fn decide_few(
+    fn decide_few<J: Judge>(
         &self,
         checks: &[BucketCheck<'_>],
         now: u64,
         out: &mut [Decision],
+        judge: J,
     ) -> Result<Verdict, StorageError> {
         let count = checks.len();
         let mut names = [0u64; FEW];
@@ -188,13 +208,14 @@ impl Inner {
             }
             let cells = &cells[..count];
             let mut stored = [None; FEW];
-            match decide_locked(
+            match judge_locked(
                 cells,
                 order,
                 &mut stored[..count],
                 &charges[..count],
                 now,
                 out,
+                judge,
             )? {
                 Ok(verdict) => return Ok(verdict),
                 Err(needed) => needed,
@@ -208,6 +229,7 @@ impl Inner {
             now,
             out,
             needed,
+            judge,
         )
     }
 
@@ -219,7 +241,7 @@ impl Inner {
     /// written, new buckets inserted. Places left over are given back.
     #[cold]
     #[allow(clippy::too_many_arguments)]
-    fn decide_inserting(
+    fn decide_inserting<J: Judge>(
         &self,
         charges: &[Charge],
         names: &[u64],
@@ -228,13 +250,14 @@ impl Inner {
         now: u64,
         out: &mut [Decision],
         mut needed: usize,
+        judge: J,
     ) -> Result<Verdict, StorageError> {
         // Another decision may take a bucket of ours away between the count
         // and the locks: then more places, and again.
         for _ in 0..ROOM_ATTEMPTS {
             let places = self.places(needed, names, now)?;
             match self.insert_locked(
-                charges, names, homes, shards, now, out, places,
+                charges, names, homes, shards, now, out, places, judge,
             )? {
                 Ok(verdict) => return Ok(verdict),
                 Err(more) => needed = more,
@@ -247,7 +270,7 @@ impl Inner {
     /// with `places` reserved: the verdict, or (nothing written) how many
     /// new buckets it needs.
     #[allow(clippy::too_many_arguments)]
-    fn insert_locked(
+    fn insert_locked<J: Judge>(
         &self,
         charges: &[Charge],
         names: &[u64],
@@ -256,6 +279,7 @@ impl Inner {
         now: u64,
         out: &mut [Decision],
         mut places: super::Places<'_>,
+        judge: J,
     ) -> Result<Result<Verdict, usize>, StorageError> {
         let mut guards: SmallVec<[RwLockWriteGuard<'_, Table>; 4]> =
             SmallVec::with_capacity(shards.len());
@@ -272,7 +296,7 @@ impl Inner {
                 stored(entry.tat.load(Ordering::Relaxed))
             })
             .collect();
-        let verdict = decide(charges, &stored, now, out)?;
+        let verdict = judge.judge(charges, &stored, now, out)?;
         // Room first, for every new bucket, so that nothing is written
         // unless everything can be (dropped, `places` gives back all it
         // holds).
@@ -316,6 +340,7 @@ impl Inner {
 /// reads their TATs into `stored`, decides, and commits the writes as it
 /// unlocks; or, when the decision writes buckets the table does not hold
 /// (`None` cells), unlocks them unchanged and says how many.
+#[cfg(all(test, trt_loom))]
 pub(super) fn decide_locked(
     cells: &[Option<&AtomicU64>],
     order: &[usize],
@@ -324,8 +349,22 @@ pub(super) fn decide_locked(
     now: u64,
     out: &mut [Decision],
 ) -> Result<Result<Verdict, usize>, StorageError> {
+    judge_locked(cells, order, stored, charges, now, out, Check)
+}
+
+/// [`decide_locked`]'s steps, judged by `judge`.
+#[inline(always)]
+pub(super) fn judge_locked<J: Judge>(
+    cells: &[Option<&AtomicU64>],
+    order: &[usize],
+    stored: &mut [Option<u64>],
+    charges: &[Charge],
+    now: u64,
+    out: &mut [Decision],
+    judge: J,
+) -> Result<Result<Verdict, usize>, StorageError> {
     let locked = LockedBuckets::new(cells, order, stored);
-    let verdict = decide(charges, locked.stored, now, out)?;
+    let verdict = judge.judge(charges, locked.stored, now, out)?;
     Ok(match unheld_writes(cells, out) {
         0 => {
             locked.commit(out);
@@ -347,20 +386,65 @@ fn unheld_writes(cells: &[Option<&AtomicU64>], out: &[Decision]) -> usize {
         .count()
 }
 
-/// [`check_all`], with its errors as the store's.
-fn decide(
-    charges: &[Charge],
-    stored: &[Option<u64>],
-    now: u64,
-    out: &mut [Decision],
-) -> Result<Verdict, StorageError> {
-    check_all(charges, stored, now, out).map_err(|error| match error {
+/// How a joint decision decides on the TATs it locked: [`Check`] or
+/// [`Reserving`].
+pub(super) trait Judge: Copy {
+    fn judge(
+        self,
+        charges: &[Charge],
+        stored: &[Option<u64>],
+        now: u64,
+        out: &mut [Decision],
+    ) -> Result<Verdict, StorageError>;
+}
+
+/// [`check_all`].
+#[derive(Clone, Copy)]
+pub(super) struct Check;
+
+impl Judge for Check {
+    #[inline(always)]
+    fn judge(
+        self,
+        charges: &[Charge],
+        stored: &[Option<u64>],
+        now: u64,
+        out: &mut [Decision],
+    ) -> Result<Verdict, StorageError> {
+        check_all(charges, stored, now, out)
+            .map_err(|error| joint_error(error, charges.len(), out.len()))
+    }
+}
+
+/// [`reserve_all`], waiting at most `max_wait_us`; the last summary is
+/// left in `joint` (a compare-and-swap loop may judge more than once).
+#[derive(Clone, Copy)]
+pub(super) struct Reserving<'a> {
+    pub(super) max_wait_us: u64,
+    pub(super) joint: &'a Cell<Option<JointReservation>>,
+}
+
+impl Judge for Reserving<'_> {
+    fn judge(
+        self,
+        charges: &[Charge],
+        stored: &[Option<u64>],
+        now: u64,
+        out: &mut [Decision],
+    ) -> Result<Verdict, StorageError> {
+        let joint = reserve_all(charges, stored, now, self.max_wait_us, out)
+            .map_err(|error| joint_error(error, charges.len(), out.len()))?;
+        self.joint.set(Some(joint));
+        Ok(joint.verdict())
+    }
+}
+
+/// A joint decision's error as the store's.
+fn joint_error(error: JointError, checks: usize, out: usize) -> StorageError {
+    match error {
         JointError::Charge { error, .. } => StorageError::Check(error),
-        _ => StorageError::LengthMismatch {
-            checks: charges.len(),
-            out: out.len(),
-        },
-    })
+        _ => StorageError::LengthMismatch { checks, out },
+    }
 }
 
 /// The buckets of one joint decision, locked; unlocked when dropped,

@@ -47,6 +47,7 @@
 
 mod joint;
 mod kinds;
+mod reserve;
 mod sip;
 mod table;
 mod trim;
@@ -65,7 +66,7 @@ use smallvec::SmallVec;
 
 use self::sip::SipKey;
 use self::table::{LOCKED, NO_TAT, Table};
-use crate::bucket::{BucketCheck, BucketSettle};
+use crate::bucket::{BucketCancel, BucketCheck, BucketSettle};
 use crate::clock::{Clock, MonotonicClock, SharedClock};
 use crate::event::{Listeners, StorageEvent, StorageListener, Subscription};
 use crate::rule::RuleKind;
@@ -828,15 +829,26 @@ fn settle_in_place(
     now: u64,
 ) -> Result<(), StorageError> {
     let quota = settle.bucket.quota();
+    rewrite_in_place(tat, |current| {
+        Ok(quota.settle(current, now, settle.adjust)?.write)
+    })
+}
+
+/// Rewrites a bucket's TAT by `write` of the stored one, in a
+/// compare-and-swap loop that waits out a joint decision's lock bit.
+fn rewrite_in_place(
+    tat: &sync::AtomicU64,
+    mut write: impl FnMut(Option<u64>) -> Result<Write, StorageError>,
+) -> Result<(), StorageError> {
     let mut current = tat.load(Ordering::Acquire);
     loop {
         if current & LOCKED != 0 {
+            // A joint decision holds the bucket for a few instructions.
             spin(0);
             current = tat.load(Ordering::Acquire);
             continue;
         }
-        let settled = quota.settle(stored(current), now, settle.adjust)?;
-        let next = match settled.write {
+        let next = match write(stored(current))? {
             Write::Keep => return Ok(()),
             Write::Set(store) => store.tat_us,
             Write::Clear => NO_TAT,
@@ -915,6 +927,42 @@ impl Storage for MemoryStorage {
         slots: &[BucketCheck<'_>],
     ) -> Option<Result<(), StorageError>> {
         Some(self.inner.release(slots))
+    }
+
+    async fn reserve(
+        &self,
+        checks: &[BucketCheck<'_>],
+        max_wait: Duration,
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        self.reserve_sync(checks, max_wait, out)
+    }
+
+    fn reserve_local(
+        &self,
+        checks: &[BucketCheck<'_>],
+        max_wait: Duration,
+        out: &mut [Decision],
+    ) -> Option<Result<Decided, StorageError>> {
+        Some(self.reserve_sync(checks, max_wait, out))
+    }
+
+    async fn cancel(
+        &self,
+        reserved: &[BucketCancel<'_>],
+    ) -> Result<(), StorageError> {
+        self.cancel_sync(reserved)
+    }
+
+    fn cancel_local(
+        &self,
+        reserved: &[BucketCancel<'_>],
+    ) -> Option<Result<(), StorageError>> {
+        Some(self.cancel_sync(reserved))
+    }
+
+    fn reserves(&self) -> bool {
+        true
     }
 
     fn subscribe(&self, listener: StorageListener) -> Subscription {

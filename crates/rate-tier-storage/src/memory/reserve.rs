@@ -1,0 +1,174 @@
+//! Reservations ([`Storage::reserve`](crate::Storage::reserve)): the same
+//! buckets and locks as a check, judged by [`gcra_core::reserve_all`].
+//!
+//! One bucket is reserved by a compare-and-swap loop on its TAT, as a check
+//! is; several by the joint path's lock bits ([`Reserving`]). A reservation
+//! too long writes nothing, so, like a refusal, it never makes a bucket.
+
+use std::cell::Cell;
+use std::time::Duration;
+
+use gcra_core::{Decision, Verdict, Write};
+
+use super::joint::{Judge, Reserving};
+use super::{Inner, MemoryStorage, read, rewrite_in_place};
+use crate::bucket::{BucketCancel, BucketCheck};
+use crate::storage::{Decided, StorageError, micros, only_rates, validate};
+use crate::sync::AtomicU64;
+
+impl MemoryStorage {
+    /// The same as [`Storage::reserve`](crate::Storage::reserve),
+    /// synchronously.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rate_tier_storage::{BucketCheck, Decision, LimitName, MemoryStorage, Quota};
+    /// use rate_tier_storage::clock::FakeClock;
+    /// let store = MemoryStorage::with_clock(FakeClock::at_us(0));
+    /// let name = LimitName::new("provider")?;
+    /// let quota = Quota::per_second(10).allow_burst(1).allow_debt(Duration::from_secs(1));
+    /// let check = [BucketCheck::new(&name, "", quota, 1)?];
+    /// let mut out = [Decision::default()];
+    /// let waits: Vec<u64> = (0..2)
+    ///     .map(|_| store.reserve_sync(&check, Duration::from_millis(150), &mut out).map(|d| d.wait_us))
+    ///     .collect::<Result<_, _>>()?;
+    /// assert_eq!(waits, [0, 100_000]);
+    /// // The third would wait 200 ms, longer than 150 ms: not reserved.
+    /// let third = store.reserve_sync(&check, Duration::from_millis(150), &mut out)?;
+    /// assert!(!third.verdict.allowed);
+    /// assert_eq!(third.wait_us, 200_000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reserve_sync(
+        &self,
+        checks: &[BucketCheck<'_>],
+        max_wait: Duration,
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        self.inner.reservation(checks, max_wait, out)
+    }
+
+    /// The same as [`Storage::cancel`](crate::Storage::cancel),
+    /// synchronously.
+    pub fn cancel_sync(
+        &self,
+        reserved: &[BucketCancel<'_>],
+    ) -> Result<(), StorageError> {
+        let now = self.inner.clock.now_us();
+        reserved
+            .iter()
+            .try_for_each(|cancel| self.inner.cancel(cancel, now))
+    }
+}
+
+impl Inner {
+    fn reservation(
+        &self,
+        checks: &[BucketCheck<'_>],
+        max_wait: Duration,
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        validate(checks, out)?;
+        only_rates(checks)?;
+        let now = self.clock.now_us();
+        let joint = Cell::new(None);
+        let judge = Reserving {
+            max_wait_us: micros(max_wait),
+            joint: &joint,
+        };
+        match (checks, &mut *out) {
+            ([check], [slot]) => self.reserve_one(check, now, slot, judge)?,
+            _ => self.judge_many(checks, now, out, judge)?,
+        };
+        let joint = joint.get().ok_or_else(|| {
+            StorageError::Protocol(
+                "memory storage: a reservation was not judged".into(),
+            )
+        })?;
+        Ok(Decided::of_reservation(&joint, Some(now), "memory"))
+    }
+
+    /// One bucket: a compare-and-swap loop when the table holds it; else a
+    /// full bucket, made only if the reservation writes it.
+    fn reserve_one(
+        &self,
+        check: &BucketCheck<'_>,
+        now: u64,
+        out: &mut Decision,
+        judge: Reserving<'_>,
+    ) -> Result<Verdict, StorageError> {
+        let (name, index) = self.name(check);
+        let shard = &self.shards[index];
+        {
+            let table = read(&shard.table);
+            if let Some(entry) = table.find(name) {
+                return judge_in_place(&entry.tat, check, now, out, judge);
+            }
+        }
+        let verdict = judge_one(check, None, now, out, judge)?;
+        let Some(store) = out.store else {
+            return Ok(verdict);
+        };
+        let mut room = self.room_for(shard, name, now, &[])?;
+        let verdict = match room.table.find(name) {
+            // Made by another thread in between.
+            Some(entry) => judge_in_place(&entry.tat, check, now, out, judge)?,
+            None => {
+                room.table.insert(name, store.tat_us);
+                verdict
+            }
+        };
+        self.made(room);
+        Ok(verdict)
+    }
+
+    fn cancel(
+        &self,
+        cancel: &BucketCancel<'_>,
+        now: u64,
+    ) -> Result<(), StorageError> {
+        only_rates(std::slice::from_ref(&cancel.bucket))?;
+        let (name, index) = self.name(&cancel.bucket);
+        let table = read(&self.shards[index].table);
+        // A bucket the table no longer holds is full: nothing to give back.
+        if let Some(entry) = table.find(name) {
+            rewrite_in_place(&entry.tat, |tat| Ok(cancel.write(tat, now)))?;
+        }
+        Ok(())
+    }
+}
+
+fn judge_one(
+    check: &BucketCheck<'_>,
+    stored: Option<u64>,
+    now: u64,
+    out: &mut Decision,
+    judge: Reserving<'_>,
+) -> Result<Verdict, StorageError> {
+    judge.judge(&[check.charge()], &[stored], now, std::slice::from_mut(out))
+}
+
+/// A compare-and-swap loop: the reservation is written only if the TAT it
+/// was judged on is still the stored one.
+fn judge_in_place(
+    tat: &AtomicU64,
+    check: &BucketCheck<'_>,
+    now: u64,
+    out: &mut Decision,
+    judge: Reserving<'_>,
+) -> Result<Verdict, StorageError> {
+    let mut verdict = None;
+    rewrite_in_place(tat, |current| {
+        let judged = judge_one(check, current, now, out, judge)?;
+        verdict = Some(judged);
+        Ok(match out.store {
+            Some(store) => Write::Set(store),
+            None => Write::Keep,
+        })
+    })?;
+    verdict.ok_or_else(|| {
+        StorageError::Protocol(
+            "memory storage: a reservation was not judged".into(),
+        )
+    })
+}
