@@ -10,9 +10,10 @@ use std::time::Duration;
 use BreakerState::{Closed, HalfOpen, Open};
 use rate_tier_storage::clock::FakeClock;
 use rate_tier_storage::{
-    Adjust, BreakerState, BucketCheck, BucketSettle, Charged, CheckError,
-    Concurrency, Decided, Decision, FallbackStorage, LimitName, MemoryStorage,
-    Quota, Rule, RuleKind, Storage, StorageError, StorageEvent, Subscription,
+    Adjust, BreakerState, BucketCancel, BucketCheck, BucketSettle, Charged,
+    CheckError, Concurrency, Decided, Decision, FallbackStorage, LimitName,
+    MemoryStorage, Quota, Rule, RuleKind, Storage, StorageError, StorageEvent,
+    Subscription,
 };
 
 const START_US: u64 = 1_000_000_000;
@@ -45,6 +46,7 @@ struct Flaky {
     /// Calls of `check`, per node of the first bucket.
     calls: [AtomicUsize; 2],
     settles: AtomicUsize,
+    cancels: AtomicUsize,
     /// The lease ids of the slots held here: a release or a renewal goes
     /// by id, as on Redis and PostgreSQL.
     leases: Mutex<HashSet<u64>>,
@@ -63,6 +65,7 @@ impl Flaky {
             refuse: AtomicBool::new(false),
             calls: Default::default(),
             settles: AtomicUsize::new(0),
+            cancels: AtomicUsize::new(0),
             leases: Mutex::default(),
             released: Mutex::default(),
             renewed: Mutex::default(),
@@ -165,6 +168,37 @@ impl Storage for Flaky {
 
     fn failure_domain(&self, check: &BucketCheck<'_>) -> Option<Arc<str>> {
         self.domains.then(|| Arc::from(NODES[self.node(check)]))
+    }
+
+    async fn reserve(
+        &self,
+        checks: &[BucketCheck<'_>],
+        max_wait: Duration,
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        let first = checks.first().map_or(0, |c| self.node(c));
+        self.calls[first].fetch_add(1, Ordering::SeqCst);
+        if checks
+            .iter()
+            .any(|c| self.down[self.node(c)].load(Ordering::SeqCst))
+        {
+            return Err(StorageError::Timeout(Duration::from_millis(100)));
+        }
+        let decided = self.store.reserve(checks, max_wait, out).await?;
+        Ok(Decided::new(decided.verdict, decided.now_us, "flaky")
+            .with_wait(decided.wait_us))
+    }
+
+    async fn cancel(
+        &self,
+        reserved: &[BucketCancel<'_>],
+    ) -> Result<(), StorageError> {
+        self.cancels.fetch_add(1, Ordering::SeqCst);
+        self.store.cancel(reserved).await
+    }
+
+    fn reserves(&self) -> bool {
+        true
     }
 
     fn kind(&self) -> &'static str {
@@ -1220,4 +1254,121 @@ async fn a_mixed_decision_refused_by_the_primary_gives_the_local_slot_back() {
     assert_eq!(s.store.local_slots(), 1);
     s.release("bea", 8).await.unwrap();
     assert_eq!(s.in_flight(s.store.local(), "bea"), 0);
+}
+
+/// 10 a second, evenly, waits up to 1 s: the provider's quota of a shaper.
+fn even() -> Quota {
+    Quota::per_second(10)
+        .allow_burst(1)
+        .allow_debt(Duration::from_secs(1))
+}
+
+impl Setup {
+    async fn reserve(&self, user: &str) -> (Decided, Decision) {
+        let checks = [BucketCheck::new(&self.plan, user, even(), 1).unwrap()];
+        let mut out = [Decision::default()];
+        let decided = self
+            .store
+            .reserve(&checks, Duration::from_secs(1), &mut out)
+            .await
+            .unwrap();
+        (decided, out[0])
+    }
+}
+
+#[tokio::test]
+async fn reservations_are_made_on_the_primary_while_it_answers() {
+    let s = setup(2);
+    assert!(s.store.reserves());
+    let (first, _) = s.reserve("ana").await;
+    let (second, decision) = s.reserve("ana").await;
+    assert_eq!((first.by, second.by), ("flaky", "flaky"));
+    assert_eq!((first.wait_us, second.wait_us), (0, 100_000));
+    assert_eq!(second.charged(0), Charged::Primary);
+    // Given back on the primary.
+    let check = BucketCheck::new(&s.plan, "ana", even(), 1).unwrap();
+    let cancel = check.cancel(decision.store.unwrap().tat_us);
+    s.store.cancel(&[cancel]).await.unwrap();
+    assert_eq!(s.primary.cancels.load(Ordering::SeqCst), 1);
+    assert_eq!(s.reserve("ana").await.0.wait_us, 100_000);
+}
+
+#[tokio::test]
+async fn while_the_primary_is_down_reservations_are_local_under_the_share() {
+    let s = setup(2);
+    s.primary.set_down(true);
+    // The first failures go local too: no caller sees an error.
+    let mut waits = Vec::new();
+    let mut last = None;
+    for _ in 0..4 {
+        let (decided, decision) = s.reserve("ana").await;
+        assert_eq!((decided.by, decided.share), ("fallback", 2));
+        assert!(decided.verdict.allowed);
+        waits.push(decided.wait_us);
+        last = Some((decided, decision));
+    }
+    assert_eq!(s.store.state(), Open);
+    // Two instances share 10 a second: 5 each, one every 200 ms.
+    assert_eq!(waits, [0, 200_000, 400_000, 600_000]);
+    // Open: no call to the primary, and the local reservation is given
+    // back locally, whole, without I/O.
+    let calls = s.primary.calls();
+    let (decided, decision) = last.unwrap();
+    let check = BucketCheck::new(&s.plan, "ana", even(), 1).unwrap();
+    let cancel = check
+        .cancel(decision.store.unwrap().tat_us)
+        .charged(decided.charged(0));
+    s.store.cancel_local(&[cancel]).unwrap().unwrap();
+    assert_eq!(s.reserve("ana").await.0.wait_us, 600_000);
+    assert_eq!(s.primary.calls(), calls);
+    assert_eq!(s.primary.cancels.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_reservation_over_an_open_node_is_local_whole() {
+    let s = build(1, true);
+    s.primary.down[1].store(true, Ordering::SeqCst);
+    s.fail("bea", 3).await;
+    assert_eq!(s.domain_state(1), Some(Open));
+    let checks = [
+        BucketCheck::new(&s.plan, "ana", even(), 1).unwrap(),
+        BucketCheck::new(&s.search, "bea", even(), 1).unwrap(),
+    ];
+    let mut out = [Decision::default(); 2];
+    let calls = s.primary.calls();
+    let decided = s
+        .store
+        .reserve(&checks, Duration::from_secs(1), &mut out)
+        .await
+        .unwrap();
+    assert_eq!(decided.by, "fallback");
+    assert_eq!(decided.charged(0), Charged::Local { share: 1 });
+    assert_eq!(s.primary.calls(), calls, "never split between two clocks");
+}
+
+#[tokio::test]
+async fn a_fallback_over_a_store_that_does_not_reserve_refuses_at_once() {
+    #[derive(Debug)]
+    struct Plain(MemoryStorage);
+    #[async_trait::async_trait]
+    impl Storage for Plain {
+        async fn check(
+            &self,
+            checks: &[BucketCheck<'_>],
+            out: &mut [Decision],
+        ) -> Result<Decided, StorageError> {
+            self.0.check(checks, out).await
+        }
+    }
+    let store =
+        FallbackStorage::builder(Arc::new(Plain(MemoryStorage::new()))).build();
+    assert!(!store.reserves());
+    let name = LimitName::new("free").unwrap();
+    let checks = [BucketCheck::new(&name, "ana", even(), 1).unwrap()];
+    let mut out = [Decision::default()];
+    let error = store
+        .reserve(&checks, Duration::from_secs(1), &mut out)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StorageError::Unsupported(_)), "{error}");
 }

@@ -37,7 +37,7 @@ pub(super) struct Routing {
 }
 
 /// What the primary made of its part of a decision.
-enum Primary {
+pub(super) enum Primary {
     /// It decided.
     Decided(Decided),
     /// It failed (counted against its breakers): decide locally instead.
@@ -67,7 +67,7 @@ impl Inner {
     }
 
     /// `checks` under the local share of their quotas.
-    fn local_checks<'c>(
+    pub(super) fn local_checks<'c>(
         &self,
         checks: impl IntoIterator<Item = BucketCheck<'c>>,
     ) -> Result<SmallVec<[BucketCheck<'c>; 4]>, StorageError> {
@@ -110,12 +110,32 @@ impl Inner {
         checks: &[BucketCheck<'_>],
         out: &mut [Decision],
     ) -> Result<Decided, StorageError> {
-        let now = self.clock.now_us();
         let Routing { breakers, of_check } = self.routing(checks);
-        // Each breaker's route: local (open, or another call probes it), the
-        // primary, or the primary as this call's probe.
+        let routes = self.routes(&breakers);
+        let local: SmallVec<[bool; 4]> = of_check
+            .iter()
+            .map(|&b| matches!(routes[b], Route::Local))
+            .collect();
+        if local.iter().all(|&l| l) {
+            return self.decide_locally(checks, out);
+        }
+        if !local.iter().any(|&l| l) {
+            let call = self.primary.check(checks, out);
+            return match self.on_primary(call, &breakers, &routes).await? {
+                Primary::Decided(decided) => Ok(decided),
+                Primary::Failed => self.decide_locally(checks, out),
+            };
+        }
+        self.decide_mixed(checks, out, &local, &of_check, &breakers, &routes)
+            .await
+    }
+
+    /// Each breaker's route: local (open, or another call probes it), the
+    /// primary, or the primary as this call's probe.
+    pub(super) fn routes(&self, breakers: &Breakers) -> SmallVec<[Route; 2]> {
+        let now = self.clock.now_us();
         let mut routes: SmallVec<[Route; 2]> = SmallVec::new();
-        for (domain, breaker) in &breakers {
+        for (domain, breaker) in breakers {
             if breaker.is_local(now) {
                 routes.push(Route::Local);
                 continue;
@@ -126,32 +146,15 @@ impl Inner {
             }
             routes.push(route);
         }
-        let local: SmallVec<[bool; 4]> = of_check
-            .iter()
-            .map(|&b| matches!(routes[b], Route::Local))
-            .collect();
-        if local.iter().all(|&l| l) {
-            return self.decide_locally(checks, out);
-        }
-        if !local.iter().any(|&l| l) {
-            return match self
-                .on_primary(checks, out, &breakers, &routes)
-                .await?
-            {
-                Primary::Decided(decided) => Ok(decided),
-                Primary::Failed => self.decide_locally(checks, out),
-            };
-        }
-        self.decide_mixed(checks, out, &local, &of_check, &breakers, &routes)
-            .await
+        routes
     }
 
-    /// `checks` on the primary, through `breakers` (their `routes` are the
-    /// primary or a probe): the breakers learn from the answer.
-    async fn on_primary(
+    /// `call` (a decision on the primary), through `breakers` (their
+    /// `routes` are the primary or a probe): the breakers learn from the
+    /// answer.
+    pub(super) async fn on_primary(
         &self,
-        checks: &[BucketCheck<'_>],
-        out: &mut [Decision],
+        call: impl Future<Output = Result<Decided, StorageError>>,
         breakers: &Breakers,
         routes: &[Route],
     ) -> Result<Primary, StorageError> {
@@ -170,7 +173,7 @@ impl Inner {
             breakers,
             probes: &probes,
         };
-        let result = self.primary.check(checks, out).await;
+        let result = call.await;
         std::mem::forget(guard);
 
         let now = self.clock.now_us();
@@ -296,13 +299,9 @@ impl Inner {
                 }
             }
         } else {
+            let call = self.primary.check(&remote_checks, &mut remote_out);
             match self
-                .on_primary(
-                    &remote_checks,
-                    &mut remote_out,
-                    &remote_breakers,
-                    &remote_routes,
-                )
+                .on_primary(call, &remote_breakers, &remote_routes)
                 .await
             {
                 Ok(Primary::Decided(decided)) => {

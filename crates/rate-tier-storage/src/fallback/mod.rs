@@ -77,6 +77,7 @@
 
 mod breaker;
 mod decide;
+mod reserve;
 mod settle;
 mod slots;
 
@@ -91,7 +92,7 @@ use gcra_core::Decision;
 use self::breaker::{Breaker, Timing, Transition};
 use self::decide::Breakers;
 pub use self::settle::PENDING_MAX;
-use crate::bucket::{BucketCheck, BucketSettle};
+use crate::bucket::{BucketCancel, BucketCheck, BucketSettle};
 use crate::clock::{Clock, MonotonicClock, SharedClock};
 pub use crate::event::BreakerState;
 use crate::event::{Listeners, StorageEvent, StorageListener, Subscription};
@@ -485,6 +486,63 @@ impl Storage for FallbackStorage {
             return Ok(());
         }
         self.inner.primary.renew(&primary).await
+    }
+
+    /// On the primary while every breaker of the reservation is closed (or
+    /// due for a probe), else locally, whole, under the local share: a
+    /// reservation is one instant for every limit, never split between
+    /// two clocks.
+    async fn reserve(
+        &self,
+        checks: &[BucketCheck<'_>],
+        max_wait: Duration,
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        validate(checks, out)?;
+        if !self.inner.primary.reserves() {
+            return Err(StorageError::Unsupported("reservations"));
+        }
+        self.inner.reserve(checks, max_wait, out).await
+    }
+
+    fn reserve_local(
+        &self,
+        checks: &[BucketCheck<'_>],
+        max_wait: Duration,
+        out: &mut [Decision],
+    ) -> Option<Result<Decided, StorageError>> {
+        let inner = &*self.inner;
+        (inner.primary.reserves() && inner.reserves_here(checks)).then(|| {
+            validate(checks, out)?;
+            inner.reserve_locally(checks, max_wait, out)
+        })
+    }
+
+    /// Each reservation is given back where it was made.
+    async fn cancel(
+        &self,
+        reserved: &[BucketCancel<'_>],
+    ) -> Result<(), StorageError> {
+        let primary = self.inner.cancel_here(reserved)?;
+        if primary.is_empty() {
+            return Ok(());
+        }
+        self.inner.primary.cancel(&primary).await
+    }
+
+    fn cancel_local(
+        &self,
+        reserved: &[BucketCancel<'_>],
+    ) -> Option<Result<(), StorageError>> {
+        let local = reserved.iter().all(|cancel| {
+            matches!(cancel.charged, crate::Charged::Local { .. })
+        });
+        local.then(|| self.inner.cancel_here(reserved).map(drop))
+    }
+
+    /// The primary's answer: a fallback reserves when its primary does.
+    fn reserves(&self) -> bool {
+        self.inner.primary.reserves()
     }
 
     fn subscribe(&self, listener: StorageListener) -> Subscription {
