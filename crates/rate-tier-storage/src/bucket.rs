@@ -70,6 +70,26 @@ impl LimitName {
         Ok(Self::with_key_part(name, key_part))
     }
 
+    /// The name of a shaper's quota (an outgoing call's, see
+    /// `tower_rate_tier::ShapeLayer`): keyed apart from plans and limits,
+    /// so a quota `search` of a shaper is never the limit `search`.
+    ///
+    /// ```
+    /// use rate_tier_storage::LimitName;
+    /// let name = LimitName::of_shaper("per-second")?;
+    /// assert_eq!((name.as_str(), name.key_part()), ("per-second", "shape/per-second"));
+    /// assert_ne!(name, LimitName::of_limit("per-second")?);
+    /// # Ok::<(), rate_tier_storage::key::InvalidTierName>(())
+    /// ```
+    pub fn of_shaper(
+        name: impl Into<Cow<'static, str>>,
+    ) -> Result<LimitName, InvalidTierName> {
+        let name = name.into();
+        key::validate_tier_name(&name)?;
+        let key_part = Cow::Owned(format!("shape/{name}"));
+        Ok(Self::with_key_part(name, key_part))
+    }
+
     fn with_key_part(
         name: Cow<'static, str>,
         key_part: Cow<'static, str>,

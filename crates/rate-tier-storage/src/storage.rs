@@ -200,7 +200,8 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use std::time::Duration;
     /// use rate_tier_storage::{BucketCheck, Decision, LimitName, MemoryStorage, Quota, Storage};
-    /// let store = MemoryStorage::new();
+    /// use rate_tier_storage::clock::FakeClock;
+    /// let store = MemoryStorage::with_clock(FakeClock::at_us(0));
     /// let name = LimitName::new("provider")?;
     /// // 10 a second, evenly: one call every 100 ms; callers wait up to 1 s.
     /// let quota = Quota::per_second(10).allow_burst(1).allow_debt(Duration::from_secs(1));

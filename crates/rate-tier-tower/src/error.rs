@@ -55,6 +55,24 @@ pub enum ConfigError {
         /// The store's [`kind`](rate_tier_storage::Storage::kind).
         store: &'static str,
     },
+    /// A [`ShapeLayer`](crate::ShapeLayer) without a quota.
+    #[error(
+        "a shaper needs at least one quota: add one with .quota(name, quota)"
+    )]
+    NoQuota,
+    /// Waiting for a slot ([`ShapeLayer`](crate::ShapeLayer),
+    /// `wait_up_to`) needs a store that reserves
+    /// ([`Storage::reserves`](rate_tier_storage::Storage::reserves)).
+    #[error(
+        "the {store} store cannot reserve slots, so requests cannot wait on it"
+    )]
+    CannotWait {
+        /// The store's kind.
+        store: &'static str,
+    },
+    /// A wait longer than a quota can hold as debt (about 35 years).
+    #[error("a wait of {0:?} is longer than a quota can hold")]
+    WaitTooLong(std::time::Duration),
     /// A settled limit ([`Limit::settle`](crate::Limit::settle)) must be a
     /// rate: a window or a period has no debt to carry.
     #[error("limit {limit:?} is settled, so it must be a rate, not {}", kind.described())]

@@ -139,6 +139,7 @@ mod observe;
 mod outcome;
 mod plans;
 mod policy;
+pub mod shape;
 
 /// Time sources: fast monotonic (the default), wall, and [`FakeClock`](clock::FakeClock) for tests.
 pub mod clock {
@@ -174,10 +175,11 @@ pub use policy::{OnIdentityError, OnMissing, OnStorageError, OnUnknownTier};
 pub use rate_tier_storage::RedisStorage;
 pub use rate_tier_storage::fallback::{self, BreakerState};
 pub use rate_tier_storage::{
-    BucketCheck, BucketSettle, Decided, FallbackStorage, LimitName,
-    MemoryStorage, Rule, RuleKind, Storage, StorageError, StorageEvent,
-    Subscription, key,
+    BucketCancel, BucketCheck, BucketSettle, Decided, FallbackStorage,
+    LimitName, MemoryStorage, Rule, RuleKind, Storage, StorageError,
+    StorageEvent, Subscription, key,
 };
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use rate_tier_storage::{PostgresStorage, PostgresStorageBuilder};
+pub use shape::{Shape, ShapeError, ShapeLayer};
