@@ -5,7 +5,7 @@
 //! `RPUSH`, `LTRIM`, `PEXPIRE`, and `SET` of a period's `start:count`; and
 //! sorted sets for concurrency limits: `ZCOUNT`, `ZREMRANGEBYSCORE`, `ZADD
 //! [XX]`, `ZRANGE -1 -1 WITHSCORES`, `ZSCORE`, `ZREM`), with `lua_slots.rs`
-//! (release.lua, renew.lua).
+//! (release.lua, renew.lua), and `lua_reserve.rs` (reserve.lua, cancel.lua).
 //!
 //! The stub is as strict as Redis or stricter: the commands the scripts use
 //! (`TIME`, `GET`, `MGET`, `SET .. PX`, `DEL`) with Redis's replies and
@@ -31,6 +31,8 @@ pub(crate) const DECIDE_MIXED: &str =
     include_str!("../../src/redis/decide_mixed.lua");
 pub(crate) const RELEASE: &str = include_str!("../../src/redis/release.lua");
 pub(crate) const RENEW: &str = include_str!("../../src/redis/renew.lua");
+pub(crate) const RESERVE: &str = include_str!("../../src/redis/reserve.lua");
+pub(crate) const CANCEL: &str = include_str!("../../src/redis/cancel.lua");
 
 /// A realistic Redis `TIME`, in µs: 2026-10-02.
 pub(crate) const START_US: u64 = 1_790_947_155_000_000;
