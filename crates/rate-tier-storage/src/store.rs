@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use gcra_core::Decision;
 
-use crate::bucket::{BucketCheck, BucketSettle};
+use crate::bucket::{BucketCancel, BucketCheck, BucketSettle};
 use crate::event::{StorageListener, Subscription};
 use crate::memory::MemoryStorage;
 use crate::storage::{Decided, Storage, StorageError};
@@ -143,6 +143,54 @@ impl Store {
         match self {
             Store::Memory(_) => Ok(()),
             Store::Other(storage) => storage.renew(slots).await,
+        }
+    }
+
+    /// [`Storage::reserve`], without I/O for the memory store.
+    pub async fn reserve(
+        &self,
+        checks: &[BucketCheck<'_>],
+        max_wait: std::time::Duration,
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        match self {
+            Store::Memory(memory) => memory.reserve_sync(checks, max_wait, out),
+            Store::Other(storage) => {
+                match storage.reserve_local(checks, max_wait, out) {
+                    Some(decided) => decided,
+                    None => storage.reserve(checks, max_wait, out).await,
+                }
+            }
+        }
+    }
+
+    /// [`Storage::cancel_local`]: `None` when the store needs I/O.
+    pub fn cancel_local(
+        &self,
+        reserved: &[BucketCancel<'_>],
+    ) -> Option<Result<(), StorageError>> {
+        match self {
+            Store::Memory(memory) => Some(memory.cancel_sync(reserved)),
+            Store::Other(storage) => storage.cancel_local(reserved),
+        }
+    }
+
+    /// [`Storage::cancel`].
+    pub async fn cancel(
+        &self,
+        reserved: &[BucketCancel<'_>],
+    ) -> Result<(), StorageError> {
+        match self {
+            Store::Memory(memory) => memory.cancel_sync(reserved),
+            Store::Other(storage) => storage.cancel(reserved).await,
+        }
+    }
+
+    /// [`Storage::reserves`].
+    pub fn reserves(&self) -> bool {
+        match self {
+            Store::Memory(_) => true,
+            Store::Other(storage) => storage.reserves(),
         }
     }
 

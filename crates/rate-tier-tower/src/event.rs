@@ -124,4 +124,22 @@ pub enum LimitEvent {
     /// The cost function returned 0 (every request costs at least 1); the
     /// request was answered 500.
     InvalidCost,
+    /// A request waited for its slot, then was served
+    /// ([`RateTierBuilder::wait_up_to`](crate::RateTierBuilder::wait_up_to)).
+    Waited {
+        /// The user of the request.
+        user_id: UserId,
+        /// The tier whose quota applied.
+        tier: &'static str,
+        /// How long it waited.
+        wait: Duration,
+    },
+    /// A request would have had to wait longer than allowed, or found the
+    /// waiting room full: checked, and refused, as without waiting.
+    WaitRefused {
+        /// The user of the request.
+        user_id: UserId,
+        /// The tier whose quota applied.
+        tier: &'static str,
+    },
 }

@@ -162,7 +162,9 @@ pub use identity::{IdentityError, TierIdentifier, TierIdentity, UserId};
 pub use layer::{GrpcTierLimit, GrpcTierLimitLayer};
 pub use layer::{TierLimit, TierLimitLayer, tier_cost};
 pub use limit::{ActualCost, Limit, Settle, Usage};
-pub use limiter::{CheckFuture, LimitRequest, RateTier, RateTierBuilder};
+pub use limiter::{
+    CheckFuture, DEFAULT_MAX_WAITING, LimitRequest, RateTier, RateTierBuilder,
+};
 pub use observe::{Checked, Observer, Outcome};
 pub use outcome::{LimitReason, LimitState, Limited, RateLimitInfo, ceil_secs};
 #[cfg(feature = "plans-toml")]

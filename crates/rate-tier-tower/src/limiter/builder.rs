@@ -2,6 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use rate_tier_storage::clock::{Clock, MonotonicClock, SharedClock};
@@ -9,6 +10,7 @@ use rate_tier_storage::event::Listeners;
 use rate_tier_storage::key::KeySecret;
 use rate_tier_storage::{MemoryStorage, Rule, Storage, Store};
 
+use super::wait::{DEFAULT_MAX_WAITING, WaitRoom};
 use super::{Inner, RateTier};
 use crate::error::ConfigError;
 use crate::event::LimitEvent;
@@ -30,6 +32,8 @@ pub struct RateTierBuilder {
     key_secret: Option<Vec<u8>>,
     listeners: Vec<Listener>,
     observers: Vec<Arc<dyn Observer>>,
+    wait_up_to: Option<Duration>,
+    max_waiting: Option<usize>,
 }
 
 impl std::fmt::Debug for RateTierBuilder {
@@ -152,6 +156,50 @@ impl RateTierBuilder {
         self
     }
 
+    /// Lets a request that would be refused for its rate wait up to
+    /// `max_wait` for its slot instead, and then be served (seed 004's
+    /// leaky bucket: a short burst delayed by a few hundred milliseconds
+    /// rather than answered 429). Longer waits are refused as without it.
+    ///
+    /// Only decisions of rate limits alone wait (a window, period or
+    /// concurrency limit in the decision: checked as without waiting), on a
+    /// store that reserves ([`Storage::reserves`]; else
+    /// [`ConfigError::CannotWait`] at build). At most
+    /// [`max_waiting`](Self::max_waiting) requests wait at once; beyond
+    /// that they are refused rather than queued. A request whose client
+    /// goes away while it waits gives its slot back.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::time::Duration;
+    /// use tower_rate_tier::{Quota, RateTier};
+    /// tokio::time::pause();
+    /// let limiter = RateTier::builder()
+    ///     .tier("free", Quota::per_second(10).allow_burst(1))
+    ///     .wait_up_to(Duration::from_millis(500))
+    ///     .build();
+    /// limiter.check("ana", "free", 1).await.unwrap().unwrap();
+    /// // The second waits its 100 ms, then passes.
+    /// let started = tokio::time::Instant::now();
+    /// limiter.check("ana", "free", 1).await.unwrap().unwrap();
+    /// assert!(started.elapsed() >= Duration::from_millis(99));
+    /// # }
+    /// ```
+    pub fn wait_up_to(mut self, max_wait: Duration) -> Self {
+        self.wait_up_to = Some(max_wait);
+        self
+    }
+
+    /// How many requests may wait at once
+    /// ([`wait_up_to`](Self::wait_up_to)): [`DEFAULT_MAX_WAITING`] (1024)
+    /// by default. Each waiting request holds its connection and a timer.
+    ///
+    /// [`DEFAULT_MAX_WAITING`]: crate::DEFAULT_MAX_WAITING
+    pub fn max_waiting(mut self, requests: usize) -> Self {
+        self.max_waiting = Some(requests);
+        self
+    }
+
     /// Reports every check of the limiter (through any layer, or
     /// [`RateTier::check`]) and every event to `observer`, once each: where
     /// metrics belong. It lives as long as the limiter.
@@ -206,6 +254,25 @@ impl RateTierBuilder {
             }),
         };
         check_kinds(&plans, &store)?;
+        let waiting = match self.wait_up_to {
+            Some(_) if !store.reserves() => {
+                return Err(ConfigError::CannotWait {
+                    store: store.kind(),
+                });
+            }
+            Some(max_wait)
+                if gcra_core::Quota::per_second(1)
+                    .try_allow_debt(max_wait)
+                    .is_err() =>
+            {
+                return Err(ConfigError::WaitTooLong(max_wait));
+            }
+            Some(max_wait) => Some(WaitRoom::new(
+                max_wait,
+                self.max_waiting.unwrap_or(DEFAULT_MAX_WAITING),
+            )),
+            None => None,
+        };
         let clock = self.clock.unwrap_or_else(|| Arc::new(MonotonicClock));
         let listeners = Listeners::default();
         for listener in self.listeners {
@@ -228,6 +295,7 @@ impl RateTierBuilder {
             listeners,
             observers: self.observers,
             store_events: OnceLock::new(),
+            waiting,
         });
         if !inner.listeners.is_empty() {
             inner.forward_store_events();

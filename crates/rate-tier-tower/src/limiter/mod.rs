@@ -17,6 +17,7 @@ mod prepare;
 pub(crate) mod ruling;
 pub(crate) mod slots;
 pub(crate) mod step;
+mod wait;
 
 use std::cell::RefCell;
 use std::fmt;
@@ -33,6 +34,7 @@ use rate_tier_storage::{BucketCheck, Rule, StorageError, Store, Subscription};
 pub use ask::LimitRequest;
 pub use builder::RateTierBuilder;
 pub use future::CheckFuture;
+pub use wait::DEFAULT_MAX_WAITING;
 
 use self::ask::Ask;
 use self::ruling::Events;
@@ -82,6 +84,8 @@ pub(crate) struct Inner {
     observers: Vec<Arc<dyn Observer>>,
     /// The store's events, passed on once someone listens.
     store_events: OnceLock<Subscription>,
+    /// Where requests wait for their slot, if they may.
+    pub(crate) waiting: Option<wait::WaitRoom>,
 }
 
 impl fmt::Debug for RateTier {
@@ -375,6 +379,9 @@ impl RateTier {
                 "settling a window, a period or a concurrency limit",
             )));
         };
+        let Rule::Rate(quota) = self.holding_waits(Rule::Rate(quota)) else {
+            unreachable!("a rate stays a rate");
+        };
         let bucket = BucketCheck::peek(limit.key, user, quota)
             .key_secret(self.inner.key_secret.as_ref());
         self.inner
@@ -382,6 +389,22 @@ impl RateTier {
             .settle(&[bucket.settle(adjust).charged(charged)])
             .await?;
         Ok(())
+    }
+
+    /// `rule`, holding the longest wait as debt when requests may wait: a
+    /// TAT a wait put ahead is then never read as a clock gone back (and
+    /// forgiven), by any decision of this limiter.
+    pub(crate) fn holding_waits(&self, rule: Rule) -> Rule {
+        match (&self.inner.waiting, rule) {
+            (Some(room), Rule::Rate(quota))
+                if std::time::Duration::from_micros(quota.max_debt_us())
+                    < room.max_wait =>
+            {
+                // The wait was checked against the largest debt at build.
+                Rule::Rate(quota.try_allow_debt(room.max_wait).unwrap_or(quota))
+            }
+            _ => rule,
+        }
     }
 
     /// Reports an event to the limiter's listeners, building it only if

@@ -46,6 +46,13 @@ pub(crate) struct Prepared<'a> {
 }
 
 impl Prepared<'_> {
+    /// Whether the decision may wait for its slot: rates alone, and some
+    /// charged (a peek never waits).
+    pub(crate) fn may_wait(&self) -> bool {
+        self.checks.iter().all(BucketCheck::is_rate)
+            && self.checks.iter().any(|check| check.cost() > 0)
+    }
+
     /// Nothing prepared yet.
     pub(crate) fn new() -> Self {
         Prepared {
@@ -221,6 +228,7 @@ impl RateTier {
         secret: Option<&'a KeySecret>,
         events: &mut Events,
     ) -> Result<(), Ruling> {
+        let rule = self.holding_waits(rule);
         if let Ok(check) = BucketCheck::of_rule(key, partition, rule, cost) {
             // A slot of a concurrency limit is known by its request's id
             // on a store that leases slots.

@@ -22,6 +22,7 @@ use super::ask::Ask;
 use super::prepare::{INLINE, Owned, Prepared};
 use super::ruling::{Events, Judged, Ruling};
 use super::slots::{Held, Slots};
+use super::wait::Waited;
 use crate::error::Error;
 use crate::event::LimitEvent;
 use crate::identity::UserId;
@@ -73,7 +74,32 @@ impl Pending {
         // The store's time may be another machine's (Redis's): the reset
         // times use ours, read before the wait.
         let now_us = tiers.inner.clock.now_us();
-        let decided = tiers.inner.store.check(&prepared.checks, &mut out).await;
+        let store = &tiers.inner.store;
+        let decided = match &tiers.inner.waiting {
+            Some(room) if prepared.may_wait() => {
+                let secret = tiers.inner.key_secret.as_ref();
+                let (decided, waited) = room
+                    .decide(store, secret, &prepared.checks, &mut out)
+                    .await;
+                let (user, tier) = (prepared.user, prepared.tier);
+                match waited {
+                    Waited::No => {}
+                    Waited::For(wait) => events.push(|| LimitEvent::Waited {
+                        user_id: UserId::from(user),
+                        tier,
+                        wait,
+                    }),
+                    Waited::Refused => {
+                        events.push(|| LimitEvent::WaitRefused {
+                            user_id: UserId::from(user),
+                            tier,
+                        })
+                    }
+                }
+                decided
+            }
+            _ => store.check(&prepared.checks, &mut out).await,
+        };
         let (ruling, by) =
             tiers.conclude(&prepared, decided, &out, Some(now_us), &mut events);
         Judged { ruling, by, events }
@@ -171,6 +197,7 @@ impl RateTier {
     #[inline(always)]
     pub(crate) fn step(&self, ask: &Ask<'_>, mut events: Events) -> Step {
         if let Some((user, tier, cost)) = ask.plan_alone()
+            && self.inner.waiting.is_none()
             && let Some(decided) = self.plan_now(user, tier, cost)
         {
             return match decided {
@@ -207,7 +234,12 @@ impl RateTier {
                 events,
             });
         }
-        match self.decide_local(&prepared, &mut events) {
+        // A request that may wait is decided where it can wait.
+        let local = match self.inner.waiting {
+            Some(_) if prepared.may_wait() => None,
+            _ => self.decide_local(&prepared, &mut events),
+        };
+        match local {
             Some((ruling, by)) => Step::Ruled(Judged { ruling, by, events }),
             None => Step::Pending {
                 pending: Box::new(Pending {

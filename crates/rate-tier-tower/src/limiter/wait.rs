@@ -1,0 +1,236 @@
+//! Waiting instead of refusing, for incoming requests
+//! ([`RateTierBuilder::wait_up_to`](crate::RateTierBuilder::wait_up_to)):
+//! a request of rate limits alone reserves its slot ([`Store::reserve`]),
+//! waits for it, and is served; one that would wait longer is checked, and
+//! refused, as without waiting.
+//!
+//! The waiting room is bounded: a request that finds it full is checked
+//! at once, so it is refused if it would have had to wait. Waiting never
+//! queues more than the bound, however many slow clients come. A request
+//! dropped while it waits (the client went away) gives its slot back.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use gcra_core::Decision;
+use rate_tier_storage::key::KeySecret;
+use rate_tier_storage::{
+    BucketCancel, BucketCheck, Charged, Decided, LimitName, Rule, StorageError,
+    Store,
+};
+use smallvec::SmallVec;
+
+use super::prepare::INLINE;
+
+/// How many requests of one limiter may wait at once by default.
+pub const DEFAULT_MAX_WAITING: usize = 1024;
+
+/// The waiting room: the longest wait, and how many wait now.
+#[derive(Debug)]
+pub(crate) struct WaitRoom {
+    pub(crate) max_wait: Duration,
+    pub(crate) max_waiting: usize,
+    waiting: AtomicUsize,
+}
+
+/// A place in the waiting room, held while the request waits.
+struct Seat<'a>(&'a AtomicUsize);
+
+impl Drop for Seat<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// How a decision went through the waiting room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waited {
+    /// Not through it (passed at once, or refused).
+    No,
+    /// Waited this long for its slot.
+    For(Duration),
+    /// Would have waited, but the room was full or the wait too long:
+    /// checked instead.
+    Refused,
+}
+
+impl WaitRoom {
+    pub(crate) fn new(max_wait: Duration, max_waiting: usize) -> WaitRoom {
+        WaitRoom {
+            max_wait,
+            max_waiting,
+            waiting: AtomicUsize::new(0),
+        }
+    }
+
+    fn seat(&self) -> Option<Seat<'_>> {
+        let mut now = self.waiting.load(Ordering::Acquire);
+        loop {
+            if now >= self.max_waiting {
+                return None;
+            }
+            match self.waiting.compare_exchange_weak(
+                now,
+                now + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(Seat(&self.waiting)),
+                Err(actual) => now = actual,
+            }
+        }
+    }
+
+    /// Decides `checks` (rates alone): reserved and waited for, or, when
+    /// the wait is too long or the room full, checked as without waiting.
+    pub(crate) async fn decide(
+        &self,
+        store: &Store,
+        secret: Option<&KeySecret>,
+        checks: &[BucketCheck<'_>],
+        out: &mut [Decision],
+    ) -> (Result<Decided, StorageError>, Waited) {
+        let Some(seat) = self.seat() else {
+            let decided = store.check(checks, out).await;
+            let waited = match &decided {
+                Ok(decided) if !decided.verdict.allowed => Waited::Refused,
+                _ => Waited::No,
+            };
+            return (decided, waited);
+        };
+        let decided = match store.reserve(checks, self.max_wait, out).await {
+            Ok(decided) => decided,
+            Err(error) => return (Err(error), Waited::No),
+        };
+        if !decided.verdict.allowed {
+            drop(seat);
+            // Refused as a check refuses it: the same answer, headers and
+            // events as without waiting.
+            let decided = store.check(checks, out).await;
+            let waited = match &decided {
+                Ok(decided) if decided.verdict.allowed => Waited::No,
+                _ => Waited::Refused,
+            };
+            return (decided, waited);
+        }
+        if decided.wait_us == 0 {
+            return (Ok(decided), Waited::No);
+        }
+        let wait = Duration::from_micros(decided.wait_us);
+        let give_back = GiveBack::armed(store, secret, checks, out, &decided);
+        tokio::time::sleep(wait).await;
+        give_back.disarm();
+        drop(seat);
+        (Ok(decided), Waited::For(wait))
+    }
+}
+
+/// A reservation to give back if the request goes away while it waits.
+struct GiveBack<'a> {
+    store: &'a Store,
+    secret: Option<&'a KeySecret>,
+    cancels: SmallVec<[BucketCancel<'a>; INLINE]>,
+}
+
+impl<'a> GiveBack<'a> {
+    fn armed(
+        store: &'a Store,
+        secret: Option<&'a KeySecret>,
+        checks: &[BucketCheck<'a>],
+        out: &[Decision],
+        decided: &Decided,
+    ) -> GiveBack<'a> {
+        let cancels = checks
+            .iter()
+            .zip(out)
+            .enumerate()
+            .filter(|(_, (check, _))| check.cost() > 0)
+            .filter_map(|(i, (check, decision))| {
+                let store = decision.store?;
+                Some(check.cancel(store.tat_us).charged(decided.charged(i)))
+            })
+            .collect();
+        GiveBack {
+            store,
+            secret,
+            cancels,
+        }
+    }
+
+    fn disarm(mut self) {
+        self.cancels.clear();
+    }
+}
+
+impl Drop for GiveBack<'_> {
+    fn drop(&mut self) {
+        if self.cancels.is_empty()
+            || self.store.cancel_local(&self.cancels).is_some()
+        {
+            // A failed give-back loses the slot: never handed out twice.
+            return;
+        }
+        // The store needs I/O: owned, on the current runtime.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let owned = OwnedCancels::of(&self.cancels, self.secret);
+        let store = self.store.clone();
+        runtime.spawn(async move {
+            let cancels = owned.cancels();
+            let _ = store.cancel(&cancels).await;
+        });
+    }
+}
+
+/// [`BucketCancel`]s that own what they name, for a task.
+struct OwnedCancels {
+    secret: Option<Arc<KeySecret>>,
+    items: SmallVec<[OwnedCancel; INLINE]>,
+}
+
+struct OwnedCancel {
+    name: LimitName,
+    partition: String,
+    rule: Rule,
+    cost: u32,
+    tat_us: u64,
+    charged: Charged,
+}
+
+impl OwnedCancels {
+    fn of(cancels: &[BucketCancel<'_>], secret: Option<&KeySecret>) -> Self {
+        OwnedCancels {
+            secret: secret.map(|secret| Arc::new(secret.clone())),
+            items: cancels
+                .iter()
+                .map(|cancel| OwnedCancel {
+                    name: cancel.bucket.limit_name().clone(),
+                    partition: cancel.bucket.partition().to_owned(),
+                    rule: cancel.bucket.rule(),
+                    cost: cancel.bucket.cost(),
+                    tat_us: cancel.tat_us,
+                    charged: cancel.charged,
+                })
+                .collect(),
+        }
+    }
+
+    fn cancels(&self) -> SmallVec<[BucketCancel<'_>; INLINE]> {
+        self.items
+            .iter()
+            .filter_map(|item| {
+                let check = BucketCheck::of_rule(
+                    &item.name,
+                    &item.partition,
+                    item.rule,
+                    item.cost,
+                )
+                .ok()?
+                .key_secret(self.secret.as_deref());
+                Some(check.cancel(item.tat_us).charged(item.charged))
+            })
+            .collect()
+    }
+}
