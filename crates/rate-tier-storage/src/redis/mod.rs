@@ -7,6 +7,7 @@ mod cluster;
 mod job;
 mod link;
 mod refusals;
+mod reserve;
 mod script;
 mod slots;
 
@@ -15,19 +16,21 @@ use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{Client, IntoConnectionInfo, RedisError, Value};
-use gcra_core::{Decision, Lease, MAX_WINDOW_US, Verdict};
+use gcra_core::{Decision, JointReservation, Lease, MAX_WINDOW_US, Verdict};
 
 use self::job::Job;
 use self::link::{Conn, Link, Source};
 use self::refusals::Refusals;
 use self::script::{Call, read_counts, read_settled};
 use self::slots::Slots;
-use crate::bucket::{BucketCheck, BucketSettle};
+use crate::bucket::{BucketCancel, BucketCheck, BucketSettle};
 use crate::clock::{Clock, MonotonicClock, SharedClock};
 use crate::event::{Listeners, StorageEvent, StorageListener, Subscription};
 use crate::key::{self, KeyLayout};
 use crate::rule::{Rule, RuleKind};
-use crate::storage::{Decided, Storage, StorageError, validate};
+use crate::storage::{
+    Decided, Storage, StorageError, micros, only_rates, validate,
+};
 
 pub(crate) use link::USER_TIMEOUT;
 
@@ -122,6 +125,51 @@ const DEFAULT_LEASE: Lease = match Lease::new(RedisStorage::DEFAULT_LEASE) {
 /// Each request's id must be its own (a random 64-bit number, as the
 /// limiter draws): two requests under one id would share their slots' names
 /// and count as one.
+///
+/// # Reservations
+///
+/// [`Storage::reserve`] is one `EVALSHA` of `reserve.lua`, the same as
+/// [`gcra_core::reserve_all`] on Redis's `TIME`: the earliest slot every
+/// enforced rate passes at, reserved in every bucket or in none, in one
+/// step, so that reservations from any number of instances are exactly the
+/// passes of each quota, each at its slot. Unlike a check's, a
+/// reservation's decisions carry the TAT the script wrote (`store`): what
+/// [`Storage::cancel`] (`cancel.lua`, [`gcra_core::Quota::cancel`]) compares
+/// with the stored one, giving the slot back only while no later one was
+/// made. Only rates reserve. A reservation is sent as a check is, in a task
+/// of its own, and retried only when the connection was refused: a reply
+/// lost after the script ran is a failure, never sent again (a second call
+/// would reserve a second slot). When its reply comes after its caller
+/// left, the task cancels it (what stays taken is reported
+/// [`StorageEvent::Unrefunded`]). On a cluster a reservation's buckets
+/// must share a slot (one user's do); over two it is
+/// [`StorageError::Unsupported`], before anything is sent: the slot is one
+/// instant on one node's clock, and a reservation could not be undone
+/// exactly in one slot when another refuses.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use rate_tier_storage::{BucketCheck, Decision, LimitName, Quota, RedisStorage, Storage};
+///
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = RedisStorage::from_url("redis://127.0.0.1:6379/")?;
+/// let provider = LimitName::new("provider")?;
+/// // One call every 100 ms; callers wait up to a second.
+/// let quota = Quota::per_second(10).allow_burst(1).allow_debt(Duration::from_secs(1));
+/// let check = [BucketCheck::new(&provider, "", quota, 1)?];
+/// let mut out = [Decision::default()];
+/// let slot = store.reserve(&check, Duration::from_secs(1), &mut out).await?;
+/// if slot.verdict.allowed {
+///     tokio::time::sleep(Duration::from_micros(slot.wait_us)).await;
+///     // ... call the provider.
+/// }
+/// // A caller that gives up before its slot comes gives it back.
+/// let next = store.reserve(&check, Duration::from_secs(1), &mut out).await?;
+/// if let (true, Some(written)) = (next.verdict.allowed, out[0].store) {
+///     store.cancel(&[check[0].cancel(written.tat_us)]).await?;
+/// }
+/// # Ok(()) }
+/// ```
 ///
 /// # Keys and values
 ///
@@ -883,6 +931,77 @@ impl Storage for RedisStorage {
         slots: &[BucketCheck<'_>],
     ) -> Result<(), StorageError> {
         self.slot_call(slots, Some(self.lease)).await
+    }
+
+    /// Runs `reserve.lua` ([`gcra_core::reserve_all`] on Redis's `TIME`)
+    /// on the buckets, within the timeout, in a task of its own as a check
+    /// is (see [Reservations](RedisStorage#reservations)). Each decision's
+    /// `store` is the TAT the script wrote, what [`Storage::cancel`]
+    /// compares; `now_us` is `None` (Redis's clock). Errors as for a check,
+    /// and [`StorageError::Unsupported`] for a window, a period or a
+    /// concurrency limit, and on a cluster for buckets in two slots.
+    async fn reserve(
+        &self,
+        checks: &[BucketCheck<'_>],
+        max_wait: Duration,
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        validate(checks, out)?;
+        only_rates(checks)?;
+        let max_wait_us = micros(max_wait);
+        if checks.is_empty() {
+            // Nothing makes the request wait (reserve_all of no charge).
+            let joint = JointReservation {
+                reserved: true,
+                wait_us: 0,
+                by: None,
+                most_us: max_wait_us,
+            };
+            return Ok(Decided::of_reservation(&joint, None, "redis"));
+        }
+        let layout = self.layout();
+        let job = reserve::Reservation {
+            keys: checks.iter().map(|c| c.key(layout)).collect(),
+            charges: checks.iter().map(BucketCheck::charge).collect(),
+            max_wait_us,
+        };
+        if self.shared.cluster {
+            reserve::one_slot(&job.keys)?;
+        }
+        let (decided, joint) = self
+            .bounded(reserve::reserve(&self.shared, job, self.timeout))
+            .await?;
+        out.copy_from_slice(&decided);
+        Ok(Decided::of_reservation(&joint, None, "redis"))
+    }
+
+    /// Runs `cancel.lua` ([`gcra_core::Quota::cancel`] on Redis's `TIME`)
+    /// on the buckets, within the timeout: one call, or one per slot on a
+    /// cluster. Not retried inside the call; a cancel is safe to send
+    /// again (once moved back, the stored TAT is no longer the reserved
+    /// one, and a second cancel keeps it).
+    async fn cancel(
+        &self,
+        reserved: &[BucketCancel<'_>],
+    ) -> Result<(), StorageError> {
+        for cancel in reserved {
+            only_rates(std::slice::from_ref(&cancel.bucket))?;
+        }
+        if reserved.is_empty() {
+            return Ok(());
+        }
+        let call = reserve::cancel(
+            &self.shared,
+            reserved,
+            self.layout(),
+            self.timeout,
+        );
+        self.bounded(call).await
+    }
+
+    /// Yes: `reserve.lua` and `cancel.lua`.
+    fn reserves(&self) -> bool {
+        true
     }
 
     fn subscribe(&self, listener: StorageListener) -> Subscription {

@@ -9,13 +9,18 @@
 //! | `gcra_settle.lua` | settlements | n | `T`, `tau`, units (+ debt, - refund), max debt | remaining, reset_after_us |
 //! | `release.lua` | the slots a request took, given back | n | slot id, cost | slots released |
 //! | `renew.lua` | the slots a request holds, renewed | n | slot id, cost, lease (µs) | slots renewed |
+//! | `reserve.lua` | a reservation of rates ([`gcra_core::reserve_all`]) | n | `gcra_all.lua`'s five, then the max wait once | its four, then the TAT written; then reserved, wait, by, most, now |
+//! | `cancel.lua` | reservations given back ([`gcra_core::Quota::cancel`]) | n | `T`, cost, the TAT reserved | 0 kept, 1 moved back, 2 cleared |
 
 use std::sync::LazyLock;
 
 use std::time::Duration;
 
 use ::redis::{Cmd, Script, Value};
-use gcra_core::{Adjust, Charge, Decision, Lease, PeriodUnit, Quota};
+use gcra_core::{
+    Adjust, Charge, Decision, JointReservation, Lease, MAX_TIME_US, PeriodUnit,
+    Quota, StoreTat,
+};
 use smallvec::SmallVec;
 
 use super::backend;
@@ -35,6 +40,11 @@ pub(super) const DECIDE_MIXED_SOURCE: &str = include_str!("decide_mixed.lua");
 pub(super) const RELEASE_SOURCE: &str = include_str!("release.lua");
 /// The source of `renew.lua`.
 pub(super) const RENEW_SOURCE: &str = include_str!("renew.lua");
+
+/// The source of `reserve.lua`.
+pub(super) const RESERVE_SOURCE: &str = include_str!("reserve.lua");
+/// The source of `cancel.lua`.
+pub(super) const CANCEL_SOURCE: &str = include_str!("cancel.lua");
 
 /// A script and its hash, built once per process.
 pub(super) struct Lua {
@@ -72,6 +82,17 @@ pub(super) static RENEW: Lua = Lua {
     script: LazyLock::new(|| Script::new(RENEW_SOURCE)),
     source: RENEW_SOURCE,
     name: "renew.lua",
+};
+
+pub(super) static RESERVE: Lua = Lua {
+    script: LazyLock::new(|| Script::new(RESERVE_SOURCE)),
+    source: RESERVE_SOURCE,
+    name: "reserve.lua",
+};
+pub(super) static CANCEL: Lua = Lua {
+    script: LazyLock::new(|| Script::new(CANCEL_SOURCE)),
+    source: CANCEL_SOURCE,
+    name: "cancel.lua",
 };
 
 /// How long a decision's task waits for an answer its caller may have given
@@ -254,6 +275,43 @@ impl<'k> Call<'k> {
         }
     }
 
+    /// The reservation of the buckets `keys` under `charges` for at most
+    /// `max_wait_us`: `reserve.lua`, `gcra_all.lua`'s five arguments per
+    /// key and the wait last (capped at [`MAX_TIME_US`], past which no wait
+    /// can come: every wait is from a TAT within it).
+    pub(super) fn reserve(
+        keys: impl IntoIterator<Item = &'k str>,
+        charges: &[Charge],
+        max_wait_us: u64,
+    ) -> Call<'k> {
+        let mut args: Vec<i128> = charges
+            .iter()
+            .flat_map(|c| script_args(c).map(i128::from))
+            .collect();
+        args.push(max_wait_us.min(MAX_TIME_US).into());
+        Call {
+            lua: &RESERVE,
+            keys: keys.into_iter().collect(),
+            args,
+        }
+    }
+
+    /// The reservations `(T, cost, TAT reserved)` of the keys `keys` given
+    /// back, by position: `cancel.lua`.
+    pub(super) fn cancel(
+        keys: impl IntoIterator<Item = &'k str>,
+        reserved: &[(u64, u32, u64)],
+    ) -> Call<'k> {
+        Call {
+            lua: &CANCEL,
+            keys: keys.into_iter().collect(),
+            args: reserved
+                .iter()
+                .flat_map(|&(t, cost, tat)| [t.into(), cost.into(), tat.into()])
+                .collect(),
+        }
+    }
+
     /// `EVALSHA` (or `EVAL` with `source`) of this call, as a command.
     pub(super) fn command(&self, verb: &str) -> Cmd {
         let mut cmd = ::redis::cmd(verb);
@@ -308,6 +366,73 @@ pub(super) fn read_decisions(
         };
     }
     Ok(())
+}
+
+/// The reply of `reserve.lua` into `out` (5 non-negative integers per
+/// key, then 5 for the reservation), and the reservation. Each decision's
+/// `store` is the TAT the script wrote (what [`Storage::cancel`] compares,
+/// its expiry from the script's now), `None` where it wrote nothing.
+/// `max_wait_us` is the caller's wait, before [`Call::reserve`] capped it.
+///
+/// [`Storage::cancel`]: crate::Storage::cancel
+pub(super) fn read_reservation(
+    lua: &Lua,
+    reply: Value,
+    max_wait_us: u64,
+    out: &mut [Decision],
+) -> Result<JointReservation, StorageError> {
+    let n = out.len();
+    let numbers = integers(lua, reply, n.saturating_add(1).saturating_mul(5))?;
+    let (per_key, tail) = numbers.split_at(n.saturating_mul(5));
+    let &[reserved, wait_us, by, most_us, now_us] = tail else {
+        return Err(StorageError::Protocol(format!(
+            "{} returned no reservation",
+            lua.name
+        )));
+    };
+    let flag = |value: u64, what: &str| match value {
+        1 => Ok(true),
+        0 => Ok(false),
+        other => Err(StorageError::Protocol(format!(
+            "{} returned {what} = {other}, expected 0 or 1",
+            lua.name
+        ))),
+    };
+    for (slot, n) in out.iter_mut().zip(per_key.chunks_exact(5)) {
+        *slot = Decision {
+            allowed: flag(n[0], "allowed")?,
+            remaining: n[1],
+            retry_after_us: n[2],
+            reset_after_us: n[3],
+            store: (n[4] > 0).then(|| StoreTat {
+                tat_us: n[4],
+                ttl_ms: n[4].saturating_sub(now_us).div_ceil(1000),
+            }),
+        };
+    }
+    let by = match usize::try_from(by) {
+        Ok(0) => None,
+        Ok(position) if position <= n => Some(position - 1),
+        _ => {
+            return Err(StorageError::Protocol(format!(
+                "{} returned by = {by} for {n} keys",
+                lua.name
+            )));
+        }
+    };
+    // The most is the caller's wait unless a quota's is less: the script
+    // saw it capped.
+    let sent = max_wait_us.min(MAX_TIME_US);
+    Ok(JointReservation {
+        reserved: flag(reserved, "reserved")?,
+        wait_us,
+        by,
+        most_us: if most_us >= sent {
+            max_wait_us
+        } else {
+            most_us
+        },
+    })
 }
 
 /// The reply of a release or a renewal: 1 non-negative integer per key
@@ -616,6 +741,102 @@ mod tests {
     }
 
     #[test]
+    fn a_reservation_sends_gcra_all_arguments_and_the_wait_capped() {
+        let one = Quota::per_second(10).allow_burst(1);
+        let charges = [Charge::new(one, 1), Charge::new(one, 0).shadow()];
+        let call = Call::reserve(["a", "b"], &charges, u64::MAX);
+        assert_eq!(call.lua.name, "reserve.lua");
+        assert_eq!(
+            call.args,
+            [
+                100_000,
+                100_000,
+                1,
+                0,
+                100_000,
+                100_000,
+                100_000,
+                0,
+                1,
+                100_000,
+                i128::from(MAX_TIME_US)
+            ]
+        );
+        let cancel = Call::cancel(["a"], &[(100_000, 2, 9_000_000)]);
+        assert_eq!(cancel.lua.name, "cancel.lua");
+        assert_eq!(cancel.args, [100_000, 2, 9_000_000]);
+    }
+
+    #[test]
+    fn decodes_a_reservation_and_refuses_anything_else() {
+        let mut out = [Decision::default(); 2];
+        let reply = ints(&[
+            1,
+            0,
+            0,
+            300,
+            1_300, // charged: TAT 1300 at now 1000
+            1,
+            5,
+            0,
+            0,
+            0, // a peek
+            1,
+            200,
+            2,
+            9_007_199_254_740_992,
+            1_000, // most: 2^53, as sent
+        ]);
+        let joint = read_reservation(&RESERVE, reply, u64::MAX, &mut out)
+            .expect("a reservation");
+        assert_eq!(
+            joint,
+            JointReservation {
+                reserved: true,
+                wait_us: 200,
+                by: Some(1),
+                most_us: u64::MAX, // the caller's, not the capped one sent
+            }
+        );
+        assert_eq!(
+            out[0].store,
+            Some(StoreTat {
+                tat_us: 1_300,
+                ttl_ms: 1
+            })
+        );
+        assert_eq!((out[1].remaining, out[1].store), (5, None));
+        // A quota's wait is less than the caller's: the script's.
+        let reply = ints(&[1, 0, 0, 0, 0, 0, 9, 0, 400, 1]);
+        let mut one = [Decision::default()];
+        let joint =
+            read_reservation(&RESERVE, reply, 500, &mut one).expect("read");
+        assert_eq!(
+            (joint.reserved, joint.by, joint.most_us),
+            (false, None, 400)
+        );
+
+        for bad in [
+            ints(&[1, 0, 0, 0, 0]),
+            ints(&[1, 0, 0, 0, 0, 2, 0, 0, 0, 1]),
+            ints(&[2, 0, 0, 0, 0, 1, 0, 0, 0, 1]),
+            ints(&[1, 0, 0, 0, 0, 1, 0, 2, 0, 1]),
+            ints(&[1, 0, 0, 0, -1, 1, 0, 0, 0, 1]),
+            Value::Nil,
+        ] {
+            let shown = format!("{bad:?}");
+            let mut one = [Decision::default()];
+            assert!(
+                matches!(
+                    read_reservation(&RESERVE, bad, 0, &mut one),
+                    Err(StorageError::Protocol(_))
+                ),
+                "{shown} was accepted"
+            );
+        }
+    }
+
+    #[test]
     fn each_script_is_its_file_and_its_hash_is_the_sha1_of_it() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/redis/");
         let all = [
@@ -625,6 +846,8 @@ mod tests {
             &DECIDE_MIXED,
             &RELEASE,
             &RENEW,
+            &RESERVE,
+            &CANCEL,
         ];
         for lua in all {
             let on_disk =
