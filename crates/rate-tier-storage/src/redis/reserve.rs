@@ -82,11 +82,13 @@ pub(super) async fn reserve(
         if let Err(Ok((out, joint))) = tx.send(result)
             && joint.reserved
         {
-            // Nobody waits for this slot any more: give it back.
+            // Nobody waits for this slot any more: give it back, in the
+            // buckets it charged (a shadow that refused at the slot wrote
+            // at most a cap, which is no reservation).
             let reserved: SmallVec<[(usize, u64); 4]> = out
                 .iter()
                 .enumerate()
-                .filter(|(i, _)| job.charges[*i].cost > 0)
+                .filter(|(i, d)| job.charges[*i].cost > 0 && d.allowed)
                 .filter_map(|(i, d)| d.store.map(|s| (i, s.tat_us)))
                 .collect();
             cancel_late(&task_shared, &conn, &job, &reserved, timeout).await;
