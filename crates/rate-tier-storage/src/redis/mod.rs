@@ -937,7 +937,9 @@ impl Storage for RedisStorage {
     /// on the buckets, within the timeout, in a task of its own as a check
     /// is (see [Reservations](RedisStorage#reservations)). Each decision's
     /// `store` is the TAT the script wrote, what [`Storage::cancel`]
-    /// compares; `now_us` is `None` (Redis's clock). Errors as for a check,
+    /// compares (a reservation is the allowed decisions with a cost; a
+    /// refused shadow limit's `store` is only a capped TAT); `now_us` is
+    /// `None` (Redis's clock). Errors as for a check,
     /// and [`StorageError::Unsupported`] for a window, a period or a
     /// concurrency limit, and on a cluster for buckets in two slots.
     async fn reserve(
