@@ -19,6 +19,16 @@
 //! | `rate_tier_breaker_state` | gauge | `domain` | each circuit breaker: 0 closed, 1 open, 2 half-open; `domain` is `all`, or a Redis Cluster node |
 //! | `rate_tier_breaker_transitions_total` | counter | `to` | changes of a breaker's state, by new state (`closed`, `open`, `half_open`) |
 //! | `rate_tier_evictions_total` | counter | | buckets a full memory store forgot to make room |
+//! | `rate_tier_waits_total` | counter | `tier` | requests that waited for their slot and were served ([`wait_up_to`](crate::RateTierBuilder::wait_up_to)) |
+//! | `rate_tier_wait_seconds` | histogram | | how long each of them waited, 1 ms .. 60 s buckets |
+//! | `rate_tier_wait_refused_total` | counter | `tier` | requests that would have waited longer than allowed, or found the waiting room full: refused |
+//!
+//! A [`ShapeLayer`](crate::ShapeLayer)'s calls have [`ShapeMetrics`]:
+//!
+//! | metric | type | labels | counts |
+//! |---|---|---|---|
+//! | `rate_tier_shaped_calls_total` | counter | `outcome` | calls by outcome: `went` (at once), `waited`, `wait_too_long` (failed at once), `gave_back` (dropped while waiting) |
+//! | `rate_tier_shaped_wait_seconds` | histogram | | how long each call that went waited, 1 ms .. 60 s buckets |
 //!
 //! Label values come from the configuration and from fixed sets, never from
 //! a request: a client sending made-up tier names cannot grow the number of
@@ -80,6 +90,25 @@ pub const DURATION_BUCKETS: [f64; 16] = [
     0.1,
 ];
 
+/// Upper bounds of the wait histograms' buckets: 1 ms to 60 s.
+pub const WAIT_BUCKETS: [f64; 12] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 15.0, 60.0,
+];
+
+fn wait_histogram() -> Histogram {
+    Histogram::new(WAIT_BUCKETS)
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TierLabels {
+    tier: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CheckLabels {
     tier: &'static str,
@@ -134,6 +163,9 @@ struct Metrics {
     breaker_transitions: Family<StateLabels, Counter>,
     shadow_limited: Family<LimitLabels, Counter>,
     evictions: Counter,
+    waits: Family<TierLabels, Counter>,
+    wait_duration: Histogram,
+    wait_refused: Family<TierLabels, Counter>,
 }
 
 /// The limiter's Prometheus metrics: an [`Observer`] for
@@ -199,6 +231,9 @@ impl RateLimitMetrics {
             breaker_transitions: Family::default(),
             shadow_limited: Family::default(),
             evictions: Counter::default(),
+            waits: Family::default(),
+            wait_duration: wait_histogram(),
+            wait_refused: Family::default(),
         };
         let registry = registry.sub_registry_with_prefix(PREFIX);
         registry.register(
@@ -251,6 +286,22 @@ impl RateLimitMetrics {
             "evictions",
             "Buckets a full memory store forgot to make room for new ones",
             metrics.evictions.clone(),
+        );
+        registry.register(
+            "waits",
+            "Requests that waited for their slot and were served, by tier",
+            metrics.waits.clone(),
+        );
+        registry.register_with_unit(
+            "wait",
+            "How long requests waited for their slot",
+            Unit::Seconds,
+            metrics.wait_duration.clone(),
+        );
+        registry.register(
+            "wait_refused",
+            "Requests refused because they would have waited too long, or the waiting room was full, by tier",
+            metrics.wait_refused.clone(),
         );
         RateLimitMetrics {
             inner: Arc::new(metrics),
@@ -326,6 +377,16 @@ impl Observer for RateLimitMetrics {
                     .get_or_create(&StateLabels { to: to.as_str() })
                     .inc();
             }
+            LimitEvent::Waited { tier, wait, .. } => {
+                metrics.waits.get_or_create(&TierLabels { tier }).inc();
+                metrics.wait_duration.observe(wait.as_secs_f64());
+            }
+            LimitEvent::WaitRefused { tier, .. } => {
+                metrics
+                    .wait_refused
+                    .get_or_create(&TierLabels { tier })
+                    .inc();
+            }
             // Refusals are counted by `checked` (by outcome); new variants
             // are ignored until they get a metric.
             _ => {}
@@ -340,5 +401,81 @@ fn breaker_value(state: BreakerState) -> i64 {
         BreakerState::HalfOpen => 2,
         // `BreakerState` is non-exhaustive.
         _ => -1,
+    }
+}
+
+/// A [`ShapeLayer`](crate::ShapeLayer)'s metrics (see the [module
+/// docs](self)): give it to
+/// [`ShapeLayerBuilder::observe`](crate::shape::ShapeLayerBuilder::observe).
+/// Cheap to clone; clones update the same metrics.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_rate_tier::metrics::ShapeMetrics;
+/// use tower_rate_tier::metrics::prometheus_client::{encoding::text::encode, registry::Registry};
+/// use tower_rate_tier::shape::{ShapeEvent, ShapeObserver};
+///
+/// let mut registry = Registry::default();
+/// let metrics = ShapeMetrics::new(&mut registry);
+/// metrics.shaped(&ShapeEvent::Reserved { wait: Duration::from_millis(40) });
+/// metrics.shaped(&ShapeEvent::WaitTooLong { wait: Duration::from_secs(90) });
+/// let mut text = String::new();
+/// encode(&mut text, &registry).unwrap();
+/// assert!(text.contains(r#"rate_tier_shaped_calls_total{outcome="waited"} 1"#));
+/// assert!(text.contains(r#"rate_tier_shaped_calls_total{outcome="wait_too_long"} 1"#));
+/// assert!(text.contains("rate_tier_shaped_wait_seconds_count 1"));
+/// ```
+#[derive(Clone, Debug)]
+pub struct ShapeMetrics {
+    inner: Arc<Shaped>,
+}
+
+#[derive(Debug)]
+struct Shaped {
+    calls: Family<OutcomeLabels, Counter>,
+    wait: Histogram,
+}
+
+impl ShapeMetrics {
+    /// Creates the metrics and registers them in `registry`, under the
+    /// prefix `rate_tier_`. Call it once per registry.
+    pub fn new(registry: &mut Registry) -> Self {
+        let shaped = Shaped {
+            calls: Family::default(),
+            wait: wait_histogram(),
+        };
+        let registry = registry.sub_registry_with_prefix(PREFIX);
+        registry.register(
+            "shaped_calls",
+            "Outgoing calls through a shaper, by outcome",
+            shaped.calls.clone(),
+        );
+        registry.register_with_unit(
+            "shaped_wait",
+            "How long outgoing calls waited for their slot",
+            Unit::Seconds,
+            shaped.wait.clone(),
+        );
+        ShapeMetrics {
+            inner: Arc::new(shaped),
+        }
+    }
+}
+
+impl crate::shape::ShapeObserver for ShapeMetrics {
+    fn shaped(&self, event: &crate::shape::ShapeEvent) {
+        use crate::shape::ShapeEvent;
+        let outcome = match event {
+            ShapeEvent::Reserved { wait } => {
+                self.inner.wait.observe(wait.as_secs_f64());
+                if wait.is_zero() { "went" } else { "waited" }
+            }
+            ShapeEvent::WaitTooLong { .. } => "wait_too_long",
+            ShapeEvent::GaveBack => "gave_back",
+        };
+        self.inner
+            .calls
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
     }
 }

@@ -237,3 +237,43 @@ fn waiting_needs_a_store_that_reserves() {
         .unwrap_err();
     assert_eq!(error, ConfigError::CannotWait { store: "custom" });
 }
+
+#[cfg(feature = "metrics")]
+#[tokio::test(start_paused = true)]
+async fn metrics_count_the_waits_and_the_refusals() {
+    use tower_rate_tier::metrics::RateLimitMetrics;
+    use tower_rate_tier::metrics::prometheus_client::encoding::text::encode;
+    use tower_rate_tier::metrics::prometheus_client::registry::Registry;
+
+    let mut registry = Registry::default();
+    let metrics = RateLimitMetrics::new(&mut registry);
+    let tiers = RateTier::builder()
+        .tier("free", Quota::per_second(10).allow_burst(1))
+        .clock(TokioClock(Instant::now()))
+        .wait_up_to(Duration::from_millis(150))
+        .observe(metrics)
+        .build();
+    let app = app(tiers);
+    for _ in 0..2 {
+        assert_eq!(
+            get_as(&app, Some("ana"), "/data").await.status,
+            StatusCode::OK
+        );
+    }
+    let (_, _) = tokio::join!(
+        get_as(&app, Some("ana"), "/data"),
+        get_as(&app, Some("ana"), "/data")
+    );
+    let mut text = String::new();
+    encode(&mut text, &registry).unwrap();
+    assert!(
+        text.contains(r#"rate_tier_waits_total{tier="free"} 2"#),
+        "{text}"
+    );
+    assert!(text.contains("rate_tier_wait_seconds_count 2"), "{text}");
+    assert!(text.contains("rate_tier_wait_seconds_sum 0.2"), "{text}");
+    assert!(
+        text.contains(r#"rate_tier_wait_refused_total{tier="free"} 1"#),
+        "{text}"
+    );
+}
