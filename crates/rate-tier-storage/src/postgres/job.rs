@@ -15,6 +15,15 @@
 //! leaves a decision unknown (it may have been charged, and nothing can
 //! tell).
 //!
+//! A reservation is run the same way, and never sent twice: a reply lost
+//! after the function ran (a broken connection) is a failure for its
+//! caller, and the slot it may have taken stays taken (lost, never a second
+//! one charged by a retry). One that comes after its caller left is given
+//! back by the cancel function, bucket by bucket: exactly while no later
+//! reservation or pass was made in the bucket (its TAT is still the one
+//! the reservation wrote), else the slot stays taken, never handed out
+//! twice.
+//!
 //! Rates are refunded (the settle function gives a TAT back), and the
 //! slots of concurrency limits given back (the release function, by the
 //! id they were taken under: exactly those, never another request's). A
@@ -32,6 +41,7 @@ use std::time::Duration;
 
 use gcra_core::{Adjust, Quota};
 use tokio::sync::oneshot;
+use tokio_postgres::types::ToSql;
 
 use super::Inner;
 use crate::storage::StorageError;
@@ -140,6 +150,39 @@ pub(super) async fn decide(
     wait(inner.timeout, answered).await
 }
 
+/// Reserves `keys` (their arguments laid out as [`Layout::Rates`] in
+/// `args`) for a caller that waits at most `max_wait_us`, in a task: the
+/// reservation function's reply (5 numbers per key, then 5), or why there
+/// is none. When nobody waits for the reply any more, the reservation is
+/// given back.
+pub(super) async fn reserve(
+    inner: &Arc<Inner>,
+    keys: Vec<String>,
+    args: Vec<i64>,
+    max_wait_us: i64,
+) -> Result<Vec<i64>, StorageError> {
+    let (answer, answered) = oneshot::channel();
+    let task = Arc::clone(inner);
+    tokio::spawn(async move {
+        let statement = &task.schema.reserve;
+        let expected = keys.len().saturating_add(1).saturating_mul(5);
+        let params: [&(dyn ToSql + Sync); 3] = [&keys, &args, &max_wait_us];
+        let reply = within(task.reply(statement, &params, expected))
+            .await
+            .and_then(|reply| {
+                reply.ok_or_else(|| {
+                    StorageError::Protocol(format!(
+                        "{statement} returned no row"
+                    ))
+                })
+            });
+        if let Err(Ok(reply)) = answer.send(reply) {
+            give_back(&task, keys, &args, &reply).await;
+        }
+    });
+    wait(inner.timeout, answered).await
+}
+
 /// Settles `keys` (4 arguments each in `args`) in a task.
 pub(super) async fn settle(
     inner: &Arc<Inner>,
@@ -160,6 +203,9 @@ pub(super) enum Call {
     /// `<table>_renew`: the id and the lease per key, the units renewed
     /// per key.
     Renew,
+    /// `<table>_cancel`: `T`, the cost and the TAT reserved per key, what
+    /// was done per key (0 kept, 1 moved back, 2 cleared).
+    Cancel,
 }
 
 /// Runs `call` over `keys` in a task: its reply, or why there is none.
@@ -176,6 +222,7 @@ pub(super) async fn run(
             Call::Settle => (&task.schema.settle, 2),
             Call::Release => (&task.schema.release, 1),
             Call::Renew => (&task.schema.renew, 1),
+            Call::Cancel => (&task.schema.cancel, 1),
         };
         let expected = keys.len() * per_key;
         let reply = within(task.call(statement, &keys, &args, expected)).await;
@@ -261,6 +308,44 @@ async fn refund(
             &inner.schema.release,
             &slot_keys,
             &slot_args,
+            expected,
+        ))
+        .await;
+    }
+}
+
+/// Gives back what a reservation nobody saw took: reserved, each bucket
+/// with a cost that passed at the slot was charged (a shadow that refused
+/// there wrote at most a capped TAT, a repair); not reserved, nothing was.
+/// Best effort: a cancel that fails leaves the slot taken.
+async fn give_back(
+    inner: &Inner,
+    keys: Vec<String>,
+    args: &[i64],
+    reply: &[i64],
+) {
+    let n = keys.len();
+    if reply.get(5 * n) != Some(&1) {
+        return;
+    }
+    let (mut cancel_keys, mut cancel_args) = (Vec::new(), Vec::new());
+    for (i, key) in keys.into_iter().enumerate() {
+        let (Some(&[t, _, cost, ..]), Some(&[allowed, .., tat])) =
+            (args.get(5 * i..5 * i + 5), reply.get(5 * i..5 * i + 5))
+        else {
+            continue;
+        };
+        if cost > 0 && allowed == 1 && tat > 0 {
+            cancel_keys.push(key);
+            cancel_args.extend([t, cost, tat]);
+        }
+    }
+    if !cancel_keys.is_empty() {
+        let expected = cancel_keys.len();
+        let _ = within(inner.call(
+            &inner.schema.cancel,
+            &cancel_keys,
+            &cancel_args,
             expected,
         ))
         .await;

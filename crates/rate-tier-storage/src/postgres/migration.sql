@@ -320,6 +320,258 @@ BEGIN
 END
 $$;
 
+-- A reservation of the next slot in several GCRA buckets, all or nothing:
+-- the same rules, to the microsecond, as gcra-core's reserve_all (and the
+-- Redis script reserve.lua). The request waits for the earliest instant
+-- `go` at which every enforced bucket passes, if that wait is at most the
+-- caller's and every enforced quota's (its max debt); then every bucket
+-- with a cost is charged as a check at `go` would charge it (a shadow that
+-- would refuse then is not), its expiry counted from now. Not reserved,
+-- nothing is written but a TAT capped after the clock went back.
+--
+-- keys           the bucket keys (distinct)
+-- args[5i-4..5i] for keys[i], as __TABLE___check_at: T (us), tau (us),
+--                cost (0: a peek at now), shadow (1: never makes the
+--                request wait), the most debt (us, 0 to 2^50), which is
+--                also the most a reservation may wait
+-- max_wait_us    the most the caller waits (us, 0 to 2^53)
+-- at_us          the time (us since the epoch); NULL: the database's
+--                clock, read once the keys are locked, so that the
+--                reservations of one key see a clock that never goes back
+-- Returns, flattened: {allowed_i, remaining_i, retry_after_us_i,
+-- reset_after_us_i, tat_i} for each key (tat_i: the TAT written, 0 for
+-- none), then {reserved, wait_us, by, most_us, now_us} (by: the position,
+-- from 1, of the first enforced bucket whose wait is the request's; 0 when
+-- none makes it wait). Errors where gcra-core finds one (a cost above the
+-- burst of an enforced bucket, or of a shadow charged at go; a time past
+-- 2^53 us) and bad arguments raise, and nothing is written.
+--
+-- The keys are locked by __TABLE___locked (the locks of a check, in the
+-- same order): a reservation and a check over the same buckets wait for
+-- each other and never deadlock.
+CREATE OR REPLACE FUNCTION __TABLE___reserve_at(keys text[], args bigint[], max_wait_us bigint, at_us bigint)
+RETURNS bigint[] LANGUAGE plpgsql AS $$
+DECLARE
+    n int := coalesce(cardinality(keys), 0);
+    now_us bigint := at_us;
+    reply bigint[];
+    stored bigint[];
+    -- Each bucket where it stands at now (rule 1), and whether capped.
+    tats bigint[];
+    capped boolean[];
+    wait bigint := 0;
+    by_key int := 0;
+    most bigint := max_wait_us;
+    go bigint;
+    reserved boolean;
+    i int;
+    t bigint; tau bigint; cost bigint; debt bigint; tat bigint; cap boolean; ahead bigint; w bigint;
+BEGIN
+    IF n = 0 THEN
+        RAISE EXCEPTION 'rate_tier_reserve: at least one key is required';
+    END IF;
+    IF coalesce(cardinality(args), 0) <> 5 * n THEN
+        RAISE EXCEPTION 'rate_tier_reserve: 5 arguments per key are required (T, tau, cost, shadow, max debt)';
+    END IF;
+    IF max_wait_us IS NULL OR max_wait_us < 0 OR max_wait_us > 9007199254740992 THEN
+        RAISE EXCEPTION 'rate_tier_reserve: the max wait must be 0 to 2^53 us';
+    END IF;
+    IF (SELECT count(DISTINCT k) FROM unnest(keys) AS k) <> n THEN
+        RAISE EXCEPTION 'rate_tier_reserve: the keys must be distinct and not NULL';
+    END IF;
+    FOR i IN 1..n LOOP
+        t := args[5 * i - 4]; tau := args[5 * i - 3]; cost := args[5 * i - 2]; debt := args[5 * i];
+        IF t IS NULL OR tau IS NULL OR cost IS NULL OR debt IS NULL
+            OR t < 1 OR tau < t OR tau > 1125899906842624 OR cost < 0 OR cost > 4294967295
+            OR args[5 * i - 1] IS NULL OR args[5 * i - 1] NOT IN (0, 1)
+            OR debt < 0 OR debt > 1125899906842624 THEN
+            RAISE EXCEPTION 'rate_tier_reserve: key %: T, tau, cost, shadow or max debt out of range', i;
+        END IF;
+    END LOOP;
+
+    stored := __TABLE___locked(keys);
+    IF now_us IS NULL THEN
+        now_us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+    END IF;
+    -- gcra-core's range of time: 2^53 us (the year 2255).
+    IF now_us < 0 OR now_us > 9007199254740992 THEN
+        RAISE EXCEPTION 'rate_tier_reserve: time out of range';
+    END IF;
+
+    -- Each enforced bucket alone: the wait for its next slot
+    -- (Quota::reserve), and the most it lets the request wait.
+    tats := array_fill(NULL::bigint, ARRAY[n]);
+    capped := array_fill(false, ARRAY[n]);
+    FOR i IN 1..n LOOP
+        t := args[5 * i - 4]; tau := args[5 * i - 3]; cost := args[5 * i - 2]; debt := args[5 * i];
+        tat := now_us;
+        IF stored[i] >= now_us AND stored[i] <= 9007199254740992 THEN
+            IF stored[i] - now_us > tau + debt THEN
+                tat := now_us + tau + debt;
+                capped[i] := true;
+            ELSE
+                tat := stored[i];
+            END IF;
+        END IF;
+        tats[i] := tat;
+        IF cost > 0 AND args[5 * i - 1] = 0 THEN
+            IF t > tau / cost THEN
+                RAISE EXCEPTION 'rate_tier_reserve: key %: cost exceeds the burst: it can never pass', i;
+            END IF;
+            IF tat + t * cost > 9007199254740992 THEN
+                RAISE EXCEPTION 'rate_tier_reserve: key %: time out of range', i;
+            END IF;
+            w := tat + t * cost - tau - now_us;
+            IF w > wait THEN
+                wait := w; by_key := i;
+            END IF;
+            most := least(most, debt);
+        END IF;
+    END LOOP;
+
+    -- The common slot. go <= 2^53: the wait came from a TAT within it.
+    go := now_us + wait;
+    reserved := wait <= most;
+    reply := array_fill(0::bigint, ARRAY[5 * n + 5]);
+    FOR i IN 1..n LOOP
+        t := args[5 * i - 4]; tau := args[5 * i - 3]; cost := args[5 * i - 2]; debt := args[5 * i];
+        tat := tats[i];
+        IF cost = 0 OR NOT reserved THEN
+            -- A peek (never a write), or uncharged: the bucket as it stands
+            -- now, with only a capped TAT written (not by a peek).
+            reply[5 * i - 4] := 1; reply[5 * i - 3] := greatest(tau - (tat - now_us), 0) / t;
+            reply[5 * i - 2] := 0; reply[5 * i - 1] := tat - now_us;
+            IF cost > 0 AND capped[i] THEN
+                reply[5 * i] := tat;
+            END IF;
+        ELSE
+            -- The check at go (Quota::check, rule 1 at go), seen from now.
+            IF t > tau / cost THEN
+                RAISE EXCEPTION 'rate_tier_reserve: key %: cost exceeds the burst: it can never pass', i;
+            END IF;
+            tat := go; cap := false;
+            IF stored[i] >= go AND stored[i] <= 9007199254740992 THEN
+                IF stored[i] - go > tau + debt THEN
+                    tat := go + tau + debt; cap := true;
+                ELSE
+                    tat := stored[i];
+                END IF;
+            END IF;
+            IF tat + t * cost > 9007199254740992 THEN
+                RAISE EXCEPTION 'rate_tier_reserve: key %: time out of range', i;
+            END IF;
+            ahead := tat + t * cost - go;
+            IF ahead > tau THEN
+                -- A shadow that refuses at go: not charged.
+                reply[5 * i - 4] := 0; reply[5 * i - 3] := 0;
+                reply[5 * i - 2] := ahead - tau; reply[5 * i - 1] := tat - now_us;
+                IF cap THEN
+                    reply[5 * i] := tat;
+                END IF;
+            ELSE
+                reply[5 * i - 4] := 1; reply[5 * i - 3] := (tau - ahead) / t;
+                reply[5 * i - 2] := 0; reply[5 * i - 1] := ahead + wait;
+                reply[5 * i] := go + ahead;
+            END IF;
+        END IF;
+    END LOOP;
+
+    -- The writes, one statement per written key, by primary key (a rate's
+    -- row: the other kinds' columns cleared). Every TAT written is ahead
+    -- of now.
+    FOR i IN 1..n LOOP
+        w := reply[5 * i];
+        IF w > 0 THEN
+            INSERT INTO __TABLE__ AS s (key, tat_us, expires_us)
+            VALUES (keys[i], w, now_us + ((w - now_us + 999) / 1000) * 1000)
+            ON CONFLICT (key) DO UPDATE SET tat_us = excluded.tat_us, expires_us = excluded.expires_us,
+                log_us = NULL, period_start_us = NULL, period_count = NULL, slots = NULL;
+        END IF;
+    END LOOP;
+    reply[5 * n + 1] := CASE WHEN reserved THEN 1 ELSE 0 END;
+    reply[5 * n + 2] := wait;
+    reply[5 * n + 3] := by_key;
+    reply[5 * n + 4] := most;
+    reply[5 * n + 5] := now_us;
+    RETURN reply;
+END
+$$;
+
+-- Reservations given back by callers that went away before their slot
+-- came: gcra-core's Quota::cancel, a compare and move back, each key on
+-- its own, one after the other (the same key twice: the second sees the
+-- first's write).
+--
+-- args[3i-2..3i] for keys[i]: T (us, 1 to 2^50), the cost reserved (0 to
+--                2^32 - 1), the TAT the reservation wrote (us, 0 or more)
+-- at_us          the time (us since the epoch); NULL: the database's clock,
+--                read once the keys are locked
+-- Returns for each key 0 (kept: the stored TAT is no longer the
+-- reservation's, or it is past: the slot is lost, never handed out twice),
+-- 1 (moved back by T * cost) or 2 (the bucket is full again: its row
+-- deleted). A row of another kind is kept. The keys are locked as by
+-- __TABLE___locked; bad arguments raise, and nothing is written.
+CREATE OR REPLACE FUNCTION __TABLE___cancel_at(keys text[], args bigint[], at_us bigint)
+RETURNS bigint[] LANGUAGE plpgsql AS $$
+DECLARE
+    n int := coalesce(cardinality(keys), 0);
+    now_us bigint := at_us;
+    reply bigint[];
+    lock_id int;
+    i int;
+    t bigint; cost bigint; tat bigint; stored bigint; floor_us bigint;
+BEGIN
+    IF n = 0 THEN
+        RAISE EXCEPTION 'rate_tier_cancel: at least one key is required';
+    END IF;
+    IF coalesce(cardinality(args), 0) <> 3 * n THEN
+        RAISE EXCEPTION 'rate_tier_cancel: 3 arguments per key are required (T, cost, TAT)';
+    END IF;
+    FOR i IN 1..n LOOP
+        t := args[3 * i - 2]; cost := args[3 * i - 1]; tat := args[3 * i];
+        IF keys[i] IS NULL OR t IS NULL OR cost IS NULL OR tat IS NULL
+            OR t < 1 OR t > 1125899906842624 OR cost < 0 OR cost > 4294967295 OR tat < 0 THEN
+            RAISE EXCEPTION 'rate_tier_cancel: key %: T, cost or TAT out of range', i;
+        END IF;
+    END LOOP;
+
+    -- The locks of __TABLE___locked.
+    IF n = 1 THEN
+        PERFORM pg_advisory_xact_lock(__LOCKS__, hashtext(keys[1]));
+    ELSE
+        FOR lock_id IN SELECT DISTINCT hashtext(k) FROM unnest(keys) AS k ORDER BY 1 LOOP
+            PERFORM pg_advisory_xact_lock(__LOCKS__, lock_id);
+        END LOOP;
+    END IF;
+    IF now_us IS NULL THEN
+        now_us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+    END IF;
+    IF now_us < 0 OR now_us > 9007199254740992 THEN
+        RAISE EXCEPTION 'rate_tier_cancel: time out of range';
+    END IF;
+
+    reply := array_fill(0::bigint, ARRAY[n]);
+    FOR i IN 1..n LOOP
+        t := args[3 * i - 2]; cost := args[3 * i - 1]; tat := args[3 * i];
+        SELECT s.tat_us INTO stored FROM __TABLE__ AS s WHERE s.key = keys[i];
+        CONTINUE WHEN stored IS NULL OR stored <> tat OR tat <= now_us;
+        -- Back by T * cost, if that stays ahead of now (compared as
+        -- distances: T * cost may be beyond int8).
+        IF cost = 0 OR t <= (tat - now_us - 1) / cost THEN
+            floor_us := tat - t * cost;
+            UPDATE __TABLE__ SET tat_us = floor_us,
+                expires_us = now_us + ((floor_us - now_us + 999) / 1000) * 1000
+            WHERE key = keys[i];
+            reply[i] := 1;
+        ELSE
+            DELETE FROM __TABLE__ WHERE key = keys[i];
+            reply[i] := 2;
+        END IF;
+    END LOOP;
+    RETURN reply;
+END
+$$;
+
 -- Limits of several kinds decided as one, all or nothing: the same rules,
 -- to the microsecond, as gcra-core's kinds (Quota::check and Quota::peek,
 -- Window::check, Period::check, Concurrency::acquire over Lease::live)
@@ -904,6 +1156,17 @@ $$;
 CREATE OR REPLACE FUNCTION __TABLE___renew(keys text[], args bigint[])
 RETURNS bigint[] LANGUAGE sql AS $$
     SELECT __TABLE___slots_at(keys, args, NULL, true)
+$$;
+
+-- The clock read once the keys are locked (see __TABLE___reserve_at).
+CREATE OR REPLACE FUNCTION __TABLE___reserve(keys text[], args bigint[], max_wait_us bigint)
+RETURNS bigint[] LANGUAGE sql AS $$
+    SELECT __TABLE___reserve_at(keys, args, max_wait_us, NULL)
+$$;
+
+CREATE OR REPLACE FUNCTION __TABLE___cancel(keys text[], args bigint[])
+RETURNS bigint[] LANGUAGE sql AS $$
+    SELECT __TABLE___cancel_at(keys, args, NULL)
 $$;
 
 COMMIT;

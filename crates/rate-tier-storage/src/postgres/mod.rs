@@ -1,6 +1,7 @@
 //! GCRA buckets in PostgreSQL: [`PostgresStorage`].
 
 mod job;
+mod reserve;
 mod schema;
 
 use std::sync::{Arc, Weak};
@@ -15,7 +16,7 @@ use tokio_postgres::types::ToSql;
 use self::job::{Call, Layout};
 pub use self::schema::InvalidTable;
 use self::schema::{DEFAULT_TABLE, MissingSchema, Schema};
-use crate::bucket::{BucketCheck, BucketSettle};
+use crate::bucket::{BucketCancel, BucketCheck, BucketSettle};
 use crate::key::KeyLayout;
 use crate::rule::{Rule, RuleKind};
 use crate::storage::{Decided, Storage, StorageError, validate};
@@ -72,6 +73,17 @@ const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 ///   died) are free once their lease ends, and their row goes by the
 ///   cleanup. A check without an id (0) takes anonymous slots: a release
 ///   gives back its cost of them, a renewal renews them all.
+/// - **Reservations** of rates ([`Storage::reserve`]): the earliest slot
+///   at which every rate passes, by [`gcra_core::reserve_all`]'s rules, in
+///   one call of `<table>_reserve` under the locks of a check, in the same
+///   order, the clock read once they are held (so the reservations of one
+///   bucket are in turn, each slot after the last); all or nothing, and a
+///   wait too long writes nothing. [`Storage::cancel`] gives them back
+///   (`<table>_cancel`, [`Quota::cancel`](gcra_core::Quota::cancel) per
+///   bucket: exact while last, else the slot stays taken). A reservation is
+///   sent once and never retried: a reply lost after it ran leaves at most
+///   a lost slot, never a second one; one that comes after its caller left
+///   is given back.
 /// - **The database's clock** (`clock_timestamp()`), as Redis's `TIME`:
 ///   every instance measures against one clock.
 /// - **One row per bucket**: the same hashed key as Redis (never a user id
@@ -862,6 +874,51 @@ impl Storage for PostgresStorage {
         job::run(&self.inner, Call::Renew, keys, args)
             .await
             .map(drop)
+    }
+
+    /// [`gcra_core::reserve_all`] in one call of `<table>_reserve`, on the
+    /// database's clock, bounded by the store's
+    /// [`timeout`](PostgresStorageBuilder::timeout) (see
+    /// [`PostgresStorage`]); rates only.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use rate_tier_storage::{BucketCheck, Decision, LimitName, PostgresStorage, Quota, Storage};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = PostgresStorage::builder("postgres://app@127.0.0.1/app")?.connect().await?;
+    /// let provider = LimitName::new("provider")?;
+    /// // One call every 100 ms, across every instance; callers wait up to 1 s.
+    /// let quota = Quota::per_second(10).allow_burst(1).allow_debt(Duration::from_secs(1));
+    /// let check = [BucketCheck::new(&provider, "", quota, 1)?];
+    /// let mut out = [Decision::default()];
+    /// let slot = store.reserve(&check, Duration::from_secs(1), &mut out).await?;
+    /// if let (true, Some(written)) = (slot.verdict.allowed, out[0].store) {
+    ///     // The caller gave up before its slot came: give it back.
+    ///     store.cancel(&[check[0].cancel(written.tat_us)]).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    async fn reserve(
+        &self,
+        checks: &[BucketCheck<'_>],
+        max_wait: Duration,
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        self.reserve_rates(checks, max_wait, out).await
+    }
+
+    /// Each bucket compared and moved back on its own, in one call of
+    /// `<table>_cancel` under the buckets' locks; run to its end once sent.
+    async fn cancel(
+        &self,
+        reserved: &[BucketCancel<'_>],
+    ) -> Result<(), StorageError> {
+        self.cancel_rates(reserved).await
+    }
+
+    /// Rates are reserved: see [`Storage::reserve`].
+    fn reserves(&self) -> bool {
+        true
     }
 
     /// Every kind: rates, windows, periods and concurrency limits.

@@ -40,6 +40,10 @@ pub(super) struct Schema {
     /// Slots kept longer: `<table>_renew`.
     pub(super) renew: String,
     pub(super) settle: String,
+    /// A reservation, at the database's clock: `<table>_reserve`.
+    pub(super) reserve: String,
+    /// Reservations given back: `<table>_cancel`.
+    pub(super) cancel: String,
     pub(super) cleanup: String,
     pub(super) exists: String,
 }
@@ -71,17 +75,23 @@ impl Schema {
             release: format!("SELECT {table}_release($1::text[], $2::int8[])"),
             renew: format!("SELECT {table}_renew($1::text[], $2::int8[])"),
             settle: format!("SELECT {table}_settle($1::text[], $2::int8[])"),
+            reserve: format!(
+                "SELECT {table}_reserve($1::text[], $2::int8[], $3::int8)"
+            ),
+            cancel: format!("SELECT {table}_cancel($1::text[], $2::int8[])"),
             cleanup: cleanup(table, NOW),
-            // The functions of the other kinds too: a table migrated by an
-            // earlier version (rates only, or without concurrency limits)
-            // is migrated again first.
+            // The functions of the other kinds and of reservations too: a
+            // table migrated by an earlier version (rates only, without
+            // concurrency limits or reservations) is migrated again first.
             exists: format!(
                 "SELECT to_regclass('{table}') IS NOT NULL \
                  AND to_regprocedure('{table}_check(text[], int8[])') IS NOT NULL \
                  AND to_regprocedure('{table}_settle(text[], int8[])') IS NOT NULL \
                  AND to_regprocedure('{table}_decide_mixed(text[], int8[])') IS NOT NULL \
                  AND to_regprocedure('{table}_release(text[], int8[])') IS NOT NULL \
-                 AND to_regprocedure('{table}_renew(text[], int8[])') IS NOT NULL"
+                 AND to_regprocedure('{table}_renew(text[], int8[])') IS NOT NULL \
+                 AND to_regprocedure('{table}_reserve(text[], int8[], int8)') IS NOT NULL \
+                 AND to_regprocedure('{table}_cancel(text[], int8[])') IS NOT NULL"
             ),
         })
     }
@@ -183,7 +193,8 @@ impl fmt::Display for MissingSchema {
         write!(
             f,
             "the table `{table}` or its functions `{table}_check`, `{table}_settle`, \
-             `{table}_decide_mixed`, `{table}_release` and `{table}_renew` are missing: \
+             `{table}_decide_mixed`, `{table}_release`, `{table}_renew`, `{table}_reserve` \
+             and `{table}_cancel` are missing: \
              run PostgresStorage::migrate() once (or the SQL of PostgresStorage::migration_sql())",
             table = self.table
         )
@@ -209,6 +220,8 @@ mod tests {
         assert!(sql.contains("FUNCTION limits.buckets_decide_mixed("));
         assert!(sql.contains("FUNCTION limits.buckets_release("));
         assert!(sql.contains("FUNCTION limits.buckets_renew("));
+        assert!(sql.contains("FUNCTION limits.buckets_reserve("));
+        assert!(sql.contains("FUNCTION limits.buckets_cancel("));
         assert!(sql.contains("ALTER TABLE limits.buckets"));
         assert!(!sql.contains("__"));
         for bad in ["", "Buckets", "a-b", "a.b.c", "1a", "x;y", &"a".repeat(49)]
