@@ -312,6 +312,11 @@ pub struct Decided {
     /// before it goes, or, not reserved, the wait it would have needed. 0
     /// for a check.
     pub wait_us: u64,
+    /// For a reservation: the store's own clock when it decided (µs), for
+    /// a caller that compares it with its own to see how late the answer
+    /// came (a shaper leaves at the slot, not at the slot plus the
+    /// answer's delay). `None` when the store does not say.
+    pub store_clock_us: Option<u64>,
 }
 
 impl Decided {
@@ -329,7 +334,16 @@ impl Decided {
             local: 0,
             reached_backend: true,
             wait_us: 0,
+            store_clock_us: None,
         }
+    }
+
+    /// The same decision, made at `us` on the store's own clock (see
+    /// [`Decided::store_clock_us`]).
+    #[must_use]
+    pub fn with_store_clock(mut self, us: u64) -> Self {
+        self.store_clock_us = Some(us);
+        self
     }
 
     /// A reservation's answer ([`Storage::reserve`](crate::Storage::reserve))

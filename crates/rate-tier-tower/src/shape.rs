@@ -42,14 +42,17 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use gcra_core::{Decision, Quota};
 use rate_tier_storage::{
-    BucketCancel, BucketCheck, Charged, LimitName, Storage, StorageError,
+    BucketCancel, BucketCheck, Charged, Decided, LimitName, Storage,
+    StorageError,
 };
 use smallvec::SmallVec;
+use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -170,6 +173,12 @@ struct Shaper {
     quotas: Vec<(LimitName, Quota)>,
     max_wait: Duration,
     observer: Option<Arc<dyn ShapeObserver>>,
+    /// Where this shaper's clock readings count from.
+    origin: Instant,
+    /// The least (our clock at an answer) - (the store's clock when it
+    /// decided) seen, in µs: the offset of the two clocks plus the fastest
+    /// answer's delay. See [`Shaper::late_by`].
+    fastest: AtomicI64,
 }
 
 impl fmt::Debug for Shaper {
@@ -187,6 +196,41 @@ impl Shaper {
         if let Some(observer) = &self.observer {
             observer.shaped(&event);
         }
+    }
+
+    /// How much later than the fastest answer this one came, on the
+    /// store's clock: a call goes at its slot plus the fastest answer's
+    /// delay, not plus its own (answers queued behind others would bunch
+    /// the calls they carry). Zero when the store does not give its clock.
+    /// At most the call's round trip: a larger gap is the store's clock
+    /// moving (a failover), and the reckoning starts again from here.
+    fn late_by(
+        &self,
+        decided: &Decided,
+        sent: Instant,
+        received: Instant,
+    ) -> Duration {
+        let Some(store_us) = decided.store_clock_us else {
+            return Duration::ZERO;
+        };
+        let ours = received.duration_since(self.origin).as_micros();
+        let seen =
+            i128::try_from(ours).unwrap_or(i128::MAX) - i128::from(store_us);
+        let seen = i64::try_from(seen).unwrap_or(if seen < 0 {
+            i64::MIN
+        } else {
+            i64::MAX
+        });
+        let fastest = self.fastest.fetch_min(seen, Ordering::AcqRel);
+        if seen <= fastest {
+            return Duration::ZERO;
+        }
+        let late = Duration::from_micros(seen.abs_diff(fastest));
+        if late > received.duration_since(sent) {
+            self.fastest.store(seen, Ordering::Release);
+            return Duration::ZERO;
+        }
+        late
     }
 
     fn checks(
@@ -214,11 +258,13 @@ impl Shaper {
         let checks = self.checks(cost).map_err(ShapeError::Store)?;
         let mut out: SmallVec<[Decision; 2]> =
             SmallVec::from_elem(Decision::default(), checks.len());
+        let sent = Instant::now();
         let decided = self
             .store
             .reserve(&checks, self.max_wait, &mut out)
             .await
             .map_err(ShapeError::Store)?;
+        let received = Instant::now();
         let wait = Duration::from_micros(decided.wait_us);
         if !decided.verdict.allowed {
             self.emit(ShapeEvent::WaitTooLong { wait });
@@ -233,14 +279,18 @@ impl Shaper {
         let written = out
             .iter()
             .enumerate()
+            // Every quota charged the call (none is shadow): each
+            // allowed decision wrote its slot.
+            .filter(|(_, decision)| decision.allowed)
             .filter_map(|(i, decision)| {
                 decision.store.map(|s| (i, s.tat_us, decided.charged(i)))
             })
             .collect();
+        let late = self.late_by(&decided, sent, received);
         Ok(Slot {
             shaper: self.clone(),
             cost,
-            wait,
+            at: (received + wait).checked_sub(late).unwrap_or(received),
             written,
         })
     }
@@ -250,7 +300,8 @@ impl Shaper {
 struct Slot {
     shaper: Arc<Shaper>,
     cost: u32,
-    wait: Duration,
+    /// When the call goes.
+    at: Instant,
     /// Each quota's index, the TAT the reservation wrote, and where.
     written: SmallVec<[(usize, u64, Charged); 2]>,
 }
@@ -260,15 +311,15 @@ impl Slot {
         Slot {
             shaper,
             cost: 0,
-            wait: Duration::ZERO,
+            at: Instant::now(),
             written: SmallVec::new(),
         }
     }
 
     /// Waits for the slot; the call then goes, and keeps it.
     async fn wait(mut self) {
-        if !self.wait.is_zero() {
-            tokio::time::sleep(self.wait).await;
+        if self.at > Instant::now() {
+            tokio::time::sleep_until(self.at).await;
         }
         self.written.clear();
     }
@@ -437,6 +488,8 @@ impl<C> ShapeLayerBuilder<C> {
                 quotas,
                 max_wait: self.max_wait,
                 observer: self.observer,
+                origin: Instant::now(),
+                fastest: AtomicI64::new(i64::MAX),
             }),
             cost: self.cost,
         })

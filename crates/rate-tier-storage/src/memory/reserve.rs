@@ -85,7 +85,8 @@ impl Inner {
                 "memory storage: a reservation was not judged".into(),
             )
         })?;
-        Ok(Decided::of_reservation(&joint, Some(now), "memory"))
+        Ok(Decided::of_reservation(&joint, Some(now), "memory")
+            .with_store_clock(now))
     }
 
     /// One bucket: a compare-and-swap loop when the table holds it; else a

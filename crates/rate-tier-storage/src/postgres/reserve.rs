@@ -195,9 +195,11 @@ impl PostgresStorage {
         let args = check_args(checks)?;
         let wait = Self::reserve_wait_arg(max_wait_us);
         let reply = job::reserve(&self.inner, keys, args, wait).await?;
-        let (joint, _) = Self::read_reservation(&reply, max_wait_us, out)?;
-        // The database's clock, as for a check: not this process's.
-        Ok(Decided::of_reservation(&joint, None, "postgres"))
+        let (joint, now) = Self::read_reservation(&reply, max_wait_us, out)?;
+        // The database's clock, as for a check: not this process's; given
+        // apart, for a caller that compares clocks (a shaper).
+        Ok(Decided::of_reservation(&joint, None, "postgres")
+            .with_store_clock(now))
     }
 
     /// [`Storage::cancel`](crate::Storage::cancel): one call of the cancel

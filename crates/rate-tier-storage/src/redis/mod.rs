@@ -970,11 +970,12 @@ impl Storage for RedisStorage {
         if self.shared.cluster {
             reserve::one_slot(&job.keys)?;
         }
-        let (decided, joint) = self
+        let (decided, joint, redis_now_us) = self
             .bounded(reserve::reserve(&self.shared, job, self.timeout))
             .await?;
         out.copy_from_slice(&decided);
-        Ok(Decided::of_reservation(&joint, None, "redis"))
+        Ok(Decided::of_reservation(&joint, None, "redis")
+            .with_store_clock(redis_now_us))
     }
 
     /// Runs `cancel.lua` ([`gcra_core::Quota::cancel`] on Redis's `TIME`)

@@ -54,7 +54,9 @@ pub(super) struct Reservation {
 
 /// A reservation's answer: each bucket's decision (its `store` the TAT
 /// written) and the summary.
-pub(super) type Reserved = (Vec<Decision>, JointReservation);
+/// Each bucket's decision, the reservation, and Redis's `TIME` (µs) when
+/// it was made.
+pub(super) type Reserved = (Vec<Decision>, JointReservation, u64);
 
 /// Refuses a reservation over two slots of a cluster (see the module
 /// docs), before anything is sent; returns the one slot.
@@ -79,7 +81,7 @@ pub(super) async fn reserve(
     tokio::spawn(async move {
         let conn = task_shared.link.current();
         let result = run(&task_shared, &conn, &job).await;
-        if let Err(Ok((out, joint))) = tx.send(result)
+        if let Err(Ok((out, joint, _))) = tx.send(result)
             && joint.reserved
         {
             // Nobody waits for this slot any more: give it back, in the
@@ -125,8 +127,9 @@ async fn run(
         }
     };
     let mut out = vec![Decision::default(); job.keys.len()];
-    let joint = read_reservation(call.lua, reply, job.max_wait_us, &mut out)?;
-    Ok((out, joint))
+    let (joint, now_us) =
+        read_reservation(call.lua, reply, job.max_wait_us, &mut out)?;
+    Ok((out, joint, now_us))
 }
 
 /// Gives back the buckets `(position, TAT)` a late reservation wrote,

@@ -373,6 +373,7 @@ pub(super) fn read_decisions(
 /// `store` is the TAT the script wrote (what [`Storage::cancel`] compares,
 /// its expiry from the script's now), `None` where it wrote nothing.
 /// `max_wait_us` is the caller's wait, before [`Call::reserve`] capped it.
+/// Also Redis's `TIME` when the script ran, in µs.
 ///
 /// [`Storage::cancel`]: crate::Storage::cancel
 pub(super) fn read_reservation(
@@ -380,7 +381,7 @@ pub(super) fn read_reservation(
     reply: Value,
     max_wait_us: u64,
     out: &mut [Decision],
-) -> Result<JointReservation, StorageError> {
+) -> Result<(JointReservation, u64), StorageError> {
     let n = out.len();
     let numbers = integers(lua, reply, n.saturating_add(1).saturating_mul(5))?;
     let (per_key, tail) = numbers.split_at(n.saturating_mul(5));
@@ -423,7 +424,7 @@ pub(super) fn read_reservation(
     // The most is the caller's wait unless a quota's is less: the script
     // saw it capped.
     let sent = max_wait_us.min(MAX_TIME_US);
-    Ok(JointReservation {
+    let joint = JointReservation {
         reserved: flag(reserved, "reserved")?,
         wait_us,
         by,
@@ -432,7 +433,8 @@ pub(super) fn read_reservation(
         } else {
             most_us
         },
-    })
+    };
+    Ok((joint, now_us))
 }
 
 /// The reply of a release or a renewal: 1 non-negative integer per key
@@ -787,8 +789,10 @@ mod tests {
             9_007_199_254_740_992,
             1_000, // most: 2^53, as sent
         ]);
-        let joint = read_reservation(&RESERVE, reply, u64::MAX, &mut out)
-            .expect("a reservation");
+        let (joint, now) =
+            read_reservation(&RESERVE, reply, u64::MAX, &mut out)
+                .expect("a reservation");
+        assert_eq!(now, 1_000);
         assert_eq!(
             joint,
             JointReservation {
@@ -809,7 +813,7 @@ mod tests {
         // A quota's wait is less than the caller's: the script's.
         let reply = ints(&[1, 0, 0, 0, 0, 0, 9, 0, 400, 1]);
         let mut one = [Decision::default()];
-        let joint =
+        let (joint, _) =
             read_reservation(&RESERVE, reply, 500, &mut one).expect("read");
         assert_eq!(
             (joint.reserved, joint.by, joint.most_us),

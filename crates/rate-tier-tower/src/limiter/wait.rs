@@ -145,7 +145,11 @@ impl<'a> GiveBack<'a> {
             .iter()
             .zip(out)
             .enumerate()
-            .filter(|(_, (check, _))| check.cost() > 0)
+            // A reservation's own charges: a shadow limit that refused at
+            // the slot wrote at most a capped TAT, not a slot to give back.
+            .filter(|(_, (check, decision))| {
+                check.cost() > 0 && decision.allowed
+            })
             .filter_map(|(i, (check, decision))| {
                 let store = decision.store?;
                 Some(check.cancel(store.tat_us).charged(decided.charged(i)))
