@@ -36,7 +36,10 @@
 //! `x-ratelimit-*` (the default), the IETF `RateLimit-Policy`/`RateLimit`
 //! fields, or both. `--shadow` puts every limit in shadow mode: nothing is
 //! refused for its rate, and `/metrics` counts what would have been
-//! (`outcome="shadow_limited"`).
+//! (`outcome="shadow_limited"`). `--wait-up-to SECONDS` lets a request
+//! that a rate would refuse wait up to SECONDS for its slot instead, and
+//! then be served (`RateTierBuilder::wait_up_to`; at most 1024 wait at
+//! once, beyond that they are refused).
 //!
 //! `--postgres URL` (or `DATABASE_URL`) shares the limits through
 //! PostgreSQL instead, for services without Redis: the example creates the
@@ -99,7 +102,8 @@ usage: server [PORT] [OPTIONS]
   --plans FILE                          plans from TOML, reloaded on change and SIGHUP
   --plans-poll-ms MS                    how often FILE is checked (default 1000)
   --headers x|ietf|both                 rate-limit headers (default x)
-  --shadow                              every limit in shadow mode: nothing refused for rate";
+  --shadow                              every limit in shadow mode: nothing refused for rate
+  --wait-up-to SECONDS                  a request refused for a rate waits up to SECONDS for its slot instead";
 
 struct Args {
     port: u16,
@@ -113,6 +117,8 @@ struct Args {
     plans_poll: Duration,
     headers: HeaderStyle,
     shadow: bool,
+    /// How long a request may wait for its slot instead of a 429.
+    wait_up_to: Option<Duration>,
 }
 
 /// `host:port[,host:port...]` into node URLs (`redis://host:port/`); an
@@ -151,6 +157,7 @@ fn parse_args() -> Result<Args, String> {
         plans_poll: Duration::from_secs(1),
         headers: HeaderStyle::XRateLimit,
         shadow: false,
+        wait_up_to: None,
     };
     let mut redis_flag = false;
     let mut postgres_flag = false;
@@ -200,6 +207,16 @@ fn parse_args() -> Result<Args, String> {
                 }
             }
             Long("shadow") => args.shadow = true,
+            Long("wait-up-to") => {
+                let seconds: f64 = text(value(&mut parser)?)?
+                    .parse()
+                    .ok()
+                    .filter(|s: &f64| s.is_finite() && *s > 0.0 && *s <= 3600.0)
+                    .ok_or(
+                        "--wait-up-to needs seconds, above 0 and at most 3600",
+                    )?;
+                args.wait_up_to = Some(Duration::from_secs_f64(seconds));
+            }
             Short('h') | Long("help") => return Err(String::new()),
             Value(port) => {
                 let port = text(port)?;
@@ -391,6 +408,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         (None, None, None) => "memory",
     };
+    if let Some(wait) = args.wait_up_to {
+        tiers = tiers.wait_up_to(wait);
+    }
     let tiers = tiers.try_build()?;
     if let Some(path) = args.plans.clone() {
         tokio::spawn(watch_plans(path, tiers.clone(), args.plans_poll));
