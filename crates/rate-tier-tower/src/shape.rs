@@ -13,6 +13,12 @@
 //! waits gives its slot back ([`Storage::cancel`]): exactly, when no later
 //! call reserved after it; else the slot is lost, never handed out twice.
 //!
+//! Slots are exact on the store's clock. A call leaves at its slot plus
+//! the delay of the fastest answer this shaper has seen from the store, not
+//! plus its own (answers queued behind others would bunch the calls they
+//! carry); the network and the scheduler still move each call by a few
+//! milliseconds, a margin to leave under a provider's strict limit.
+//!
 //! Strictly even spacing is a burst of 1 (`Quota::per_second(20)
 //! .allow_burst(1)`: one call every 50 ms, none closer); a larger burst
 //! lets that many go at once after a quiet spell.
