@@ -101,4 +101,12 @@ pub enum Error {
     /// The request had no identity and the policy refuses such requests.
     #[error("the request has no identity")]
     NoIdentity,
+    /// A customer's own quota ([`TierIdentity::with_quota`]) is not of the
+    /// kind of the rule it replaces: refused, never unlimited.
+    ///
+    /// [`TierIdentity::with_quota`]: crate::TierIdentity::with_quota
+    #[error(
+        "the customer's own quota for {0:?} is not of the kind of the limit it replaces"
+    )]
+    OwnQuota(String),
 }

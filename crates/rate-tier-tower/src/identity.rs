@@ -6,6 +6,7 @@ use std::hash::BuildHasher;
 use std::sync::{Arc, LazyLock};
 
 use http::request::Parts;
+use rate_tier_storage::Rule;
 
 /// A user id and the tier (plan) it is on, as found in a request.
 ///
@@ -19,10 +20,24 @@ use http::request::Parts;
 /// assert_eq!((who.user(), who.tier()), ("key_ana", "free"));
 /// assert!(!format!("{who:?}").contains("key_ana"));
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct TierIdentity<'a> {
     user: Cow<'a, str>,
     tier: Cow<'a, str>,
+    /// The customer's own quotas, by plan or limit name.
+    quotas: Option<Arc<[OwnQuota]>>,
+}
+
+/// A customer's own quota for a plan or a named [`Limit`](crate::Limit):
+/// what [`TierIdentity::with_quota`] keeps.
+pub type OwnQuota = (Cow<'static, str>, Rule);
+
+impl std::hash::Hash for TierIdentity<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // Equal identities have equal ids and tiers: enough for a hash.
+        self.user.hash(state);
+        self.tier.hash(state);
+    }
 }
 
 impl<'a> TierIdentity<'a> {
@@ -34,7 +49,60 @@ impl<'a> TierIdentity<'a> {
         TierIdentity {
             user: user.into(),
             tier: tier.into(),
+            quotas: None,
         }
+    }
+
+    /// The same identity, with the customer's own quota for the plan or
+    /// the [`Limit`](crate::Limit) named `name` (the one they negotiated:
+    /// 500 a minute on "pro"): it replaces the plan's or the limit's rule
+    /// for this customer only, in their own bucket, so a changed quota
+    /// keeps what they spent, as a reload does. A quota of another kind
+    /// than the rule it replaces (a window for a rate) is refused at
+    /// request time (500, [`Error::OwnQuota`](crate::Error::OwnQuota)),
+    /// never unlimited. Metrics still label the request by its plan.
+    ///
+    /// It comes from where the plan comes from (the header function, the
+    /// async lookup, cached by [`CachedIdentifier`](crate::CachedIdentifier)
+    /// with it): no second store.
+    ///
+    /// ```
+    /// use tower_rate_tier::{Quota, TierIdentity};
+    /// let ada = TierIdentity::new("key_ada", "pro").with_quota("pro", Quota::per_minute(500));
+    /// assert_eq!(ada.quota("pro"), Some(Quota::per_minute(500).into()));
+    /// assert_eq!(ada.quota("search"), None);
+    /// ```
+    pub fn with_quota(
+        mut self,
+        name: impl Into<Cow<'static, str>>,
+        rule: impl Into<Rule>,
+    ) -> Self {
+        let name = name.into();
+        let rule = rule.into();
+        let mut quotas: Vec<OwnQuota> = self
+            .quotas
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .filter(|(n, _)| *n != name)
+            .cloned()
+            .collect();
+        quotas.push((name, rule));
+        self.quotas = Some(quotas.into());
+        self
+    }
+
+    /// The customer's own quota for the plan or limit `name`, if any.
+    pub fn quota(&self, name: &str) -> Option<Rule> {
+        self.quotas()
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, rule)| *rule)
+    }
+
+    /// Every own quota of the customer.
+    pub fn quotas(&self) -> &[OwnQuota] {
+        self.quotas.as_deref().unwrap_or_default()
     }
 
     /// The user id: an API key, an account id, a token subject.
@@ -52,6 +120,7 @@ impl<'a> TierIdentity<'a> {
         TierIdentity {
             user: Cow::Owned(self.user.into_owned()),
             tier: Cow::Owned(self.tier.into_owned()),
+            quotas: self.quotas,
         }
     }
 }
@@ -61,6 +130,7 @@ impl fmt::Debug for TierIdentity<'_> {
         f.debug_struct("TierIdentity")
             .field("user", &Redacted(&self.user))
             .field("tier", &self.tier)
+            .field("quotas", &self.quotas())
             .finish()
     }
 }

@@ -156,7 +156,9 @@ pub use gcra_core::{
     Adjust, Concurrency, ConcurrencyError, Decision, Period, PeriodError,
     PeriodUnit, Quota, QuotaError, Verdict, Window, WindowError,
 };
-pub use identity::{IdentityError, TierIdentifier, TierIdentity, UserId};
+pub use identity::{
+    IdentityError, OwnQuota, TierIdentifier, TierIdentity, UserId,
+};
 #[cfg(feature = "grpc")]
 #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
 pub use layer::{GrpcTierLimit, GrpcTierLimitLayer};

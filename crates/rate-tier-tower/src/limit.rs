@@ -315,6 +315,12 @@ impl Limit {
             .iter()
             .find(|(t, _)| **t == *tier)
             .map_or(self.rule, |(_, rule)| *rule);
+        self.with_settle_debt(rule)
+    }
+
+    /// `rule` as this limit applies it: a settled rate carries the debt
+    /// its settlements may leave.
+    pub(crate) fn with_settle_debt(&self, rule: Rule) -> Rule {
         match (&self.settle, rule) {
             (Some(settle), Rule::Rate(quota)) => {
                 Rule::Rate(settle.debt_of(quota))

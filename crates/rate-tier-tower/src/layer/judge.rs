@@ -282,7 +282,8 @@ impl Config {
         let identity = identity.filter(|i| !i.user().is_empty());
         let mut request =
             LimitRequest::of(identity.map(|i| (i.user(), i.tier())), cost)
-                .shadowed(self.shadow);
+                .shadowed(self.shadow)
+                .with_quotas(identity.map_or(&[], |i| i.quotas()));
         let mut settle: SmallVec<[SettleItem; 1]> = SmallVec::new();
         for (index, limit) in self.limits.iter().enumerate() {
             if !peek && limit.when.as_ref().is_some_and(|when| !when(parts)) {
@@ -312,6 +313,7 @@ impl Config {
                     partition: partition.as_ref().map(|p| p.to_string()),
                     estimate: limit_cost,
                     charged: rate_tier_storage::Charged::Primary,
+                    own: identity.and_then(|i| i.quota(limit.name())),
                 });
             }
             request = request.with(Extra {
@@ -424,6 +426,7 @@ fn refuse<R: Refusal<B>, B>(ruling: &Ruling, config: &Config) -> Response<B> {
             Error::Check(_) => "rate limiter clock out of range",
             Error::Storage(_) => "rate limiter failed",
             Error::NoIdentity => "identity required",
+            Error::OwnQuota(_) => "invalid customer quota",
         }),
         Ruling::Allowed(_) | Ruling::Unlimited => {
             unreachable!("a passed request is not refused")

@@ -98,7 +98,8 @@ where
         // whole (not taken apart and put back together).
         let quick = config.quick(request.headers(), route_cost).map(
             |(identity, cost)| {
-                let ask = Ask::plan(identity.user(), identity.tier(), cost);
+                let ask = Ask::plan(identity.user(), identity.tier(), cost)
+                    .with_quotas(identity.quotas());
                 config.judge(&ask, config.events(), None, None)
             },
         );

@@ -30,6 +30,8 @@ pub(crate) struct SettleItem {
     pub(crate) estimate: u32,
     /// Where the estimate was charged (known once decided).
     pub(crate) charged: Charged,
+    /// The customer's own rule for the limit, if any: settled under it.
+    pub(crate) own: Option<rate_tier_storage::Rule>,
 }
 
 /// The settlements a request may need once its response is known.
@@ -224,12 +226,21 @@ impl SettlePlan {
                 let item = self.items.get(i)?;
                 let limit = config.limits.get(item.index)?;
                 let partition = item.partition.as_deref().unwrap_or(&self.user);
-                let bucket = BucketCheck::peek(
-                    limit.key,
-                    partition,
-                    limit.quota_for(self.tier),
-                )
-                .key_secret(secret);
+                let applied =
+                    match item.own.map(|own| limit.with_settle_debt(own)) {
+                        Some(rate_tier_storage::Rule::Rate(quota)) => quota,
+                        _ => limit.quota_for(self.tier),
+                    };
+                // As the limiter charged it: holding its longest wait.
+                let quota = match config
+                    .tiers
+                    .holding_waits(rate_tier_storage::Rule::Rate(applied))
+                {
+                    rate_tier_storage::Rule::Rate(quota) => quota,
+                    _ => applied,
+                };
+                let bucket = BucketCheck::peek(limit.key, partition, quota)
+                    .key_secret(secret);
                 Some(bucket.settle(adjust).charged(item.charged))
             })
             .collect()

@@ -5,6 +5,9 @@ use std::borrow::Cow;
 
 use smallvec::SmallVec;
 
+use rate_tier_storage::Rule;
+
+use crate::identity::OwnQuota;
 use crate::limit::{Limit, Scope};
 
 /// What one decision is asked: the identity, the plan's cost, the limits of
@@ -24,6 +27,8 @@ pub(crate) struct Ask<'a> {
     pub(crate) extra: &'a [Extra<'a>],
     /// Every limit in shadow mode.
     pub(crate) shadow: bool,
+    /// The customer's own quotas, by plan or limit name.
+    pub(crate) quotas: &'a [OwnQuota],
 }
 
 impl<'a> Ask<'a> {
@@ -35,7 +40,15 @@ impl<'a> Ask<'a> {
             cost,
             extra: &[],
             shadow: false,
+            quotas: &[],
         }
+    }
+
+    /// The same, with the customer's own quotas.
+    #[inline]
+    pub(crate) fn with_quotas(mut self, quotas: &'a [OwnQuota]) -> Self {
+        self.quotas = quotas;
+        self
     }
 
     /// Whether it asks for the plan's enforced limit alone, and charges it:
@@ -43,7 +56,9 @@ impl<'a> Ask<'a> {
     #[inline]
     pub(crate) fn plan_alone(&self) -> Option<(&'a str, &'a str, u32)> {
         match (self.identity, self.extra.is_empty(), self.shadow) {
-            (Some((user, tier)), true, false) if self.cost > 0 => {
+            (Some((user, tier)), true, false)
+                if self.cost > 0 && self.quotas.is_empty() =>
+            {
                 Some((user, tier, self.cost))
             }
             _ => None,
@@ -83,6 +98,7 @@ pub struct LimitRequest<'a> {
     cost: u32,
     extra: SmallVec<[Extra<'a>; 2]>,
     shadow: bool,
+    quotas: Cow<'a, [OwnQuota]>,
 }
 
 impl<'a> LimitRequest<'a> {
@@ -100,7 +116,40 @@ impl<'a> LimitRequest<'a> {
             cost,
             extra: SmallVec::new(),
             shadow: false,
+            quotas: Cow::Borrowed(&[]),
         }
+    }
+
+    /// The customer's own quota for the plan or limit `name`, in place of
+    /// the configured one (see [`TierIdentity::with_quota`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use tower_rate_tier::{LimitRequest, Quota, RateTier};
+    /// let limiter = RateTier::builder().tier("pro", Quota::per_minute(100)).build();
+    /// let request = LimitRequest::new("key_ada", "pro", 1).quota("pro", Quota::per_minute(500));
+    /// let info = limiter.decide(&request).await.unwrap().unwrap();
+    /// assert_eq!((info.limit, info.remaining), (500, 499));
+    /// # }
+    /// ```
+    ///
+    /// [`TierIdentity::with_quota`]: crate::TierIdentity::with_quota
+    pub fn quota(
+        mut self,
+        name: impl Into<Cow<'static, str>>,
+        rule: impl Into<Rule>,
+    ) -> Self {
+        let name = name.into();
+        let quotas = self.quotas.to_mut();
+        quotas.retain(|(n, _)| *n != name);
+        quotas.push((name, rule.into()));
+        self
+    }
+
+    /// The same, with these own quotas (an identity's).
+    pub(crate) fn with_quotas(mut self, quotas: &'a [OwnQuota]) -> Self {
+        self.quotas = Cow::Borrowed(quotas);
+        self
     }
 
     /// Adds `limit`, charged `cost`, in the user's bucket (a
@@ -159,6 +208,7 @@ impl<'a> LimitRequest<'a> {
             cost: self.cost,
             extra: &self.extra,
             shadow: self.shadow,
+            quotas: &self.quotas,
         }
     }
 }

@@ -17,6 +17,7 @@ use smallvec::SmallVec;
 use super::RateTier;
 use super::ask::Ask;
 use super::ruling::{Events, Ruling};
+use crate::error::Error;
 use crate::event::LimitEvent;
 use crate::identity::UserId;
 use crate::outcome::{LimitReason, Limited};
@@ -198,18 +199,25 @@ impl RateTier {
         prepared.cost = ask.cost;
         prepared.on_storage_error = tier.on_storage_error;
         let secret = self.inner.key_secret.as_ref();
+        let plan_rule =
+            own_rule(ask, tier.name, tier.rule)?.unwrap_or(tier.rule);
         self.admit(
             prepared,
-            (tier.key, user, tier.rule, ask.cost, ask.shadow),
+            (tier.key, user, plan_rule, ask.cost, ask.shadow),
             secret,
             events,
         )?;
         for extra in ask.extra {
             let limit = extra.limit;
+            let configured = limit.rule_for(tier.name);
+            let rule = match own_rule(ask, limit.name(), configured)? {
+                Some(own) => limit.with_settle_debt(own),
+                None => configured,
+            };
             let bucket = (
                 limit.key,
                 extra.partition.as_deref().unwrap_or(user),
-                limit.rule_for(tier.name),
+                rule,
                 extra.cost,
                 ask.shadow || limit.shadow,
             );
@@ -328,6 +336,21 @@ impl RateTier {
                 limits: None,
             })),
         }
+    }
+}
+
+/// The customer's own rule for the plan or limit `name` in place of
+/// `configured`, if `ask` has one; one of another kind is refused (never a
+/// silent change of kind, never unlimited).
+fn own_rule(
+    ask: &Ask<'_>,
+    name: &str,
+    configured: Rule,
+) -> Result<Option<Rule>, Ruling> {
+    match ask.quotas.iter().find(|(n, _)| n == name) {
+        None => Ok(None),
+        Some((_, own)) if own.kind() == configured.kind() => Ok(Some(*own)),
+        Some(_) => Err(Ruling::Invalid(Error::OwnQuota(name.to_owned()))),
     }
 }
 
