@@ -70,6 +70,10 @@ pub enum ConfigError {
         /// The store's kind.
         store: &'static str,
     },
+    /// A near-limit ratio outside (0, 1]
+    /// ([`RateTierBuilder::near_limit`](crate::RateTierBuilder::near_limit)).
+    #[error("a near-limit ratio must be above 0 and at most 1, not {0}")]
+    InvalidNearLimit(String),
     /// A wait longer than a quota can hold as debt (about 35 years).
     #[error("a wait of {0:?} is longer than a quota can hold")]
     WaitTooLong(std::time::Duration),

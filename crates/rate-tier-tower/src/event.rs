@@ -134,6 +134,22 @@ pub enum LimitEvent {
         /// How long it waited.
         wait: Duration,
     },
+    /// An allowed request brought its customer near the end of a limit:
+    /// what is left fell to at most `1 - ratio` of it
+    /// ([`RateTierBuilder::near_limit`](crate::RateTierBuilder::near_limit)),
+    /// once per crossing: a time to warn the customer before the 429s.
+    NearLimit {
+        /// The user of the request.
+        user_id: UserId,
+        /// The tier whose quota applied.
+        tier: &'static str,
+        /// The limit (the plan's name, or a `Limit`'s).
+        limit: &'static str,
+        /// What is left.
+        remaining: u64,
+        /// The limit's size (its burst, or N of a window or period).
+        of: u32,
+    },
     /// A request would have had to wait longer than allowed, or found the
     /// waiting room full: checked, and refused, as without waiting.
     WaitRefused {

@@ -21,6 +21,7 @@
 //! | `rate_tier_evictions_total` | counter | | buckets a full memory store forgot to make room |
 //! | `rate_tier_waits_total` | counter | `tier` | requests that waited for their slot and were served ([`wait_up_to`](crate::RateTierBuilder::wait_up_to)) |
 //! | `rate_tier_wait_seconds` | histogram | | how long each of them waited, 1 ms .. 60 s buckets |
+//! | `rate_tier_near_limit_total` | counter | `tier`, `limit` | customers brought near the end of a limit ([`near_limit`](crate::RateTierBuilder::near_limit)), once per crossing |
 //! | `rate_tier_wait_refused_total` | counter | `tier` | requests that would have waited longer than allowed, or found the waiting room full: refused |
 //!
 //! A [`ShapeLayer`](crate::ShapeLayer)'s calls have [`ShapeMetrics`]:
@@ -105,6 +106,12 @@ struct TierLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NearLabels {
+    tier: &'static str,
+    limit: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
     outcome: &'static str,
 }
@@ -166,6 +173,7 @@ struct Metrics {
     waits: Family<TierLabels, Counter>,
     wait_duration: Histogram,
     wait_refused: Family<TierLabels, Counter>,
+    near_limit: Family<NearLabels, Counter>,
 }
 
 /// The limiter's Prometheus metrics: an [`Observer`] for
@@ -234,6 +242,7 @@ impl RateLimitMetrics {
             waits: Family::default(),
             wait_duration: wait_histogram(),
             wait_refused: Family::default(),
+            near_limit: Family::default(),
         };
         let registry = registry.sub_registry_with_prefix(PREFIX);
         registry.register(
@@ -302,6 +311,11 @@ impl RateLimitMetrics {
             "wait_refused",
             "Requests refused because they would have waited too long, or the waiting room was full, by tier",
             metrics.wait_refused.clone(),
+        );
+        registry.register(
+            "near_limit",
+            "Customers brought near the end of a limit, by tier and limit",
+            metrics.near_limit.clone(),
         );
         RateLimitMetrics {
             inner: Arc::new(metrics),
@@ -380,6 +394,12 @@ impl Observer for RateLimitMetrics {
             LimitEvent::Waited { tier, wait, .. } => {
                 metrics.waits.get_or_create(&TierLabels { tier }).inc();
                 metrics.wait_duration.observe(wait.as_secs_f64());
+            }
+            LimitEvent::NearLimit { tier, limit, .. } => {
+                metrics
+                    .near_limit
+                    .get_or_create(&NearLabels { tier, limit })
+                    .inc();
             }
             LimitEvent::WaitRefused { tier, .. } => {
                 metrics

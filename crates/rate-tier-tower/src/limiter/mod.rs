@@ -86,6 +86,12 @@ pub(crate) struct Inner {
     store_events: OnceLock<Subscription>,
     /// Where requests wait for their slot, if they may.
     pub(crate) waiting: Option<wait::WaitRoom>,
+    /// The share of a limit used from which a customer is near it
+    /// ([`RateTierBuilder::near_limit`]).
+    pub(crate) near_limit: Option<f64>,
+    /// The plan alone may take its own fast path: nothing else to do for
+    /// it (no waiting, no near-limit watch).
+    pub(crate) plan_fast: bool,
 }
 
 impl fmt::Debug for RateTier {

@@ -197,7 +197,7 @@ impl RateTier {
     #[inline(always)]
     pub(crate) fn step(&self, ask: &Ask<'_>, mut events: Events) -> Step {
         if let Some((user, tier, cost)) = ask.plan_alone()
-            && self.inner.waiting.is_none()
+            && self.inner.plan_fast
             && let Some(decided) = self.plan_now(user, tier, cost)
         {
             return match decided {
@@ -421,6 +421,9 @@ impl RateTier {
         };
         match decided.verdict.refused_by {
             None => {
+                if let Some(ratio) = self.inner.near_limit {
+                    near_limits(prepared, states, ratio, events);
+                }
                 let most = states.get(most_constraining(states)).copied();
                 Ruling::Allowed(RateLimitInfo {
                     tier: Cow::Borrowed(tier),
@@ -540,6 +543,43 @@ fn state(
 /// Whether two names are the same, byte by byte: names are short, and a
 /// call to `memcmp` costs more than the loop.
 #[inline]
+/// The limits this allowed decision brought near their end: what is left
+/// fell to at most `1 - ratio` of the limit with this request (reported
+/// once per crossing, not on every request beyond it).
+fn near_limits(
+    prepared: &Prepared<'_>,
+    states: &[LimitState],
+    ratio: f64,
+    events: &mut Events,
+) {
+    for (state, check) in states.iter().zip(&prepared.checks) {
+        if state.shadow
+            || check.cost() == 0
+            || matches!(check.rule(), Rule::Concurrency(_))
+        {
+            continue;
+        }
+        let threshold = near_threshold(state.limit, ratio);
+        let before = state.remaining.saturating_add(u64::from(check.cost()));
+        if state.remaining <= threshold && before > threshold {
+            events.push(|| LimitEvent::NearLimit {
+                user_id: UserId::from(prepared.user),
+                tier: prepared.tier,
+                limit: state.name,
+                remaining: state.remaining,
+                of: state.limit,
+            });
+        }
+    }
+}
+
+/// What is left of `limit` once `ratio` of it is used, rounded down.
+fn near_threshold(limit: u32, ratio: f64) -> u64 {
+    // ratio in (0, 1], checked at build: the product is in [0, limit]. A
+    // hair above it, so that 5 * (1 - 0.8) is 1, not 0.9999999999999998.
+    (f64::from(limit) * (1.0 - ratio) + 1e-6).floor() as u64
+}
+
 fn same_name(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
 }
