@@ -258,6 +258,41 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
         None
     }
 
+    /// Puts `buckets` back to full, as if they had never been charged: a
+    /// customer's "I upgraded, why am I still blocked?". Rates, windows and
+    /// periods are cleared; a concurrency limit's slots are left as they
+    /// are (their requests still run, and give them back when they end).
+    /// All of the set at once where the store can (one command on Redis,
+    /// one statement on PostgreSQL, the shards' write locks in memory; on
+    /// a Redis Cluster, at once per hash slot: one user's buckets share
+    /// theirs). A store that cannot reset answers
+    /// [`StorageError::Unsupported`] (the default).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use rate_tier_storage::{BucketCheck, Decision, LimitName, MemoryStorage, Quota, Storage};
+    /// let store = MemoryStorage::new();
+    /// let pro = LimitName::new("pro")?;
+    /// let check = [BucketCheck::new(&pro, "key_ada", Quota::per_minute(2), 2)?];
+    /// let mut out = [Decision::default()];
+    /// store.check(&check, &mut out).await?;
+    /// store.check(&check, &mut out).await?;
+    /// assert!(!out[0].allowed);
+    /// store.reset(&check).await?;
+    /// store.check(&check, &mut out).await?;
+    /// assert!(out[0].allowed);
+    /// # Ok(())
+    /// # }
+    /// ```
+    async fn reset(
+        &self,
+        buckets: &[BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        let _ = buckets;
+        Err(StorageError::Unsupported("reset"))
+    }
+
     /// Whether this store answers [`Storage::reserve`]; a layer that waits
     /// refuses to be built on one that does not (false by default).
     ///

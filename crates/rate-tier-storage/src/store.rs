@@ -186,6 +186,17 @@ impl Store {
         }
     }
 
+    /// [`Storage::reset`], without I/O for the memory store.
+    pub async fn reset(
+        &self,
+        buckets: &[BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        match self {
+            Store::Memory(memory) => memory.reset_sync(buckets),
+            Store::Other(storage) => storage.reset(buckets).await,
+        }
+    }
+
     /// [`Storage::reserves`].
     pub fn reserves(&self) -> bool {
         match self {

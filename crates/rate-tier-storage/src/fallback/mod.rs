@@ -540,6 +540,22 @@ impl Storage for FallbackStorage {
         local.then(|| self.inner.cancel_here(reserved).map(drop))
     }
 
+    /// Both stores: the local one (what this instance decided during an
+    /// outage), then the primary; a primary that cannot be reached is the
+    /// error (the shared buckets were not reset), the local part done.
+    async fn reset(
+        &self,
+        buckets: &[BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        let share = self.inner.local_share;
+        let local: smallvec::SmallVec<[BucketCheck<'_>; 4]> = buckets
+            .iter()
+            .map(|bucket| bucket.with_rule(bucket.rule().divided(share)))
+            .collect();
+        Storage::reset(&self.inner.local, &local).await?;
+        self.inner.primary.reset(buckets).await
+    }
+
     /// The primary's answer: a fallback reserves when its primary does.
     fn reserves(&self) -> bool {
         self.inner.primary.reserves()

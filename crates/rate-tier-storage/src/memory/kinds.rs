@@ -108,6 +108,27 @@ impl Kinds {
         self.lock().retain(|_, kept| kept.expires_us > now);
     }
 
+    /// Forgets the windows and periods `names` (a reset), holding the map
+    /// while `meanwhile` runs: the map is locked before the shards, as
+    /// every decision over both locks them.
+    pub(super) fn forget_with<T>(
+        &self,
+        names: &[u64],
+        meanwhile: impl FnOnce() -> T,
+    ) -> T {
+        let mut map = self.lock();
+        let done = meanwhile();
+        for name in names {
+            if map
+                .get(name)
+                .is_some_and(|kept| !matches!(kept.state, State::InFlight(_)))
+            {
+                map.remove(name);
+            }
+        }
+        done
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Kept>> {
         self.map.lock().unwrap_or_else(PoisonError::into_inner)
     }

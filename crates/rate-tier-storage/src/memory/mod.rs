@@ -48,6 +48,7 @@
 mod joint;
 mod kinds;
 mod reserve;
+mod reset;
 mod sip;
 mod table;
 mod trim;
@@ -963,6 +964,13 @@ impl Storage for MemoryStorage {
 
     fn reserves(&self) -> bool {
         true
+    }
+
+    async fn reset(
+        &self,
+        buckets: &[BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        self.reset_sync(buckets)
     }
 
     fn subscribe(&self, listener: StorageListener) -> Subscription {

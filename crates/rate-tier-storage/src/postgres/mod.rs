@@ -2,6 +2,7 @@
 
 mod job;
 mod reserve;
+mod reset;
 mod schema;
 
 use std::sync::{Arc, Weak};
@@ -919,6 +920,14 @@ impl Storage for PostgresStorage {
     /// Rates are reserved: see [`Storage::reserve`].
     fn reserves(&self) -> bool {
         true
+    }
+
+    /// The buckets' rows deleted in one transaction, under their locks.
+    async fn reset(
+        &self,
+        buckets: &[BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        self.reset_buckets(buckets).await
     }
 
     /// Every kind: rates, windows, periods and concurrency limits.

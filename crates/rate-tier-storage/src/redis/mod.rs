@@ -8,6 +8,7 @@ mod job;
 mod link;
 mod refusals;
 mod reserve;
+mod reset;
 mod script;
 mod slots;
 
@@ -1005,6 +1006,17 @@ impl Storage for RedisStorage {
     /// Yes: `reserve.lua` and `cancel.lua`.
     fn reserves(&self) -> bool {
         true
+    }
+
+    /// One `DEL` of the buckets' keys (per hash slot on a cluster); their
+    /// remembered refusals forgotten here.
+    async fn reset(
+        &self,
+        buckets: &[BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        let call =
+            reset::reset(&self.shared, buckets, self.layout(), self.timeout);
+        self.bounded(call).await
     }
 
     fn subscribe(&self, listener: StorageListener) -> Subscription {

@@ -397,6 +397,59 @@ impl RateTier {
         Ok(())
     }
 
+    /// Puts `user`'s buckets back to full: the plan's, on every tier (the
+    /// one they left when they upgraded too), and those of `limits` of
+    /// their own (a global or keyed limit is everyone's, and is left as it
+    /// is). Every store resets the set at once (see
+    /// [`Storage::reset`](rate_tier_storage::Storage::reset)); a
+    /// concurrency limit's slots in flight stay taken. Refusals a Redis
+    /// store remembers for them are forgotten on this instance; another
+    /// instance may answer one it remembers until that refusal's own retry
+    /// time (at most its `retry-after`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use tower_rate_tier::{Quota, RateTier};
+    /// let limiter = RateTier::builder().tier("free", Quota::per_minute(1)).build();
+    /// limiter.check("ana", "free", 1).await.unwrap().unwrap();
+    /// assert!(limiter.check("ana", "free", 1).await.unwrap().is_err());
+    /// limiter.reset("ana", &[]).await.unwrap();
+    /// assert!(limiter.check("ana", "free", 1).await.unwrap().is_ok());
+    /// # }
+    /// ```
+    pub async fn reset(
+        &self,
+        user: &str,
+        limits: &[&Limit],
+    ) -> Result<(), Error> {
+        let secret = self.inner.key_secret.as_ref();
+        let tiers: Vec<(&'static rate_tier_storage::LimitName, Rule)> =
+            self.inner.with_plans(|plans| {
+                plans.tiers.iter().map(|t| (t.key, t.rule)).collect()
+            });
+        let mut buckets: Vec<BucketCheck<'_>> = Vec::new();
+        for (key, rule) in tiers {
+            buckets.push(
+                BucketCheck::of_rule(key, user, rule, 0)
+                    .map_err(Error::Check)?
+                    .key_secret(secret),
+            );
+        }
+        for limit in limits {
+            if !matches!(limit.scope, crate::limit::Scope::User) {
+                continue;
+            }
+            let rule = limit.rule_for("");
+            buckets.push(
+                BucketCheck::of_rule(limit.key, user, rule, 0)
+                    .map_err(Error::Check)?
+                    .key_secret(secret),
+            );
+        }
+        self.inner.store.reset(&buckets).await?;
+        Ok(())
+    }
+
     /// `rule`, holding the longest wait as debt when requests may wait: a
     /// TAT a wait put ahead is then never read as a clock gone back (and
     /// forgiven), by any decision of this limiter.
