@@ -168,7 +168,7 @@ mod redis_stores {
 
     #[tokio::test]
     async fn redis_cluster_resets_a_customers_buckets() {
-        let store = RedisStorage::from_cluster_urls(&cluster_urls(3))
+        let store = RedisStorage::from_cluster_urls(cluster_urls(3))
             .unwrap()
             .timeout(TEST_TIMEOUT);
         a_reset_refills_what_it_names(&store).await;
