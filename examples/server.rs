@@ -54,7 +54,14 @@
 //! `GET /metrics` (no key, not limited) serves the limiter's Prometheus
 //! metrics: checks by tier and outcome, latency, store errors, breaker.
 //!
-//! API keys: key_ana (free), key_bea (pro), key_eva (gold, a plan the
+//! `--admin-token-file FILE` serves `POST /admin/reset?key=KEY` (not
+//! limited) to callers that send `authorization: Bearer <the file's
+//! content>`: the key's buckets back to full, on every plan and its own
+//! limits (`RateTier::reset`); 401 and nothing done otherwise. Without the
+//! flag there is no such route (404).
+//!
+//! API keys: key_ana (free), key_bea (pro), key_ada (pro, with her own 500
+//! a minute: `TierIdentity::with_quota`), key_eva (gold, a plan the
 //! limiter does not know: she gets the default plan's quota, and every such
 //! request is reported on stderr).
 use std::path::{Path, PathBuf};
@@ -64,7 +71,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::Query;
 use axum::http::StatusCode;
-use axum::routing::{MethodRouter, get};
+use axum::routing::{MethodRouter, get, post};
 // For /metrics.
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -77,7 +84,7 @@ use tower_rate_tier::metrics::{self, RateLimitMetrics};
 use tower_rate_tier::{
     Concurrency, FallbackStorage, Limit, LimitEvent, OnMissing, Period,
     PeriodUnit, Plans, PlansBuilder, PostgresStorage, Quota, RateTier,
-    RedisStorage, Settle, StorageEvent, TierLimitLayer, Window,
+    RedisStorage, Settle, StorageEvent, TierIdentity, TierLimitLayer, Window,
 };
 
 // In a real service, this would come from the database.
@@ -85,6 +92,7 @@ fn plan_of(api_key: &str) -> Option<&'static str> {
     match api_key {
         "key_ana" => Some("free"),
         "key_bea" => Some("pro"),
+        "key_ada" => Some("pro"), // with her own 500 a minute: see `identify`
         "key_eva" => Some("gold"), // a plan the limiter does not know
         _ => None,
     }
@@ -103,7 +111,8 @@ usage: server [PORT] [OPTIONS]
   --plans-poll-ms MS                    how often FILE is checked (default 1000)
   --headers x|ietf|both                 rate-limit headers (default x)
   --shadow                              every limit in shadow mode: nothing refused for rate
-  --wait-up-to SECONDS                  a request refused for a rate waits up to SECONDS for its slot instead";
+  --wait-up-to SECONDS                  a request refused for a rate waits up to SECONDS for its slot instead
+  --admin-token-file FILE               serve POST /admin/reset?key=KEY to callers with this bearer token";
 
 struct Args {
     port: u16,
@@ -119,6 +128,8 @@ struct Args {
     shadow: bool,
     /// How long a request may wait for its slot instead of a 429.
     wait_up_to: Option<Duration>,
+    /// The file holding the bearer token of `/admin/reset`.
+    admin_token_file: Option<PathBuf>,
 }
 
 /// `host:port[,host:port...]` into node URLs (`redis://host:port/`); an
@@ -158,6 +169,7 @@ fn parse_args() -> Result<Args, String> {
         headers: HeaderStyle::XRateLimit,
         shadow: false,
         wait_up_to: None,
+        admin_token_file: None,
     };
     let mut redis_flag = false;
     let mut postgres_flag = false;
@@ -207,6 +219,9 @@ fn parse_args() -> Result<Args, String> {
                 }
             }
             Long("shadow") => args.shadow = true,
+            Long("admin-token-file") => {
+                args.admin_token_file = Some(value(&mut parser)?.into());
+            }
             Long("wait-up-to") => {
                 let seconds: f64 = text(value(&mut parser)?)?
                     .parse()
@@ -416,8 +431,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tokio::spawn(watch_plans(path, tiers.clone(), args.plans_poll));
     }
 
-    let layer = TierLimitLayer::new(tiers)
-        .identifier_fn(api_key("x-api-key", plan_of))
+    let layer = TierLimitLayer::new(tiers.clone())
+        .identifier_fn(identify())
         .cost_fn(|req| match req.uri.path() {
             "/report" => 5,
             "/backup" => 50, // more than the free plan gives in a minute
@@ -474,14 +489,127 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route("/quota", get(quota))
         .route("/generate", get(generate))
         .layer(layer)
-        // Added after `.layer`: the limiter does not apply to it.
+        // Added after `.layer`: the limiter does not apply to them.
         .route("/metrics", get(move || serve_metrics(registry.clone())));
+    // Without a token file there is no admin route: 404, like any other.
+    let app = match &args.admin_token_file {
+        Some(path) => {
+            let token = std::fs::read_to_string(path)
+                .map_err(|e| {
+                    format!("--admin-token-file {}: {e}", path.display())
+                })?
+                .trim()
+                .to_owned();
+            if token.is_empty() {
+                return Err(format!(
+                    "--admin-token-file {}: empty",
+                    path.display()
+                )
+                .into());
+            }
+            let admin = Admin {
+                tiers: tiers.clone(),
+                token: Arc::from(token),
+            };
+            app.route(
+                "/admin/reset",
+                post(move |q, h| admin_reset(admin.clone(), q, h)),
+            )
+        }
+        None => app,
+    };
 
     let addr = format!("127.0.0.1:{}", args.port);
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     eprintln!("listening on {addr} ({backend} storage)");
     axum::serve(listener, app).await?;
     Ok(())
+}
+
+/// Who the caller is: the plan of their key; key_ada has negotiated her
+/// own 500 a minute on pro (an account field, in a real service).
+fn identify() -> impl Fn(&axum::http::HeaderMap) -> Option<TierIdentity<'_>>
++ Send
++ Sync
++ 'static {
+    let by_key = api_key("x-api-key", plan_of);
+    move |headers| {
+        let identity = by_key(headers)?;
+        Some(match identity.user() {
+            "key_ada" => identity.with_quota("pro", Quota::per_minute(500)),
+            _ => identity,
+        })
+    }
+}
+
+/// What `/admin/reset` needs: the limiter, and the token it asks for.
+#[derive(Clone)]
+struct Admin {
+    tiers: RateTier,
+    token: Arc<str>,
+}
+
+#[derive(serde::Deserialize)]
+struct ResetQuery {
+    key: String,
+}
+
+/// `POST /admin/reset?key=KEY` with `authorization: Bearer <token>`: the
+/// key's buckets back to full (every plan, and its own limits). 401, and
+/// nothing done, without the right token (compared in constant time).
+async fn admin_reset(
+    admin: Admin,
+    Query(ResetQuery { key }): Query<ResetQuery>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    use subtle::ConstantTimeEq;
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !bool::from(given.as_bytes().ct_eq(admin.token.as_bytes())) {
+        eprintln!("admin: reset refused (no or wrong token)");
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "unauthorized\n",
+        )
+            .into_response();
+    }
+    // The limits of a user's own: their buckets are the key's.
+    let limits = user_limits();
+    let limits: Vec<&Limit> = limits.iter().collect();
+    match admin.tiers.reset(&key, &limits).await {
+        Ok(()) => {
+            eprintln!("admin: reset done");
+            (StatusCode::OK, "reset\n").into_response()
+        }
+        Err(error) => {
+            eprintln!("admin: reset failed: {error}");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("reset failed: {error}\n"),
+            )
+                .into_response()
+        }
+    }
+}
+
+/// The limits of the example that are a user's own (their names are their
+/// buckets' names): what a reset refills beside the plans.
+fn user_limits() -> Vec<Limit> {
+    let mut limits = vec![
+        Limit::new("search", Quota::per_minute(3)),
+        Limit::new("tokens", Quota::per_minute(1000)),
+    ];
+    if let Ok(window) = Window::new(5, Duration::from_secs(60)) {
+        limits.push(Limit::new("login", window));
+    }
+    if let Ok(period) = Period::new(3, PeriodUnit::Month, 0) {
+        limits.push(Limit::new("exports", period));
+    }
+    limits
 }
 
 /// Routes whose limit the store cannot decide, and why.

@@ -1,0 +1,146 @@
+//! The example server's operator pieces: key_ada's own 500 a minute on pro,
+//! and `POST /admin/reset?key=KEY` behind a bearer token from
+//! `--admin-token-file` (404 without the flag, 401 and nothing done without
+//! the right token). In memory, and on two servers sharing one Redis.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+
+use rate_tier_test_support::redis_url;
+use support::Server;
+
+/// A POST with an optional bearer token: the status.
+fn post(port: u16, path: &str, token: Option<&str>) -> u16 {
+    post_as(port, path, token, None)
+}
+
+fn post_as(
+    port: u16,
+    path: &str,
+    token: Option<&str>,
+    key: Option<&str>,
+) -> u16 {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let auth = token
+        .map_or(String::new(), |t| format!("authorization: Bearer {t}\r\n"));
+    let key = key.map_or(String::new(), |k| format!("x-api-key: {k}\r\n"));
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-length: 0\r\n{auth}{key}connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+fn token_file() -> (tempfile_path::TempPath, &'static str) {
+    let token = "s3cret-admin-token";
+    (tempfile_path::TempPath::with(token), token)
+}
+
+/// A file deleted on drop (no dependency for one temporary file).
+mod tempfile_path {
+    pub struct TempPath(pub std::path::PathBuf);
+    impl TempPath {
+        pub fn with(content: &str) -> TempPath {
+            let path = std::env::temp_dir().join(format!(
+                "trt-admin-token-{}-{}",
+                std::process::id(),
+                rate_tier_test_support::unique("t")
+            ));
+            std::fs::write(&path, format!("{content}\n")).unwrap();
+            TempPath(path)
+        }
+        pub fn as_str(&self) -> &str {
+            self.0.to_str().unwrap()
+        }
+    }
+    impl Drop for TempPath {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
+/// Spends ana's 10, resets her with a wrong token (401, still spent), then
+/// with the right one: she passes again on the server that reset her (the
+/// other may answer a refusal it remembers until its retry time, as the
+/// README says).
+fn a_reset_needs_the_token_and_refills(servers: &[&Server], token: &str) {
+    for i in 0..10 {
+        let response = servers[i % servers.len()].get("/data", Some("key_ana"));
+        assert_eq!(response.status, 200);
+    }
+    assert_eq!(servers[0].get("/data", Some("key_ana")).status, 429);
+    let port = servers[servers.len() - 1].port;
+    for wrong in [None, Some("s3cret-admin-tokem"), Some("")] {
+        assert_eq!(
+            post(port, "/admin/reset?key=key_ana", wrong),
+            401,
+            "{wrong:?}"
+        );
+        assert_eq!(servers[0].get("/data", Some("key_ana")).status, 429);
+    }
+    assert_eq!(post(port, "/admin/reset?key=key_ana", Some(token)), 200);
+    let response = servers[servers.len() - 1].get("/data", Some("key_ana"));
+    assert_eq!(
+        (response.status, response.header("x-ratelimit-remaining")),
+        (200, Some("9"))
+    );
+}
+
+#[test]
+fn ada_has_her_own_500_a_minute_on_pro() {
+    let server = Server::start(&[], &[]);
+    for _ in 0..120 {
+        let response = server.get("/data", Some("key_ada"));
+        assert_eq!(response.status, 200);
+        assert_eq!(response.header("x-ratelimit-limit"), Some("500"));
+    }
+    // Bea, on the same plan, has its 100.
+    let response = server.get("/data", Some("key_bea"));
+    assert_eq!(response.header("x-ratelimit-limit"), Some("100"));
+}
+
+#[test]
+fn without_a_token_file_there_is_no_admin_route() {
+    let server = Server::start(&[], &[]);
+    // Like any unknown route: the limiter's 401 without a key, 404 with one.
+    assert_eq!(
+        post(server.port, "/admin/reset?key=key_ana", Some("anything")),
+        401
+    );
+    let status = post_as(
+        server.port,
+        "/admin/reset?key=key_ana",
+        Some("anything"),
+        Some("key_bea"),
+    );
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn in_memory_a_reset_needs_the_token() {
+    let (file, token) = token_file();
+    let server = Server::start(&["--admin-token-file", file.as_str()], &[]);
+    a_reset_needs_the_token_and_refills(&[&server], token);
+}
+
+#[test]
+fn on_redis_a_reset_on_one_server_refills_for_both() {
+    let url = redis_url();
+    let key = tower_rate_tier::key::bucket_key("free", "key_ana", None);
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
+    let (file, token) = token_file();
+    let args = ["--redis", &url, "--admin-token-file", file.as_str()];
+    let (a, b) = (Server::start(&args, &[]), Server::start(&args, &[]));
+    a_reset_needs_the_token_and_refills(&[&a, &b], token);
+}
