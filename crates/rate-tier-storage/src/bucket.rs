@@ -90,6 +90,22 @@ impl LimitName {
         Ok(Self::with_key_part(name, key_part))
     }
 
+    /// The name of a ban's bucket (`tower_rate_tier::Ban`): `part` is
+    /// `until`, `refusals` or `level`, keyed apart from plans, limits and
+    /// shapers.
+    ///
+    /// ```
+    /// use rate_tier_storage::LimitName;
+    /// let until = LimitName::of_ban("until")?;
+    /// assert_eq!((until.as_str(), until.key_part()), ("ban", "ban/until"));
+    /// # Ok::<(), rate_tier_storage::key::InvalidTierName>(())
+    /// ```
+    pub fn of_ban(part: &'static str) -> Result<LimitName, InvalidTierName> {
+        key::validate_tier_name(part)?;
+        let key_part = Cow::Owned(format!("ban/{part}"));
+        Ok(Self::with_key_part(Cow::Borrowed("ban"), key_part))
+    }
+
     fn with_key_part(
         name: Cow<'static, str>,
         key_part: Cow<'static, str>,

@@ -70,6 +70,12 @@ pub enum ConfigError {
         /// The store's kind.
         store: &'static str,
     },
+    /// A ban that cannot be kept: no refusals, a zero length or window, a
+    /// first ban longer than the longest, a longest beyond a day, or more
+    /// refusals than a window counts
+    /// ([`RateTierBuilder::ban`](crate::RateTierBuilder::ban)).
+    #[error("invalid ban: {0}")]
+    InvalidBan(String),
     /// A near-limit ratio outside (0, 1]
     /// ([`RateTierBuilder::near_limit`](crate::RateTierBuilder::near_limit)).
     #[error("a near-limit ratio must be above 0 and at most 1, not {0}")]

@@ -134,6 +134,16 @@ pub enum LimitEvent {
         /// How long it waited.
         wait: Duration,
     },
+    /// A customer was banned: refused everything for `ban`, on every
+    /// instance ([`RateTierBuilder::ban`](crate::RateTierBuilder::ban)).
+    Banned {
+        /// The user banned.
+        user_id: UserId,
+        /// Their tier.
+        tier: &'static str,
+        /// How long the ban lasts.
+        ban: Duration,
+    },
     /// An allowed request brought its customer near the end of a limit:
     /// what is left fell to at most `1 - ratio` of it
     /// ([`RateTierBuilder::near_limit`](crate::RateTierBuilder::near_limit)),

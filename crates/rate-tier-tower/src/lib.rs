@@ -122,6 +122,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod ban;
 #[cfg(feature = "identity-cache")]
 mod cache;
 pub mod client_ip;
@@ -146,6 +147,7 @@ pub mod clock {
     pub use rate_tier_storage::clock::*;
 }
 
+pub use ban::Ban;
 #[cfg(feature = "identity-cache")]
 #[cfg_attr(docsrs, doc(cfg(feature = "identity-cache")))]
 pub use cache::CachedIdentifier;

@@ -8,6 +8,9 @@ use crate::event::LimitEvent;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Outcome {
+    /// Refused: the customer is banned
+    /// ([`RateTierBuilder::ban`](crate::RateTierBuilder::ban)).
+    Banned,
     /// Passed, charged to a bucket.
     Allowed,
     /// Refused with 429: the bucket is empty for now.
@@ -43,6 +46,7 @@ impl Outcome {
         match self {
             Outcome::Allowed => "allowed",
             Outcome::Limited => "limited",
+            Outcome::Banned => "banned",
             Outcome::CostExceedsBurst => "cost_exceeds_burst",
             Outcome::UnknownTierDenied => "unknown_tier_denied",
             Outcome::MissingIdentity => "missing_identity",

@@ -297,6 +297,10 @@ pub enum LimitReason {
     /// The bucket is empty for now: retry after [`Limited::retry_after`]
     /// (HTTP 429).
     RateLimited,
+    /// The customer is banned ([`RateTierBuilder::ban`](crate::RateTierBuilder::ban)):
+    /// every request is refused until the ban ends, after
+    /// [`Limited::retry_after`] (HTTP 429, `"banned": true`).
+    Banned,
     /// The cost is above the limit's burst: no wait would make it pass
     /// (HTTP 403). The store was not touched.
     CostExceedsBurst {
@@ -351,7 +355,7 @@ impl Limited {
 
     /// Whether waiting helps: only for [`LimitReason::RateLimited`].
     pub fn can_retry(&self) -> bool {
-        self.reason == LimitReason::RateLimited
+        matches!(self.reason, LimitReason::RateLimited | LimitReason::Banned)
     }
 
     /// How long until the same request would pass; zero when it never will

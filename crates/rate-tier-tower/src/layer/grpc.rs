@@ -157,7 +157,7 @@ pub fn limited_status_with(limited: &Limited, style: HeaderStyle) -> Status {
         format!("limit:{}", limited.limit_name())
     };
     match limited.reason() {
-        LimitReason::RateLimited => {
+        LimitReason::RateLimited | LimitReason::Banned => {
             let mut details = ErrorDetails::with_retry_info(Some(ceil_millis(
                 limited.retry_after(),
             )));

@@ -236,12 +236,17 @@ pub fn limited_response_with<B: From<String>>(
         format!(",\"limit\":\"{}\"", limited.limit_name())
     };
     match limited.reason() {
-        LimitReason::RateLimited => {
+        LimitReason::RateLimited | LimitReason::Banned => {
             let wait = limited.retry_after_secs();
+            let banned = if limited.reason() == LimitReason::Banned {
+                ",\"banned\":true"
+            } else {
+                ""
+            };
             let mut response = json(
                 StatusCode::TOO_MANY_REQUESTS,
                 format!(
-                    "{{\"error\":\"rate limit exceeded\",\"tier\":\"{}\"{named},\"retry_after\":{wait}}}",
+                    "{{\"error\":\"rate limit exceeded\",\"tier\":\"{}\"{named},\"retry_after\":{wait}{banned}}}",
                     limited.tier()
                 ),
             );

@@ -35,6 +35,7 @@ pub struct RateTierBuilder {
     wait_up_to: Option<Duration>,
     max_waiting: Option<usize>,
     near_limit: Option<f64>,
+    ban: Option<crate::ban::Ban>,
 }
 
 impl std::fmt::Debug for RateTierBuilder {
@@ -225,6 +226,40 @@ impl RateTierBuilder {
         self
     }
 
+    /// Bans a customer who keeps going: after `ban`'s K refusals within W,
+    /// every request of theirs is refused for its length, doubling while
+    /// the last ban is recent (see [`Ban`](crate::Ban)). Shared through
+    /// the store, so every instance bans; a banned request costs no store
+    /// call on the instance that banned; the 429 says `"banned": true` and
+    /// `retry-after` is the ban's end; [`LimitEvent::Banned`] and
+    /// `outcome="banned"`. [`RateTier::reset`](crate::RateTier::reset)
+    /// lifts a ban. A ban that cannot be kept is
+    /// [`ConfigError::InvalidBan`]; a store that decides no windows cannot
+    /// count refusals ([`ConfigError::UnsupportedKind`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::time::Duration;
+    /// use tower_rate_tier::{Ban, LimitReason, Quota, RateTier};
+    /// let limiter = RateTier::builder()
+    ///     .tier("free", Quota::per_minute(1))
+    ///     .ban(Ban::after(3, Duration::from_secs(60)).lasting(Duration::from_secs(600)))
+    ///     .build();
+    /// limiter.check("eva", "free", 1).await.unwrap().unwrap();
+    /// for _ in 0..3 {
+    ///     let refused = limiter.check("eva", "free", 1).await.unwrap().unwrap_err();
+    ///     assert_eq!(refused.reason(), LimitReason::RateLimited);
+    /// }
+    /// let banned = limiter.check("eva", "free", 1).await.unwrap().unwrap_err();
+    /// assert_eq!(banned.reason(), LimitReason::Banned);
+    /// assert!(banned.retry_after_secs() > 590);
+    /// # }
+    /// ```
+    pub fn ban(mut self, ban: crate::ban::Ban) -> Self {
+        self.ban = Some(ban);
+        self
+    }
+
     /// How many requests may wait at once
     /// ([`wait_up_to`](Self::wait_up_to)): [`DEFAULT_MAX_WAITING`] (1024)
     /// by default. Each waiting request holds its connection and a timer.
@@ -294,6 +329,13 @@ impl RateTierBuilder {
         {
             return Err(ConfigError::InvalidNearLimit(ratio.to_string()));
         }
+        let bans = match self.ban {
+            Some(ban) => {
+                decided_by(&store, "ban", rate_tier_storage::RuleKind::Window)?;
+                Some(crate::ban::Bans::new(ban)?)
+            }
+            None => None,
+        };
         let waiting = match self.wait_up_to {
             Some(_) if !store.reserves() => {
                 return Err(ConfigError::CannotWait {
@@ -335,7 +377,10 @@ impl RateTierBuilder {
             listeners,
             observers: self.observers,
             store_events: OnceLock::new(),
-            plan_fast: waiting.is_none() && self.near_limit.is_none(),
+            plan_fast: waiting.is_none()
+                && self.near_limit.is_none()
+                && bans.is_none(),
+            bans,
             waiting,
             near_limit: self.near_limit,
         });

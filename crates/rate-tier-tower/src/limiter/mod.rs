@@ -90,8 +90,10 @@ pub(crate) struct Inner {
     /// ([`RateTierBuilder::near_limit`]).
     pub(crate) near_limit: Option<f64>,
     /// The plan alone may take its own fast path: nothing else to do for
-    /// it (no waiting, no near-limit watch).
+    /// it (no waiting, no near-limit watch, no bans).
     pub(crate) plan_fast: bool,
+    /// Who is banned, and when one is ([`RateTierBuilder::ban`]).
+    pub(crate) bans: Option<crate::ban::Bans>,
 }
 
 impl fmt::Debug for RateTier {
@@ -445,6 +447,10 @@ impl RateTier {
                     .map_err(Error::Check)?
                     .key_secret(secret),
             );
+        }
+        if let Some(bans) = &self.inner.bans {
+            buckets.extend(bans.buckets(user, secret));
+            bans.forget(user);
         }
         self.inner.store.reset(&buckets).await?;
         Ok(())

@@ -223,6 +223,19 @@ impl RateTier {
             );
             self.admit(prepared, bucket, secret, events)?;
         }
+        // Last: a ban refuses the decision by itself (see `crate::ban`).
+        if let Some(bans) = &self.inner.bans
+            && !user.is_empty()
+        {
+            let until = bans.until_check(user, secret);
+            prepared.keys.push(&crate::ban::UNTIL);
+            // A peek reads; it charges not even the ban's bucket.
+            prepared.checks.push(if ask.cost == 0 {
+                until.as_peek()
+            } else {
+                until
+            });
+        }
         Ok(())
     }
 

@@ -59,6 +59,7 @@ impl Ruling {
             Ruling::Unlimited => Outcome::Unlimited,
             Ruling::Limited(limited) => match limited.reason {
                 LimitReason::RateLimited => Outcome::Limited,
+                LimitReason::Banned => Outcome::Banned,
                 LimitReason::CostExceedsBurst { .. } => {
                     Outcome::CostExceedsBurst
                 }

@@ -102,6 +102,27 @@ impl Pending {
         };
         let (ruling, by) =
             tiers.conclude(&prepared, decided, &out, Some(now_us), &mut events);
+        if let (Some(bans), Ruling::Limited(limited)) =
+            (&tiers.inner.bans, &ruling)
+            && limited.reason == LimitReason::RateLimited
+            && !prepared.user.is_empty()
+        {
+            let secret = tiers.inner.key_secret.as_ref();
+            match bans.refused(store, prepared.user, secret, now_us).await {
+                Ok(Some(ban)) => events.push(|| LimitEvent::Banned {
+                    user_id: UserId::from(prepared.user),
+                    tier: prepared.tier,
+                    ban,
+                }),
+                Ok(None) => {}
+                // Not counted: the store is down, and the refusal stands.
+                Err(error) => events.push(|| LimitEvent::StorageError {
+                    storage: store.kind(),
+                    error: format!("counting a refusal for a ban: {error}"),
+                    policy: prepared.on_storage_error,
+                }),
+            }
+        }
         Judged { ruling, by, events }
     }
 }
@@ -234,9 +255,18 @@ impl RateTier {
                 events,
             });
         }
-        // A request that may wait is decided where it can wait.
-        let local = match self.inner.waiting {
-            Some(_) if prepared.may_wait() => None,
+        if let Some(ruling) = self.banned_here(&prepared, &mut events) {
+            return Step::Ruled(Judged {
+                ruling,
+                by: "ban",
+                events,
+            });
+        }
+        // A request that may wait is decided where it can wait; with bans,
+        // where a refusal can be counted.
+        let local = match (&self.inner.waiting, &self.inner.bans) {
+            (Some(_), _) if prepared.may_wait() => None,
+            (_, Some(_)) => None,
             _ => self.decide_local(&prepared, &mut events),
         };
         match local {
@@ -249,6 +279,21 @@ impl RateTier {
                 events,
             },
         }
+    }
+
+    /// A customer this instance banned, refused without a store call.
+    fn banned_here(
+        &self,
+        prepared: &Prepared<'_>,
+        events: &mut Events,
+    ) -> Option<Ruling> {
+        let bans = self.inner.bans.as_ref()?;
+        if prepared.user.is_empty() || prepared.cost == 0 {
+            return None;
+        }
+        let now_us = self.inner.clock.now_us();
+        let until = bans.known(prepared.user, now_us)?;
+        Some(banned(prepared, until - now_us, now_us, events))
     }
 
     /// The plan's limit alone, decided in process. `None` when anything
@@ -366,6 +411,10 @@ impl RateTier {
         let mut limits: SmallVec<[LimitState; INLINE]> = SmallVec::new();
         let buckets = prepared.keys.iter().zip(&prepared.checks);
         for (i, ((&key, check), decision)) in buckets.zip(out).enumerate() {
+            // The ban's bucket is no limit of the customer's to show.
+            if std::ptr::eq(key, &*crate::ban::UNTIL) {
+                continue;
+            }
             let shadow = check.is_shadow();
             let applied = decided.applied_rule(i, check.rule());
             limits.push(state(
@@ -398,6 +447,18 @@ impl RateTier {
                 Charged::Primary,
                 now_us,
             ));
+        }
+        // A ban refuses whatever else would have, with its own end.
+        let ban = prepared
+            .keys
+            .iter()
+            .zip(out)
+            .find(|(key, _)| std::ptr::eq(**key, &*crate::ban::UNTIL));
+        if let Some((_, until)) = ban
+            && !until.allowed
+        {
+            let ruling = banned(prepared, until.retry_after_us, now_us, events);
+            return (ruling, decided.by);
         }
         let ruling = self.rule(prepared, &decided, &limits, now_us, events);
         (ruling, decided.by)
@@ -543,6 +604,35 @@ fn state(
 /// Whether two names are the same, byte by byte: names are short, and a
 /// call to `memcmp` costs more than the loop.
 #[inline]
+/// A refusal by a ban: 429 until its end, the plan's size for the headers.
+fn banned(
+    prepared: &Prepared<'_>,
+    retry_after_us: u64,
+    now_us: u64,
+    events: &mut Events,
+) -> Ruling {
+    let tier = prepared.tier;
+    let limit = prepared.checks.first().map_or(0, |c| c.rule().limit());
+    events.push(|| LimitEvent::Limited {
+        user_id: UserId::from(prepared.user),
+        tier,
+        limit: "ban",
+        cost: prepared.cost,
+        retry_after: Duration::from_micros(retry_after_us),
+    });
+    Ruling::Limited(Limited {
+        tier: Cow::Borrowed(tier),
+        name: Some("ban"),
+        limit,
+        window_us: 0,
+        reason: LimitReason::Banned,
+        retry_after_us,
+        reset_after_us: retry_after_us,
+        now_us,
+        limits: None,
+    })
+}
+
 /// The limits this allowed decision brought near their end: what is left
 /// fell to at most `1 - ratio` of the limit with this request (reported
 /// once per crossing, not on every request beyond it).

@@ -1,0 +1,300 @@
+//! Bans with backoff: a customer who keeps going after their limit is
+//! refused everything for a while ([`RateTierBuilder::ban`]).
+//!
+//! Three buckets per customer, on the limiter's store, so every instance
+//! bans:
+//!
+//! - `ban/until`, a rate far above any customer's (100,000 a second, a
+//!   burst of a second's worth) checked in every decision of theirs at a
+//!   cost of 1: it never refuses, until a ban pushes its TAT past the ban's
+//!   end (a settlement). Then it refuses the decision, all or nothing, and
+//!   its `retry-after` is the ban's end.
+//! - `ban/refusals`, a window of the refusals: after the K-th within W the
+//!   customer is banned, and the window starts again.
+//! - `ban/level`, a rate of the bans themselves that leaks one ban per
+//!   "recent" span (the longest ban plus W): a ban `n` deep in it lasts
+//!   `first * 2^(n-1)`, at most `max`. A chain of bans, each soon after the
+//!   last, climbs; a quiet span takes one step back.
+//!
+//! The first two cost nothing beyond one more key in a decision; the
+//! refusals and the bans are counted only when a request is refused. An
+//! instance that bans remembers it (by a keyed hash of the id, never the id)
+//! and refuses the customer's requests without asking the store until the
+//! ban ends; others learn it from `ban/until` on their next decision.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::{LazyLock, Mutex, PoisonError};
+use std::time::Duration;
+
+use gcra_core::{Adjust, Decision, Quota};
+use rate_tier_storage::key::KeySecret;
+use rate_tier_storage::{BucketCheck, LimitName, Rule, Window};
+
+use crate::error::ConfigError;
+
+/// When and for how long a customer is banned: after `refusals` refusals
+/// within `within`, every request is refused for `first`; each new ban
+/// while the last one is recent (within the longest ban plus `within`)
+/// doubles it, up to `max`.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_rate_tier::Ban;
+/// // The example server's: 20 refusals in a minute, a minute's ban,
+/// // doubling up to an hour.
+/// let ban = Ban::after(20, Duration::from_secs(60))
+///     .lasting(Duration::from_secs(60))
+///     .up_to(Duration::from_secs(3600));
+/// assert_eq!(ban.length(1), Duration::from_secs(60));
+/// assert_eq!(ban.length(3), Duration::from_secs(240));
+/// assert_eq!(ban.length(10), Duration::from_secs(3600));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ban {
+    refusals: u32,
+    within: Duration,
+    first: Duration,
+    max: Duration,
+}
+
+/// The longest ban: the ban bucket holds it as debt.
+const MAX_BAN: Duration = Duration::from_secs(24 * 3600);
+
+impl Ban {
+    /// Banned after `refusals` refusals within `within`; for a minute, up
+    /// to an hour, unless told otherwise.
+    pub fn after(refusals: u32, within: Duration) -> Ban {
+        Ban {
+            refusals,
+            within,
+            first: Duration::from_secs(60),
+            max: Duration::from_secs(3600),
+        }
+    }
+
+    /// How long the first ban lasts.
+    pub fn lasting(mut self, first: Duration) -> Ban {
+        self.first = first;
+        self
+    }
+
+    /// The longest a ban lasts, however often it doubled (at most a day).
+    pub fn up_to(mut self, max: Duration) -> Ban {
+        self.max = max;
+        self
+    }
+
+    /// How long the `n`-th recent ban lasts (n from 1).
+    pub fn length(&self, n: u32) -> Duration {
+        let doublings = n.saturating_sub(1).min(32);
+        self.first
+            .checked_mul(1u32 << doublings.min(31))
+            .map_or(self.max, |length| length.min(self.max))
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        let fine = self.refusals >= 1
+            && self.refusals <= gcra_core::MAX_WINDOW_LIMIT
+            && !self.within.is_zero()
+            && !self.first.is_zero()
+            && self.first <= self.max
+            && self.max <= MAX_BAN
+            && Window::new(self.refusals, self.within).is_ok()
+            && self.level_quota().is_some();
+        if fine {
+            Ok(())
+        } else {
+            Err(ConfigError::InvalidBan(format!("{self:?}")))
+        }
+    }
+
+    /// How many bans count towards the next one's length: enough to reach
+    /// `max` by doubling.
+    fn levels(&self) -> u32 {
+        let mut levels = 1;
+        while self.length(levels) < self.max && levels < 32 {
+            levels += 1;
+        }
+        levels
+    }
+
+    /// How long a ban stays recent: the longest ban, plus the time to earn
+    /// the next one.
+    fn recent(&self) -> Duration {
+        self.max.saturating_add(self.within)
+    }
+
+    /// `ban/level`: one ban leaks away per recent span, `levels` at most.
+    fn level_quota(&self) -> Option<Quota> {
+        let span = self.recent().checked_mul(self.levels())?;
+        Quota::new(self.levels(), span).ok()
+    }
+}
+
+pub(crate) static UNTIL: LazyLock<LimitName> =
+    LazyLock::new(|| ban_name("until"));
+static REFUSALS: LazyLock<LimitName> = LazyLock::new(|| ban_name("refusals"));
+static LEVEL: LazyLock<LimitName> = LazyLock::new(|| ban_name("level"));
+
+fn ban_name(part: &'static str) -> LimitName {
+    match LimitName::of_ban(part) {
+        Ok(name) => name,
+        Err(_) => unreachable!("a fixed, valid name"),
+    }
+}
+
+/// The emission interval of `ban/until`: 10 µs (100,000 a second).
+const UNTIL_T_US: u64 = 10;
+
+/// The bans of a limiter: the rule, and the bans this instance knows.
+#[derive(Debug)]
+pub(crate) struct Bans {
+    pub(crate) ban: Ban,
+    until: Quota,
+    level: Quota,
+    /// Keyed hash of a user id -> the end of their ban (µs, the limiter's
+    /// clock), for the bans this instance gave.
+    known: Mutex<HashMap<u64, u64>>,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+/// How many bans an instance remembers at most; beyond, the store tells.
+const KNOWN_MAX: usize = 65_536;
+
+impl Bans {
+    pub(crate) fn new(ban: Ban) -> Result<Bans, ConfigError> {
+        ban.validate()?;
+        let until = Quota::per_second(100_000)
+            .try_allow_debt(MAX_BAN + Duration::from_secs(1))
+            .map_err(|_| ConfigError::InvalidBan(format!("{ban:?}")))?;
+        let level = ban
+            .level_quota()
+            .ok_or_else(|| ConfigError::InvalidBan(format!("{ban:?}")))?;
+        Ok(Bans {
+            ban,
+            until,
+            level,
+            known: Mutex::default(),
+            hasher: Default::default(),
+        })
+    }
+
+    /// The check of `ban/until` every decision of `user` carries.
+    pub(crate) fn until_check<'a>(
+        &self,
+        user: &'a str,
+        secret: Option<&'a KeySecret>,
+    ) -> BucketCheck<'a> {
+        match BucketCheck::new(&UNTIL, user, self.until, 1) {
+            Ok(check) => check.key_secret(secret),
+            Err(_) => unreachable!("a cost of 1 in a burst of 100,000"),
+        }
+    }
+
+    /// Every bucket of `user`'s bans (for a reset).
+    pub(crate) fn buckets<'a>(
+        &self,
+        user: &'a str,
+        secret: Option<&'a KeySecret>,
+    ) -> Vec<BucketCheck<'a>> {
+        let mut buckets = vec![self.until_check(user, secret).as_peek()];
+        for (name, rule) in [
+            (&*REFUSALS, self.refusals_rule()),
+            (&*LEVEL, Rule::Rate(self.level)),
+        ] {
+            if let Ok(check) = BucketCheck::of_rule(name, user, rule, 0) {
+                buckets.push(check.key_secret(secret));
+            }
+        }
+        buckets
+    }
+
+    fn refusals_rule(&self) -> Rule {
+        window(self.ban.refusals, self.ban.within)
+    }
+
+    fn tag(&self, user: &str) -> u64 {
+        self.hasher.hash_one(user)
+    }
+
+    /// The end of `user`'s ban (µs), if this instance banned them and it
+    /// has not ended at `now_us`.
+    pub(crate) fn known(&self, user: &str, now_us: u64) -> Option<u64> {
+        let known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        known
+            .get(&self.tag(user))
+            .copied()
+            .filter(|&until| until > now_us)
+    }
+
+    /// Forgets `user`'s ban here (a reset).
+    pub(crate) fn forget(&self, user: &str) {
+        let mut known =
+            self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        known.remove(&self.tag(user));
+    }
+
+    fn remember(&self, user: &str, until_us: u64, now_us: u64) {
+        let mut known =
+            self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        if known.len() >= KNOWN_MAX {
+            known.retain(|_, &mut until| until > now_us);
+        }
+        if known.len() < KNOWN_MAX {
+            known.insert(self.tag(user), until_us);
+        }
+    }
+
+    /// A refusal of `user` (by a limit, not a ban): counted, and, the K-th
+    /// within W, a ban. Returns how long the ban lasts, if one began.
+    pub(crate) async fn refused(
+        &self,
+        store: &rate_tier_storage::Store,
+        user: &str,
+        secret: Option<&KeySecret>,
+        now_us: u64,
+    ) -> Result<Option<Duration>, rate_tier_storage::StorageError> {
+        let counted =
+            BucketCheck::of_rule(&REFUSALS, user, self.refusals_rule(), 1)?
+                .key_secret(secret);
+        let mut out = [Decision::default()];
+        let decided = store.check(&[counted], &mut out).await?;
+        // The K-th: the window just filled. Later ones (a window already
+        // full) were the ban's to stop; they ban no one again.
+        if !decided.verdict.allowed || out[0].remaining > 0 {
+            return Ok(None);
+        }
+        let level =
+            BucketCheck::new(&LEVEL, user, self.level, 1)?.key_secret(secret);
+        let decided = store.check(&[level], &mut out).await?;
+        // How deep this ban is in the chain: what the bucket holds now.
+        let n = if decided.verdict.allowed {
+            let left = u32::try_from(out[0].remaining).unwrap_or(u32::MAX);
+            self.ban.levels().saturating_sub(left)
+        } else {
+            self.ban.levels()
+        };
+        let length = self.ban.length(n.max(1));
+        // From a fresh bucket, past its burst by the ban's length (less the
+        // one interval a check adds): refused until exactly then.
+        let until = self.until_check(user, secret).as_peek();
+        store.reset(&[counted, until]).await?;
+        let ahead = self.until.burst_offset_us() + micros(length) - UNTIL_T_US;
+        let units = u32::try_from(ahead / UNTIL_T_US).unwrap_or(u32::MAX);
+        store.settle(&[until.settle(Adjust::Charge(units))]).await?;
+        self.remember(user, now_us.saturating_add(micros(length)), now_us);
+        Ok(Some(length))
+    }
+}
+
+fn window(limit: u32, length: Duration) -> Rule {
+    match Window::new(limit, length) {
+        Ok(window) => window.into(),
+        Err(_) => unreachable!("checked by Ban::validate"),
+    }
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
