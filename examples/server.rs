@@ -54,6 +54,10 @@
 //! `GET /metrics` (no key, not limited) serves the limiter's Prometheus
 //! metrics: checks by tier and outcome, latency, store errors, breaker.
 //!
+//! Every plan bans a key for 60 s after 20 refusals within 60 s (doubling
+//! while it keeps going, at most an hour): its 429s then say
+//! `"banned":true`.
+//!
 //! `--admin-token-file FILE` serves `POST /admin/reset?key=KEY` (not
 //! limited) to callers that send `authorization: Bearer <the file's
 //! content>`: the key's buckets back to full, on every plan and its own
@@ -82,7 +86,7 @@ use tower_rate_tier::metrics::prometheus_client::encoding::text::encode;
 use tower_rate_tier::metrics::prometheus_client::registry::Registry;
 use tower_rate_tier::metrics::{self, RateLimitMetrics};
 use tower_rate_tier::{
-    Concurrency, FallbackStorage, Limit, LimitEvent, OnMissing, Period,
+    Ban, Concurrency, FallbackStorage, Limit, LimitEvent, OnMissing, Period,
     PeriodUnit, Plans, PlansBuilder, PostgresStorage, Quota, RateTier,
     RedisStorage, Settle, StorageEvent, TierIdentity, TierLimitLayer, Window,
 };
@@ -352,6 +356,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut tiers = RateTier::builder()
         .plans(plans)
         .observe(metrics)
+        // A key that keeps going after 20 refusals in a minute is refused
+        // everything for a minute, doubling while it keeps at it, up to an
+        // hour; /admin/reset lifts it.
+        .ban(
+            Ban::after(20, Duration::from_secs(60))
+                .lasting(Duration::from_secs(60))
+                .up_to(Duration::from_secs(3600)),
+        )
         // What the limiter and its store do by themselves.
         .on_event(move |event| match event {
             LimitEvent::Storage(StorageEvent::Breaker {

@@ -144,3 +144,31 @@ fn on_redis_a_reset_on_one_server_refills_for_both() {
     let (a, b) = (Server::start(&args, &[]), Server::start(&args, &[]));
     a_reset_needs_the_token_and_refills(&[&a, &b], token);
 }
+
+#[test]
+fn a_key_that_keeps_going_is_banned_and_a_reset_lifts_it() {
+    let (file, token) = token_file();
+    let server = Server::start(&["--admin-token-file", file.as_str()], &[]);
+    for _ in 0..10 {
+        assert_eq!(server.get("/data", Some("key_ana")).status, 200);
+    }
+    // 20 refusals of the plan, then banned.
+    for _ in 0..20 {
+        let response = server.get("/data", Some("key_ana"));
+        assert_eq!(response.status, 429);
+        assert!(!response.body.contains("banned"), "{}", response.body);
+    }
+    let response = server.get("/data", Some("key_ana"));
+    assert_eq!(response.status, 429);
+    assert!(
+        response.body.contains(r#""banned":true"#),
+        "{}",
+        response.body
+    );
+    assert_eq!(response.header("retry-after"), Some("60"));
+    assert_eq!(
+        post(server.port, "/admin/reset?key=key_ana", Some(token)),
+        200
+    );
+    assert_eq!(server.get("/data", Some("key_ana")).status, 200);
+}
