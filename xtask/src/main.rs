@@ -15,6 +15,7 @@ mod cmd;
 mod launcher;
 mod postgres;
 mod redis;
+mod service_image;
 mod tasks;
 
 const USAGE: &str = "\
@@ -22,6 +23,7 @@ cargo xtask: the tasks of the tower-rate-tier workspace
 
 Usage: cargo xtask <TASK> [--docker] [--full] [-- <ARGS>...]
        cargo xtask fuzz [TARGET] [--seconds N]
+       cargo xtask service-image [--check]
 
 Tasks:
   ci            cargo fmt --all -- --check; cargo clippy --workspace --all-targets
@@ -50,6 +52,16 @@ Tasks:
                 from the installed server (its binaries, modules and data files,
                 the libraries ldd lists, /bin/sh and an entrypoint that creates
                 the cluster, as the official image's does)
+  service-image the standalone service's image, rate-tier-service:local, for a
+                Docker engine with no registry: FROM scratch, from the release
+                binary (cargo build --release -p rate-tier-service), the libraries
+                ldd lists, the Dockerfile's non-root user and what its HEALTHCHECK
+                runs (bash, head, grep); EXPOSE, USER, ENTRYPOINT, CMD and
+                HEALTHCHECK read from the repository's Dockerfile. --check then
+                runs a container on published free loopback ports and asks it
+                (/healthcheck, a /json request that passes and one that is
+                limited, HTTP/2 on the gRPC port, Docker's health check healthy,
+                a non-root uid) and removes it. Fails without a Docker engine
   no-std        proves gcra-core is no_std: #![no_std], no dependencies, builds with
                 --no-default-features, and for thumbv7em-none-eabihf when that target
                 is installed (otherwise that build is left to GitHub Actions)
@@ -83,6 +95,7 @@ Flags:
                 and for the tests' own servers, even where redis-server and
                 PostgreSQL are installed
   --full        (bench) the long run
+  --check       (service-image) run the image and ask it
   --seconds N   (fuzz) how long each target runs
 
 Arguments after `--` are added to the cargo test command (test, test-redis,
@@ -137,6 +150,7 @@ enum Task {
     TestCluster,
     RedisImage,
     PostgresImage,
+    ServiceImage,
     NoStd,
     Bench,
     Fuzz,
@@ -154,6 +168,7 @@ impl Task {
             "test-cluster" => Self::TestCluster,
             "redis-image" => Self::RedisImage,
             "postgres-image" => Self::PostgresImage,
+            "service-image" => Self::ServiceImage,
             "no-std" => Self::NoStd,
             "bench" => Self::Bench,
             "fuzz" => Self::Fuzz,
@@ -183,6 +198,8 @@ struct Args {
     task: Task,
     /// `--full` (bench only): the long run.
     full: bool,
+    /// `--check` (service-image only): run the image and ask it.
+    check: bool,
     /// `--docker` (test, test-redis, test-cluster): Redis and PostgreSQL in
     /// Docker.
     docker: bool,
@@ -206,6 +223,7 @@ fn parse_args(args: Vec<OsString>) -> std::result::Result<Args, String> {
     let mut task = None;
     let mut help = false;
     let mut full = false;
+    let mut check = false;
     let mut docker = false;
     let mut target = None;
     let mut seconds = None;
@@ -213,6 +231,7 @@ fn parse_args(args: Vec<OsString>) -> std::result::Result<Args, String> {
         match arg {
             Short('h') | Long("help") => help = true,
             Long("full") => full = true,
+            Long("check") => check = true,
             Long("docker") => docker = true,
             Long("seconds") => {
                 let value = parser.value().map_err(|e| e.to_string())?;
@@ -252,6 +271,9 @@ fn parse_args(args: Vec<OsString>) -> std::result::Result<Args, String> {
     if full && !matches!(task, Task::Bench | Task::Help) {
         return Err("--full is a flag of `bench` only".to_owned());
     }
+    if check && !matches!(task, Task::ServiceImage | Task::Help) {
+        return Err("--check is a flag of `service-image` only".to_owned());
+    }
     if seconds.is_some() && !matches!(task, Task::Fuzz | Task::Help) {
         return Err("--seconds is a flag of `fuzz` only".to_owned());
     }
@@ -264,6 +286,7 @@ fn parse_args(args: Vec<OsString>) -> std::result::Result<Args, String> {
     Ok(Args {
         task,
         full,
+        check,
         docker,
         target,
         seconds,
@@ -293,6 +316,7 @@ fn main() -> ExitCode {
         Task::TestCluster => tasks::test_cluster(args.docker, extra),
         Task::RedisImage => tasks::redis_image(),
         Task::PostgresImage => tasks::postgres_image(),
+        Task::ServiceImage => service_image::service_image(args.check),
         Task::NoStd => tasks::no_std(),
         Task::Bench => tasks::bench(args.full, extra),
         Task::Fuzz => tasks::fuzz(args.target.as_deref(), args.seconds),
@@ -375,6 +399,22 @@ mod tests {
         assert!(parse(&["features", "--", "x"]).is_err());
         assert!(parse(&["redis-image", "--", "x"]).is_err());
         assert!(parse(&["postgres-image", "--", "x"]).is_err());
+    }
+
+    #[test]
+    fn service_image_takes_check() {
+        let build = parse(&["service-image"]).unwrap();
+        assert_eq!((build.task, build.check), (Task::ServiceImage, false));
+        let check = parse(&["service-image", "--check"]).unwrap();
+        assert_eq!((check.task, check.check), (Task::ServiceImage, true));
+        assert!(parse(&["--check", "service-image"]).unwrap().check);
+        assert!(parse(&["service-image", "--docker"]).is_err());
+        assert!(parse(&["service-image", "--", "x"]).is_err());
+        assert!(parse(&["service-image", "extra"]).is_err());
+        for task in ["test", "redis-image", "bench", "ci"] {
+            assert!(parse(&[task, "--check"]).is_err(), "{task}");
+        }
+        assert!(USAGE.contains("service-image [--check]"));
     }
 
     #[test]
