@@ -33,6 +33,9 @@ use crate::cmd::{Cmd, Result, find_on_path, project_root};
 /// The tag of the image built.
 pub(crate) const IMAGE: &str = "rate-tier-service:local";
 
+/// The label of the check's containers.
+const LABEL: &str = "tower-rate-tier.xtask=service-image";
+
 /// The container's HTTP and gRPC ports (the Dockerfile's `EXPOSE`, the
 /// service's defaults).
 const HTTP_PORT: u16 = 8080;
@@ -512,12 +515,22 @@ fn check_image(docker: &Path, runtime: &Runtime) -> Result<()> {
         .args(["check-config", "/etc/rate-tier-service"])
         .read()?;
 
+    // A container an interrupted check left behind (Ctrl-C skips the
+    // removal below) goes first.
+    let leftovers = Cmd::new(docker)
+        .args(["ps", "-aq", "--filter", &format!("label={LABEL}")])
+        .read()?;
+    for id in leftovers.split_whitespace() {
+        Cmd::new(docker).args(["rm", "-f", id]).read()?;
+    }
     // The service, on free loopback ports of the host (Docker picks them),
     // with Docker's health check every second instead of every ten.
     let id = Cmd::new(docker)
         .args([
             "run",
             "-d",
+            "--label",
+            LABEL,
             "--health-interval=1s",
             "--health-start-period=30s",
         ])
