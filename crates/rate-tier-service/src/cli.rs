@@ -4,6 +4,7 @@
 //! rate-tier-service --config PATH [--grpc ADDR] [--http ADDR]
 //!         [--redis URL | --redis-cluster HOST:PORT,... | --postgres URL]
 //!         [--shadow] [--headers x|ietf|both|none] [--log-format text|json]
+//!         [--admin [IP:]PORT --admin-token-file FILE]
 //! rate-tier-service check-config PATH
 //! rate-tier-service migrate --postgres URL
 //! ```
@@ -17,6 +18,15 @@
 //! assert!(matches!(parse(["check-config", "rl.yaml"])?, Command::CheckConfig(_)));
 //! assert!(matches!(parse(["migrate", "--postgres", "postgres://db/app"])?, Command::Migrate(_)));
 //! assert!(parse(["--config", "a", "--redis", "redis://x", "--postgres", "postgres://db/app"]).is_err());
+//!
+//! // The admin API: a port alone is on loopback; it needs its token file.
+//! let Command::Serve(serve) = parse(["--config", "a", "--admin", "6071", "--admin-token-file", "t"])? else {
+//!     unreachable!()
+//! };
+//! let admin = serve.options.admin.expect("the admin API");
+//! assert_eq!(admin.addr.to_string(), "127.0.0.1:6071");
+//! assert_eq!(admin.token_file.to_str(), Some("t"));
+//! assert!(parse(["--config", "a", "--admin", "6071"]).unwrap_err().contains("--admin-token-file"));
 //! # Ok::<(), String>(())
 //! ```
 
@@ -24,6 +34,7 @@ use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use crate::admin::AdminOptions;
 use crate::server::{ServiceOptions, StoreChoice};
 use tower_rate_tier::headers::HeaderStyle;
 
@@ -46,11 +57,20 @@ OPTIONS:
     --shadow                   decide and count, never refuse
     --headers MODE             response headers: x, ietf, both or none (default none)
     --log-format FORMAT        text or json (default text); the level comes from RUST_LOG (default info)
+    --admin ADDR               serve the admin API on its own listener: a PORT (on 127.0.0.1) or IP:PORT
+                               (off by default; an address other than loopback is allowed, with a warning)
+    --admin-token-file FILE    the admin API's bearer token: the file's content, trimmed (required with --admin)
     -h, --help                 this text
     -V, --version              the version
 
 check-config PATH exits 0 when the config is valid, 1 with the file and the reason otherwise.
 migrate --postgres URL creates (or updates) the PostgreSQL store's table and functions, then exits.
+
+ADMIN API (every request with `authorization: Bearer TOKEN`, else 401; JSON in and out):
+    POST /admin/reset   {\"domain\": D, \"descriptors\": [{\"entries\": [{\"key\": K, \"value\": V}]}]}
+                        puts the buckets those descriptors map to back to full
+    POST /admin/peek    the same body: each descriptor's limit, remaining and reset, charging nothing
+    GET  /admin/rules   the rules in use: domain, descriptors, name, unit, requests_per_unit, shadow
 ";
 
 /// How to write logs.
@@ -146,6 +166,8 @@ where
     let mut headers = HeaderStyle::None;
     let mut log_format = LogFormat::Text;
     let mut check = None;
+    let mut admin = None;
+    let mut admin_token_file = None;
     let error = |e: lexopt::Error| e.to_string();
     while let Some(arg) = parser.next().map_err(error)? {
         match arg {
@@ -179,6 +201,14 @@ where
                 migrate = true;
             }
             Long("shadow") => shadow = true,
+            Long("admin") => {
+                let value = text("--admin", parser.value().map_err(error)?)?;
+                admin = Some(crate::admin::parse_addr(&value)?);
+            }
+            Long("admin-token-file") => {
+                admin_token_file =
+                    Some(PathBuf::from(parser.value().map_err(error)?));
+            }
             Long("headers") => {
                 headers = text("--headers", parser.value().map_err(error)?)?
                     .parse()
@@ -242,6 +272,23 @@ where
                     .into(),
             );
         }
+    };
+    options.admin = match (admin, admin_token_file) {
+        (Some(addr), Some(token_file)) => {
+            Some(AdminOptions { addr, token_file })
+        }
+        (Some(_), None) => {
+            return Err(
+                "--admin needs --admin-token-file FILE (the bearer token)"
+                    .into(),
+            );
+        }
+        (None, Some(_)) => {
+            return Err(
+                "--admin-token-file is only used with --admin ADDR".into()
+            );
+        }
+        (None, None) => None,
     };
     options.decide.shadow = shadow;
     options.decide.headers = headers;

@@ -44,7 +44,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{
     RateLimitRequest, RateLimitResponse,
 };
-use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use envoy_types::pb::google::protobuf::{
+    Duration as ProtoDuration, UInt64Value,
+};
 use gcra_core::{Decision, Quota};
 use rate_tier_storage::{
     BucketCheck, Decided, LimitName, Storage, StorageError,
@@ -141,6 +143,29 @@ pub struct Decider {
     metrics: Arc<Metrics>,
 }
 
+/// What [`Decider::reset`] did for one descriptor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ResetDescriptor {
+    /// No rule applies (an unknown domain or key, a descriptor deeper than
+    /// the rule): nothing reset.
+    NoLimit,
+    /// An `unlimited` rule: no bucket to reset.
+    Unlimited,
+    /// A limit (a rule, or the descriptor's own `limit` override).
+    Limit {
+        /// The rule's `name` (empty when it has none, or an override).
+        name: String,
+        /// Its `requests_per_unit`.
+        requests_per_unit: u32,
+        /// Its `unit`.
+        unit: Unit,
+        /// Whether its bucket was reset: false for `requests_per_unit: 0`,
+        /// which has no bucket.
+        reset: bool,
+    },
+}
+
 /// The limit a descriptor got: a config rule or its own override.
 struct Applied<'c> {
     bucket: &'c LimitName,
@@ -186,6 +211,17 @@ impl Group<'_> {
             RuleLimit::Quota(quota) => self.cost > u64::from(quota.burst()),
             RuleLimit::Unlimited => false,
         }
+    }
+
+    /// The store's check of this bucket: the same key for a decision, a
+    /// peek and a reset.
+    fn check(
+        &self,
+        quota: Quota,
+        cost: u32,
+    ) -> Result<BucketCheck<'_>, StorageError> {
+        Ok(BucketCheck::new(self.bucket, &self.partition, quota, cost)?
+            .shadow(self.shadow))
     }
 
     fn quota(&self) -> Option<Quota> {
@@ -345,82 +381,134 @@ impl Decider {
         result
     }
 
-    async fn decide_inner(
+    /// What `request`'s descriptors would be told now, charging nothing: the
+    /// request decided with every descriptor's `hits_addend` set to 0 (a
+    /// peek, see the [module docs](self#costs)), `replaces` applied as for
+    /// a decision. Not counted as a call in the metrics.
+    ///
+    /// # Errors
+    ///
+    /// [`DecideError::InvalidArgument`] for a malformed request or one of
+    /// more than [`RequestLimits::max_descriptors`] descriptors,
+    /// [`DecideError::Store`] when the store gave no answer.
+    pub async fn peek(
         &self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, DecideError> {
+        self.within_bounds(request)?;
+        let mut request = request.clone();
+        for descriptor in &mut request.descriptors {
+            descriptor.hits_addend = Some(UInt64Value { value: 0 });
+        }
+        self.decide_inner(&request).await
+    }
+
+    /// Puts back to full the buckets that `request`'s descriptors map to
+    /// under the config in use (the same buckets, by the same code, as a
+    /// decision: [`Storage::reset`]). Each descriptor is matched on its
+    /// own: `replaces` does not apply, a reset names buckets rather than
+    /// asks for a decision; `hits_addend` is ignored. Returns what each
+    /// descriptor got, in order.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+    /// #     RateLimitDescriptor, rate_limit_descriptor::Entry,
+    /// # };
+    /// # use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    /// use rate_tier_service::decide::ResetDescriptor;
+    /// use rate_tier_service::{Config, DecideOptions, Decider, Metrics};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let config = Config::from_yaml("rl.yaml", "
+    /// domain: edge
+    /// descriptors:
+    ///   - key: user
+    ///     rate_limit: {unit: minute, requests_per_unit: 1}
+    /// ")?;
+    /// let store = Arc::new(rate_tier_storage::MemoryStorage::new());
+    /// let decider = Decider::new(config, store, DecideOptions::default(), Arc::new(Metrics::new(None)));
+    /// let request = RateLimitRequest {
+    ///     domain: "edge".into(),
+    ///     descriptors: vec![RateLimitDescriptor {
+    ///         entries: vec![Entry { key: "user".into(), value: "ada".into() }],
+    ///         ..Default::default()
+    ///     }],
+    ///     hits_addend: 0,
+    /// };
+    /// decider.decide(&request, "doc").await?;
+    /// assert_eq!(decider.decide(&request, "doc").await?.overall_code, 2); // OVER_LIMIT
+    /// let reset = decider.reset(&request).await?;
+    /// assert!(matches!(reset[0], ResetDescriptor::Limit { reset: true, .. }));
+    /// assert_eq!(decider.decide(&request, "doc").await?.overall_code, 1); // OK
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Decider::peek`]; a store without resets is
+    /// [`StorageError::Unsupported`].
+    pub async fn reset(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<Vec<ResetDescriptor>, DecideError> {
+        self.within_bounds(request)?;
         self.validate(request)?;
         let config = self.config.load();
         let Some(domain) = config.domain(&request.domain) else {
-            self.metrics
-                .domain_not_found
-                .inc_by(request.descriptors.len() as u64);
-            return Ok(RateLimitResponse {
-                overall_code: Code::Ok as i32,
-                statuses: request
-                    .descriptors
-                    .iter()
-                    .map(|_| no_limit())
-                    .collect(),
-                ..RateLimitResponse::default()
-            });
+            return Ok(vec![
+                ResetDescriptor::NoLimit;
+                request.descriptors.len()
+            ]);
         };
-        let request_cost = u64::from(request.hits_addend.max(1));
-        let override_stats;
-        let override_stats_ref =
-            if request.descriptors.iter().any(|d| d.limit.is_some()) {
-                override_stats =
-                    Some(self.metrics.rule(&request.domain, "override"));
-                override_stats.as_ref()
-            } else {
-                None
-            };
-
-        // 1. Each descriptor's limit.
-        let mut plans: SmallVec<[Plan<'_>; 4]> = SmallVec::new();
-        let mut partitions: SmallVec<[String; 4]> = SmallVec::new();
-        for descriptor in &request.descriptors {
-            let cost = descriptor
-                .hits_addend
-                .as_ref()
-                .map_or(request_cost, |h| h.value);
-            let (plan, partition) = plan_of(domain, descriptor, cost);
-            plans.push(plan);
-            partitions.push(partition);
-        }
-
-        // 2. `replaces`: rules named by another matched rule of the request
-        //    are dropped. An unlimited rule replaces, but stays unlimited
-        //    itself (upstream marks unlimited descriptors first).
-        let replaced: SmallVec<[&str; 4]> = plans
-            .iter()
-            .filter_map(|p| match p {
-                Plan::Limited {
-                    applied:
-                        Applied {
-                            stats: StatsRef::Rule(rule),
-                            ..
-                        },
-                    ..
-                } => Some(rule.replaces.iter().map(String::as_str)),
-                _ => None,
-            })
-            .flatten()
-            .collect();
-        if !replaced.is_empty() {
-            for plan in &mut plans {
-                if let Plan::Limited { applied, .. } = plan
-                    && !applied.name.is_empty()
-                    && applied.limit != RuleLimit::Unlimited
-                    && replaced.contains(&applied.name)
-                {
-                    *plan = Plan::NoLimit;
-                }
+        let (mut plans, mut partitions) = plan_all(domain, request);
+        let groups = self.group_all(&mut plans, &mut partitions);
+        let mut checks: SmallVec<[BucketCheck<'_>; 4]> = SmallVec::new();
+        for group in &groups {
+            if let Some(quota) = group.quota() {
+                checks.push(group.check(quota, 0)?);
             }
         }
+        if !checks.is_empty() {
+            self.store.reset(&checks).await?;
+        }
+        Ok(plans
+            .iter()
+            .map(|plan| match plan {
+                Plan::NoLimit => ResetDescriptor::NoLimit,
+                Plan::Unlimited => ResetDescriptor::Unlimited,
+                Plan::Limited { applied, group, .. } => {
+                    ResetDescriptor::Limit {
+                        name: applied.name.to_owned(),
+                        requests_per_unit: applied.requests_per_unit,
+                        unit: applied.unit,
+                        reset: groups[*group].quota().is_some(),
+                    }
+                }
+            })
+            .collect())
+    }
 
-        // 3. Buckets: descriptors in one bucket merged.
-        let mut groups: SmallVec<[Group<'_>; 4]> = SmallVec::new();
+    fn within_bounds(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<(), DecideError> {
+        let most = self.options.limits.max_descriptors;
+        if request.descriptors.len() > most {
+            return Err(DecideError::InvalidArgument(format!(
+                "more than {most} descriptors"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Step 3 of a decision: descriptors in one bucket merged (their costs
+    /// added); unlimited plans marked.
+    fn group_all<'c>(
+        &self,
+        plans: &mut [Plan<'c>],
+        partitions: &mut [String],
+    ) -> SmallVec<[Group<'c>; 4]> {
+        let mut groups: SmallVec<[Group<'c>; 4]> = SmallVec::new();
         for (plan, partition) in plans.iter_mut().zip(partitions.iter_mut()) {
             let Plan::Limited {
                 applied,
@@ -455,6 +543,49 @@ impl Decider {
                 }
             };
         }
+        groups
+    }
+
+    async fn decide_inner(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, DecideError> {
+        self.validate(request)?;
+        let config = self.config.load();
+        let Some(domain) = config.domain(&request.domain) else {
+            self.metrics
+                .domain_not_found
+                .inc_by(request.descriptors.len() as u64);
+            return Ok(RateLimitResponse {
+                overall_code: Code::Ok as i32,
+                statuses: request
+                    .descriptors
+                    .iter()
+                    .map(|_| no_limit())
+                    .collect(),
+                ..RateLimitResponse::default()
+            });
+        };
+        let override_stats;
+        let override_stats_ref =
+            if request.descriptors.iter().any(|d| d.limit.is_some()) {
+                override_stats =
+                    Some(self.metrics.rule(&request.domain, "override"));
+                override_stats.as_ref()
+            } else {
+                None
+            };
+
+        // 1. Each descriptor's limit.
+        let (mut plans, mut partitions) = plan_all(domain, request);
+
+        // 2. `replaces`: rules named by another matched rule of the request
+        //    are dropped. An unlimited rule replaces, but stays unlimited
+        //    itself (upstream marks unlimited descriptors first).
+        drop_replaced(&mut plans);
+
+        // 3. Buckets: descriptors in one bucket merged.
+        let groups = self.group_all(&mut plans, &mut partitions);
 
         // 4. One decision. A bucket that can never pass refuses before the
         //    store: every other bucket is then only read.
@@ -478,11 +609,7 @@ impl Decider {
                 // <= burst here.
                 u32::try_from(group.cost).unwrap_or(u32::MAX)
             };
-            let check =
-                BucketCheck::new(group.bucket, &group.partition, quota, cost)
-                    .map_err(StorageError::from)?
-                    .shadow(group.shadow);
-            checks.push(check);
+            checks.push(group.check(quota, cost)?);
             checked.push(index);
         }
         let mut allowed = !refused_early;
@@ -600,6 +727,61 @@ impl Decider {
             response_headers_to_add,
             ..RateLimitResponse::default()
         })
+    }
+}
+
+/// Step 1 of a decision: each descriptor's limit and the partition of its
+/// bucket.
+fn plan_all<'c>(
+    domain: &'c Domain,
+    request: &RateLimitRequest,
+) -> (SmallVec<[Plan<'c>; 4]>, SmallVec<[String; 4]>) {
+    let request_cost = u64::from(request.hits_addend.max(1));
+    let mut plans: SmallVec<[Plan<'_>; 4]> = SmallVec::new();
+    let mut partitions: SmallVec<[String; 4]> = SmallVec::new();
+    for descriptor in &request.descriptors {
+        let cost = descriptor
+            .hits_addend
+            .as_ref()
+            .map_or(request_cost, |h| h.value);
+        let (plan, partition) = plan_of(domain, descriptor, cost);
+        plans.push(plan);
+        partitions.push(partition);
+    }
+    (plans, partitions)
+}
+
+/// Step 2 of a decision: `replaces`.
+fn drop_replaced<'c>(plans: &mut [Plan<'c>]) {
+    let replaced: SmallVec<[&'c str; 4]> = plans
+        .iter()
+        .filter_map(|p| match p {
+            Plan::Limited {
+                applied:
+                    Applied {
+                        stats: StatsRef::Rule(rule),
+                        ..
+                    },
+                ..
+            } => {
+                let rule: &'c Rule = rule;
+                Some(rule.replaces.iter().map(String::as_str))
+            }
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    if replaced.is_empty() {
+        return;
+    }
+    for plan in plans.iter_mut() {
+        if let Plan::Limited { applied, .. } = plan
+            && !applied.name.is_empty()
+            && applied.limit != RuleLimit::Unlimited
+            && replaced.contains(&applied.name)
+        {
+            *plan = Plan::NoLimit;
+        }
     }
 }
 

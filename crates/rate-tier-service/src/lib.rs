@@ -12,6 +12,13 @@
 //! HTTP on 127.0.0.1:8080 (`POST /json`, `GET /healthcheck`,
 //! `GET /metrics`). See [`cli`] for the flags.
 //!
+//! With `--admin ADDR --admin-token-file FILE`, an admin API on a listener
+//! of its own (loopback unless an address is given), behind a bearer token:
+//! `POST /admin/reset` puts a descriptor's buckets back to full,
+//! `POST /admin/peek` reads what remains of them without charging, and
+//! `GET /admin/rules` lists the rules in use. See [`admin`] for the JSON
+//! shapes, the token and the logs.
+//!
 //! # What differs from envoyproxy/ratelimit, and why
 //!
 //! - **GCRA instead of fixed windows.** `requests_per_unit: R` per `unit` is
@@ -93,6 +100,7 @@
 #![warn(clippy::unwrap_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod admin;
 pub mod cli;
 pub mod client;
 pub mod config;
@@ -106,6 +114,7 @@ mod reload;
 pub mod server;
 pub mod wire;
 
+pub use admin::AdminOptions;
 pub use config::{Config, ConfigError};
 pub use decide::{DecideError, DecideOptions, Decider, RequestLimits};
 pub use metrics::Metrics;

@@ -95,6 +95,15 @@ fn main() -> ExitCode {
         Command::Serve(serve) => serve,
         _ => return ExitCode::from(2),
     };
+    if let Some(admin) = &serve.options.admin
+        && !admin.addr.ip().is_loopback()
+    {
+        eprintln!(
+            "warning: --admin {}: not a loopback address: the admin API is reachable from the network, \
+             guarded by its token alone",
+            admin.addr
+        );
+    }
     init_logs(serve.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

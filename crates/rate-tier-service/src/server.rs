@@ -1,5 +1,5 @@
-//! Running the service: the store, the two listeners, the reload, and a
-//! graceful shutdown.
+//! Running the service: the store, the two listeners (three with the
+//! [admin API](crate::admin)), the reload, and a graceful shutdown.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
 
+use crate::admin::AdminOptions;
 use crate::config::{Config, ConfigError};
 use crate::decide::{DecideOptions, Decider};
 use crate::grpc::RlsService;
@@ -66,6 +67,9 @@ pub struct ServiceOptions {
     pub rescan_every: Duration,
     /// The timeout of each Redis call (default 100 ms).
     pub redis_timeout: Duration,
+    /// The admin API's listener and token file (default none: no admin
+    /// API). See [`admin`](crate::admin).
+    pub admin: Option<AdminOptions>,
 }
 
 impl ServiceOptions {
@@ -85,6 +89,7 @@ impl ServiceOptions {
             reload_debounce: Duration::from_millis(200),
             rescan_every: Duration::from_secs(60),
             redis_timeout: RedisStorage::DEFAULT_TIMEOUT,
+            admin: None,
         }
     }
 }
@@ -110,6 +115,9 @@ pub enum StartError {
     /// The config could not be watched.
     #[error("cannot watch the config: {0}")]
     Watch(#[from] notify::Error),
+    /// The admin API's token file cannot be read, or is empty.
+    #[error("admin API: {0}")]
+    AdminToken(String),
 }
 
 /// The service.
@@ -122,6 +130,7 @@ pub struct Service;
 pub struct Running {
     grpc_addr: SocketAddr,
     http_addr: SocketAddr,
+    admin_addr: Option<SocketAddr>,
     decider: Arc<Decider>,
     config_path: PathBuf,
     health: Health,
@@ -213,6 +222,14 @@ impl Service {
     /// [`StartError`]: an invalid config, a bad Redis URL, an address in
     /// use.
     pub async fn start(options: ServiceOptions) -> Result<Running, StartError> {
+        // The token first: a missing one fails before anything is built.
+        let admin_token = match &options.admin {
+            Some(admin) => Some(
+                crate::admin::read_token(&admin.token_file)
+                    .map_err(StartError::AdminToken)?,
+            ),
+            None => None,
+        };
         let path = options.config_path.clone();
         let config = tokio::task::spawn_blocking(move || Config::load(path))
             .await
@@ -249,8 +266,16 @@ impl Service {
 
         let grpc_listener = bind(options.grpc_addr).await?;
         let http_listener = bind(options.http_addr).await?;
+        let admin_listener = match &options.admin {
+            Some(admin) => Some(bind(admin.addr).await?),
+            None => None,
+        };
         let grpc_addr = local(&grpc_listener, options.grpc_addr);
         let http_addr = local(&http_listener, options.http_addr);
+        let admin_addr = admin_listener
+            .as_ref()
+            .zip(options.admin.as_ref())
+            .map(|(listener, admin)| local(listener, admin.addr));
 
         let (shutdown, stop) = watch::channel(false);
         let until_stop = |mut stop: watch::Receiver<bool>| async move {
@@ -297,6 +322,20 @@ impl Service {
             }
         }));
 
+        if let (Some(listener), Some(token)) = (admin_listener, admin_token) {
+            let app = crate::admin::router(decider.clone(), &token)
+                .into_make_service_with_connect_info::<SocketAddr>();
+            let admin_stop = until_stop(stop.clone());
+            tasks.push(tokio::spawn(async move {
+                if let Err(error) = axum::serve(listener, app)
+                    .with_graceful_shutdown(admin_stop)
+                    .await
+                {
+                    tracing::error!(%error, "the admin HTTP server failed");
+                }
+            }));
+        }
+
         if options.watch {
             tasks.push(crate::reload::spawn(
                 options.config_path.clone(),
@@ -306,10 +345,16 @@ impl Service {
                 stop,
             )?);
         }
-        tracing::info!(%grpc_addr, %http_addr, "serving");
+        match admin_addr {
+            Some(admin_addr) => {
+                tracing::info!(%grpc_addr, %http_addr, %admin_addr, "serving");
+            }
+            None => tracing::info!(%grpc_addr, %http_addr, "serving"),
+        }
         Ok(Running {
             grpc_addr,
             http_addr,
+            admin_addr,
             decider,
             config_path: options.config_path,
             health,
@@ -334,6 +379,11 @@ impl Running {
     /// The HTTP address.
     pub fn http_addr(&self) -> SocketAddr {
         self.http_addr
+    }
+
+    /// The admin API's address, when it is served.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
     }
 
     /// The decision engine.
@@ -363,7 +413,7 @@ impl Running {
         let _ = self.shutdown.send(true);
     }
 
-    /// Waits until both servers have stopped (after [`Running::shutdown`]).
+    /// Waits until the servers have stopped (after [`Running::shutdown`]).
     pub async fn wait(self) {
         for task in self.tasks {
             let _ = task.await;

@@ -277,6 +277,7 @@ fn build_level(
                     shadow: d.shadow_mode,
                     domain: cx.domain.clone(),
                     path: path_label,
+                    entries: rule_path.clone(),
                     stats: OnceLock::new(),
                 });
                 cx.rules.push(rule.clone());

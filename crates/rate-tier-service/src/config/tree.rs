@@ -39,6 +39,9 @@ pub(crate) struct Rule {
     /// The rule's path below the domain, values as written in the config
     /// (`key1_value1.key2`): its metrics label.
     pub(crate) path: String,
+    /// The rule's descriptors from the domain down: each key, and its
+    /// value (`None`: any value).
+    pub(crate) entries: Vec<(String, Option<String>)>,
     pub(crate) stats: OnceLock<RuleStats>,
 }
 
