@@ -34,6 +34,16 @@
 //! memory, Redis, Redis Cluster, PostgreSQL, and the local fallback too).
 //! Each descriptor is matched on its own (`replaces` does not apply).
 //!
+//! With Redis or a Redis Cluster, the shared bucket is full again at once
+//! for every instance; but each instance also remembers the refusals it
+//! made, in process, until their wait ends
+//! ([`RedisStorage::remember_refusals`](rate_tier_storage::RedisStorage::remember_refusals)),
+//! and a reset forgets them only on the instance that was asked. Another
+//! instance may keep refusing a descriptor it had refused for at most the
+//! wait it announced then (`duration_until_reset`, a `Retry-After`): to
+//! put a descriptor back everywhere at once, reset it through every
+//! instance's admin API.
+//!
 //! ```text
 //! {"descriptors_reset": 1,
 //!  "descriptors": [{"limit": {"name": "per_user", "requests_per_unit": 2, "unit": "MINUTE"},
@@ -329,18 +339,22 @@ fn error_400(reason: &str) -> Response {
     error(StatusCode::BAD_REQUEST, reason)
 }
 
-/// The request of a reset or a peek, in a domain of the config in use.
+/// The request of a reset or a peek, in a domain of the config in use;
+/// else the status and the reason.
 fn read_request(
     decider: &Decider,
     body: &[u8],
-) -> Result<RateLimitRequest, Response> {
-    let request =
-        json::parse_request(body).map_err(|reason| error_400(&reason))?;
+) -> Result<RateLimitRequest, (StatusCode, String)> {
+    let request = json::parse_request(body)
+        .map_err(|reason| (StatusCode::BAD_REQUEST, reason))?;
     if request.domain.is_empty() {
-        return Err(error_400("rate limit domain must not be empty"));
+        return Err((
+            StatusCode::BAD_REQUEST,
+            "rate limit domain must not be empty".into(),
+        ));
     }
     if decider.config().domain(&request.domain).is_none() {
-        return Err(error(StatusCode::NOT_FOUND, "unknown domain"));
+        return Err((StatusCode::NOT_FOUND, "unknown domain".into()));
     }
     Ok(request)
 }
@@ -356,7 +370,7 @@ fn limit_json(name: &str, requests_per_unit: u32, unit: Value) -> Value {
 async fn reset(State(state): State<AdminState>, body: Bytes) -> Response {
     let request = match read_request(&state.decider, &body) {
         Ok(request) => request,
-        Err(response) => return response,
+        Err((status, reason)) => return error(status, reason),
     };
     let done = match state.decider.reset(&request).await {
         Ok(done) => done,
@@ -394,7 +408,7 @@ async fn reset(State(state): State<AdminState>, body: Bytes) -> Response {
 async fn peek(State(state): State<AdminState>, body: Bytes) -> Response {
     let request = match read_request(&state.decider, &body) {
         Ok(request) => request,
-        Err(response) => return response,
+        Err((status, reason)) => return error(status, reason),
     };
     let response = match state.decider.peek(&request).await {
         Ok(response) => response,
