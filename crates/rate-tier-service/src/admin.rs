@@ -22,7 +22,7 @@
 //!
 //! Requests and answers are JSON (`content-type: application/json`). The
 //! descriptors of a request have the shape `POST /json` reads (see
-//! [`json`]): `{"domain": "...", "descriptors": [{"entries":
+//! [`json`](mod@crate::json)): `{"domain": "...", "descriptors": [{"entries":
 //! [{"key": "...", "value": "..."}]}]}`, with a descriptor's `limit`
 //! override if it has one; `hits_addend` is accepted and ignored.
 //!
