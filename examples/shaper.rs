@@ -9,7 +9,9 @@
 //!
 //! `--calls N` is each worker's number of calls (100), `--rate R` the
 //! upstream's quota in calls per second, evenly spaced (20), `--workers W`
-//! the number of worker processes (2). The upstream is a TCP listener on
+//! the number of worker processes (2), `--results FILE` where to write
+//! the same figures as JSON as well (`ShaperResults` of
+//! `crates/bench-results`: how `cargo xtask bench` reads them). The upstream is a TCP listener on
 //! loopback that notes when each call (one line) arrives and answers
 //! `ok`; the workers' client is a plain `tower::Service` over a
 //! `TcpStream`, wrapped in the `ShapeLayer`: any client service works the
@@ -32,6 +34,7 @@ use std::process::{ExitCode, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rate_tier_bench_results::{ResultsFile, ShaperResults};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tower::{Service, ServiceExt, service_fn};
@@ -42,6 +45,8 @@ struct Args {
     calls: u32,
     rate: u32,
     workers: u32,
+    /// Where to write the figures as JSON too, when given.
+    results: Option<std::path::PathBuf>,
     /// Set in a worker process: the upstream's address and the account.
     worker: Option<(String, String)>,
 }
@@ -55,6 +60,7 @@ fn parse_args() -> Result<Args, String> {
         calls: 100,
         rate: 20,
         workers: 2,
+        results: None,
         worker: None,
     };
     let mut parser = lexopt::Parser::from_env();
@@ -84,6 +90,7 @@ fn parse_args() -> Result<Args, String> {
             Long("workers") => {
                 args.workers = number("--workers", text(&mut parser)?)?
             }
+            Long("results") => args.results = Some(text(&mut parser)?.into()),
             // A worker process, started by the example itself.
             Long("upstream") => upstream = Some(text(&mut parser)?),
             Long("account") => account = Some(text(&mut parser)?),
@@ -104,7 +111,7 @@ async fn main() -> ExitCode {
                 eprintln!("shaper: {error}");
             }
             eprintln!(
-                "usage: shaper --redis URL [--calls N] [--rate PER_SECOND] [--workers W]\n\
+                "usage: shaper --redis URL [--calls N] [--rate PER_SECOND] [--workers W] [--results FILE]\n\
                  (or REDIS_URL): the workers share the quota through Redis"
             );
             return ExitCode::from(2);
@@ -208,6 +215,20 @@ async fn run(redis: &str, args: &Args) -> Result<(), String> {
         closest.as_secs_f64() * 1e3,
         1e3 / f64::from(args.rate),
     );
+    if let Some(path) = &args.results {
+        let results = ShaperResults {
+            workers: Some(u64::from(args.workers)),
+            calls: Some(times.len() as u64),
+            quota_per_sec: Some(f64::from(args.rate)),
+            seconds: Some(span.as_secs_f64()),
+            observed_per_sec: Some(rate),
+            busiest_second: Some(busiest as u64),
+            closest_ms: Some(closest.as_secs_f64() * 1e3),
+            interval_ms: Some(1e3 / f64::from(args.rate)),
+            refused: Some(refused),
+        };
+        results.write(path)?;
+    }
     Ok(())
 }
 

@@ -22,6 +22,7 @@ const USAGE: &str = "\
 cargo xtask: the tasks of the tower-rate-tier workspace
 
 Usage: cargo xtask <TASK> [--docker] [--full] [-- <ARGS>...]
+       cargo xtask bench [--full] [--only PART,...] [-- <ARGS>...]
        cargo xtask fuzz [TARGET] [--seconds N]
        cargo xtask service-image [--check]
 
@@ -67,12 +68,13 @@ Tasks:
                 is installed (otherwise that build is left to GitHub Actions)
   bench         the benchmarks of tower-rate-tier against their peers, side by side
                 in one run (criterion: RateTier::check vs governor, a flooded store,
-                3 limits vs 1, the open breaker; HTTP with wrk: the layer vs no layer
-                vs tower_governor; a throwaway Redis: RedisStorage vs redis-benchmark,
-                commands per 3-limit decision, server CPU per Lua script call; RSS
-                after 1M keys and idle after five waves; the standalone service's
-                ShouldRateLimit/s and latency); prints a table of ratios and rewrites
-                BENCHMARKS.md. Quick by default (a few minutes after the build);
+                3 limits vs 1, the open breaker, a reservation vs a check; HTTP with
+                wrk: the layer vs no layer vs tower_governor; a throwaway Redis:
+                RedisStorage vs redis-benchmark, commands per 3-limit decision,
+                server CPU per Lua script call; RSS after 1M keys and idle after
+                five waves; the standalone service's ShouldRateLimit/s and latency;
+                calls/s of 2 processes shaped through one quota on Redis vs the
+                quota); prints a table of ratios and rewrites BENCHMARKS.md. Quick by default (a few minutes after the build);
                 --full runs longer. Needs
                 redis-server, redis-cli, redis-benchmark (else the Redis part is
                 skipped) and wrk (else a built-in Rust HTTP client is used)
@@ -95,6 +97,10 @@ Flags:
                 and for the tests' own servers, even where redis-server and
                 PostgreSQL are installed
   --full        (bench) the long run
+  --only PARTS  (bench) only these parts, by name, comma-separated: check, limits,
+                kinds, reserve, shaper, http, redis_store, redis_cpu, breaker,
+                memory, rls, postgres. Prints their rows; BENCHMARKS.md is left as
+                it is (only a whole run writes it)
   --check       (service-image) run the image and ask it
   --seconds N   (fuzz) how long each target runs
 
@@ -198,6 +204,8 @@ struct Args {
     task: Task,
     /// `--full` (bench only): the long run.
     full: bool,
+    /// `--only PARTS` (bench only): the parts that run.
+    only: Option<Vec<bench::Part>>,
     /// `--check` (service-image only): run the image and ask it.
     check: bool,
     /// `--docker` (test, test-redis, test-cluster): Redis and PostgreSQL in
@@ -223,6 +231,7 @@ fn parse_args(args: Vec<OsString>) -> std::result::Result<Args, String> {
     let mut task = None;
     let mut help = false;
     let mut full = false;
+    let mut only = None;
     let mut check = false;
     let mut docker = false;
     let mut target = None;
@@ -231,6 +240,11 @@ fn parse_args(args: Vec<OsString>) -> std::result::Result<Args, String> {
         match arg {
             Short('h') | Long("help") => help = true,
             Long("full") => full = true,
+            Long("only") => {
+                let value = parser.value().map_err(|e| e.to_string())?;
+                let value = value.string().map_err(|e| e.to_string())?;
+                only = Some(bench::Part::parse_list(&value)?);
+            }
             Long("check") => check = true,
             Long("docker") => docker = true,
             Long("seconds") => {
@@ -271,6 +285,9 @@ fn parse_args(args: Vec<OsString>) -> std::result::Result<Args, String> {
     if full && !matches!(task, Task::Bench | Task::Help) {
         return Err("--full is a flag of `bench` only".to_owned());
     }
+    if only.is_some() && !matches!(task, Task::Bench | Task::Help) {
+        return Err("--only is a flag of `bench` only".to_owned());
+    }
     if check && !matches!(task, Task::ServiceImage | Task::Help) {
         return Err("--check is a flag of `service-image` only".to_owned());
     }
@@ -286,6 +303,7 @@ fn parse_args(args: Vec<OsString>) -> std::result::Result<Args, String> {
     Ok(Args {
         task,
         full,
+        only,
         check,
         docker,
         target,
@@ -318,7 +336,7 @@ fn main() -> ExitCode {
         Task::PostgresImage => tasks::postgres_image(),
         Task::ServiceImage => service_image::service_image(args.check),
         Task::NoStd => tasks::no_std(),
-        Task::Bench => tasks::bench(args.full, extra),
+        Task::Bench => tasks::bench(args.full, args.only, extra),
         Task::Fuzz => tasks::fuzz(args.target.as_deref(), args.seconds),
         Task::Loom => tasks::loom(),
     };
@@ -364,6 +382,20 @@ mod tests {
         assert!(full.full);
         assert_eq!(full.extra, ["memory/"]);
         assert!(parse(&["--full", "bench"]).unwrap().full);
+        assert!(quick.only.is_none());
+    }
+
+    #[test]
+    fn bench_takes_only_named_parts() {
+        let only = parse(&["bench", "--only", "reserve,shaper"]).unwrap();
+        assert_eq!(
+            only.only,
+            Some(vec![bench::Part::Reserve, bench::Part::Shaper])
+        );
+        let error = parse(&["bench", "--only", "reserve,bogus"]).unwrap_err();
+        assert!(error.contains("no part `bogus`"), "{error}");
+        assert!(parse(&["bench", "--only"]).is_err());
+        assert!(parse(&["test", "--only", "reserve"]).is_err());
     }
 
     #[test]

@@ -274,8 +274,12 @@ fn bare_metal_target_installed() -> bool {
 }
 
 /// The benchmarks and BENCHMARKS.md: see `bench.rs`.
-pub(crate) fn bench(full: bool, criterion_args: &[OsString]) -> Result<()> {
-    crate::bench::bench(full, criterion_args)
+pub(crate) fn bench(
+    full: bool,
+    only: Option<Vec<crate::bench::Part>>,
+    criterion_args: &[OsString],
+) -> Result<()> {
+    crate::bench::bench(full, only, criterion_args)
 }
 
 /// How long each fuzz target runs unless `--seconds` says.

@@ -12,6 +12,7 @@
 //! | [`InstructionsResults`] | `instructions.json` | `crates/rate-tier-tower/benches/instructions.rs` |
 //! | [`RlsResults`] | `rls.json` | `crates/rate-tier-service/benches/rls.rs` |
 //! | [`PostgresResults`] | `postgres.json` | `crates/rate-tier-storage/benches/postgres.rs` |
+//! | [`ShaperResults`] | `shaper.json` | `examples/shaper.rs --results` |
 //!
 //! Every figure is an `Option`: a field missing from a file (a bench that
 //! stopped early, an older file) reads as `None`, and so does a figure that
@@ -96,6 +97,10 @@ impl ResultsFile for RlsResults {
 
 impl ResultsFile for PostgresResults {
     const FILE: &'static str = "postgres.json";
+}
+
+impl ResultsFile for ShaperResults {
+    const FILE: &'static str = "shaper.json";
 }
 
 // ---------------------------------------------------------------------------
@@ -426,6 +431,36 @@ pub struct PostgresResults {
     pub server_version: Option<String>,
 }
 
+// ---------------------------------------------------------------------------
+// shaper.rs (examples)
+
+/// What the upstream of `examples/shaper.rs` saw: worker processes calling
+/// it through one `ShapeLayer` quota in Redis, every call fired at once.
+#[derive(Serialize, Deserialize, Debug, Default, Clone, PartialEq)]
+#[serde(default)]
+pub struct ShaperResults {
+    /// Worker processes sharing the quota.
+    pub workers: Option<u64>,
+    /// Calls the upstream saw, from every worker.
+    pub calls: Option<u64>,
+    /// The quota, calls per second.
+    pub quota_per_sec: Option<f64>,
+    /// Seconds from the first call the upstream saw to the last.
+    pub seconds: Option<f64>,
+    /// Calls per second the upstream saw: the intervals between its first
+    /// and last call (`calls - 1`) over `seconds`.
+    pub observed_per_sec: Option<f64>,
+    /// The most calls the upstream saw in any second, `[t, t + 1 s)` from
+    /// each call's arrival: what a provider counts.
+    pub busiest_second: Option<u64>,
+    /// The closest two calls the upstream saw, ms apart.
+    pub closest_ms: Option<f64>,
+    /// The quota's interval, ms.
+    pub interval_ms: Option<f64>,
+    /// Calls the workers' shapers refused (`ShapeError::WaitTooLong`).
+    pub refused: Option<u64>,
+}
+
 /// Open-loop latency quantiles, each request timed from when it was due.
 #[derive(Serialize, Deserialize, Debug, Default, Clone, PartialEq)]
 #[serde(default)]
@@ -515,6 +550,25 @@ mod tests {
     }
 
     #[test]
+    fn shaper_results_written_read_back_equal() {
+        let path = temp(ShaperResults::FILE);
+        let results = ShaperResults {
+            workers: Some(2),
+            calls: Some(200),
+            quota_per_sec: Some(20.0),
+            seconds: Some(9.95),
+            observed_per_sec: Some(20.0),
+            busiest_second: Some(21),
+            closest_ms: Some(39.5),
+            interval_ms: Some(50.0),
+            refused: Some(0),
+        };
+        results.write(&path).unwrap();
+        assert_eq!(ShaperResults::read(&path).unwrap(), results);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
     fn an_unreadable_file_is_an_error_that_names_it() {
         let missing = temp("missing.json");
         let error = HttpResults::read(&missing).unwrap_err();
@@ -537,6 +591,7 @@ mod tests {
             InstructionsResults::FILE,
             RlsResults::FILE,
             PostgresResults::FILE,
+            ShaperResults::FILE,
         ];
         names.sort_unstable();
         let before = names.len();

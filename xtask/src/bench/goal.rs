@@ -16,6 +16,8 @@ pub(crate) enum GoalId {
     PeriodVsRate,
     WindowVsRate,
     SlotVsRate,
+    ReserveVsCheck,
+    ShapedVsQuota,
     HttpVsNoLayer,
     HttpVsGovernor,
     RedisVsBenchmark,
@@ -98,6 +100,27 @@ pub(crate) const GOALS: &[GoalEntry] = &[
         why: "a slot is two calls, taken at the decision and given back \
               when the request ends: together at most two rate checks \
               (issue 22)",
+    },
+    GoalEntry {
+        id: GoalId::ReserveVsCheck,
+        metric: "a reservation that does not wait (`Storage::reserve`) / a \
+                 check of the same bucket, the same store and loop \
+                 (memory: 1 hot user, 100k users; Redis: 1 hot user, 1k \
+                 users)",
+        goal: Goal::at_most(1.2),
+        why: "a shaped call reserves where a limited one checks: waiting \
+              instead of refusing costs a call that goes at once at most a \
+              fifth more than a check (issue 23)",
+    },
+    GoalEntry {
+        id: GoalId::ShapedVsQuota,
+        metric: "calls/s an upstream saw from 2 worker processes shaped \
+                 through one quota on Redis / the quota",
+        goal: Goal::at_least(0.98),
+        why: "a shaper spends the quota, it does not only guard it: calls \
+              that wait take the slots back to back, so the upstream gets \
+              the rate it sells, less 2% (issue 23); a refused call, or more \
+              than one call over the quota in any second, voids the figure",
     },
     GoalEntry {
         id: GoalId::HttpVsNoLayer,
@@ -337,6 +360,12 @@ mod tests {
         let kinds = [GoalId::PeriodVsRate, GoalId::WindowVsRate];
         let kinds = kinds.map(|id| id.entry().goal.to_string());
         assert_eq!(kinds, ["≤ 1.2", "≤ 3.0"]);
+        // Issue 23's: a reservation against a check, shaping against the
+        // quota.
+        let shaping = [GoalId::ReserveVsCheck, GoalId::ShapedVsQuota];
+        let shaping = shaping.map(|id| id.entry().goal.to_string());
+        assert_eq!(shaping, ["≤ 1.2", "≥ 0.98"]);
+        assert_eq!(GoalId::ShapedVsQuota.entry().goal.met(0.979), Some(false));
         assert_eq!(GoalId::SlotVsRate.entry().goal.met(2.0), Some(true));
         assert_eq!(GoalId::SlotVsRate.entry().goal.met(2.01), Some(false));
         for entry in GOALS {

@@ -7,6 +7,8 @@
 //! | `check` (criterion) | gcra-core decision; `RateTier::check` in memory; a check in a flooded full store | governor's keyed limiter; the unflooded check |
 //! | `limits` (criterion) | one decision over 3 limits of a user, in memory | the plan alone |
 //! | `kinds` (storage, criterion) | a decision with one window (N = 100), one period, a concurrency slot taken and given back, in memory and on a throwaway Redis | one GCRA rate check of the same store |
+//! | `reserve` (storage, criterion) | a reservation that does not wait (`Storage::reserve`), of one bucket and of two, in memory and on a throwaway Redis | a check of the same buckets |
+//! | `shaper` (the example) | calls/s an upstream sees from 2 worker processes shaped through one quota on a throwaway Redis | the quota |
 //! | `breaker` (criterion) | a check with Redis down, breaker open | a plain memory check |
 //! | `http` | req/s of an axum route with `TierLimitLayer` | no layer; tower_governor |
 //! | `redis_store` | checks/s of `RedisStorage`, 64 tasks, one connection; commands sent per 3-limit decision | redis-benchmark, same script; 1 |
@@ -18,9 +20,12 @@
 //! The named parts are bench targets of `tower-rate-tier`
 //! (`crates/rate-tier-tower/benches/`, `--features redis`), except `rls`, of
 //! `rate-tier-service` (`crates/rate-tier-service/benches/`), and
-//! `kinds` and `postgres`, of `rate-tier-storage` (`--features redis` and
-//! `--features postgres`); the Redis CPU part runs `redis-benchmark`
-//! itself. The modules: `runner` runs each part and hands back its figures
+//! `kinds`, `reserve` and `postgres`, of `rate-tier-storage` (`--features
+//! redis` and `--features postgres`), and `shaper`, the example
+//! `examples/shaper.rs` (built with `cargo build -p examples`); the Redis
+//! CPU part runs `redis-benchmark` itself. `--only` runs the parts it
+//! names (`plan::PARTS`) and prints their rows, leaving BENCHMARKS.md as
+//! it is. The modules: `runner` runs each part and hands back its figures
 //! or why it has none, `parse` reads their
 //! outputs (criterion's; the bench targets' results are the typed structs
 //! of `crates/bench-results`, which the benches write), `rows` turns them
@@ -48,14 +53,20 @@ use serde_json::Value;
 use crate::cmd::Result;
 use crate::cmd::{Cmd, project_root};
 
+pub(crate) use self::plan::Part;
 use self::plan::{Plan, Tools};
 use self::report::Machine;
 use self::rows::Results;
 
-/// One benchmark run, quick by default.
-pub(crate) fn bench(full: bool, criterion_args: &[OsString]) -> Result<()> {
+/// One benchmark run, quick by default; of the parts `only` names, when
+/// it names some.
+pub(crate) fn bench(
+    full: bool,
+    only: Option<Vec<Part>>,
+    criterion_args: &[OsString],
+) -> Result<()> {
     let started = Instant::now();
-    let plan = Plan::new(full);
+    let plan = Plan::new(full, only);
     let tools = Tools::find();
     let target_dir = target_directory()?;
     let results_dir = target_dir.join("xtask-bench");
@@ -65,7 +76,14 @@ pub(crate) fn bench(full: bool, criterion_args: &[OsString]) -> Result<()> {
     })?;
 
     let build_started = Instant::now();
-    let built = runner::build(&runner::targets());
+    let targets: Vec<runner::Target> = runner::targets()
+        .into_iter()
+        .filter(|&(_, _, target)| plan.runs_target(target))
+        .collect();
+    let mut built = runner::build(&targets);
+    if plan.runs(Part::Shaper) {
+        built.add_example(runner::SHAPER_EXAMPLE);
+    }
     let build_time = build_started.elapsed();
     let runs_started = Instant::now();
 
@@ -84,7 +102,8 @@ pub(crate) fn bench(full: bool, criterion_args: &[OsString]) -> Result<()> {
     let results = Results {
         criterion: criterion.passes,
         criterion_missing,
-        kinds_no_redis: criterion.kinds_no_redis,
+        criterion_no_redis: criterion.no_redis,
+        shaper: runner::shaper(&plan, &tools, &built, &results_dir),
         http: runner::http(&plan, &tools, &built, &results_dir),
         redis: runner::redis_store(&plan, &tools, &built, &results_dir),
         redis_cpu: runner::redis_cpu(&plan, &tools),
@@ -95,8 +114,23 @@ pub(crate) fn bench(full: bool, criterion_args: &[OsString]) -> Result<()> {
     };
     let run_time = runs_started.elapsed();
 
-    let rows = rows::rows(&results);
+    let rows: Vec<rows::Row> = rows::sections(&results)
+        .into_iter()
+        .filter(|(part, _)| plan.runs(*part))
+        .flat_map(|(_, rows)| rows)
+        .collect();
     println!("\n{}", report::render_table(&rows));
+    if plan.only.is_some() {
+        println!(
+            "xtask: `{}` ran some parts only: BENCHMARKS.md is left as it is \
+             (benchmarks {:.0} s, total {:.0} s)",
+            plan.command(criterion_args),
+            run_time.as_secs_f64(),
+            started.elapsed().as_secs_f64()
+        );
+        print_unmet(&rows);
+        return Ok(());
+    }
     let redis_version = tools.redis.as_ref().ok().and_then(|bins| {
         Cmd::new(&bins.server)
             .arg("--version")
@@ -133,21 +167,26 @@ pub(crate) fn bench(full: bool, criterion_args: &[OsString]) -> Result<()> {
         run_time.as_secs_f64(),
         started.elapsed().as_secs_f64()
     );
-    let unmet = report::unmet(&rows);
+    print_unmet(&rows);
+    Ok(())
+}
+
+/// The goals not met, or with no figure, and why each is a goal.
+fn print_unmet(rows: &[rows::Row]) {
+    let unmet = report::unmet(rows);
     if !unmet.is_empty() {
         println!("xtask: goals not met, or with no figure:");
         for line in unmet {
             println!("  - {line}");
         }
     }
-    let missed = report::missed(&rows);
+    let missed = report::missed(rows);
     if !missed.is_empty() {
         println!("xtask: the goals not met, and why each is a goal (goal.rs):");
         for entry in missed {
             println!("  - {} {}: {}", entry.metric, entry.goal, entry.why);
         }
     }
-    Ok(())
 }
 
 /// Cargo's target directory (`cargo metadata`).

@@ -9,7 +9,7 @@ use std::path::Path;
 use serde_json::Value;
 
 /// The criterion groups read (as directories: `/` becomes `_`).
-pub(crate) const CRITERION_GROUPS: [&str; 15] = [
+pub(crate) const CRITERION_GROUPS: [&str; 19] = [
     "gcra_core",
     "memory_one_key",
     "memory_100k_keys",
@@ -25,6 +25,10 @@ pub(crate) const CRITERION_GROUPS: [&str; 15] = [
     "kinds_memory_100k_users",
     "kinds_redis_one_user",
     "kinds_redis_1k_users",
+    "reserve_memory_one_user",
+    "reserve_memory_100k_users",
+    "reserve_redis_one_user",
+    "reserve_redis_1k_users",
 ];
 
 /// A JSON file of criterion's, or `Null` when missing or unreadable.

@@ -1,5 +1,6 @@
 //! What one run of `cargo xtask bench` measures and with which programs:
-//! the [`Plan`] (how long each part runs) and the [`Tools`] found.
+//! the [`Plan`] (which parts run, and how long each runs) and the
+//! [`Tools`] found.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -7,9 +8,80 @@ use std::path::PathBuf;
 use crate::cmd::{find_on_path, is_executable};
 use crate::redis;
 
-/// How long each part runs.
+/// A part of the run: a bench target (of the same name), the Redis CPU
+/// part xtask measures itself, or the shaper example. `--only` takes their
+/// names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Part {
+    Check,
+    Limits,
+    Kinds,
+    Reserve,
+    Shaper,
+    Http,
+    RedisStore,
+    RedisCpu,
+    Breaker,
+    Memory,
+    Rls,
+    Postgres,
+}
+
+/// Every part with its name, in the table's order.
+pub(crate) const PARTS: [(Part, &str); 12] = [
+    (Part::Check, "check"),
+    (Part::Limits, "limits"),
+    (Part::Kinds, "kinds"),
+    (Part::Reserve, "reserve"),
+    (Part::Shaper, "shaper"),
+    (Part::Http, "http"),
+    (Part::RedisStore, "redis_store"),
+    (Part::RedisCpu, "redis_cpu"),
+    (Part::Breaker, "breaker"),
+    (Part::Memory, "memory"),
+    (Part::Rls, "rls"),
+    (Part::Postgres, "postgres"),
+];
+
+impl Part {
+    /// The part named `name` (a bench target's name is its part's).
+    pub(crate) fn from_name(name: &str) -> Option<Part> {
+        PARTS
+            .iter()
+            .find(|(_, n)| *n == name)
+            .map(|(part, _)| *part)
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        PARTS
+            .iter()
+            .find(|(part, _)| *part == self)
+            .map_or("?", |(_, name)| name)
+    }
+
+    /// `--only`'s value: part names separated by commas, each known, at
+    /// least one. An error names what is wrong and every part.
+    pub(crate) fn parse_list(list: &str) -> Result<Vec<Part>, String> {
+        let names = || PARTS.map(|(_, name)| name).join(", ");
+        let mut parts = Vec::new();
+        for name in list.split(',').map(str::trim) {
+            let part = Part::from_name(name).ok_or_else(|| {
+                format!("--only: no part `{name}` (the parts: {})", names())
+            })?;
+            if !parts.contains(&part) {
+                parts.push(part);
+            }
+        }
+        Ok(parts)
+    }
+}
+
+/// Which parts run, and how long each runs.
 pub(crate) struct Plan {
     pub(crate) full: bool,
+    /// `--only`: the parts that run; `None`, every part (and BENCHMARKS.md
+    /// is written).
+    pub(crate) only: Option<Vec<Part>>,
     /// Passes of the criterion benchmarks (ratios: the median over passes).
     pub(crate) criterion_passes: u32,
     /// Seconds per configuration per round, and rounds (HTTP).
@@ -24,13 +96,17 @@ pub(crate) struct Plan {
     pub(crate) rls: (u32, u32),
     /// Seconds per side per round, and rounds (PostgreSQL).
     pub(crate) postgres: (u32, u32),
+    /// Calls per worker, the quota per second, and worker processes (the
+    /// shaper example).
+    pub(crate) shaper: (u32, u32, u32),
 }
 
 impl Plan {
-    pub(crate) fn new(full: bool) -> Self {
+    pub(crate) fn new(full: bool, only: Option<Vec<Part>>) -> Self {
         if full {
             Plan {
                 full,
+                only,
                 criterion_passes: 3,
                 http: (3, 20),
                 redis: (5, 6),
@@ -38,10 +114,12 @@ impl Plan {
                 sweep_secs: 10,
                 rls: (5, 6),
                 postgres: (10, 5),
+                shaper: (300, 20, 2),
             }
         } else {
             Plan {
                 full,
+                only,
                 criterion_passes: 3,
                 http: (1, 20),
                 redis: (2, 5),
@@ -49,7 +127,22 @@ impl Plan {
                 sweep_secs: 1,
                 rls: (3, 3),
                 postgres: (3, 3),
+                shaper: (100, 20, 2),
             }
+        }
+    }
+
+    /// Whether `part` runs.
+    pub(crate) fn runs(&self, part: Part) -> bool {
+        self.only.as_ref().is_none_or(|only| only.contains(&part))
+    }
+
+    /// Whether the bench target or example `target` runs (a name that is
+    /// no part's runs only in a whole run).
+    pub(crate) fn runs_target(&self, target: &str) -> bool {
+        match Part::from_name(target) {
+            Some(part) => self.runs(part),
+            None => self.only.is_none(),
         }
     }
 
@@ -57,6 +150,12 @@ impl Plan {
         let mut command = String::from("cargo xtask bench");
         if self.full {
             command.push_str(" --full");
+        }
+        if let Some(only) = &self.only {
+            command.push_str(" --only ");
+            let names: Vec<&str> =
+                only.iter().map(|part| part.name()).collect();
+            command.push_str(&names.join(","));
         }
         if !criterion_args.is_empty() {
             command.push_str(" --");
@@ -164,4 +263,45 @@ fn postgres_bin_dir() -> std::result::Result<PathBuf, String> {
         }
     }
     Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_takes_known_parts_once_each() {
+        assert_eq!(
+            Part::parse_list("reserve,shaper"),
+            Ok(vec![Part::Reserve, Part::Shaper])
+        );
+        assert_eq!(Part::parse_list(" kinds , kinds"), Ok(vec![Part::Kinds]));
+        let error = Part::parse_list("reserve,shaping").unwrap_err();
+        assert!(error.contains("no part `shaping`"), "{error}");
+        assert!(error.contains("redis_cpu"), "{error}");
+        assert!(Part::parse_list("").is_err());
+        assert!(Part::parse_list("reserve,").is_err());
+        for (part, name) in PARTS {
+            assert_eq!(Part::from_name(name), Some(part));
+            assert_eq!(part.name(), name);
+        }
+    }
+
+    #[test]
+    fn a_plan_runs_its_parts_and_names_them_in_its_command() {
+        let whole = Plan::new(false, None);
+        assert!(PARTS.iter().all(|(part, _)| whole.runs(*part)));
+        assert!(whole.runs_target("anything"));
+        assert_eq!(whole.command(&[]), "cargo xtask bench");
+
+        let only = Plan::new(true, Some(vec![Part::Reserve, Part::Shaper]));
+        assert!(only.runs(Part::Reserve) && only.runs(Part::Shaper));
+        assert!(!only.runs(Part::Kinds));
+        assert!(only.runs_target("reserve") && !only.runs_target("check"));
+        assert!(!only.runs_target("anything"));
+        assert_eq!(
+            only.command(&["reserve/".into()]),
+            "cargo xtask bench --full --only reserve,shaper -- reserve/"
+        );
+    }
 }

@@ -214,6 +214,7 @@ pub(crate) fn report(
     let (cpu_requests, cpu_rounds) = plan.redis_cpu;
     let (rls_secs, rls_rounds) = plan.rls;
     let (postgres_secs, postgres_rounds) = plan.postgres;
+    let (shaper_calls, shaper_rate, shaper_workers) = plan.shaper;
     let values = [
         ("command", command.to_owned()),
         ("mode", if plan.full { "full" } else { "quick" }.to_owned()),
@@ -242,6 +243,9 @@ pub(crate) fn report(
         ("rls_rounds", rls_rounds.to_string()),
         ("postgres_secs", postgres_secs.to_string()),
         ("postgres_rounds", postgres_rounds.to_string()),
+        ("shaper_calls", shaper_calls.to_string()),
+        ("shaper_rate", shaper_rate.to_string()),
+        ("shaper_workers", shaper_workers.to_string()),
     ];
     fill(TEMPLATE, &values)
 }
@@ -316,7 +320,7 @@ mod tests {
 
     #[test]
     fn the_template_has_a_value_for_each_placeholder() {
-        let plan = Plan::new(false);
+        let plan = Plan::new(false, None);
         let machine = Machine::read(None, None, None);
         let rows = vec![Row::judged_by("a row", GoalId::MemoryVsGovernor)];
         let report = report(

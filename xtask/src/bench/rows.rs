@@ -1,16 +1,18 @@
 //! The table: one function per section, each turning what its part
 //! measured into rows. A new row is a [`Row`] in the section it belongs
 //! to, judged by a goal of [`GOALS`](super::goal::GOALS) or with a note (a
-//! new part: a field of [`Results`] filled in `mod.rs`, its results struct
-//! in `crates/bench-results`, and a section here).
+//! new part: a [`Part`] in `plan.rs`, a field of [`Results`] filled in
+//! `mod.rs`, its results struct in `crates/bench-results`, and a section
+//! here, in [`sections`]).
 
 use rate_tier_bench_results::{
     GovernorMemoryResults, HttpResults, Latency, MemoryResults,
-    PostgresResults, RedisResults,
+    PostgresResults, RedisResults, ShaperResults,
 };
 
 use super::goal::{Goal, GoalId};
 use super::parse::{Passes, median};
+use super::plan::Part;
 use super::runner::{Outcome, RedisCpu, Rls};
 
 /// Everything one run measured; each part, or why it has no figure.
@@ -18,9 +20,12 @@ pub(crate) struct Results {
     pub(crate) criterion: Passes,
     /// Why criterion rows are missing, per bench target that did not build.
     pub(crate) criterion_missing: Vec<(&'static str, String)>,
-    /// Why the kinds rows on Redis have no figure, when they have none
-    /// (no Redis programs, or a throwaway Redis that did not start).
-    pub(crate) kinds_no_redis: Option<String>,
+    /// Why the kinds and reserve rows on Redis have no figure, when they
+    /// have none (no Redis programs, or a throwaway Redis that did not
+    /// start).
+    pub(crate) criterion_no_redis: Option<String>,
+    /// The shaper example.
+    pub(crate) shaper: Outcome<ShaperResults>,
     pub(crate) http: Outcome<HttpResults>,
     pub(crate) redis: Outcome<RedisResults>,
     pub(crate) redis_cpu: Outcome<RedisCpu>,
@@ -155,18 +160,30 @@ impl Row {
 }
 
 /// Every row, in the table's order.
+#[cfg(test)]
 pub(crate) fn rows(results: &Results) -> Vec<Row> {
-    let mut rows = hot_path(results);
-    rows.extend(limits(results));
-    rows.extend(kinds(results));
-    rows.extend(http(&results.http));
-    rows.extend(redis(&results.redis));
-    rows.extend(redis_cpu(&results.redis_cpu));
-    rows.extend(breaker(results));
-    rows.extend(memory(&results.memory, &results.memory_peer));
-    rows.extend(service(&results.rls));
-    rows.extend(postgres(&results.postgres));
-    rows
+    sections(results)
+        .into_iter()
+        .flat_map(|(_, rows)| rows)
+        .collect()
+}
+
+/// Every part's rows, in the table's order (`--only` keeps its parts').
+pub(crate) fn sections(results: &Results) -> Vec<(Part, Vec<Row>)> {
+    vec![
+        (Part::Check, hot_path(results)),
+        (Part::Limits, limits(results)),
+        (Part::Kinds, kinds(results)),
+        (Part::Reserve, reserve(results)),
+        (Part::Shaper, shaper(&results.shaper)),
+        (Part::Http, http(&results.http)),
+        (Part::RedisStore, redis(&results.redis)),
+        (Part::RedisCpu, redis_cpu(&results.redis_cpu)),
+        (Part::Breaker, breaker(results)),
+        (Part::Memory, memory(&results.memory, &results.memory_peer)),
+        (Part::Rls, service(&results.rls)),
+        (Part::Postgres, postgres(&results.postgres)),
+    ]
 }
 
 /// Why a criterion row has no figure: a target that did not build, else
@@ -352,16 +369,8 @@ fn kinds(results: &Results) -> Vec<Row> {
     let criterion = &results.criterion;
     let mut rows = Vec::new();
     for kinds_store in &KINDS_STORES {
-        let missing = match &results.kinds_no_redis {
-            Some(why) if kinds_store.store == "redis" => {
-                if why.starts_with("skipped") {
-                    why.clone()
-                } else {
-                    format!("failed: {why}")
-                }
-            }
-            _ => criterion_missing(results, "kinds"),
-        };
+        let missing =
+            criterion_store_missing(results, "kinds", kinds_store.store);
         for (users, users_label) in kinds_store.users {
             let group = format!("kinds_{}_{users}", kinds_store.store);
             for (bench, what, id) in KINDS {
@@ -395,6 +404,157 @@ fn kinds(results: &Results) -> Vec<Row> {
         }
     }
     rows
+}
+
+/// Why a row of a criterion target with memory and Redis groups has no
+/// figure: for `store` "redis", a Redis that was not there, first.
+fn criterion_store_missing(
+    results: &Results,
+    target: &str,
+    store: &str,
+) -> String {
+    match &results.criterion_no_redis {
+        Some(why) if store == "redis" => {
+            if why.starts_with("skipped") {
+                why.clone()
+            } else {
+                format!("failed: {why}")
+            }
+        }
+        _ => criterion_missing(results, target),
+    }
+}
+
+/// A store of the reserve rows: its groups are `reserve_<store>_<users>`
+/// in `parse::CRITERION_GROUPS` (`reserve.rs` of the store's crate).
+struct ReserveStore {
+    store: &'static str,
+    /// The store, and what it calls.
+    label: &'static str,
+    /// The groups' users part, and its label.
+    users: [(&'static str, &'static str); 2],
+}
+
+const RESERVE_GROUPS: [ReserveStore; 2] = [
+    ReserveStore {
+        store: "memory",
+        label: "memory (`MemoryStorage::reserve_sync` vs `check_sync`)",
+        users: [
+            ("one_user", "1 hot user"),
+            ("100k_users", "100k users round-robin"),
+        ],
+    },
+    ReserveStore {
+        store: "redis",
+        label: "Redis (`RedisStorage`, `Storage::reserve` vs `Storage::check`)",
+        users: [
+            ("one_user", "1 hot user"),
+            ("1k_users", "1k users round-robin"),
+        ],
+    },
+];
+
+/// A reservation that does not wait against a check of the same buckets
+/// (issue 23): of one bucket, judged; of two limits of one user in one
+/// call, for information.
+fn reserve(results: &Results) -> Vec<Row> {
+    let criterion = &results.criterion;
+    let mut rows = Vec::new();
+    for ReserveStore {
+        store,
+        label,
+        users,
+    } in RESERVE_GROUPS
+    {
+        let missing = criterion_store_missing(results, "reserve", store);
+        for (users, users_label) in users {
+            let group = format!("reserve_{store}_{users}");
+            let one = Row::judged_by(
+                format!(
+                    "Reserve, {label}, {users_label}: a reservation that does \
+                     not wait vs a check of the same bucket (time per call)"
+                ),
+                GoalId::ReserveVsCheck,
+            );
+            let two = Row::info(
+                format!(
+                    "Reserve, {label}, {users_label}: a joint reservation of 2 \
+                     limits of one user vs a joint check of the 2"
+                ),
+                "(info)",
+            );
+            for (row, reserve, check) in
+                [(one, "reserve", "check"), (two, "reserve_2", "check_2")]
+            {
+                let mut row = row.missing_unless_run(&missing);
+                if let (Some(ours), Some(peer), Some(ratio)) = (
+                    criterion.ns(&group, reserve),
+                    criterion.ns(&group, check),
+                    criterion.ratio(&group, reserve, check),
+                ) {
+                    row.figures(
+                        ns(ours),
+                        format!("{} (check)", ns(peer)),
+                        Some(ratio),
+                    );
+                }
+                rows.push(row);
+            }
+        }
+    }
+    rows
+}
+
+/// What the upstream of the shaper example saw against the quota (issue
+/// 23): judged on the calls per second; void when a call was refused, or
+/// a second held more than one call over the quota (one over: a call's
+/// own delay can land it beside the next slot's call; more is a quota not
+/// kept).
+fn shaper(shaper: &Outcome<ShaperResults>) -> Vec<Row> {
+    let row = Row::judged_by(
+        "Shaped calls/s an upstream saw: 2 worker processes, every call \
+         fired at once, through one `ShapeLayer` quota on Redis, vs the quota \
+         (`examples/shaper.rs`)",
+        GoalId::ShapedVsQuota,
+    );
+    let results = match shaper {
+        Ok(results) => results,
+        Err(why) => return vec![row.without(why)],
+    };
+    let (Some(observed), Some(quota)) =
+        (results.observed_per_sec, results.quota_per_sec)
+    else {
+        return vec![row.without("the results hold no rate or no quota")];
+    };
+    let mut row = row;
+    let ms = |ms: Option<f64>| {
+        ms.map_or_else(|| "?".to_owned(), |ms| format!("{ms:.1} ms"))
+    };
+    let seconds = results
+        .seconds
+        .map_or_else(|| "?".to_owned(), |s| format!("{s:.2} s"));
+    row.figures(
+        format!(
+            "{observed:.2} calls/s ({} calls in {seconds}; most in any \
+             second: {}; closest two: {} apart, interval {}; refused: {})",
+            count(results.calls),
+            count(results.busiest_second),
+            ms(results.closest_ms),
+            ms(results.interval_ms),
+            count(results.refused),
+        ),
+        format!("{quota:.0} /s (quota)"),
+        (quota > 0.0).then(|| observed / quota),
+    );
+    row.void = match (results.refused, results.busiest_second) {
+        (Some(0), Some(busiest)) if busiest as f64 <= quota + 1.0 => None,
+        (Some(0), Some(busiest)) => {
+            Some(format!("{busiest} calls in one second"))
+        }
+        (Some(refused), _) if refused > 0 => Some(format!("{refused} refused")),
+        _ => Some("no count of refusals or of the busiest second".to_owned()),
+    };
+    vec![row]
 }
 
 fn ns(value: f64) -> String {
@@ -996,7 +1156,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use rate_tier_bench_results::{
-        HttpServer, MemoryWave, RedisLimits, RlsResults,
+        HttpServer, MemoryWave, RedisLimits, RlsResults, ShaperResults,
     };
 
     use super::super::runner::{CpuRound, Floor};
@@ -1009,7 +1169,8 @@ mod tests {
                 "check",
                 "bench target `check` did not build".to_owned(),
             )],
-            kinds_no_redis: None,
+            criterion_no_redis: None,
+            shaper: Err("example `shaper` did not build".to_owned()),
             http: Err("the `http` target did not build".to_owned()),
             redis: Err("skipped: no redis-benchmark".to_owned()),
             redis_cpu,
@@ -1438,7 +1599,8 @@ mod tests {
 
         // No Redis: every Redis row says why, the memory rows do not.
         results.criterion = Passes::default();
-        results.kinds_no_redis = Some("skipped: no redis-server".to_owned());
+        results.criterion_no_redis =
+            Some("skipped: no redis-server".to_owned());
         let all = rows(&results);
         let kinds: Vec<&Row> = all
             .iter()
@@ -1453,7 +1615,7 @@ mod tests {
             };
             assert_eq!(row.status(), Status::NoFigure(why.to_owned()));
         }
-        results.kinds_no_redis = Some("trt-redis did not start".to_owned());
+        results.criterion_no_redis = Some("trt-redis did not start".to_owned());
         let all = rows(&results);
         assert_eq!(
             all.iter()
@@ -1462,6 +1624,179 @@ mod tests {
                 .status(),
             Status::NoFigure("failed: trt-redis did not start".to_owned())
         );
+    }
+
+    #[test]
+    fn the_reserve_rows_judge_a_reservation_against_the_check_of_its_pass() {
+        let mut results = results(Err("skipped: no redis-server".to_owned()));
+        let group = "reserve_memory_100k_users";
+        let pass = |check: f64, reserve, check_2, reserve_2| {
+            [
+                (group, "check", check),
+                (group, "reserve", reserve),
+                (group, "check_2", check_2),
+                (group, "reserve_2", reserve_2),
+            ]
+        };
+        // The second pass is slow everywhere: its ratios are like the others'.
+        let passes = [
+            pass(100.0, 110.0, 150.0, 180.0),
+            pass(200.0, 230.0, 300.0, 330.0),
+            pass(100.0, 125.0, 150.0, 150.0),
+        ];
+        results.criterion =
+            Passes::of(&passes.each_ref().map(|pass| &pass[..]));
+        let all = rows(&results);
+        let row = |prefix: &str| {
+            all.iter().find(|r| r.metric.starts_with(prefix)).unwrap()
+        };
+        let spread = "Reserve, memory (`MemoryStorage::reserve_sync` vs \
+                      `check_sync`), 100k users round-robin";
+        // 1.1, 1.15, 1.25: the median 1.15, met (≤ 1.2).
+        let one = row(&format!("{spread}: a reservation that does not wait"));
+        assert_eq!(one.ratio, Some(1.15));
+        assert_eq!(one.status(), Status::Met);
+        assert_eq!(one.goal.to_string(), "≤ 1.2");
+        assert_eq!(one.ours, "125.0 ns");
+        assert_eq!(one.peer, "100.0 ns (check)");
+        // 1.2, 1.1, 1.0: 1.1, for information.
+        let two = row(&format!("{spread}: a joint reservation of 2"));
+        assert!((two.ratio.unwrap() - 1.1).abs() < 1e-9);
+        assert_eq!(two.status(), Status::Info);
+        // The hot user's group did not run; the Redis ones neither.
+        assert_eq!(
+            row("Reserve, memory (`MemoryStorage::reserve_sync` vs \
+                 `check_sync`), 1 hot user")
+            .status(),
+            Status::NoFigure("not run (filtered out after `--`?)".to_owned())
+        );
+        let slow = [pass(100.0, 121.0, 150.0, 150.0)];
+        results.criterion = Passes::of(&slow.each_ref().map(|p| &p[..]));
+        let all = super::rows(&results);
+        assert_eq!(
+            all.iter()
+                .find(|r| r.metric.starts_with(spread))
+                .map(Row::status),
+            Some(Status::NotMet),
+            "1.21 > 1.2"
+        );
+
+        // No Redis: the 4 Redis rows say why, the 4 memory rows do not.
+        results.criterion = Passes::default();
+        results.criterion_no_redis =
+            Some("skipped: no redis-server".to_owned());
+        let all = rows(&results);
+        let reserve: Vec<&Row> = all
+            .iter()
+            .filter(|r| r.metric.starts_with("Reserve, "))
+            .collect();
+        assert_eq!(reserve.len(), 8, "2 stores, 2 groups, 1 and 2 buckets");
+        for row in reserve {
+            let why = if row.metric.starts_with("Reserve, Redis") {
+                "skipped: no redis-server"
+            } else {
+                "not run (filtered out after `--`?)"
+            };
+            assert_eq!(row.status(), Status::NoFigure(why.to_owned()));
+        }
+    }
+
+    #[test]
+    fn the_shaper_row_judges_the_rate_and_is_void_when_the_quota_was_not_kept()
+    {
+        let mut results = results(Err("skipped: no redis-server".to_owned()));
+        let find = |results: &Results| {
+            rows(results)
+                .into_iter()
+                .find(|r| r.metric.starts_with("Shaped calls/s"))
+                .unwrap()
+        };
+        assert_eq!(
+            find(&results).status(),
+            Status::NoFigure(
+                "failed: example `shaper` did not build".to_owned()
+            )
+        );
+        let seen = ShaperResults {
+            workers: Some(2),
+            calls: Some(200),
+            quota_per_sec: Some(20.0),
+            seconds: Some(9.94),
+            observed_per_sec: Some(20.02),
+            busiest_second: Some(21),
+            closest_ms: Some(39.5),
+            interval_ms: Some(50.0),
+            refused: Some(0),
+        };
+        results.shaper = Ok(seen.clone());
+        let row = find(&results);
+        assert!((row.ratio.unwrap() - 1.001).abs() < 1e-9);
+        assert_eq!(row.status(), Status::Met);
+        assert_eq!(
+            row.ours,
+            "20.02 calls/s (200 calls in 9.94 s; most in any second: 21; \
+             closest two: 39.5 ms apart, interval 50.0 ms; refused: 0)"
+        );
+        assert_eq!(row.peer, "20 /s (quota)");
+        assert_eq!(row.goal_text(), "≥ 0.98");
+
+        // Slower than 0.98 of the quota: not met.
+        results.shaper = Ok(ShaperResults {
+            observed_per_sec: Some(19.5),
+            ..seen.clone()
+        });
+        assert_eq!(find(&results).status(), Status::NotMet);
+        // Fast enough, but not shaped: void.
+        for (over, void) in [
+            (
+                ShaperResults {
+                    busiest_second: Some(22),
+                    ..seen.clone()
+                },
+                "≥ 0.98 (22 calls in one second!)",
+            ),
+            (
+                ShaperResults {
+                    refused: Some(3),
+                    ..seen.clone()
+                },
+                "≥ 0.98 (3 refused!)",
+            ),
+            (
+                ShaperResults {
+                    refused: None,
+                    ..seen.clone()
+                },
+                "≥ 0.98 (no count of refusals or of the busiest second!)",
+            ),
+        ] {
+            results.shaper = Ok(over);
+            let row = find(&results);
+            assert_eq!(row.status(), Status::NotMet);
+            assert_eq!(row.goal_text(), void);
+        }
+        results.shaper = Ok(ShaperResults {
+            quota_per_sec: None,
+            ..seen
+        });
+        assert_eq!(
+            find(&results).status(),
+            Status::NoFigure(
+                "failed: the results hold no rate or no quota".to_owned()
+            )
+        );
+    }
+
+    #[test]
+    fn every_part_has_a_section_in_the_order_of_parts() {
+        let results = results(Err("skipped: no redis-server".to_owned()));
+        let parts: Vec<Part> = sections(&results)
+            .into_iter()
+            .map(|(part, _)| part)
+            .collect();
+        let table: Vec<Part> =
+            super::super::plan::PARTS.map(|(part, _)| part).into();
+        assert_eq!(parts, table);
     }
 
     #[test]

@@ -11,12 +11,12 @@ use std::process::{Command, Stdio};
 
 use rate_tier_bench_results::{
     GovernorMemoryResults, HttpResults, MemoryResults, PostgresResults,
-    RedisResults, ResultsFile, RlsResults,
+    RedisResults, ResultsFile, RlsResults, ShaperResults,
 };
 use serde_json::Value;
 
 use super::parse::{self, CommandStat, Passes};
-use super::plan::{Plan, Tools};
+use super::plan::{Part, Plan, Tools};
 use crate::cmd::Result;
 use crate::cmd::{Cmd, project_root};
 use crate::redis::RedisServer;
@@ -25,13 +25,15 @@ use crate::redis::RedisServer;
 const PACKAGE: &str = "tower-rate-tier";
 const FEATURES: &str = "redis";
 /// The criterion bench targets: the package's, and the store's `kinds`
-/// (windows, periods and concurrency slots against a rate, in memory and,
-/// with its `redis` feature and a throwaway Redis, on Redis).
-pub(crate) const CRITERION_BENCHES: [Target; 4] = [
+/// (windows, periods and concurrency slots against a rate) and `reserve`
+/// (a reservation against a check), each in memory and, with its `redis`
+/// feature and a throwaway Redis, on Redis.
+pub(crate) const CRITERION_BENCHES: [Target; 5] = [
     (PACKAGE, FEATURES, "check"),
     (PACKAGE, FEATURES, "breaker"),
     (PACKAGE, FEATURES, "limits"),
     (STORAGE_PACKAGE, "redis", KINDS_BENCH),
+    (STORAGE_PACKAGE, "redis", RESERVE_BENCH),
 ];
 /// The package's other bench targets (harness = false).
 pub(crate) const OTHER_BENCHES: [&str; 3] = ["http", "redis_store", "memory"];
@@ -43,8 +45,17 @@ pub(crate) const RLS_BENCH: &str = "rls";
 const STORAGE_PACKAGE: &str = "rate-tier-storage";
 pub(crate) const POSTGRES_BENCH: &str = "postgres";
 const KINDS_BENCH: &str = "kinds";
-/// Where the `kinds` bench finds the Redis of its Redis groups.
+/// The store's criterion target of a reservation against a check.
+const RESERVE_BENCH: &str = "reserve";
+/// The criterion targets with Redis groups, and where they find the Redis
+/// (one throwaway Redis for them all: each names its keys after its
+/// process).
+const REDIS_CRITERION_BENCHES: [&str; 2] = [KINDS_BENCH, RESERVE_BENCH];
 const KINDS_REDIS_VAR: &str = "TRT_REDIS_URL";
+/// The examples' package, and the example of the `shaper` part: worker
+/// processes shaped through one quota on Redis.
+const EXAMPLES_PACKAGE: &str = "examples";
+pub(crate) const SHAPER_EXAMPLE: &str = "shaper";
 /// Where the Lua scripts are.
 const SCRIPTS_DIR: &str = "crates/rate-tier-storage/src/redis";
 
@@ -62,6 +73,28 @@ impl Built {
             Some(Err(why)) => Err(why.clone()),
             None => Err(format!("bench target `{target}` was not built")),
         }
+    }
+
+    /// Builds the example `name` of the examples' package (`cargo build`,
+    /// the dev profile its tests use: it waits on a quota, the build's
+    /// speed is not what it measures).
+    pub(crate) fn add_example(&mut self, name: &'static str) {
+        let exe = Cmd::cargo()
+            .args(["build", "-p", EXAMPLES_PACKAGE, "--example", name])
+            .arg("--message-format=json-render-diagnostics")
+            .read_stdout()
+            .map_err(|_| {
+                format!("example `{name}` did not build (its errors are above)")
+            })
+            .and_then(|messages| {
+                executable(&messages, "example", name).ok_or_else(|| {
+                    format!("cargo built no executable for example `{name}`")
+                })
+            });
+        if let Err(why) = &exe {
+            println!("xtask: {why}");
+        }
+        self.0.insert(name, exe);
     }
 }
 
@@ -99,7 +132,7 @@ pub(crate) fn build(targets: &[Target]) -> Built {
                 format!("bench target `{target}` did not build (its errors are above)")
             })
             .and_then(|messages| {
-                executable(&messages, target).ok_or_else(|| {
+                executable(&messages, "bench", target).ok_or_else(|| {
                     format!("cargo built no executable for `{target}`")
                 })
             });
@@ -111,14 +144,15 @@ pub(crate) fn build(targets: &[Target]) -> Built {
     Built(built)
 }
 
-/// The executable cargo reported for bench target `target`.
-fn executable(messages: &str, target: &str) -> Option<PathBuf> {
+/// The executable cargo reported for target `target` of kind `kind`
+/// (`bench`, `example`).
+fn executable(messages: &str, kind: &str, target: &str) -> Option<PathBuf> {
     messages.lines().find_map(|message| {
         let message: Value = serde_json::from_str(message).ok()?;
-        let is_bench = message["target"]["kind"]
+        let is_kind = message["target"]["kind"]
             .as_array()
-            .is_some_and(|kinds| kinds.iter().any(|k| k == "bench"));
-        (is_bench && message["target"]["name"] == target)
+            .is_some_and(|kinds| kinds.iter().any(|k| k == kind));
+        (is_kind && message["target"]["name"] == target)
             .then(|| message["executable"].as_str().map(PathBuf::from))
             .flatten()
     })
@@ -128,16 +162,16 @@ fn executable(messages: &str, target: &str) -> Option<PathBuf> {
 pub(crate) struct Criterion {
     /// Every pass's estimates.
     pub(crate) passes: Passes,
-    /// Why the `kinds` bench's Redis groups did not run, when they did not
-    /// (a missing tool: `skipped: ...`, or a throwaway Redis that did not
-    /// start).
-    pub(crate) kinds_no_redis: Option<String>,
+    /// Why the Redis groups (of `kinds` and `reserve`) did not run, when
+    /// they did not (a missing tool: `skipped: ...`, or a throwaway Redis
+    /// that did not start).
+    pub(crate) no_redis: Option<String>,
 }
 
 /// The criterion targets, in passes, each pass's estimates read before the
-/// next overwrites them. The `kinds` target runs on one throwaway Redis
-/// for every pass (its limit names are its process's own), when the Redis
-/// programs are there.
+/// next overwrites them. The targets with Redis groups (`kinds`,
+/// `reserve`) run on one throwaway Redis for every pass (their limit names
+/// are their process's own), when the Redis programs are there.
 pub(crate) fn criterion(
     plan: &Plan,
     tools: &Tools,
@@ -145,16 +179,21 @@ pub(crate) fn criterion(
     criterion_home: &Path,
     criterion_args: &[OsString],
 ) -> Criterion {
-    let kinds_redis = built.exe(KINDS_BENCH).ok().map(|_| {
+    let wants_redis = REDIS_CRITERION_BENCHES
+        .iter()
+        .any(|target| built.exe(target).is_ok());
+    let redis = wants_redis.then(|| {
         tools
             .redis
             .as_ref()
             .map_err(|why| format!("skipped: {why}"))
             .and_then(|bins| RedisServer::start(&bins.server))
     });
-    let kinds_no_redis = match &kinds_redis {
+    let no_redis = match &redis {
         Some(Err(why)) => {
-            println!("xtask: the kinds rows on Redis have no figure: {why}");
+            println!(
+                "xtask: the kinds and reserve rows on Redis have no figure: {why}"
+            );
             Some(why.clone())
         }
         _ => None,
@@ -168,7 +207,9 @@ pub(crate) fn criterion(
             let mut criterion = Cmd::new(exe)
                 .env("CRITERION_HOME", criterion_home)
                 .arg("--bench");
-            if let (KINDS_BENCH, Some(Ok(server))) = (target, &kinds_redis) {
+            if let Some(Ok(server)) = &redis
+                && REDIS_CRITERION_BENCHES.contains(&target)
+            {
                 criterion = criterion.env(KINDS_REDIS_VAR, server.url());
             }
             if !plan.full {
@@ -181,11 +222,8 @@ pub(crate) fn criterion(
         passes.read(criterion_home);
         parse::forget_criterion_results(criterion_home);
     }
-    Criterion {
-        passes,
-        kinds_no_redis,
-    }
-    // The kinds' Redis is stopped here.
+    Criterion { passes, no_redis }
+    // The Redis of the Redis groups is stopped here.
 }
 
 /// Runs a bench target that writes its results `R` to `--out`, its file in
@@ -194,6 +232,35 @@ fn results_target<R: ResultsFile>(cmd: Cmd, results_dir: &Path) -> Outcome<R> {
     let out = results_dir.join(R::FILE);
     cmd.arg("--out").arg(&out).run()?;
     R::read(&out)
+}
+
+/// The shaper example on a throwaway Redis: its worker processes call its
+/// upstream through one quota, and it writes what the upstream saw
+/// (`--results`, [`ShaperResults`]).
+pub(crate) fn shaper(
+    plan: &Plan,
+    tools: &Tools,
+    built: &Built,
+    results_dir: &Path,
+) -> Outcome<ShaperResults> {
+    let exe = built.exe(SHAPER_EXAMPLE)?;
+    let bins = tools
+        .redis
+        .as_ref()
+        .map_err(|why| format!("skipped: {why}"))?;
+    let server = RedisServer::start(&bins.server)?;
+    let (calls, rate, workers) = plan.shaper;
+    let out = results_dir.join(ShaperResults::FILE);
+    Cmd::new(exe)
+        .args(["--redis", &server.url()])
+        .args(["--calls", &calls.to_string()])
+        .args(["--rate", &rate.to_string()])
+        .args(["--workers", &workers.to_string()])
+        .arg("--results")
+        .arg(&out)
+        .run()?;
+    ShaperResults::read(&out)
+    // `server` is stopped here.
 }
 
 /// HTTP: three servers in one process, with wrk or the built-in client.
@@ -472,6 +539,10 @@ pub(crate) struct RedisCpu {
 /// RESETSTAT`) and of `GET`, `SET PX` and `TIME`, on one throwaway Redis,
 /// in rounds that alternate all of them.
 pub(crate) fn redis_cpu(plan: &Plan, tools: &Tools) -> Outcome<RedisCpu> {
+    // The one part with no bench target to have built: `--only` asks here.
+    if !plan.runs(Part::RedisCpu) {
+        return Err("not run (not in --only)".to_owned());
+    }
     let bins = tools
         .redis
         .as_ref()
