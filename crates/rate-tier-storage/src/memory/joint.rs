@@ -121,7 +121,7 @@ impl Inner {
     /// the same string (a user's limits share the user's partition: it is
     /// hashed once per decision).
     #[inline]
-    fn partition_hash<'c>(
+    pub(super) fn partition_hash<'c>(
         &self,
         last: &mut Option<(&'c str, u64)>,
         check: &'c BucketCheck<'_>,
@@ -440,7 +440,11 @@ impl Judge for Reserving<'_> {
 }
 
 /// A joint decision's error as the store's.
-fn joint_error(error: JointError, checks: usize, out: usize) -> StorageError {
+pub(super) fn joint_error(
+    error: JointError,
+    checks: usize,
+    out: usize,
+) -> StorageError {
     match error {
         JointError::Charge { error, .. } => StorageError::Check(error),
         _ => StorageError::LengthMismatch { checks, out },
@@ -449,15 +453,15 @@ fn joint_error(error: JointError, checks: usize, out: usize) -> StorageError {
 
 /// The buckets of one joint decision, locked; unlocked when dropped,
 /// unchanged, or by [`commit`](Self::commit) with the decision's writes.
-struct LockedBuckets<'s, 'a> {
+pub(super) struct LockedBuckets<'s, 'a> {
     cells: &'s [Option<&'a AtomicU64>],
     stored: &'s [Option<u64>],
 }
 
 impl<'s, 'a> LockedBuckets<'s, 'a> {
     /// Locks `cells` in `order` (one global order: the buckets' names),
-    /// reading their TATs into `stored`.
-    fn new(
+    /// reading their words into `stored` (a rate's TAT or a period's word).
+    pub(super) fn new(
         cells: &'s [Option<&'a AtomicU64>],
         order: &[usize],
         stored: &'s mut [Option<u64>],
@@ -477,6 +481,27 @@ impl<'s, 'a> LockedBuckets<'s, 'a> {
         {
             if let Some(cell) = cell {
                 let write = decision.store.map(|s| s.tat_us);
+                cell.store(
+                    write.or(*stored).unwrap_or(NO_TAT),
+                    Ordering::Release,
+                );
+            }
+        }
+        // Unlocked: nothing left for `drop`.
+        std::mem::forget(self);
+    }
+
+    /// The words read, in the order of the cells.
+    pub(super) fn stored(&self) -> &[Option<u64>] {
+        self.stored
+    }
+
+    /// Unlocks with `writes`, a word per cell (`None`: unchanged).
+    pub(super) fn commit_words(self, writes: &[Option<u64>]) {
+        for ((cell, stored), write) in
+            self.cells.iter().zip(self.stored).zip(writes)
+        {
+            if let Some(cell) = cell {
                 cell.store(
                     write.or(*stored).unwrap_or(NO_TAT),
                     Ordering::Release,

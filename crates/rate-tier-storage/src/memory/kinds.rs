@@ -1,19 +1,27 @@
-//! Buckets of the kinds beside the rate: a window's log and a period's
-//! count, in one map under one lock, beside the rates' lock-free table.
+//! Buckets of the kinds the table does not hold: a window's log and a
+//! count in flight, in one map under one lock, beside the lock-free table
+//! of rates and periods.
 //!
-//! A decision with such a bucket is made under that lock, rates included:
-//! its windows and periods are read and decided first; if one refuses, the
-//! rates are only read (peeks), so nothing is charged; if they pass, the
-//! rates are decided by the table as always (atomically among themselves),
-//! and the windows' and periods' writes are applied only if the rates
-//! passed too. So one decision is all or nothing across every kind, as
-//! gcra-core's crate docs say ("Several kinds in one decision"), and two
-//! decisions over one window or period never interleave.
+//! A decision with such a bucket is made under that lock, the table's
+//! buckets included: its windows and counts are read and decided first;
+//! if one refuses, the rates and periods are only read, so nothing is
+//! charged; if they pass, the rates and periods are decided by the table
+//! as always (atomically among themselves, `mixed.rs`), and the windows'
+//! and counts' writes are applied only if the table's buckets passed too.
+//! So one decision is all or nothing across every kind, as gcra-core's
+//! crate docs say ("Several kinds in one decision"), and two decisions
+//! over one window never interleave. The map is locked before any shard:
+//! every path that holds both takes them in that order.
 //!
-//! The map holds at most the store's capacity; a full map first drops its
-//! expired entries, then the entry nearest to its expiry among a few (the
-//! least given away), as the rates' table does: never one of the decision
-//! that needs the room, and reported once the lock is released.
+//! The windows share the store's capacity with the table (its count of
+//! buckets held); counts in flight are beside it, never evicted. A new
+//! window in a full store first drops the expired entries of the map and
+//! of the tables (at most once per sweep interval), then evicts the window
+//! nearest to its expiry among a few (the least given away), else a bucket
+//! of the table, as the table does: never one of the decision that needs
+//! the room, and reported once the lock is released. A new rate or period
+//! in a full store whose table has nothing to evict takes a window's place
+//! the same way (`Inner::spare_window`).
 
 use std::collections::HashMap as StdHashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -23,7 +31,7 @@ use std::sync::{Mutex, PoisonError};
 use gcra_core::{CheckError, Decision, Verdict};
 use smallvec::SmallVec;
 
-use super::{FEW, Inner};
+use super::{FEW, Inner, in_table};
 use crate::bucket::BucketCheck;
 use crate::rule::Rule;
 use crate::storage::StorageError;
@@ -56,7 +64,7 @@ impl Hasher for NameHasher {
 /// How many entries a full map looks at for one to evict.
 const EVICTION_SAMPLE: usize = 16;
 
-/// The windows and periods of a store.
+/// The windows and counts in flight of a store.
 #[derive(Debug, Default)]
 pub(super) struct Kinds {
     map: Mutex<HashMap<u64, Kept>>,
@@ -77,23 +85,21 @@ enum State {
     /// entries before `head` have left, and are dropped now and then, so
     /// that dropping the oldest costs no shift of the others).
     Window { log: Vec<u64>, head: usize },
-    /// The period's first instant, the next period's, and its count: the
-    /// bounds kept so that a decision in the same period needs no
-    /// calendar ([`gcra_core::Period::check_within`]).
-    Period {
-        start_us: u64,
-        next_us: u64,
-        count: u32,
-    },
     /// Units of cost in flight (kept, without expiry, while above 0).
     InFlight(u32),
+}
+
+impl State {
+    /// Whether it takes one of the store's places (a count in flight is
+    /// held beside the bound).
+    fn counted(&self) -> bool {
+        !matches!(self, State::InFlight(_))
+    }
 }
 
 /// A bucket's decision, and the write it makes if the decision stands.
 enum Pending {
     Window(Option<gcra_core::LogWrite>),
-    /// The write, and the next period's start.
-    Period(Option<gcra_core::PeriodWrite>, u64),
     InFlight(Option<u32>),
 }
 
@@ -103,38 +109,102 @@ impl Kinds {
         self.lock().len()
     }
 
-    /// Drops every entry expired at `now`.
-    pub(super) fn sweep(&self, now: u64) {
-        self.lock().retain(|_, kept| kept.expires_us > now);
-    }
-
-    /// Forgets the windows and periods `names` (a reset), holding the map
-    /// while `meanwhile` runs: the map is locked before the shards, as
-    /// every decision over both locks them.
-    pub(super) fn forget_with<T>(
-        &self,
-        names: &[u64],
-        meanwhile: impl FnOnce() -> T,
-    ) -> T {
-        let mut map = self.lock();
-        let done = meanwhile();
-        for name in names {
-            if map
-                .get(name)
-                .is_some_and(|kept| !matches!(kept.state, State::InFlight(_)))
-            {
-                map.remove(name);
-            }
-        }
-        done
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Kept>> {
         self.map.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
 impl Inner {
+    /// Drops every entry of the map expired at `now`.
+    pub(super) fn sweep_kinds(&self, now: u64) {
+        self.drop_expired(&mut self.kinds.lock(), now);
+    }
+
+    /// Drops the expired entries of `map`, giving their places back.
+    fn drop_expired(&self, map: &mut HashMap<u64, Kept>, now: u64) {
+        let before = map.len();
+        // A count in flight never expires: every entry dropped is counted.
+        map.retain(|_, kept| kept.expires_us > now);
+        let dropped = before.saturating_sub(map.len());
+        if dropped > 0 {
+            self.held.fetch_sub(dropped, Ordering::AcqRel);
+        }
+    }
+
+    /// Forgets the windows `names` (a reset), holding the map while
+    /// `meanwhile` runs: the map is locked before the shards, as every
+    /// decision over both locks them.
+    pub(super) fn forget_with<T>(
+        &self,
+        names: &[u64],
+        meanwhile: impl FnOnce() -> T,
+    ) -> T {
+        let mut map = self.kinds.lock();
+        let done = meanwhile();
+        for name in names {
+            if map.get(name).is_some_and(|kept| kept.state.counted()) {
+                map.remove(name);
+                self.held.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        done
+    }
+
+    /// A window's place for a new bucket of the table, when the table has
+    /// nothing to evict (see the module docs); only where this thread
+    /// holds no lock of the store.
+    pub(super) fn spare_window(
+        &self,
+        now: u64,
+        keep: &[u64],
+    ) -> Option<Option<u64>> {
+        self.evict_window(&mut self.kinds.lock(), now, keep)
+    }
+
+    /// Evicts, from a sample of `map`, the window nearest to its expiry
+    /// (never one of `keep`, never a count in flight), keeping its place
+    /// for the caller: `Some` with its debt (`None` for an expired one),
+    /// or `None` if the map holds none.
+    fn evict_window(
+        &self,
+        map: &mut HashMap<u64, Kept>,
+        now: u64,
+        keep: &[u64],
+    ) -> Option<Option<u64>> {
+        let (name, expires_us) = map
+            .iter()
+            .filter(|(name, kept)| kept.state.counted() && !keep.contains(name))
+            .take(EVICTION_SAMPLE)
+            .min_by_key(|(_, kept)| kept.expires_us)
+            .map(|(&name, kept)| (name, kept.expires_us))?;
+        map.remove(&name);
+        // An entry already expired is gone, not evicted.
+        Some((expires_us > now).then(|| expires_us - now))
+    }
+
+    /// A place for a new window: reserved, or made (see [`make_room`]);
+    /// the debt of the bucket evicted for it, if any.
+    fn window_place(
+        &self,
+        map: &mut HashMap<u64, Kept>,
+        now: u64,
+        keep: &[u64],
+    ) -> Option<u64> {
+        if self.reserve() {
+            return None;
+        }
+        match make_room(map, now, self, keep) {
+            Some(debt_us) => debt_us,
+            None => {
+                // Every place is another decision's for a moment (or the
+                // capacity is below one decision's buckets): over the
+                // bound by one, as the decision needs.
+                self.held.fetch_add(1, Ordering::AcqRel);
+                None
+            }
+        }
+    }
+
     /// Gives back the slots of concurrency limits a request held (each
     /// check's cost), once it ended; other kinds are refused.
     pub(super) fn release(
@@ -226,36 +296,39 @@ impl Inner {
             }
         }
 
-        // The rates: charged only when every window and period passed.
-        let rates: SmallVec<[usize; FEW]> =
-            (0..checks.len()).filter(|&i| checks[i].is_rate()).collect();
-        let mut rates_allowed = true;
-        if !rates.is_empty() {
-            let rate_checks: SmallVec<[BucketCheck<'_>; FEW]> = rates
-                .iter()
-                .map(|&i| {
-                    if refused {
-                        checks[i].as_peek()
-                    } else {
-                        checks[i]
-                    }
-                })
-                .collect();
-            let mut rate_out: SmallVec<[Decision; FEW]> =
-                SmallVec::from_elem(Decision::default(), rates.len());
-            let verdict = self.decide_many(&rate_checks, now, &mut rate_out)?;
-            rates_allowed = verdict.allowed;
-            for (&i, decision) in rates.iter().zip(&rate_out) {
-                out[i] = if refused {
-                    checks[i].would_meet(decision)
-                } else {
-                    *decision
-                };
+        // The rates and periods: charged only when every window passed.
+        let table: SmallVec<[usize; FEW]> = (0..checks.len())
+            .filter(|&i| in_table(&checks[i]))
+            .collect();
+        let mut table_allowed = true;
+        if !table.is_empty() {
+            let table_checks: SmallVec<[BucketCheck<'_>; FEW]> =
+                table.iter().map(|&i| checks[i]).collect();
+            let mut table_out: SmallVec<[Decision; FEW]> =
+                SmallVec::from_elem(Decision::default(), table.len());
+            let verdict = {
+                // Room for the table's new buckets from a window, through
+                // the map this decision holds; never one of its own.
+                let (map, keep) = (&mut *map, names.as_slice());
+                let mut spare =
+                    |now: u64, _: &[u64]| self.evict_window(map, now, keep);
+                self.decide_table(
+                    &table_checks,
+                    now,
+                    &mut table_out,
+                    refused,
+                    &mut spare,
+                    Some(&mut evicted.debts),
+                )?
+            };
+            table_allowed = verdict.allowed;
+            for (&i, decision) in table.iter().zip(&table_out) {
+                out[i] = *decision;
             }
         }
-        let allowed = !refused && rates_allowed;
+        let allowed = !refused && table_allowed;
 
-        // The writes of the windows and periods: all of them if the
+        // The writes of the windows and counts: all of them if the
         // decision stands; else only a refusing bucket's repair, and a
         // bucket that passed answers with a read of its state.
         for (i, write) in pending.into_iter().enumerate() {
@@ -279,15 +352,16 @@ impl Inner {
     }
 }
 
-/// A window's or a period's decision on what it keeps (`None`: a rate's
-/// bucket, decided elsewhere). State of another kind reads as absent.
+/// A window's or a count's decision on what it keeps (`None`: a rate's or
+/// a period's bucket, decided by the table). State of another kind reads
+/// as absent.
 fn decide(
     check: &BucketCheck<'_>,
     state: Option<&State>,
     now: u64,
 ) -> Result<Option<(Decision, Pending)>, CheckError> {
     Ok(match check.rule() {
-        Rule::Rate(_) => None,
+        Rule::Rate(_) | Rule::Period(_) => None,
         Rule::Window(window) => {
             let log = match state {
                 Some(State::Window { log, head }) => {
@@ -297,27 +371,6 @@ fn decide(
             };
             let decided = window.check(log, now, check.cost())?;
             Some((decided.as_decision(), Pending::Window(decided.write)))
-        }
-        Rule::Period(period) => {
-            let decided = match state {
-                Some(&State::Period {
-                    start_us,
-                    next_us,
-                    count,
-                }) => period.check_within(
-                    start_us,
-                    next_us,
-                    count,
-                    now,
-                    check.cost(),
-                )?,
-                _ => period.check(None, now, check.cost())?,
-            };
-            let next_us = now.saturating_add(decided.reset_after_us);
-            Some((
-                decided.as_decision(),
-                Pending::Period(decided.write, next_us),
-            ))
         }
         Rule::Concurrency(concurrency) => {
             let in_flight = match state {
@@ -352,8 +405,17 @@ fn apply(
     let Some(kept) = fresh(write, now) else {
         return;
     };
-    if !map.contains_key(&name) && map.len() >= inner.capacity {
-        evicted.debts.extend(make_room(map, now, inner, keep));
+    // The place of what it replaces (an expired window, a bucket of
+    // another kind) goes to it.
+    let replaced = map.get(&name).map(|old| old.state.counted());
+    match (replaced, kept.state.counted()) {
+        (Some(true), false) => {
+            inner.held.fetch_sub(1, Ordering::AcqRel);
+        }
+        (None | Some(false), true) => {
+            evicted.debts.extend(inner.window_place(map, now, keep));
+        }
+        _ => {}
     }
     map.insert(name, kept);
 }
@@ -370,12 +432,7 @@ fn write_in_place(
     now: u64,
 ) -> Result<(), Pending> {
     match (write, &mut kept.state) {
-        (
-            Pending::Window(None)
-            | Pending::Period(None, _)
-            | Pending::InFlight(None),
-            _,
-        ) => {}
+        (Pending::Window(None) | Pending::InFlight(None), _) => {}
         (Pending::Window(Some(write)), State::Window { log, head }) => {
             let kept_range = write.kept(log.len().saturating_sub(*head));
             log.truncate(*head + kept_range.end);
@@ -386,17 +443,6 @@ fn write_in_place(
                 *head = 0;
             }
             log.extend(std::iter::repeat_n(write.entry_us, write.append));
-            kept.expires_us = expiry(now, write.ttl_ms);
-        }
-        (
-            Pending::Period(Some(write), next),
-            State::Period {
-                start_us,
-                next_us,
-                count,
-            },
-        ) => {
-            (*start_us, *next_us, *count) = (write.start_us, next, write.count);
             kept.expires_us = expiry(now, write.ttl_ms);
         }
         (Pending::InFlight(Some(count)), State::InFlight(held)) => {
@@ -410,9 +456,7 @@ fn write_in_place(
 /// A new bucket holding `write` (`None`: a write that writes nothing).
 fn fresh(write: Pending, now: u64) -> Option<Kept> {
     let (state, expires_us) = match write {
-        Pending::Window(None)
-        | Pending::Period(None, _)
-        | Pending::InFlight(None) => {
+        Pending::Window(None) | Pending::InFlight(None) => {
             return None;
         }
         Pending::Window(Some(write)) => (
@@ -422,37 +466,30 @@ fn fresh(write: Pending, now: u64) -> Option<Kept> {
             },
             expiry(now, write.ttl_ms),
         ),
-        Pending::Period(Some(write), next_us) => (
-            State::Period {
-                start_us: write.start_us,
-                next_us,
-                count: write.count,
-            },
-            expiry(now, write.ttl_ms),
-        ),
         Pending::InFlight(Some(count)) => (State::InFlight(count), u64::MAX),
     };
     Some(Kept { state, expires_us })
 }
 
-/// Room for one entry in a full map: the expired ones dropped, else the
-/// one of a sample nearest to its expiry; returns how far ahead its expiry
-/// was, for the caller to report once it unlocked the map.
+/// Room for a new window in a full store: the expired entries of the map
+/// and of the tables dropped, else the window of a sample nearest to its
+/// expiry evicted, else a bucket of the table; `Some` with the debt of the
+/// one evicted (`None` when it had expired), for the caller to report once
+/// it unlocked the map. `None` when no place could be had.
 ///
 /// Never one of `keep`, the buckets of the decision making room (as the
-/// rates' table): one of them evicted here would be written afresh, or not
-/// at all, after the decision answered with its count, so a window that
-/// said "0 remaining" would hold one entry and give its limit again. Only
-/// when every entry held is the decision's own (a capacity below the
-/// buckets of one decision) is one of them taken, to keep the bound.
+/// table): one of them evicted here would be written afresh, or not at
+/// all, after the decision answered with its count, so a window that said
+/// "0 remaining" would hold one entry and give its limit again. Only when
+/// every entry held is the decision's own (a capacity below the buckets of
+/// one decision) is one of them taken, to keep the bound.
 ///
 /// Never a count in flight either: forgetting one would let more requests
-/// run at once than the limit. A map full of them grows past the capacity,
-/// by at most the requests in flight.
+/// run at once than the limit.
 ///
 /// The expired entries are dropped at most once per sweep interval (as the
-/// rates' table sweeps): a flood of new buckets into a full map costs a
-/// sample each, never a scan of the map.
+/// table sweeps): a flood of new buckets into a full map costs a sample
+/// each, never a scan of the store.
 ///
 /// The eviction is not reported here: a listener runs under no lock of the
 /// store (one that reads the store, its size for a gauge, would deadlock on
@@ -462,7 +499,7 @@ fn make_room(
     now: u64,
     inner: &Inner,
     keep: &[u64],
-) -> Option<u64> {
+) -> Option<Option<u64>> {
     let swept = &inner.kinds.swept_at;
     if now
         >= swept
@@ -470,23 +507,17 @@ fn make_room(
             .saturating_add(inner.sweep_interval_us)
     {
         swept.store(now, Ordering::Relaxed);
-        map.retain(|_, kept| kept.expires_us > now);
-        if map.len() < inner.capacity {
-            return None;
+        inner.drop_expired(map, now);
+        // The map is locked before the shards: this order is every path's.
+        inner.sweep_due(now);
+        if inner.reserve() {
+            return Some(None);
         }
     }
-    let nearest = |spare: bool| {
-        map.iter()
-            .filter(|(_, kept)| !matches!(kept.state, State::InFlight(_)))
-            .filter(|(name, _)| !(spare && keep.contains(name)))
-            .take(EVICTION_SAMPLE)
-            .min_by_key(|(_, kept)| kept.expires_us)
-            .map(|(&name, kept)| (name, kept.expires_us))
-    };
-    let (name, expires_us) = nearest(true).or_else(|| nearest(false))?;
-    map.remove(&name);
-    // An entry already expired is gone, not evicted.
-    (expires_us > now).then(|| expires_us - now)
+    inner
+        .evict_window(map, now, keep)
+        .or_else(|| inner.evict_anywhere(now, keep).map(Some))
+        .or_else(|| inner.evict_window(map, now, &[]))
 }
 
 /// The evictions of one decision, reported when it is dropped: after the

@@ -47,6 +47,8 @@
 
 mod joint;
 mod kinds;
+mod mixed;
+mod period;
 mod reserve;
 mod reset;
 mod sip;
@@ -70,7 +72,7 @@ use self::table::{LOCKED, NO_TAT, Table};
 use crate::bucket::{BucketCancel, BucketCheck, BucketSettle};
 use crate::clock::{Clock, MonotonicClock, SharedClock};
 use crate::event::{Listeners, StorageEvent, StorageListener, Subscription};
-use crate::rule::RuleKind;
+use crate::rule::{Rule, RuleKind};
 use crate::storage::{Decided, Storage, StorageError};
 
 const SHARDS: usize = 64;
@@ -139,8 +141,8 @@ struct Inner {
     hasher: SipKey,
     clock: StoreClock,
     capacity: usize,
-    /// Buckets held, across shards: reserved before an insert, so the
-    /// capacity is an exact bound.
+    /// Buckets held, across shards and the windows: reserved before an
+    /// insert, so the capacity is an exact bound.
     held: AtomicUsize,
     sweep_interval_us: u64,
     evictions: AtomicU64,
@@ -150,7 +152,8 @@ struct Inner {
     /// Sweeps of every shard completed (memory given back included).
     sweeps: AtomicU64,
     listeners: Listeners<StorageEvent>,
-    /// The windows and periods (the rates are in `shards`).
+    /// The windows and counts in flight (the rates and periods are in
+    /// `shards`).
     kinds: kinds::Kinds,
 }
 
@@ -362,11 +365,9 @@ impl MemoryStorageBuilder {
     /// debt, so forgetting it gives the least away, and each eviction is a
     /// [`StorageEvent::Evicted`].
     ///
-    /// Windows, periods and counts in flight are held apart from the
-    /// rates, under the same bound of their own (a store of both kinds
-    /// holds up to twice it). A count in flight is never evicted (that
-    /// would let more requests run at once than its limit): a store full
-    /// of them grows past the bound by at most the requests in flight.
+    /// Rates, windows and periods share the bound. Counts in flight are
+    /// held beside it: one is never evicted (that would let more requests
+    /// run at once than its limit), so they count for nothing here.
     pub fn capacity(mut self, capacity: usize) -> Self {
         self.capacity = capacity.max(1);
         self
@@ -464,6 +465,15 @@ impl Inner {
         let now = self.clock.now_us();
         let verdict = if checks.iter().all(BucketCheck::is_rate) {
             self.decide_many(checks, now, out)?
+        } else if checks.iter().all(in_table) {
+            self.decide_table(
+                checks,
+                now,
+                out,
+                false,
+                &mut |now, keep| self.spare_window(now, keep),
+                None,
+            )?
         } else {
             self.decide_kinds(checks, now, out)?
         };
@@ -480,8 +490,15 @@ impl Inner {
     ) -> Result<Decided, StorageError> {
         // Every single check comes here (`check_sync`, `check_one`): a
         // window or a period is never decided as a rate.
-        if !check.is_rate() {
-            return self.decide_kind_alone(check, out);
+        match check.rule() {
+            Rule::Rate(_) => {}
+            Rule::Period(period) => {
+                let now = self.clock.now_us();
+                let verdict =
+                    self.decide_period_one(&period, check, now, out)?;
+                return Ok(Decided::new(verdict, Some(now), "memory"));
+            }
+            _ => return self.decide_kind_alone(check, out),
         }
         let (name, shard) = self.name(check);
         let shard = &self.shards[shard];
@@ -499,7 +516,7 @@ impl Inner {
         Ok(Decided::new(verdict, Some(now), "memory"))
     }
 
-    /// One window or period, alone.
+    /// One window or count in flight, alone.
     #[cold]
     #[inline(never)]
     fn decide_kind_alone(
@@ -556,6 +573,21 @@ impl Inner {
         keep: &[u64],
         now: u64,
     ) -> Result<Places<'_>, StorageError> {
+        self.places_with(count, keep, now, &mut |now, keep| {
+            self.spare_window(now, keep)
+        })
+    }
+
+    /// [`places`](Self::places), taking a window's place through `spare`
+    /// when the table has nothing to evict (it returns the evicted
+    /// window's debt, `None` for an expired one).
+    pub(super) fn places_with(
+        &self,
+        count: usize,
+        keep: &[u64],
+        now: u64,
+        spare: &mut mixed::Spare<'_>,
+    ) -> Result<Places<'_>, StorageError> {
         let mut places = Places {
             inner: self,
             reserved: 0,
@@ -567,10 +599,14 @@ impl Inner {
                 places.reserved += 1;
                 continue;
             }
-            match self.evict_anywhere(now, keep) {
+            let evicted = self
+                .evict_anywhere(now, keep)
+                .map(Some)
+                .or_else(|| spare(now, keep));
+            match evicted {
                 Some(debt_us) => {
                     places.reserved += 1;
-                    places.evicted.push(debt_us);
+                    places.evicted.extend(debt_us);
                 }
                 None if tries < ROOM_ATTEMPTS => {
                     // Every place is in a decision's hands for a moment.
@@ -623,10 +659,16 @@ impl Inner {
                 });
             }
             // This shard holds nothing to evict: a place from another one,
-            // one lock at a time.
+            // one lock at a time, or a window's (no lock is held here).
             drop(table);
-            if let Some(debt_us) = self.evict_anywhere(now, keep) {
-                self.evicted(debt_us);
+            let evicted = self
+                .evict_anywhere(now, keep)
+                .map(Some)
+                .or_else(|| self.spare_window(now, keep));
+            if let Some(debt_us) = evicted {
+                if let Some(debt_us) = debt_us {
+                    self.evicted(debt_us);
+                }
                 let table = write(&shard.table);
                 if table.find(name).is_some() {
                     // Not needed after all: the place goes back.
@@ -685,12 +727,24 @@ impl Inner {
             .fetch_add(swept.freed_bytes, Ordering::Relaxed);
     }
 
+    /// Sweeps the tables whose sweep is due (a full store's windows make
+    /// room with the periods and rates that died too).
+    fn sweep_due(&self, now: u64) {
+        for shard in &*self.shards {
+            let mut table = write(&shard.table);
+            if now >= table.next_sweep_us {
+                self.sweep_table(&mut table, now);
+            }
+        }
+    }
+
     fn sweep_all(&self) {
         let now = self.clock.now_us();
+        // The windows' map first: it is locked before the shards.
+        self.sweep_kinds(now);
         for shard in &*self.shards {
             self.sweep_table(&mut write(&shard.table), now);
         }
-        self.kinds.sweep(now);
         // Tables freed by this sweep or by inserts' since the last trim.
         if self.freed_bytes.load(Ordering::Relaxed) >= trim::TRIM_AFTER {
             self.freed_bytes.store(0, Ordering::Relaxed);
@@ -764,9 +818,15 @@ fn full() -> StorageError {
     )
 }
 
-/// The stored TAT a word holds, if any.
+/// The stored word a cell holds, if any. As a rate's TAT, a period's word
+/// (bit 62 set) is beyond `MAX_TIME_US`, which gcra-core reads as absent.
 fn stored(word: u64) -> Option<u64> {
     (word != NO_TAT).then_some(word)
+}
+
+/// Whether `check`'s bucket lives in the table: a rate or a period.
+fn in_table(check: &BucketCheck<'_>) -> bool {
+    matches!(check.rule(), Rule::Rate(_) | Rule::Period(_))
 }
 
 /// One bucket's decision: [`gcra_core::check_all`] of one charge, without

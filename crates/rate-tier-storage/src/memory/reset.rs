@@ -1,7 +1,9 @@
 //! [`Storage::reset`](crate::Storage::reset) in memory: every bucket of the
-//! set back to full at once, under the kinds' map and then the write locks
-//! of the rates' shards (in shard order), the order every decision takes
-//! them in: no decision is halfway through any of them meanwhile.
+//! set back to full at once, under the windows' map and then the write
+//! locks of the table's shards (in shard order), the order every decision
+//! takes them in: no decision is halfway through any of them meanwhile. A
+//! rate's or a period's word is cleared (its entry kept: a fresh bucket),
+//! a window forgotten.
 
 use smallvec::SmallVec;
 
@@ -49,7 +51,7 @@ impl Inner {
         for bucket in buckets {
             let (name, shard) = self.name(bucket);
             match bucket.rule() {
-                Rule::Rate(_) => rates.push((name, shard)),
+                Rule::Rate(_) | Rule::Period(_) => rates.push((name, shard)),
                 // A concurrency limit's slots belong to requests that
                 // still run.
                 Rule::Concurrency(_) => {}
@@ -60,7 +62,7 @@ impl Inner {
             rates.iter().map(|&(_, shard)| shard).collect();
         shards.sort_unstable();
         shards.dedup();
-        self.kinds.forget_with(&others, || {
+        self.forget_with(&others, || {
             let guards: SmallVec<[_; 4]> = shards
                 .iter()
                 .map(|&shard| write(&self.shards[shard].table))

@@ -1,4 +1,5 @@
-//! One shard's table: entries of 16 bytes, a bucket name and its TAT, and
+//! One shard's table: entries of 16 bytes, a bucket name and its word (a
+//! rate's TAT or a period's packed count, see `period.rs`), and
 //! the two ways they leave: swept once dead, or evicted when the store is
 //! full.
 
@@ -10,8 +11,8 @@ use hashbrown::HashTable;
 /// "none": a bucket a refund left full.
 pub(super) const NO_TAT: u64 = 0;
 
-/// Set on a TAT while a joint decision holds the bucket: TATs are at most
-/// 2^53, so the top bit is free.
+/// Set on a word while a joint decision holds the bucket: TATs are at most
+/// 2^53, and a period's word leaves it free, so the top bit is free.
 pub(super) const LOCKED: u64 = 1 << 63;
 
 /// How many entries a full shard looks at to choose one to evict.
@@ -47,14 +48,15 @@ impl Entry {
         table_hash(self.name)
     }
 
-    /// The TAT, without the lock bit. Under the table's write lock no bit
-    /// is ever set: locks are only taken under a read lock.
-    fn tat(&self) -> u64 {
-        self.tat.load(Ordering::Relaxed) & !LOCKED
+    /// When the bucket is dead: its TAT, or a period's next start (see
+    /// `period.rs`), the lock bit ignored. Under the table's write lock no
+    /// bit is ever set: locks are only taken under a read lock.
+    fn expiry(&self) -> u64 {
+        super::period::expiry(self.tat.load(Ordering::Relaxed))
     }
 
     fn is_live(&self, now_us: u64) -> bool {
-        self.tat() > now_us
+        self.expiry() > now_us
     }
 }
 
@@ -110,7 +112,8 @@ impl Table {
     /// Forgets the bucket nearest to full among a sample (a dead one if the
     /// sample holds one), never one of `keep`: evicting it gives its user
     /// back the least. The sample is the next [`EVICTION_SAMPLE`] entries
-    /// from the clock hand. Returns how far ahead of `now` its TAT was, or
+    /// from the clock hand. Returns how far ahead of `now` its expiry was
+    /// (a rate's TAT, a period's next start), or
     /// `None` if the table holds nothing to evict.
     pub(super) fn evict_one(&mut self, now: u64, keep: &[u64]) -> Option<u64> {
         let slots = self.entries.num_buckets();
@@ -126,9 +129,11 @@ impl Table {
             if keep.contains(&entry.name) {
                 continue;
             }
-            let tat = entry.tat();
-            if chosen.is_none_or(|(_, least)| tat < least) {
-                chosen = Some((index, tat));
+            // A rate's TAT, or a period's next start: the nearest is the
+            // least given away.
+            let expiry = entry.expiry();
+            if chosen.is_none_or(|(_, least)| expiry < least) {
+                chosen = Some((index, expiry));
             }
             sampled += 1;
             if sampled == EVICTION_SAMPLE {
@@ -136,11 +141,11 @@ impl Table {
             }
         }
         self.evict_hand = index;
-        let (index, tat) = chosen?;
+        let (index, expiry) = chosen?;
         if let Ok(entry) = self.entries.get_bucket_entry(index) {
             entry.remove();
         }
-        Some(tat.saturating_sub(now))
+        Some(expiry.saturating_sub(now))
     }
 }
 
