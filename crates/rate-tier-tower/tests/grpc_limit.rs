@@ -30,7 +30,7 @@ use tower_rate_tier::layer::HeaderStyle;
 use tower_rate_tier::{
     FallbackStorage, GrpcTierLimitLayer, IdentityError, Limit, LimitEvent,
     OnStorageError, OnUnknownTier, Quota, RateTier, TierIdentifier,
-    TierIdentity, TierLimitLayer,
+    TierIdentity, TierLimitLayer, Window,
 };
 
 const START_SECS: u64 = 1_790_947_094;
@@ -536,4 +536,114 @@ async fn a_cost_above_the_local_share_is_unavailable_not_failed_precondition() {
     let response = client.check(check(Some("key_bea"))).await.unwrap();
     assert_eq!(meta(response.metadata(), "x-ratelimit-limit"), "25");
     assert_eq!(meta(response.metadata(), "x-ratelimit-remaining"), "24");
+}
+
+// ---------------------------------------------------------------------------
+// A customer's own quota, on gRPC.
+
+/// The plans, with ada on pro under her own quota while `ada` holds one
+/// (the plan's otherwise), and eva on free under a window of her own: a
+/// quota of another kind than the plan's rate, a mistake.
+fn own_quota_layer(
+    tiers: RateTier,
+    events: &Events,
+    ada: Arc<Mutex<Option<Quota>>>,
+) -> GrpcTierLimitLayer {
+    let sink = events.clone();
+    TierLimitLayer::new(tiers)
+        .identifier_fn(move |metadata| {
+            let key = metadata.get("x-api-key")?.to_str().ok()?;
+            Some(match key {
+                "key_ada" => {
+                    let identity = TierIdentity::new(key.to_owned(), "pro");
+                    match *ada.lock().unwrap() {
+                        Some(own) => identity.with_quota("pro", own),
+                        None => identity,
+                    }
+                }
+                "key_eva" => TierIdentity::new(key.to_owned(), "free")
+                    .with_quota(
+                        "free",
+                        Window::new(5, Duration::from_secs(60)).unwrap(),
+                    ),
+                _ => TierIdentity::new(key.to_owned(), plan_of(key)?),
+            })
+        })
+        .on_event(move |event| sink.lock().unwrap().push(event.clone()))
+        .grpc()
+}
+
+#[tokio::test]
+async fn a_customers_own_quota_decides_on_grpc() {
+    let clock = FakeClock::at_us(START_US);
+    let events = Events::default();
+    let ada = Arc::new(Mutex::new(Some(Quota::per_minute(5))));
+    let layer = own_quota_layer(post_plans(&clock).build(), &events, ada);
+    let mut client = serve_layer(layer).await;
+
+    // Her own 5 a minute, not pro's 100.
+    for remaining in (0..5).rev() {
+        let response = client.check(check(Some("key_ada"))).await.unwrap();
+        let metadata = response.metadata();
+        assert_eq!(meta(metadata, "x-ratelimit-limit"), "5");
+        assert_eq!(
+            meta(metadata, "x-ratelimit-remaining"),
+            remaining.to_string()
+        );
+    }
+    let status = client.check(check(Some("key_ada"))).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    let retry = status.get_details_retry_info().expect("RetryInfo");
+    assert_eq!(retry.retry_delay, Some(Duration::from_secs(12)));
+    // Labelled by the plan, never by the customer.
+    let quota = status.get_details_quota_failure().expect("QuotaFailure");
+    assert_eq!(quota.violations[0].subject, "tier:pro");
+    assert_eq!(meta(status.metadata(), "x-ratelimit-limit"), "5");
+    // Bea, on the same plan, has the plan's 100.
+    let response = client.check(check(Some("key_bea"))).await.unwrap();
+    assert_eq!(meta(response.metadata(), "x-ratelimit-limit"), "100");
+    assert_eq!(meta(response.metadata(), "x-ratelimit-remaining"), "99");
+}
+
+#[tokio::test]
+async fn a_changed_own_quota_keeps_what_was_spent_on_grpc() {
+    let clock = FakeClock::at_us(START_US);
+    let events = Events::default();
+    let ada = Arc::new(Mutex::new(None));
+    let layer =
+        own_quota_layer(post_plans(&clock).build(), &events, ada.clone());
+    let mut client = serve_layer(layer).await;
+    // 60 of pro's 100 a minute: 36 s of the minute spent (0.6 s each).
+    for _ in 0..60 {
+        client.check(check(Some("key_ada"))).await.unwrap();
+    }
+    // Her own 500 a minute (0.12 s each): 24 s left, 200 requests; this
+    // one takes one of them.
+    *ada.lock().unwrap() = Some(Quota::per_minute(500));
+    let response = client.check(check(Some("key_ada"))).await.unwrap();
+    assert_eq!(meta(response.metadata(), "x-ratelimit-limit"), "500");
+    assert_eq!(meta(response.metadata(), "x-ratelimit-remaining"), "199");
+    // Back to the plan: the same bucket, read with the plan's quota.
+    *ada.lock().unwrap() = None;
+    let response = client.check(check(Some("key_ada"))).await.unwrap();
+    assert_eq!(meta(response.metadata(), "x-ratelimit-limit"), "100");
+    assert_eq!(meta(response.metadata(), "x-ratelimit-remaining"), "38");
+}
+
+#[tokio::test]
+async fn an_own_quota_of_the_wrong_kind_is_internal_on_grpc() {
+    let clock = FakeClock::at_us(START_US);
+    let events = Events::default();
+    let tiers = post_plans(&clock).build();
+    let layer = own_quota_layer(tiers.clone(), &events, Arc::default());
+    let mut client = serve_layer(layer).await;
+    // Refused every time, never unlimited, and nothing retries it.
+    for _ in 0..12 {
+        let status = client.check(check(Some("key_eva"))).await.unwrap_err();
+        assert_eq!(status.code(), Code::Internal, "{status:?}");
+        assert_eq!(status.message(), "invalid customer quota");
+        assert!(status.get_details_retry_info().is_none());
+    }
+    // Nothing was charged: her plan's bucket is full.
+    assert_eq!(tiers.peek("key_eva", "free").await.unwrap().remaining, 10);
 }

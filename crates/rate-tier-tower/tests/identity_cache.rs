@@ -13,8 +13,8 @@ use http::request::Parts;
 use tower::ServiceExt;
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::{
-    CachedIdentifier, IdentityError, Quota, RateTier, TierIdentifier,
-    TierIdentity, TierLimitLayer,
+    CachedIdentifier, IdentityError, Quota, RateTier, Rule, TierIdentifier,
+    TierIdentity, TierLimitLayer, Window,
 };
 
 /// A "database" that counts its lookups, takes a while to answer, and is
@@ -215,4 +215,160 @@ async fn concurrent_misses_that_fail_all_get_the_error_and_none_is_kept() {
     let who = identifier.identify(&parts).await.unwrap().unwrap();
     assert_eq!(who.user(), "key_ana");
     assert_eq!(db.lookups.load(Ordering::SeqCst), failed + 1);
+}
+
+// ---------------------------------------------------------------------------
+// A customer's own quota comes with the cached identity.
+
+/// Accounts with ada's own quota for free, as the database holds it now;
+/// counts its lookups.
+#[derive(Clone)]
+struct Accounts {
+    ada: Arc<std::sync::Mutex<Rule>>,
+    lookups: Arc<AtomicUsize>,
+}
+
+impl Accounts {
+    fn with(ada: impl Into<Rule>) -> Self {
+        Accounts {
+            ada: Arc::new(std::sync::Mutex::new(ada.into())),
+            lookups: Arc::default(),
+        }
+    }
+
+    fn set(&self, ada: impl Into<Rule>) {
+        *self.ada.lock().unwrap() = ada.into();
+    }
+
+    fn lookups(&self) -> usize {
+        self.lookups.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait::async_trait]
+impl TierIdentifier for Accounts {
+    async fn identify(
+        &self,
+        parts: &Parts,
+    ) -> Result<Option<TierIdentity<'static>>, IdentityError> {
+        self.lookups.fetch_add(1, Ordering::SeqCst);
+        tokio::task::yield_now().await;
+        let Some(key) = parts.headers.get("x-api-key") else {
+            return Ok(None);
+        };
+        let key = key.to_str().map_err(IdentityError::new)?;
+        let own = *self.ada.lock().unwrap();
+        Ok((key == "key_ada").then(|| {
+            TierIdentity::new(key.to_owned(), "free").with_quota("free", own)
+        }))
+    }
+}
+
+/// Free is 100 a minute; the accounts' lookups cached for `ttl`.
+fn own_quota_app(
+    accounts: Accounts,
+    ttl: Duration,
+) -> (Router, Arc<CachedIdentifier<Accounts, Vec<u8>>>) {
+    let tiers = RateTier::builder()
+        .clock(FakeClock::new())
+        .tier("free", Quota::per_minute(100))
+        .build();
+    let cached = Arc::new(CachedIdentifier::new(
+        accounts,
+        |parts: &Parts| {
+            Some(parts.headers.get("x-api-key")?.as_bytes().to_vec())
+        },
+        ttl,
+        1000,
+    ));
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(TierLimitLayer::new(tiers).identifier(cached.clone()));
+    (app, cached)
+}
+
+/// A response's status and `x-ratelimit-limit` / `-remaining`.
+async fn limit_of(app: &Router) -> (u16, u64, u64) {
+    let response = app.clone().oneshot(request(Some("key_ada"))).await.unwrap();
+    let header = |name: &str| -> u64 {
+        response.headers()[name].to_str().unwrap().parse().unwrap()
+    };
+    (
+        response.status().as_u16(),
+        header("x-ratelimit-limit"),
+        header("x-ratelimit-remaining"),
+    )
+}
+
+#[tokio::test]
+async fn a_cached_identity_keeps_its_own_quota_until_refreshed() {
+    let accounts = Accounts::with(Quota::per_minute(500));
+    let (app, cached) =
+        own_quota_app(accounts.clone(), Duration::from_secs(60));
+    // Her own 500 a minute, not free's 100: 60 of them spend 7.2 s.
+    for left in (440..500).rev() {
+        assert_eq!(limit_of(&app).await, (200, 500, left));
+    }
+    assert_eq!(accounts.lookups(), 1);
+    // Her quota becomes 200 a minute; the cached identity still has 500.
+    accounts.set(Quota::per_minute(200));
+    assert_eq!(limit_of(&app).await, (200, 500, 439));
+    assert_eq!(accounts.lookups(), 1);
+    // Refreshed: the new quota, over what was spent (7.32 s, and 0.3 s
+    // for this one: 52.38 s left, 174 requests of 0.3 s).
+    cached.invalidate_all();
+    assert_eq!(limit_of(&app).await, (200, 200, 174));
+    assert_eq!(accounts.lookups(), 2);
+}
+
+#[tokio::test]
+async fn a_cached_own_quota_of_the_wrong_kind_fails_closed() {
+    let accounts =
+        Accounts::with(Window::new(5, Duration::from_secs(60)).unwrap());
+    let (app, cached) =
+        own_quota_app(accounts.clone(), Duration::from_secs(60));
+    // Cached or not, refused every time: never unlimited.
+    for _ in 0..5 {
+        let response =
+            app.clone().oneshot(request(Some("key_ada"))).await.unwrap();
+        assert_eq!(response.status(), 500);
+    }
+    assert_eq!(accounts.lookups(), 1);
+    // Corrected, and refreshed: the full bucket (nothing was charged).
+    accounts.set(Quota::per_minute(500));
+    cached.invalidate_all();
+    assert_eq!(limit_of(&app).await, (200, 500, 499));
+}
+
+/// The entry refreshed by its TTL: moka keeps time by itself (no fake
+/// clock reaches it), so this waits, briefly and bounded, for a real
+/// expiry. Every answer is the quota of the lookup it was served from.
+#[tokio::test]
+async fn an_own_quota_changed_is_picked_up_when_the_entry_expires() {
+    let accounts = Accounts::with(Quota::per_minute(500));
+    let (app, _cached) =
+        own_quota_app(accounts.clone(), Duration::from_millis(30));
+    assert_eq!(limit_of(&app).await, (200, 500, 499));
+    accounts.set(Quota::per_minute(200));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut spent = 1;
+    loop {
+        let (status, limit, _) = limit_of(&app).await;
+        spent += 1;
+        assert_eq!(status, 200);
+        if accounts.lookups() == 2 {
+            assert_eq!(limit, 200, "the refreshed entry's quota");
+            break;
+        }
+        assert_eq!(limit, 500, "the cached entry's quota");
+        assert!(std::time::Instant::now() < deadline, "never refreshed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // What was spent under 500 (0.12 s each, the last under 200) stays.
+    let (_, limit, left) = limit_of(&app).await;
+    let spent_us = (spent - 1) * 120_000 + 300_000 + 300_000;
+    assert_eq!(
+        (limit, left),
+        (200, ((60_000_000 - spent_us) / 300_000) as u64)
+    );
 }
