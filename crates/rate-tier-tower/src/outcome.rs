@@ -84,6 +84,11 @@ pub struct LimitState {
     /// Where its bucket was charged: a settlement of it goes there
     /// (see [`Charged`]).
     pub charged: Charged,
+    /// The rule its bucket was decided under (a customer's own quota where
+    /// one replaced the configured rule): a settlement of it uses this
+    /// rule ([`RateTier::settle`](crate::RateTier::settle)). `None` where
+    /// the outcome's own fields tell the plan's limit alone.
+    pub(crate) rule: Option<rate_tier_storage::Rule>,
 }
 
 impl LimitState {
@@ -163,6 +168,7 @@ impl RateLimitInfo {
             shadow: false,
             shadow_limited: false,
             charged: Charged::Primary,
+            rule: None,
         })
     }
 
@@ -417,6 +423,7 @@ impl Limited {
             shadow: false,
             shadow_limited: false,
             charged: Charged::Primary,
+            rule: None,
         })
     }
 

@@ -14,8 +14,8 @@ use http::StatusCode;
 use support::http::get_as;
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::{
-    Error, Limit, LimitEvent, LimitRequest, Quota, RateTier, TierIdentity,
-    TierLimitLayer, Window,
+    Adjust, Error, Limit, LimitEvent, LimitRequest, Quota, RateTier, Settle,
+    TierIdentity, TierLimitLayer, Window,
 };
 
 /// Pro is 100 a minute; `search` 3 a minute. Ada negotiated 500 a minute
@@ -177,4 +177,41 @@ async fn the_direct_api_takes_an_own_quota_too() {
     assert!(limits.contains(&("pro", 500, 499)), "{limits:?}");
     assert!(limits.contains(&("search", 10, 9)), "{limits:?}");
     assert_eq!(info.tier, "pro");
+}
+
+/// Regression: `RateTier::settle` settled under the limit's configured
+/// quota (1000 tokens a minute), not the customer's own (100) that charged
+/// the request, so ada's debt of 100 tokens cost her 6 s instead of 60 s.
+#[tokio::test]
+async fn settle_uses_the_own_quota_that_charged() {
+    let clock = FakeClock::at_us(1_000_000_000);
+    let tiers = RateTier::builder()
+        .tier("pro", Quota::per_minute(100))
+        .clock(clock.clone())
+        .build();
+    let tokens = Limit::new("tokens", Quota::per_minute(1000))
+        .settle(Settle::from_header("x-tokens-used"));
+    let request = LimitRequest::new("ada", "pro", 1)
+        .limit(&tokens, 1)
+        .quota("tokens", Quota::per_minute(100));
+    let info = tiers.decide(&request).await.unwrap().unwrap();
+    // 101 tokens used: a debt of 100 of her own 0.6 s each, 60 s. Her
+    // bucket is 60.6 s ahead, of 60 s: 1.2 s to wait for the next token.
+    tiers
+        .settle("ada", &info, &tokens, Adjust::between(1, 101))
+        .await
+        .unwrap();
+    let refused = tiers.decide(&request).await.unwrap().unwrap_err();
+    assert_eq!(refused.limit_name(), "tokens");
+    assert_eq!(refused.retry_after(), Duration::from_millis(1200));
+    // Without her own quota the same settlement is the limit's: 6 s.
+    let bea = LimitRequest::new("bea", "pro", 1).limit(&tokens, 1);
+    let info = tiers.decide(&bea).await.unwrap().unwrap();
+    tiers
+        .settle("bea", &info, &tokens, Adjust::between(1, 101))
+        .await
+        .unwrap();
+    let info = tiers.decide(&bea).await.unwrap().unwrap();
+    let left = info.limits().find(|l| l.name == "tokens").unwrap();
+    assert_eq!(left.remaining, 1000 - 1 - 100 - 1);
 }

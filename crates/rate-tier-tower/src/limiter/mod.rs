@@ -346,7 +346,10 @@ impl RateTier {
     /// Adjusts `limit`'s bucket of `user` (a per-user limit) after the
     /// request `info` answered, by `adjust`: the debt of an estimate below
     /// the actual cost, or a refund (see [`gcra_core::Quota::settle`]). The
-    /// quota is the one of `info`'s tier, and the settlement goes to the
+    /// quota is the one that charged the estimate: the customer's own for
+    /// the limit if the request carried one
+    /// ([`LimitRequest::quota`], [`TierIdentity::with_quota`](crate::TierIdentity::with_quota)),
+    /// else the limit's for `info`'s tier; and the settlement goes to the
     /// store that charged the estimate (during an outage, a fallback's local
     /// store; see [`FallbackStorage`](rate_tier_storage::FallbackStorage)).
     /// Only a rate is settled: a limit of another kind is
@@ -368,6 +371,18 @@ impl RateTier {
     /// let refused = limiter.decide(&request).await.unwrap().unwrap_err();
     /// assert_eq!(refused.limit_name(), "tokens");
     /// assert_eq!(refused.retry_after_secs(), 13);
+    ///
+    /// // Bea has her own 100 tokens a minute (0.6 s each): 101 used are a
+    /// // debt of 100 of hers, 60 s (not 6 s of the limit's 1000).
+    /// let bea = LimitRequest::new("bea", "free", 1)
+    ///     .limit(&tokens, 1)
+    ///     .quota("tokens", Quota::per_minute(100));
+    /// let info = limiter.decide(&bea).await.unwrap().unwrap();
+    /// limiter.settle("bea", &info, &tokens, Adjust::between(1, 101)).await.unwrap();
+    /// // Her bucket is 60.6 s ahead, of 60 s: 1.2 s until the next token.
+    /// let refused = limiter.decide(&bea).await.unwrap().unwrap_err();
+    /// assert_eq!(refused.limit_name(), "tokens");
+    /// assert_eq!(refused.retry_after(), std::time::Duration::from_millis(1200));
     /// # }
     /// ```
     pub async fn settle(
@@ -377,12 +392,16 @@ impl RateTier {
         limit: &Limit,
         adjust: Adjust,
     ) -> Result<(), Error> {
-        let charged = info
-            .limits()
-            .find(|state| state.name == limit.name())
+        let decided = info.limits().find(|state| state.name == limit.name());
+        let charged = decided
             .map_or(rate_tier_storage::Charged::Primary, |state| state.charged);
+        // The rule that charged the estimate (a customer's own quota, in
+        // place of the limit's); the limit's for a limit not decided.
+        let rule = decided
+            .and_then(|state| state.rule)
+            .unwrap_or_else(|| limit.rule_for(&info.tier));
         // Only a rate carries a debt or takes a refund.
-        let Rule::Rate(quota) = limit.rule_for(&info.tier) else {
+        let Rule::Rate(quota) = rule else {
             return Err(Error::Storage(StorageError::Unsupported(
                 "settling a window, a period or a concurrency limit",
             )));

@@ -419,7 +419,7 @@ impl RateTier {
             let applied = decided.applied_rule(i, check.rule());
             limits.push(state(
                 key,
-                applied,
+                (check.rule(), applied),
                 decision,
                 shadow,
                 decided.charged(i),
@@ -441,7 +441,7 @@ impl RateTier {
             };
             limits.push(state(
                 key,
-                rule,
+                (rule, rule),
                 &never,
                 true,
                 Charged::Primary,
@@ -579,11 +579,11 @@ impl RateTier {
     }
 }
 
-/// A bucket's state after a decision at `now_us`, under the rule the store
-/// applied.
+/// A bucket's state after a decision at `now_us`, under the rule asked
+/// for (kept for a settlement) and the rule the store applied.
 fn state(
     key: &'static LimitName,
-    applied: Rule,
+    (asked, applied): (Rule, Rule),
     decision: &Decision,
     shadow: bool,
     charged: Charged,
@@ -598,6 +598,7 @@ fn state(
         window: Duration::from_micros(applied.policy_window_us(now_us)),
         shadow,
         shadow_limited: shadow && !decision.allowed,
+        rule: Some(asked),
     }
 }
 
