@@ -1166,3 +1166,131 @@ fn an_eviction_is_reported_outside_the_stores_lock() {
     assert_eq!(*sizes.lock().unwrap(), [2, 2, 2]);
     drop(subscription);
 }
+
+// ---------------------------------------------------------------------------
+// 7. Periods in the rates' table (src/memory/period.rs)
+
+#[test]
+fn a_bucket_whose_kind_changed_is_fresh() {
+    // One limit name reloaded from a period to a rate and back: each kind
+    // reads the other's word as absent, never as its own.
+    let (clock, store) = store_at(utc(2027, 1, 10, 12, 0));
+    let exports = limit("exports");
+    let monthly = period(3, PeriodUnit::Month, 0);
+    let rate: Rule = Quota::per_minute(2).into();
+    assert_eq!(one(&store, &exports, "ana", monthly, 3).remaining, 0);
+    // The spent period's word read by a rate: a full bucket.
+    let d = decide(
+        &store,
+        &[BucketCheck::of_rule(&exports, "ana", rate, 1).unwrap()],
+    )
+    .1[0];
+    assert_eq!((d.allowed, d.remaining), (true, 1));
+    clock.advance(Duration::from_secs(1));
+    // The rate's TAT read by the period: a fresh period.
+    let d = one(&store, &exports, "ana", monthly, 1);
+    assert_eq!((d.allowed, d.remaining), (true, 2));
+    assert_eq!(
+        d.reset_after_us,
+        utc(2027, 2, 1, 0, 0) - utc(2027, 1, 10, 12, 0) - SECOND
+    );
+    assert_eq!(store.len(), 1, "one bucket, rewritten");
+    // And under a joint decision too.
+    let plan = LimitName::new("plan").unwrap();
+    let checks = [
+        BucketCheck::of_rule(&exports, "ana", rate, 1).unwrap(),
+        BucketCheck::new(&plan, "ana", Quota::per_minute(5), 1).unwrap(),
+    ];
+    let (decided, out) = decide(&store, &checks);
+    assert!(decided.verdict.allowed);
+    assert_eq!(out[0].remaining, 1, "the period's word read as a full rate");
+}
+
+#[test]
+fn a_joint_rate_and_period_refused_by_either_charges_neither() {
+    let (clock, store) = store_at(utc(2027, 1, 31, 23, 59));
+    let (plan, exports) = (LimitName::new("plan").unwrap(), limit("exports"));
+    let rate = Quota::per_minute(2); // a burst of 2
+    let monthly = period(2, PeriodUnit::Month, 0);
+    let both = |cost_rate: u32, cost_period: u32| {
+        [
+            BucketCheck::new(&plan, "ana", rate, cost_rate).unwrap(),
+            BucketCheck::of_rule(&exports, "ana", monthly, cost_period)
+                .unwrap(),
+        ]
+    };
+    // Both new: one pass charges both.
+    let (decided, out) = decide(&store, &both(1, 1));
+    assert!(decided.verdict.allowed);
+    assert_eq!((out[0].remaining, out[1].remaining), (1, 1));
+    assert_eq!(store.len(), 2);
+
+    // The period refuses (2 asked, 1 left): the rate is not charged.
+    let (decided, out) = decide(&store, &both(1, 2));
+    assert_eq!(decided.verdict.refused_by, Some(1));
+    assert!(out[0].allowed && out[0].store.is_none());
+    assert_eq!(out[0].remaining, 1, "the rate as it stands");
+    assert_eq!(parts(out[1]), (false, 0, MINUTE, MINUTE));
+
+    // The rate refuses (2 asked, 1 left): the period is not charged.
+    let (decided, out) = decide(&store, &both(2, 1));
+    assert_eq!(decided.verdict.refused_by, Some(0));
+    assert!(out[1].allowed && out[1].store.is_none());
+    assert_eq!(out[1].remaining, 1, "the period as it stands");
+
+    // Neither was charged: one of each is left.
+    let rate_left =
+        decide(&store, &[BucketCheck::peek(&plan, "ana", rate)]).1[0];
+    assert_eq!(rate_left.remaining, 1);
+    assert_eq!(peek(&store, &exports, "ana", monthly).remaining, 1);
+
+    // Across the month boundary the period's word is a new period's, and
+    // the joint decision charges both again.
+    clock.set_us(utc(2027, 2, 1, 0, 0));
+    let (decided, out) = decide(&store, &both(1, 2));
+    assert!(decided.verdict.allowed);
+    assert_eq!(out[1].remaining, 0);
+    assert_eq!(out[1].reset_after_us, 28 * DAY);
+}
+
+#[test]
+fn a_reset_makes_a_period_fresh_and_a_sweep_drops_it_after_its_period() {
+    let (clock, store) = store_at(utc(2028, 2, 28, 12, 0));
+    let exports = limit("exports");
+    let monthly = period(2, PeriodUnit::Month, 5 * 3600 + 1800);
+    assert_eq!(one(&store, &exports, "ana", monthly, 2).remaining, 0);
+    let check = BucketCheck::of_rule(&exports, "ana", monthly, 1).unwrap();
+    store.reset_sync(&[check]).unwrap();
+    assert_eq!(one(&store, &exports, "ana", monthly, 1).remaining, 1);
+    // A leap February in India ends on the 29th, 18:30 UTC: the word is
+    // live until then, and swept after.
+    let end = utc(2028, 2, 29, 18, 30);
+    clock.set_us(end - 1);
+    store.sweep();
+    assert_eq!(store.len(), 1);
+    assert_eq!(peek(&store, &exports, "ana", monthly).reset_after_us, 1);
+    clock.set_us(end);
+    store.sweep();
+    assert_eq!(store.len(), 0);
+}
+
+#[test]
+fn a_new_period_in_a_store_full_of_windows_takes_a_windows_place() {
+    // The table holds nothing to evict: the period's place is a window's.
+    let clock = FakeClock::at_us(START_US);
+    let store = MemoryStorage::builder()
+        .clock(clock.clone())
+        .capacity(2)
+        .build();
+    let (login, exports) = (limit("login"), limit("exports"));
+    let (win, per) = (window(5, 60), period(3, PeriodUnit::Month, 0));
+    assert!(one(&store, &login, "ana", win, 1).allowed);
+    assert!(one(&store, &login, "bo", win, 1).allowed);
+    for k in 0..4 {
+        let user = format!("u{k}");
+        let d = one(&store, &exports, &user, per, 1);
+        assert_eq!((d.allowed, d.remaining), (true, 2), "{user}");
+        assert!(store.len() <= 2, "{} held", store.len());
+    }
+    assert_eq!(store.evictions(), 4);
+}
