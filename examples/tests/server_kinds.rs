@@ -1,8 +1,9 @@
 //! The example server's limits beside the rate, over real HTTP: `/login`
 //! (at most 5 in any 60 s per user, an exact window) and `/export` (3 per
 //! calendar month UTC on free, 100 on pro) and `/upload` (2 in flight per
-//! user on free), in memory, on two servers sharing Redis and on
-//! PostgreSQL, each behind the fallback the example puts in front of them.
+//! user on free), in memory, on two servers sharing Redis, on two sharing
+//! a Redis Cluster and on PostgreSQL, each behind the fallback the example
+//! puts in front of them.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -218,30 +219,26 @@ fn a_client_that_goes_away_gives_its_upload_slot_back() {
     until("the slots were not given back", &uploads_left(2));
 }
 
-#[test]
-fn two_servers_on_one_redis_share_the_window_the_period_and_the_uploads_exactly()
- {
-    let url = rate_tier_test_support::redis_url();
-    let mut conn = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let keys: Vec<String> = [
-        ("limit/login", "key_bea"),
-        ("limit/exports", "key_bea"),
-        ("pro", "key_bea"),
-        ("limit/uploads", "key_ana"),
-        ("free", "key_ana"),
-        ("ban/until", "key_bea"),
-        ("ban/refusals", "key_bea"),
-        ("ban/level", "key_bea"),
-    ]
-    .iter()
-    .map(|(name, user)| tower_rate_tier::key::bucket_key(name, user, None))
-    .collect();
-    let _: () = redis::cmd("DEL").arg(&keys).query(&mut conn).unwrap();
-    let a = Server::start(&["--redis", &url], &[]);
-    let b = Server::start(&[], &[("REDIS_URL", &url)]);
+/// Bea's and ana's buckets of the kinds scenario, by name.
+const SHARED_BUCKETS: [(&str, &str); 8] = [
+    ("limit/login", "key_bea"),
+    ("limit/exports", "key_bea"),
+    ("pro", "key_bea"),
+    ("limit/uploads", "key_ana"),
+    ("free", "key_ana"),
+    ("ban/until", "key_bea"),
+    ("ban/refusals", "key_bea"),
+    ("ban/level", "key_bea"),
+];
+
+/// How long each server's check waits for the shared store before its
+/// local fallback decides: exactness is the shared store's, so on a loaded
+/// machine the store gets all the time it needs (no breaker may open).
+const STORE_TIMEOUT: [&str; 2] = ["--store-timeout-ms", "10000"];
+
+/// Two servers sharing one store: the window, the period and the uploads
+/// are exact over both, and the store decided every request.
+fn kinds_shared_exactly(a: &Server, b: &Server) {
     let ports = [a.port, b.port];
     let at_once = |path: &'static str, n: usize| -> Vec<u16> {
         std::thread::scope(|scope| {
@@ -262,7 +259,8 @@ fn two_servers_on_one_redis_share_the_window_the_period_and_the_uploads_exactly(
     assert_eq!(
         logins.iter().filter(|&&s| s == 200).count(),
         5,
-        "{logins:?}"
+        "{logins:?}\n{:?}",
+        [a.stderr(), b.stderr()]
     );
     assert!(logins.iter().all(|&s| s == 200 || s == 429), "{logins:?}");
     // 100 exports a month on pro, of which 5 logins left the plan 95.
@@ -280,6 +278,32 @@ fn two_servers_on_one_redis_share_the_window_the_period_and_the_uploads_exactly(
     );
     // Uploads are a concurrency limit, shared: 2 in flight over both.
     only_the_limit_of_uploads_runs_at_once(&ports, ("key_ana", 2), 6);
+    let logs = [a.stderr(), b.stderr()];
+    assert!(
+        logs.iter().flatten().all(|line| !line.contains("breaker")),
+        "a breaker opened: {logs:?}"
+    );
+}
+
+#[test]
+fn two_servers_on_one_redis_share_the_window_the_period_and_the_uploads_exactly()
+ {
+    let url = rate_tier_test_support::redis_url();
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let keys: Vec<String> = SHARED_BUCKETS
+        .iter()
+        .map(|(name, user)| tower_rate_tier::key::bucket_key(name, user, None))
+        .collect();
+    let _: () = redis::cmd("DEL").arg(&keys).query(&mut conn).unwrap();
+    let a = Server::start(
+        &["--redis", &url, STORE_TIMEOUT[0], STORE_TIMEOUT[1]],
+        &[],
+    );
+    let b = Server::start(&STORE_TIMEOUT, &[("REDIS_URL", &url)]);
+    kinds_shared_exactly(&a, &b);
     // The window is a list, the period a string, under hashed keys.
     let kind: String =
         redis::cmd("TYPE").arg(&keys[0]).query(&mut conn).unwrap();
@@ -288,6 +312,39 @@ fn two_servers_on_one_redis_share_the_window_the_period_and_the_uploads_exactly(
         redis::cmd("TYPE").arg(&keys[1]).query(&mut conn).unwrap();
     assert_eq!(kind, "string");
     let _: () = redis::cmd("DEL").arg(&keys).query(&mut conn).unwrap();
+}
+
+#[test]
+fn two_servers_on_one_redis_cluster_share_the_window_the_period_and_the_uploads_exactly()
+ {
+    let urls = rate_tier_test_support::cluster_urls(2);
+    let client = redis::cluster::ClusterClient::new(urls.clone()).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    // Each user's buckets share the user's hash tag: one slot each.
+    let keys: Vec<String> = SHARED_BUCKETS
+        .iter()
+        .map(|(name, user)| {
+            tower_rate_tier::key::cluster_bucket_key(name, user, None)
+        })
+        .collect();
+    let clear = |conn: &mut redis::cluster::ClusterConnection| {
+        for key in &keys {
+            let _: () = redis::cmd("DEL").arg(key).query(conn).unwrap();
+        }
+    };
+    clear(&mut conn);
+    let start = |url: &str| {
+        Server::start(
+            &["--redis-cluster", url, STORE_TIMEOUT[0], STORE_TIMEOUT[1]],
+            &[],
+        )
+    };
+    let (a, b) = (start(&urls[0]), start(&urls[1]));
+    kinds_shared_exactly(&a, &b);
+    let kind: String =
+        redis::cmd("TYPE").arg(&keys[0]).query(&mut conn).unwrap();
+    assert_eq!(kind, "list", "the login window, on the cluster");
+    clear(&mut conn);
 }
 
 #[test]
