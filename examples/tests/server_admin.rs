@@ -1,7 +1,8 @@
 //! The example server's operator pieces: key_ada's own 500 a minute on pro,
 //! and `POST /admin/reset?key=KEY` behind a bearer token from
 //! `--admin-token-file` (404 without the flag, 401 and nothing done without
-//! the right token). In memory, and on two servers sharing one Redis.
+//! the right token); the ban of a key that keeps going, lifted by a reset.
+//! In memory, and on two servers sharing one Redis.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -171,4 +172,77 @@ fn a_key_that_keeps_going_is_banned_and_a_reset_lifts_it() {
         200
     );
     assert_eq!(server.get("/data", Some("key_ana")).status, 200);
+}
+
+/// Bea's plan bucket and her ban's, on Redis.
+fn clear_beas_buckets(url: &str) {
+    let keys: Vec<String> = ["pro", "ban/until", "ban/refusals", "ban/level"]
+        .iter()
+        .map(|name| tower_rate_tier::key::bucket_key(name, "key_bea", None))
+        .collect();
+    let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let _: () = redis::cmd("DEL").arg(&keys).query(&mut conn).unwrap();
+}
+
+/// A banned answer's `retry-after`, asserting it is one.
+fn banned_for(response: &support::Response) -> u64 {
+    assert_eq!(response.status, 429, "{response:?}");
+    assert!(
+        response.body.contains(r#""banned":true"#),
+        "{}",
+        response.body
+    );
+    response.header("retry-after").unwrap().parse().unwrap()
+}
+
+/// Two servers on one Redis (bea, pro: 100 a minute). Banned through `a`,
+/// she is banned on `b` too, until the same end. A reset through `a` lifts
+/// it on `a` at once; `b` forgets nothing it remembers (the refusal its
+/// store remembers for her, as the README's reset caveat says): it answers
+/// that refusal until its own retry time, never longer, and a reset
+/// through `b` lifts it there too.
+#[test]
+fn on_redis_a_ban_through_one_server_is_answered_by_both_and_a_reset_lifts_it()
+{
+    let url = redis_url();
+    clear_beas_buckets(&url);
+    let (file, token) = token_file();
+    let args = ["--redis", &url, "--admin-token-file", file.as_str()];
+    let (a, b) = (Server::start(&args, &[]), Server::start(&args, &[]));
+    for _ in 0..100 {
+        assert_eq!(a.get("/data", Some("key_bea")).status, 200);
+    }
+    // 20 refusals of the plan through a, then banned.
+    for _ in 0..20 {
+        let response = a.get("/data", Some("key_bea"));
+        assert_eq!(response.status, 429);
+        assert!(!response.body.contains("banned"), "{}", response.body);
+    }
+    assert_eq!(banned_for(&a.get("/data", Some("key_bea"))), 60);
+    // b learns it from the store (the ban's bucket), with the same end:
+    // rounded up, 60 s less the moments since.
+    let on_b = banned_for(&b.get("/data", Some("key_bea")));
+    assert!((59..=60).contains(&on_b), "{on_b}");
+
+    assert_eq!(post(a.port, "/admin/reset?key=key_bea", Some(token)), 200);
+    let response = a.get("/data", Some("key_bea"));
+    assert_eq!(
+        (response.status, response.header("x-ratelimit-remaining")),
+        (200, Some("99"))
+    );
+    // b still answers the refusal its store remembers for her (the
+    // README's reset caveat): banned, until no later than it said.
+    let left = banned_for(&b.get("/data", Some("key_bea")));
+    assert!(left <= on_b, "{left} > {on_b}");
+    assert_eq!(post(b.port, "/admin/reset?key=key_bea", Some(token)), 200);
+    let response = b.get("/data", Some("key_bea"));
+    assert_eq!(
+        (response.status, response.header("x-ratelimit-remaining")),
+        (200, Some("99"))
+    );
+    let response = a.get("/data", Some("key_bea"));
+    assert_eq!(
+        (response.status, response.header("x-ratelimit-remaining")),
+        (200, Some("98"))
+    );
 }
