@@ -1,9 +1,10 @@
 //! The admin API (`--admin ADDR --admin-token-file FILE`): reset, peek and
 //! the rules, behind a bearer token, on a listener of its own.
 //!
-//! The memory tests run with `cargo test`; the `redis_` ones need
-//! `cargo xtask test-redis -- -p rate-tier-service --test admin_api` (they
-//! fail without it, never pass silently). Tokens are made here, at test
+//! The memory tests run with `cargo test`; the `redis_` and `postgres_`
+//! ones need `cargo xtask test-redis -- -p rate-tier-service --test
+//! admin_api`, which sets `TRT_REDIS_URL` and `TRT_POSTGRES_URL` (they fail
+//! without it, never pass silently). Tokens are made here, at test
 //! time, into temporary files.
 
 mod support;
@@ -77,6 +78,12 @@ async fn start(store: StoreChoice) -> Admin {
 
 fn redis() -> StoreChoice {
     StoreChoice::Redis(rate_tier_test_support::redis_url())
+}
+
+/// PostgreSQL as `--postgres URL` chooses it, its table migrated first.
+fn on_postgres() -> StoreChoice {
+    drop(support::postgres());
+    StoreChoice::Postgres(rate_tier_test_support::env::postgres_url())
 }
 
 /// The `/json` (and admin) body of one descriptor.
@@ -469,12 +476,16 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// The binary, killed on drop.
-struct Child(Option<std::process::Child>);
+/// The binary, killed on drop; its stderr read as it is written.
+struct Child {
+    process: Option<std::process::Child>,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
 
 impl Drop for Child {
     fn drop(&mut self) {
-        if let Some(child) = &mut self.0 {
+        if let Some(child) = &mut self.process {
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -483,18 +494,58 @@ impl Drop for Child {
 
 impl Child {
     fn new(command: &mut Command) -> Child {
-        Child(Some(
-            command.stderr(Stdio::piped()).spawn().expect("starts"),
-        ))
+        use std::io::BufRead;
+        let mut process =
+            command.stderr(Stdio::piped()).spawn().expect("starts");
+        let pipe = process.stderr.take().expect("its stderr");
+        let stderr: std::sync::Arc<std::sync::Mutex<String>> =
+            std::sync::Arc::default();
+        let lines = std::sync::Arc::clone(&stderr);
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                let mut text = lines
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                text.push_str(&line);
+                text.push('\n');
+            }
+        });
+        Child {
+            process: Some(process),
+            stderr,
+            reader: Some(reader),
+        }
+    }
+
+    /// What it wrote on stderr so far.
+    fn stderr(&self) -> String {
+        self.stderr
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Stops it and returns what it wrote on stderr.
     fn stop(mut self) -> String {
-        let mut child = self.0.take().expect("running");
-        let _ = child.kill();
-        let output = child.wait_with_output().expect("its output");
-        String::from_utf8_lossy(&output.stderr).into_owned()
+        if let Some(mut child) = self.process.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // The pipe is closed once it is gone: the reader ends.
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        self.stderr()
     }
+}
+
+/// The admin API's log lines among JSON logs.
+fn admin_calls(logs: &str) -> Vec<Value> {
+    logs.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|line| line["target"] == "rate_tier_service::admin")
+        .collect()
 }
 
 fn binary() -> Command {
@@ -608,14 +659,18 @@ async fn the_binary_serves_the_admin_api_only_when_asked_and_logs_each_call() {
     let wrong = [("authorization", "Bearer nope")];
     let r = http_with(admin, "POST", "/admin/reset", &wrong, &reset).await;
     assert_eq!(r.status, 401, "{r:?}");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Each call is logged once answered: wait (bounded) for the fourth.
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            admin_calls(&child.stderr()).len() >= 4
+        })
+        .await,
+        "four admin log lines: {}",
+        child.stderr()
+    );
     let logs = child.stop();
 
-    let calls: Vec<Value> = logs
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|line| line["target"] == "rate_tier_service::admin")
-        .collect();
+    let calls = admin_calls(&logs);
     let fields: Vec<(String, String)> = calls
         .iter()
         .map(|c| {
@@ -714,4 +769,39 @@ async fn redis_rules_are_listed() {
         Some(4),
         "{answer}"
     );
+}
+
+// On PostgreSQL (`--postgres URL`, with its fallback): the reset is one
+// transaction on the shared buckets; no instance remembers a refusal, so
+// the other sees it at once.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_reset_makes_a_limited_descriptor_pass_again() {
+    reset_passes_a_limited_descriptor_again(&start(on_postgres()).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_reset_on_one_instance_resets_the_shared_bucket() {
+    let domain = unique("shared");
+    let a = start_in(on_postgres(), &domain).await;
+    let b = start_in(on_postgres(), &domain).await;
+    spend(&a).await;
+    assert_eq!(b.decide(ANA).await, 429, "one bucket");
+    b.admin("POST", "/admin/reset", &body(&domain, ANA)).await;
+    let peek = a.admin("POST", "/admin/peek", &body(&domain, ANA)).await;
+    assert_eq!(peek["descriptors"][0]["remaining"], 2, "{peek}");
+    // Without a reset of its own: `a` asks the store every time.
+    assert_eq!(a.decide(ANA).await, 200);
+    assert_eq!(b.decide(ANA).await, 200);
+    assert_eq!(a.decide(ANA).await, 429, "still one bucket");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_peek_reports_remaining_and_reset_without_charging() {
+    peek_reads_without_charging(&start(on_postgres()).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_without_the_right_token_401_and_nothing_changes() {
+    refusals_do_nothing(&start(on_postgres()).await).await;
 }
