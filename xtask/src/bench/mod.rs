@@ -67,7 +67,7 @@ pub(crate) fn bench(
 ) -> Result<()> {
     let started = Instant::now();
     let plan = Plan::new(full, only);
-    let tools = Tools::find();
+    let tools = Tools::find(&plan);
     let target_dir = target_directory()?;
     let results_dir = target_dir.join("xtask-bench");
     let _ = fs::remove_dir_all(&results_dir);

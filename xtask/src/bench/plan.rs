@@ -186,9 +186,11 @@ pub(crate) struct Tools {
 }
 
 impl Tools {
-    pub(crate) fn find() -> Self {
+    /// The tools installed; a word on each missing one that a part of
+    /// `plan` needs.
+    pub(crate) fn find(plan: &Plan) -> Self {
         let wrk = find_on_path("wrk");
-        if wrk.is_none() {
+        if wrk.is_none() && plan.runs(Part::Http) {
             println!(
                 "xtask: `wrk` is not installed: the HTTP benchmark uses its small built-in \
                  Rust client instead. For a real HTTP load generator install it \
@@ -217,7 +219,7 @@ impl Tools {
             println!("xtask: the Redis benchmarks are skipped: {why}");
         }
         let postgres = postgres_bin_dir();
-        if let Err(why) = &postgres {
+        if let (Err(why), true) = (&postgres, plan.runs(Part::Postgres)) {
             println!("xtask: the PostgreSQL benchmark is skipped: {why}");
         }
         Tools {
