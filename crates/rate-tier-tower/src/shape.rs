@@ -396,6 +396,11 @@ impl<C> fmt::Debug for ShapeLayerBuilder<C> {
 }
 
 /// The longest a call waits by default: 30 s.
+///
+/// ```
+/// use std::time::Duration;
+/// assert_eq!(tower_rate_tier::shape::DEFAULT_MAX_WAIT, Duration::from_secs(30));
+/// ```
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(30);
 
 impl<C> ShapeLayerBuilder<C> {
@@ -429,6 +434,34 @@ impl<C> ShapeLayerBuilder<C> {
     /// The longest a call waits for its slot ([`DEFAULT_MAX_WAIT`] by
     /// default); a call that would wait longer fails at once with
     /// [`ShapeError::WaitTooLong`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tower::{Service, ServiceExt, service_fn};
+    /// use tower_rate_tier::{MemoryStorage, Quota, ShapeError, ShapeLayer};
+    ///
+    /// // One call a second; a caller that waits at most 10 ms.
+    /// let layer = ShapeLayer::builder(Arc::new(MemoryStorage::new()), "provider")
+    ///     .quota("per-second", Quota::per_second(1).allow_burst(1))?
+    ///     .max_wait(Duration::from_millis(10))
+    ///     .build()?;
+    /// let upstream = service_fn(|call: u32| async move { Ok::<_, std::io::Error>(call) });
+    /// let mut client = tower::ServiceBuilder::new().layer(layer).service(upstream);
+    /// assert_eq!(client.ready().await?.call(1).await?, 1);
+    /// // The next slot is about a second away: refused at once, never sent.
+    /// match client.ready().await?.call(2).await {
+    ///     Err(ShapeError::WaitTooLong { wait, quota }) => {
+    ///         assert!(wait > Duration::from_millis(900), "{wait:?}");
+    ///         assert_eq!(quota, "per-second");
+    ///     }
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn max_wait(mut self, max_wait: Duration) -> Self {
         self.max_wait = max_wait;
         self
@@ -460,6 +493,32 @@ impl<C> ShapeLayerBuilder<C> {
     }
 
     /// Sees every call's [`ShapeEvent`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::{Arc, Mutex};
+    /// use std::time::Duration;
+    /// use tower::{Service, ServiceExt, service_fn};
+    /// use tower_rate_tier::shape::ShapeEvent;
+    /// use tower_rate_tier::{MemoryStorage, Quota, ShapeLayer};
+    ///
+    /// let events = Arc::new(Mutex::new(Vec::new()));
+    /// let sink = events.clone();
+    /// let layer = ShapeLayer::builder(Arc::new(MemoryStorage::new()), "provider")
+    ///     .quota("per-second", Quota::per_second(10))?
+    ///     .observe(move |event: &ShapeEvent| sink.lock().unwrap().push(*event))
+    ///     .build()?;
+    /// let upstream = service_fn(|call: u32| async move { Ok::<_, std::io::Error>(call) });
+    /// let mut client = tower::ServiceBuilder::new().layer(layer).service(upstream);
+    /// client.ready().await?.call(1).await?;
+    /// assert_eq!(
+    ///     *events.lock().unwrap(),
+    ///     [ShapeEvent::Reserved { wait: Duration::ZERO }]
+    /// );
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn observe(mut self, observer: impl ShapeObserver) -> Self {
         self.observer = Some(Arc::new(observer));
         self
@@ -469,6 +528,15 @@ impl<C> ShapeLayerBuilder<C> {
     /// ([`ConfigError::NoQuota`]), on a store that cannot reserve
     /// ([`ConfigError::CannotWait`]), and on a wait no quota can hold
     /// ([`ConfigError::WaitTooLong`]).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tower_rate_tier::{ConfigError, MemoryStorage, ShapeLayer};
+    /// let error = ShapeLayer::builder(Arc::new(MemoryStorage::new()), "provider")
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(error, ConfigError::NoQuota);
+    /// ```
     pub fn build(self) -> Result<ShapeLayer<C>, ConfigError> {
         if self.quotas.is_empty() {
             return Err(ConfigError::NoQuota);
