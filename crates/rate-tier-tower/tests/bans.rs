@@ -137,6 +137,29 @@ async fn a_reset_lifts_a_ban_here_and_in_the_store() {
 }
 
 #[tokio::test]
+async fn a_reset_through_another_instance_leaves_the_banning_one_refusing_until_the_ban_ends()
+ {
+    let clock = FakeClock::at_us(1_000_000_000);
+    let store: Arc<dyn Storage> =
+        Arc::new(MemoryStorage::with_clock(clock.clone()));
+    let (a, b) = (
+        limiter(&clock, store.clone(), Bans::default()),
+        limiter(&clock, store.clone(), Bans::default()),
+    );
+    earn_a_ban(&a, "eva").await;
+    b.reset("eva", &[]).await.unwrap();
+    // The store's ban is lifted: b, which asks the store, lets her in.
+    assert_eq!(reason(&b, "eva").await, None, "lifted in the store");
+    // a banned her and remembers it: it refuses without asking the store
+    // (the README's "reset through every instance") until the ban's end.
+    assert_eq!(reason(&a, "eva").await, Some(LimitReason::Banned));
+    clock.advance(MINUTE - Duration::from_micros(1));
+    assert_eq!(reason(&a, "eva").await, Some(LimitReason::Banned));
+    clock.advance(Duration::from_micros(1));
+    assert_ne!(reason(&a, "eva").await, Some(LimitReason::Banned));
+}
+
+#[tokio::test]
 async fn the_429_says_banned_and_when_it_ends() {
     let clock = FakeClock::at_us(1_000_000_000);
     let store: Arc<dyn Storage> =
