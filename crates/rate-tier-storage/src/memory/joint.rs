@@ -637,6 +637,55 @@ mod loom_model {
     }
 
     #[test]
+    fn a_joint_rate_and_period_and_a_single_period_check() {
+        // A period of 1 a day shared by a joint decision (with a rate of
+        // burst 1) and a check of the period alone by compare-and-swap:
+        // exactly one passes the period, and the joint decision charges
+        // its rate iff it passed.
+        use super::super::mixed::decide_cells;
+        use super::super::period::{PERIOD, decide_in_place as period_alone};
+        use gcra_core::{Period, PeriodUnit};
+
+        fn daily() -> Period {
+            Period::new(1, PeriodUnit::Day, 0).unwrap()
+        }
+        model(2, || {
+            let (rate, day) = (bucket(), bucket());
+            let alone = {
+                let day = day.clone();
+                thread::spawn(move || {
+                    let name = LimitName::new("d").unwrap();
+                    let check =
+                        BucketCheck::of_rule(&name, "ana", daily().into(), 1)
+                            .unwrap();
+                    let mut out = Decision::default();
+                    period_alone(&day, &daily(), &check, NOW, &mut out)
+                        .unwrap()
+                        .allowed
+                })
+            };
+            let (plan, d) =
+                (LimitName::new("b").unwrap(), LimitName::new("d").unwrap());
+            let checks = [
+                BucketCheck::new(&plan, "ana", quota(), 1).unwrap(),
+                BucketCheck::of_rule(&d, "ana", daily().into(), 1).unwrap(),
+            ];
+            let mut out = [Decision::default(); 2];
+            let cells = [Some(&*rate), Some(&*day)];
+            let joint = decide_cells(&cells, &[0, 1], &checks, NOW, &mut out)
+                .unwrap()
+                .expect("both held")
+                .allowed;
+            let alone = alone.join().unwrap();
+            assert!(joint ^ alone, "exactly one passes: {joint} {alone}");
+            assert_eq!(value(&rate) == FULL, joint, "rate charged iff joint");
+            let day = value(&day);
+            assert_ne!(day & PERIOD, 0, "a period's word");
+            assert_eq!(day as u32, 1, "the period counted once");
+        });
+    }
+
+    #[test]
     fn joint_decisions_and_a_single_check_over_a_shared_bucket() {
         // Three threads spinning on one lock bit: two preemptions already
         // take many minutes; see BENCHMARKS.md for the runs made.

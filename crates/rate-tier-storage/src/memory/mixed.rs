@@ -198,6 +198,34 @@ impl Inner {
     }
 }
 
+/// The fast path's core over `cells` held (the loom model's entry): locks
+/// them in `order`, decides, and commits the writes as it unlocks; `None`
+/// when the decision writes a bucket no cell holds.
+#[cfg(all(test, trt_loom))]
+pub(super) fn decide_cells(
+    cells: &[Option<&AtomicU64>],
+    order: &[usize],
+    checks: &[BucketCheck<'_>],
+    now: u64,
+    out: &mut [Decision],
+) -> Result<Option<Verdict>, StorageError> {
+    let mut words: SmallVec<[Option<u64>; FEW]> =
+        SmallVec::from_elem(None, cells.len());
+    let mut writes: SmallVec<[Option<u64>; FEW]> =
+        SmallVec::from_elem(None, cells.len());
+    let locked = LockedBuckets::new(cells, order, &mut words);
+    let verdict = judge(checks, locked.stored(), now, out, &mut writes, false)?;
+    if cells
+        .iter()
+        .zip(&writes)
+        .any(|(cell, write)| cell.is_none() && write.is_some())
+    {
+        return Ok(None);
+    }
+    locked.commit_words(&writes);
+    Ok(Some(verdict))
+}
+
 /// The decision over the words read (see the module docs): the answers in
 /// `out`, the words to write in `writes`.
 fn judge(

@@ -3,7 +3,10 @@
 //! A check of one known bucket takes a shard's read lock and runs one
 //! compare-and-swap loop on the bucket's `AtomicU64` (governor's design): no
 //! allocation, one hash, one clock read. Only a new bucket takes the write
-//! lock.
+//! lock. A calendar period is one word of the same table (`period.rs`): its
+//! count and its place on the calendar, decided by the same loop; only a
+//! new period needs the calendar. Windows and counts in flight are kept
+//! beside the table (`kinds.rs`).
 //!
 //! A decision over several buckets locks each of them (a bit of its TAT
 //! word, taken in one global order, so two decisions never wait on each
