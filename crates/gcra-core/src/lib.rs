@@ -210,6 +210,27 @@ pub use window::{
 /// ```
 pub const MAX_TIME_US: u64 = 1 << 53;
 
+/// `duration` in whole microseconds, saturating at `u64::MAX`: a wait or a
+/// lease longer than about 584,000 years is as good as forever, and every
+/// quota and time of this crate is far below it.
+///
+/// ```
+/// use core::time::Duration;
+/// assert_eq!(gcra_core::saturating_micros(Duration::from_millis(1500)), 1_500_000);
+/// assert_eq!(gcra_core::saturating_micros(Duration::from_nanos(1999)), 1);
+/// assert_eq!(gcra_core::saturating_micros(Duration::MAX), u64::MAX);
+/// ```
+#[must_use]
+pub const fn saturating_micros(duration: core::time::Duration) -> u64 {
+    let micros = duration.as_micros();
+    if micros > u64::MAX as u128 {
+        u64::MAX
+    } else {
+        // Checked just above: it fits.
+        micros as u64
+    }
+}
+
 /// The longest burst window (`tau = T * burst`) a [`Quota`] may have, in
 /// microseconds: 2^50, about 35.7 years.
 ///

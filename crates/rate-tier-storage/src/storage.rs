@@ -601,10 +601,7 @@ pub(crate) fn validate(
     Ok(())
 }
 
-/// The wait a caller gives, in µs (a wait beyond `u64` µs is unbounded).
-pub(crate) fn micros(max_wait: Duration) -> u64 {
-    u64::try_from(max_wait.as_micros()).unwrap_or(u64::MAX)
-}
+pub(crate) use gcra_core::saturating_micros as micros;
 
 /// Only rates reserve: a window, a period or a slot is refused, never
 /// decided as a rate.

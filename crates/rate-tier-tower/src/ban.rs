@@ -27,7 +27,7 @@ use std::hash::BuildHasher;
 use std::sync::{LazyLock, Mutex, PoisonError};
 use std::time::Duration;
 
-use gcra_core::{Adjust, Decision, Quota};
+use gcra_core::{Adjust, Decision, Quota, saturating_micros};
 use rate_tier_storage::key::KeySecret;
 use rate_tier_storage::{BucketCheck, LimitName, Rule, Window};
 
@@ -280,10 +280,15 @@ impl Bans {
         // one interval a check adds): refused until exactly then.
         let until = self.until_check(user, secret).as_peek();
         store.reset(&[counted, until]).await?;
-        let ahead = self.until.burst_offset_us() + micros(length) - UNTIL_T_US;
+        let ahead = self.until.burst_offset_us() + saturating_micros(length)
+            - UNTIL_T_US;
         let units = u32::try_from(ahead / UNTIL_T_US).unwrap_or(u32::MAX);
         store.settle(&[until.settle(Adjust::Charge(units))]).await?;
-        self.remember(user, now_us.saturating_add(micros(length)), now_us);
+        self.remember(
+            user,
+            now_us.saturating_add(saturating_micros(length)),
+            now_us,
+        );
         Ok(Some(length))
     }
 }
@@ -293,8 +298,4 @@ fn window(limit: u32, length: Duration) -> Rule {
         Ok(window) => window.into(),
         Err(_) => unreachable!("checked by Ban::validate"),
     }
-}
-
-fn micros(duration: Duration) -> u64 {
-    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }

@@ -52,7 +52,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use gcra_core::{Decision, Quota};
+use gcra_core::{Decision, Quota, saturating_micros};
 use rate_tier_storage::{
     BucketCancel, BucketCheck, Charged, Decided, LimitName, Storage,
     StorageError,
@@ -549,7 +549,7 @@ impl<C> ShapeLayerBuilder<C> {
         // A quota holds a wait as debt: at least the longest wait.
         let mut quotas = self.quotas;
         for (_, quota) in &mut quotas {
-            if quota.max_debt_us() < micros(self.max_wait) {
+            if quota.max_debt_us() < saturating_micros(self.max_wait) {
                 *quota = quota
                     .try_allow_debt(self.max_wait)
                     .map_err(|_| ConfigError::WaitTooLong(self.max_wait))?;
@@ -568,10 +568,6 @@ impl<C> ShapeLayerBuilder<C> {
             cost: self.cost,
         })
     }
-}
-
-fn micros(duration: Duration) -> u64 {
-    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// Makes every call of the service it wraps wait for its slot in a quota

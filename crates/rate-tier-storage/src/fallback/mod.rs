@@ -97,7 +97,7 @@ use crate::clock::{Clock, MonotonicClock, SharedClock};
 pub use crate::event::BreakerState;
 use crate::event::{Listeners, StorageEvent, StorageListener, Subscription};
 use crate::memory::MemoryStorage;
-use crate::storage::{Decided, Storage, StorageError, validate};
+use crate::storage::{Decided, Storage, StorageError, micros, validate};
 
 /// What [`Decided::by`] says of a decision made by the local store.
 pub const LOCAL: &str = "fallback";
@@ -187,10 +187,6 @@ impl fmt::Debug for FallbackStorageBuilder {
             .field("local_share", &self.local_share)
             .finish_non_exhaustive()
     }
-}
-
-fn micros(duration: Duration) -> u64 {
-    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
 impl FallbackStorageBuilder {

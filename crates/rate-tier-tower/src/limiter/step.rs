@@ -11,7 +11,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use gcra_core::{CheckError, Decision, Verdict};
+use gcra_core::{CheckError, Decision, Verdict, saturating_micros};
 use rate_tier_storage::{
     BucketCheck, Charged, Decided, LimitName, Rule, StorageError,
 };
@@ -525,11 +525,12 @@ impl RateTier {
                     tier: Cow::Borrowed(tier),
                     name: Some(name),
                     limit: refusing.map_or(0, |s| s.limit),
-                    window_us: refusing.map_or(0, |s| micros(s.window)),
+                    window_us: refusing
+                        .map_or(0, |s| saturating_micros(s.window)),
                     reason: LimitReason::RateLimited,
                     retry_after_us: decided.verdict.retry_after_us,
                     reset_after_us: refusing
-                        .map_or(0, |s| micros(s.reset_after)),
+                        .map_or(0, |s| saturating_micros(s.reset_after)),
                     now_us,
                     limits,
                 })
@@ -673,9 +674,4 @@ fn near_threshold(limit: u32, ratio: f64) -> u64 {
 
 fn same_name(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
-}
-
-/// A duration made from µs, in µs again.
-fn micros(duration: Duration) -> u64 {
-    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
