@@ -67,6 +67,9 @@ pub struct Limit {
     pub(crate) cost: LimitCost,
     pub(crate) shadow: bool,
     pub(crate) settle: Option<Settle>,
+    /// The longest a request it is part of may wait for its slot (at most
+    /// the limiter's): see [`Limit::wait_up_to`].
+    pub(crate) wait_up_to: Option<Duration>,
 }
 
 /// Whose bucket a request charges.
@@ -106,6 +109,7 @@ impl fmt::Debug for Limit {
             .field("when", &self.when.is_some())
             .field("shadow", &self.shadow)
             .field("settle", &self.settle.is_some())
+            .field("wait_up_to", &self.wait_up_to)
             .finish_non_exhaustive()
     }
 }
@@ -165,6 +169,7 @@ impl Limit {
             cost: LimitCost::Fixed(1),
             shadow: false,
             settle: None,
+            wait_up_to: None,
         })
     }
 
@@ -274,6 +279,38 @@ impl Limit {
     /// the next requests wait for) or refunded. See [`Settle`].
     pub fn settle(mut self, settle: Settle) -> Limit {
         self.settle = Some(settle);
+        self
+    }
+
+    /// A request this limit is part of waits at most `max_wait` for its
+    /// slot, on a limiter that waits
+    /// ([`RateTierBuilder::wait_up_to`](crate::RateTierBuilder::wait_up_to)):
+    /// a request waits at most the shortest wait of its limits and the
+    /// limiter's, so a limit can only shorten it. `Duration::ZERO`: a
+    /// request of this limit never waits, it is refused at once as without
+    /// waiting (a login limit, say, beside a plan whose short bursts wait).
+    /// A shadow limit never shortens a wait (it never refuses).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::time::Duration;
+    /// use tower_rate_tier::{Limit, LimitRequest, Quota, RateTier};
+    /// tokio::time::pause();
+    /// let limiter = RateTier::builder()
+    ///     .tier("free", Quota::per_second(10).allow_burst(1))
+    ///     .wait_up_to(Duration::from_millis(500))
+    ///     .build();
+    /// let login = Limit::new("login", Quota::per_minute(100)).wait_up_to(Duration::ZERO);
+    /// limiter.check("ana", "free", 1).await.unwrap().unwrap();
+    /// // A plain request waits its 100 ms; a login is refused at once.
+    /// let login_request = LimitRequest::new("ana", "free", 1).limit(&login, 1);
+    /// let refused = limiter.decide(&login_request).await.unwrap().unwrap_err();
+    /// assert_eq!(refused.retry_after_secs(), 1); // 100 ms, rounded up
+    /// limiter.check("ana", "free", 1).await.unwrap().unwrap();
+    /// # }
+    /// ```
+    pub fn wait_up_to(mut self, max_wait: Duration) -> Limit {
+        self.wait_up_to = Some(max_wait);
         self
     }
 

@@ -277,3 +277,52 @@ async fn metrics_count_the_waits_and_the_refusals() {
         "{text}"
     );
 }
+
+fn of(limit: &Limit) -> tower_rate_tier::LimitRequest<'_> {
+    tower_rate_tier::LimitRequest::new("ana", "free", 1).limit(limit, 1)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_limit_shortens_the_wait_of_the_requests_it_is_part_of() {
+    let (tiers, events) = limiter(Duration::from_millis(500), 16);
+    let roomy = Quota::per_second(1000);
+    let never = Limit::new("search", roomy).wait_up_to(Duration::ZERO);
+    let short =
+        Limit::new("export", roomy).wait_up_to(Duration::from_millis(150));
+    let watched = Limit::new("watch", roomy)
+        .wait_up_to(Duration::ZERO)
+        .shadow();
+    let start = Instant::now();
+    tiers.check("ana", "free", 1).await.unwrap().unwrap();
+    // The plan's slot is 100 ms away: a search may not wait, refused now.
+    let refused = tiers.decide(&of(&never)).await.unwrap().unwrap_err();
+    assert_eq!(
+        (refused.limit_name(), start.elapsed().as_millis()),
+        ("free", 0)
+    );
+    // An export may wait 150 ms: it waits its 100.
+    tiers.decide(&of(&short)).await.unwrap().unwrap();
+    assert_eq!(start.elapsed().as_millis(), 100);
+    // Two more are queued by the plan (slots at 200 and 300 ms): the next
+    // export's slot is 200 ms away, past its 150, refused at once; a
+    // plain request may wait up to the limiter's 500 ms.
+    let plain = tiers.clone();
+    let waiting =
+        tokio::spawn(async move { plain.check("ana", "free", 1).await });
+    tokio::task::yield_now().await;
+    let refused = tiers.decide(&of(&short)).await.unwrap().unwrap_err();
+    assert_eq!(refused.retry_after_secs(), 1);
+    assert_eq!(start.elapsed().as_millis(), 100, "refused without waiting");
+    waiting.await.unwrap().unwrap().unwrap();
+    assert_eq!(start.elapsed().as_millis(), 200);
+    // A shadow limit never refuses, so its wait shortens nothing.
+    tiers.decide(&of(&watched)).await.unwrap().unwrap();
+    assert_eq!(start.elapsed().as_millis(), 300);
+    assert_eq!(events.count(|e| matches!(e, LimitEvent::Waited { .. })), 3);
+    // Refused without waiting is not a wait refused: one for the export
+    // (its slot was past its wait), none for the search (it may not wait).
+    assert_eq!(
+        events.count(|e| matches!(e, LimitEvent::WaitRefused { .. })),
+        1
+    );
+}

@@ -44,6 +44,9 @@ pub(crate) struct Prepared<'a> {
     /// reported as would-be refusals.
     pub(crate) never: Vec<(&'static LimitName, Rule)>,
     pub(crate) on_storage_error: OnStorageError,
+    /// The shortest [`Limit::wait_up_to`](crate::Limit::wait_up_to) of
+    /// the decision's enforced limits, if one has one.
+    pub(crate) limits_wait: Option<Duration>,
 }
 
 impl Prepared<'_> {
@@ -52,6 +55,13 @@ impl Prepared<'_> {
     pub(crate) fn may_wait(&self) -> bool {
         self.checks.iter().all(BucketCheck::is_rate)
             && self.checks.iter().any(|check| check.cost() > 0)
+    }
+
+    /// The longest this decision may wait on a limiter that waits up to
+    /// `limiter_wait`: its limits' shortest, if shorter.
+    pub(crate) fn max_wait(&self, limiter_wait: Duration) -> Duration {
+        self.limits_wait
+            .map_or(limiter_wait, |wait| wait.min(limiter_wait))
     }
 
     /// Nothing prepared yet.
@@ -64,6 +74,7 @@ impl Prepared<'_> {
             checks: SmallVec::new(),
             never: Vec::new(),
             on_storage_error: OnStorageError::default(),
+            limits_wait: None,
         }
     }
 
@@ -92,6 +103,7 @@ impl Prepared<'_> {
             buckets,
             never: self.never.clone(),
             on_storage_error: self.on_storage_error,
+            limits_wait: self.limits_wait,
         }
     }
 }
@@ -105,6 +117,7 @@ pub(crate) struct Owned {
     buckets: SmallVec<[OwnedBucket; INLINE]>,
     never: Vec<(&'static LimitName, Rule)>,
     on_storage_error: OnStorageError,
+    limits_wait: Option<Duration>,
 }
 
 #[derive(Debug)]
@@ -152,6 +165,7 @@ impl Owned {
             checks,
             never: self.never.clone(),
             on_storage_error: self.on_storage_error,
+            limits_wait: self.limits_wait,
         }
     }
 }
@@ -198,6 +212,7 @@ impl RateTier {
         prepared.user = user;
         prepared.cost = ask.cost;
         prepared.on_storage_error = tier.on_storage_error;
+        prepared.limits_wait = None;
         let secret = self.inner.key_secret.as_ref();
         let plan_rule =
             own_rule(ask, tier.name, tier.rule)?.unwrap_or(tier.rule);
@@ -214,12 +229,17 @@ impl RateTier {
                 Some(own) => limit.with_settle_debt(own),
                 None => configured,
             };
+            let shadow = ask.shadow || limit.shadow;
+            if let Some(wait) = limit.wait_up_to.filter(|_| !shadow) {
+                prepared.limits_wait =
+                    Some(prepared.limits_wait.map_or(wait, |w| w.min(wait)));
+            }
             let bucket = (
                 limit.key,
                 extra.partition.as_deref().unwrap_or(user),
                 rule,
                 extra.cost,
-                ask.shadow || limit.shadow,
+                shadow,
             );
             self.admit(prepared, bucket, secret, events)?;
         }

@@ -78,8 +78,9 @@ impl Pending {
         let decided = match &tiers.inner.waiting {
             Some(room) if prepared.may_wait() => {
                 let secret = tiers.inner.key_secret.as_ref();
+                let max_wait = prepared.max_wait(room.max_wait);
                 let (decided, waited) = room
-                    .decide(store, secret, &prepared.checks, &mut out)
+                    .decide(store, secret, &prepared.checks, max_wait, &mut out)
                     .await;
                 let (user, tier) = (prepared.user, prepared.tier);
                 match waited {

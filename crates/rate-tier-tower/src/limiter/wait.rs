@@ -82,15 +82,22 @@ impl WaitRoom {
         }
     }
 
-    /// Decides `checks` (rates alone): reserved and waited for, or, when
-    /// the wait is too long or the room full, checked as without waiting.
+    /// Decides `checks` (rates alone): reserved and waited for up to
+    /// `max_wait` (at most the room's), or, when the wait is too long or
+    /// the room full, checked as without waiting. A decision that may not
+    /// wait at all is checked, and takes no seat.
     pub(crate) async fn decide(
         &self,
         store: &Store,
         secret: Option<&KeySecret>,
         checks: &[BucketCheck<'_>],
+        max_wait: Duration,
         out: &mut [Decision],
     ) -> (Result<Decided, StorageError>, Waited) {
+        let max_wait = max_wait.min(self.max_wait);
+        if max_wait.is_zero() {
+            return (store.check(checks, out).await, Waited::No);
+        }
         let Some(seat) = self.seat() else {
             let decided = store.check(checks, out).await;
             let waited = match &decided {
@@ -99,7 +106,7 @@ impl WaitRoom {
             };
             return (decided, waited);
         };
-        let decided = match store.reserve(checks, self.max_wait, out).await {
+        let decided = match store.reserve(checks, max_wait, out).await {
             Ok(decided) => decided,
             Err(error) => return (Err(error), Waited::No),
         };
