@@ -1,17 +1,19 @@
-//! Buckets of the kinds the table does not hold: a window's log and a
-//! count in flight, in one map under one lock, beside the lock-free table
-//! of rates and periods.
+//! Windows, the kind the table does not hold: their logs in one map
+//! under one lock, beside the lock-free table of rates and periods and the
+//! tables of counts in flight (`slots.rs`).
 //!
-//! A decision with such a bucket is made under that lock, the table's
-//! buckets included: its windows and counts are read and decided first;
-//! if one refuses, the rates and periods are only read, so nothing is
-//! charged; if they pass, the rates and periods are decided by the table
-//! as always (atomically among themselves, `mixed.rs`), and the windows'
-//! and counts' writes are applied only if the table's buckets passed too.
-//! So one decision is all or nothing across every kind, as gcra-core's
-//! crate docs say ("Several kinds in one decision"), and two decisions
-//! over one window never interleave. The map is locked before any shard:
-//! every path that holds both takes them in that order.
+//! A decision with a window, or with a count among other kinds, is made
+//! under that lock, the table's buckets included: its windows and counts
+//! are read and decided first (the counts under their shards' write locks,
+//! taken after the map); if one refuses, the rates and periods are only
+//! read, so nothing is charged; if they pass, the rates and periods are
+//! decided by the table as always (atomically among themselves,
+//! `mixed.rs`), and the windows' and counts' writes are applied only if
+//! the table's buckets passed too. So one decision is all or nothing
+//! across every kind, as gcra-core's crate docs say ("Several kinds in one
+//! decision"), and two decisions over one window never interleave. The map
+//! is locked before any shard: every path that holds both takes them in
+//! that order.
 //!
 //! The windows share the store's capacity with the table (its count of
 //! buckets held); counts in flight are beside it, never evicted. A new
@@ -64,7 +66,7 @@ impl Hasher for NameHasher {
 /// How many entries a full map looks at for one to evict.
 const EVICTION_SAMPLE: usize = 16;
 
-/// The windows and counts in flight of a store.
+/// The windows of a store.
 #[derive(Debug, Default)]
 pub(super) struct Kinds {
     map: Mutex<HashMap<u64, Kept>>,
@@ -85,22 +87,13 @@ enum State {
     /// entries before `head` have left, and are dropped now and then, so
     /// that dropping the oldest costs no shift of the others).
     Window { log: Vec<u64>, head: usize },
-    /// Units of cost in flight (kept, without expiry, while above 0).
-    InFlight(u32),
-}
-
-impl State {
-    /// Whether it takes one of the store's places (a count in flight is
-    /// held beside the bound).
-    fn counted(&self) -> bool {
-        !matches!(self, State::InFlight(_))
-    }
 }
 
 /// A bucket's decision, and the write it makes if the decision stands.
 enum Pending {
     Window(Option<gcra_core::LogWrite>),
-    InFlight(Option<u32>),
+    /// A count in flight's (`slots.rs`).
+    Slot(Option<u32>),
 }
 
 impl Kinds {
@@ -123,7 +116,6 @@ impl Inner {
     /// Drops the expired entries of `map`, giving their places back.
     fn drop_expired(&self, map: &mut HashMap<u64, Kept>, now: u64) {
         let before = map.len();
-        // A count in flight never expires: every entry dropped is counted.
         map.retain(|_, kept| kept.expires_us > now);
         let dropped = before.saturating_sub(map.len());
         if dropped > 0 {
@@ -142,8 +134,7 @@ impl Inner {
         let mut map = self.kinds.lock();
         let done = meanwhile();
         for name in names {
-            if map.get(name).is_some_and(|kept| kept.state.counted()) {
-                map.remove(name);
+            if map.remove(name).is_some() {
                 self.held.fetch_sub(1, Ordering::AcqRel);
             }
         }
@@ -162,7 +153,7 @@ impl Inner {
     }
 
     /// Evicts, from a sample of `map`, the window nearest to its expiry
-    /// (never one of `keep`, never a count in flight), keeping its place
+    /// (never one of `keep`), keeping its place
     /// for the caller: `Some` with its debt (`None` for an expired one),
     /// or `None` if the map holds none.
     fn evict_window(
@@ -173,7 +164,7 @@ impl Inner {
     ) -> Option<Option<u64>> {
         let (name, expires_us) = map
             .iter()
-            .filter(|(name, kept)| kept.state.counted() && !keep.contains(name))
+            .filter(|(name, _)| !keep.contains(name))
             .take(EVICTION_SAMPLE)
             .min_by_key(|(_, kept)| kept.expires_us)
             .map(|(&name, kept)| (name, kept.expires_us))?;
@@ -205,36 +196,9 @@ impl Inner {
         }
     }
 
-    /// Gives back the slots of concurrency limits a request held (each
-    /// check's cost), once it ended; other kinds are refused.
-    pub(super) fn release(
-        &self,
-        slots: &[BucketCheck<'_>],
-    ) -> Result<(), StorageError> {
-        let mut map = self.kinds.lock();
-        for check in slots {
-            let Rule::Concurrency(concurrency) = check.rule() else {
-                return Err(StorageError::Unsupported(
-                    "releasing a bucket that is not a concurrency limit",
-                ));
-            };
-            let (name, _) = self.name(check);
-            if let Some(kept) = map.get_mut(&name)
-                && let State::InFlight(count) = &mut kept.state
-            {
-                *count = concurrency.release(*count, check.cost());
-                if *count == 0 {
-                    map.remove(&name);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// One window, period or concurrency limit alone, on a live bucket of
-    /// its kind: decided and written under one lookup. `None` when the
-    /// bucket is absent, expired or of another kind (the general path
-    /// then makes it, with room).
+    /// One window alone, on a live bucket: decided and written under one
+    /// lookup. `None` when the bucket is absent or expired (the general
+    /// path then makes it, with room).
     pub(super) fn decide_live_alone(
         &self,
         check: &BucketCheck<'_>,
@@ -247,7 +211,7 @@ impl Inner {
         else {
             return Ok(None);
         };
-        let Some((decision, write)) = decide(check, Some(&kept.state), now)?
+        let Some((decision, write)) = decide(check, Some(&kept.state), 0, now)?
         else {
             return Ok(None);
         };
@@ -279,14 +243,19 @@ impl Inner {
             debts: SmallVec::new(),
         };
         let mut map = self.kinds.lock();
+        // The counts' shards after the map, before any of the table's.
+        let mut slots = self.lock_slots(checks);
         let mut names: SmallVec<[u64; FEW]> = SmallVec::new();
+        let mut shards: SmallVec<[usize; FEW]> = SmallVec::new();
         let mut pending: SmallVec<[Option<Pending>; FEW]> = SmallVec::new();
         let mut refused = false;
         for (check, slot) in checks.iter().zip(out.iter_mut()) {
-            let (name, _) = self.name(check);
+            let (name, shard) = self.name(check);
             names.push(name);
-            let kept = map.get(&name).filter(|kept| kept.expires_us > now);
-            let decided = decide(check, kept.map(|kept| &kept.state), now)?;
+            shards.push(shard);
+            let kept = map.get(&name).filter(|k| k.expires_us > now);
+            let held = slots.count(name, shard);
+            let decided = decide(check, kept.map(|k| &k.state), held, now)?;
             if let Some((decision, write)) = decided {
                 refused |= !decision.allowed && !check.is_shadow();
                 *slot = decision;
@@ -334,14 +303,30 @@ impl Inner {
         for (i, write) in pending.into_iter().enumerate() {
             let Some(write) = write else { continue };
             let passed = out[i].allowed;
+            let (name, shard) = (names[i], shards[i]);
             if allowed || !passed {
-                let (name, keep) = (names[i], names.as_slice());
-                apply(&mut map, name, write, now, self, keep, &mut evicted);
+                match write {
+                    Pending::Slot(Some(count)) => slots.set(name, shard, count),
+                    Pending::Slot(None) => {}
+                    write => {
+                        let keep = names.as_slice();
+                        apply(
+                            &mut map,
+                            name,
+                            write,
+                            now,
+                            self,
+                            keep,
+                            &mut evicted,
+                        );
+                    }
+                }
             } else {
-                let kept = map.get(&names[i]).filter(|k| k.expires_us > now);
+                let kept = map.get(&name).filter(|k| k.expires_us > now);
                 let peek = checks[i].as_peek();
+                let held = slots.count(name, shard);
                 if let Some((decision, _)) =
-                    decide(&peek, kept.map(|kept| &kept.state), now)?
+                    decide(&peek, kept.map(|kept| &kept.state), held, now)?
                 {
                     out[i] = decision;
                 }
@@ -352,12 +337,13 @@ impl Inner {
     }
 }
 
-/// A window's or a count's decision on what it keeps (`None`: a rate's or
-/// a period's bucket, decided by the table). State of another kind reads
-/// as absent.
+/// A window's decision on what it keeps, or a count's on the count in
+/// flight `held` (`None`: a rate's or a period's bucket, decided by the
+/// table).
 fn decide(
     check: &BucketCheck<'_>,
     state: Option<&State>,
+    held: u32,
     now: u64,
 ) -> Result<Option<(Decision, Pending)>, CheckError> {
     Ok(match check.rule() {
@@ -367,18 +353,14 @@ fn decide(
                 Some(State::Window { log, head }) => {
                     log.get(*head..).unwrap_or(&[])
                 }
-                _ => &[],
+                None => &[],
             };
             let decided = window.check(log, now, check.cost())?;
             Some((decided.as_decision(), Pending::Window(decided.write)))
         }
         Rule::Concurrency(concurrency) => {
-            let in_flight = match state {
-                Some(&State::InFlight(count)) => count,
-                _ => 0,
-            };
-            let decided = concurrency.acquire(in_flight, check.cost())?;
-            Some((decided.as_decision(), Pending::InFlight(decided.write)))
+            let decided = concurrency.acquire(held, check.cost())?;
+            Some((decided.as_decision(), Pending::Slot(decided.write)))
         }
     })
 }
@@ -405,17 +387,9 @@ fn apply(
     let Some(kept) = fresh(write, now) else {
         return;
     };
-    // The place of what it replaces (an expired window, a bucket of
-    // another kind) goes to it.
-    let replaced = map.get(&name).map(|old| old.state.counted());
-    match (replaced, kept.state.counted()) {
-        (Some(true), false) => {
-            inner.held.fetch_sub(1, Ordering::AcqRel);
-        }
-        (None | Some(false), true) => {
-            evicted.debts.extend(inner.window_place(map, now, keep));
-        }
-        _ => {}
+    // The place of what it replaces (an expired window) goes to it.
+    if !map.contains_key(&name) {
+        evicted.debts.extend(inner.window_place(map, now, keep));
     }
     map.insert(name, kept);
 }
@@ -432,7 +406,7 @@ fn write_in_place(
     now: u64,
 ) -> Result<(), Pending> {
     match (write, &mut kept.state) {
-        (Pending::Window(None) | Pending::InFlight(None), _) => {}
+        (Pending::Window(None) | Pending::Slot(None), _) => {}
         (Pending::Window(Some(write)), State::Window { log, head }) => {
             let kept_range = write.kept(log.len().saturating_sub(*head));
             log.truncate(*head + kept_range.end);
@@ -445,10 +419,7 @@ fn write_in_place(
             log.extend(std::iter::repeat_n(write.entry_us, write.append));
             kept.expires_us = expiry(now, write.ttl_ms);
         }
-        (Pending::InFlight(Some(count)), State::InFlight(held)) => {
-            *held = count;
-        }
-        (write, _) => return Err(write),
+        (write @ Pending::Slot(Some(_)), _) => return Err(write),
     }
     Ok(())
 }
@@ -456,7 +427,7 @@ fn write_in_place(
 /// A new bucket holding `write` (`None`: a write that writes nothing).
 fn fresh(write: Pending, now: u64) -> Option<Kept> {
     let (state, expires_us) = match write {
-        Pending::Window(None) | Pending::InFlight(None) => {
+        Pending::Window(None) | Pending::Slot(_) => {
             return None;
         }
         Pending::Window(Some(write)) => (
@@ -466,7 +437,6 @@ fn fresh(write: Pending, now: u64) -> Option<Kept> {
             },
             expiry(now, write.ttl_ms),
         ),
-        Pending::InFlight(Some(count)) => (State::InFlight(count), u64::MAX),
     };
     Some(Kept { state, expires_us })
 }
@@ -484,8 +454,9 @@ fn fresh(write: Pending, now: u64) -> Option<Kept> {
 /// every entry held is the decision's own (a capacity below the buckets of
 /// one decision) is one of them taken, to keep the bound.
 ///
-/// Never a count in flight either: forgetting one would let more requests
-/// run at once than the limit.
+/// Never a count in flight either (they are in tables of their own, which
+/// make no room): forgetting one would let more requests run at once than
+/// the limit.
 ///
 /// The expired entries are dropped at most once per sweep interval (as the
 /// table sweeps): a flood of new buckets into a full map costs a sample

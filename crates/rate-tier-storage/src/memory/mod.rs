@@ -5,7 +5,8 @@
 //! allocation, one hash, one clock read. Only a new bucket takes the write
 //! lock. A calendar period is one word of the same table (`period.rs`): its
 //! count and its place on the calendar, decided by the same loop; only a
-//! new period needs the calendar. Windows and counts in flight are kept
+//! new period needs the calendar. Counts in flight are words of tables of
+//! their own, beside the capacity (`slots.rs`); windows are kept in a map
 //! beside the table (`kinds.rs`).
 //!
 //! A decision over several buckets locks each of them (a bit of its TAT
@@ -55,6 +56,7 @@ mod period;
 mod reserve;
 mod reset;
 mod sip;
+mod slots;
 mod table;
 mod trim;
 
@@ -155,9 +157,11 @@ struct Inner {
     /// Sweeps of every shard completed (memory given back included).
     sweeps: AtomicU64,
     listeners: Listeners<StorageEvent>,
-    /// The windows and counts in flight (the rates and periods are in
-    /// `shards`).
+    /// The windows (the rates and periods are in `shards`).
     kinds: kinds::Kinds,
+    /// The counts in flight, sharded as `shards`, never evicted and beside
+    /// the capacity (`slots.rs`).
+    slots: Box<[Shard]>,
 }
 
 /// The store's clock: the default one read directly (inlined, no virtual
@@ -316,7 +320,8 @@ impl MemoryStorage {
         self.inner.sweep_all();
     }
 
-    /// Buckets held, live or not yet swept: rates, windows and periods.
+    /// Buckets held, live or not yet swept: rates, windows, periods and
+    /// counts in flight (one given back to 0 is held until a sweep).
     pub fn len(&self) -> usize {
         let rates: usize = self
             .inner
@@ -324,7 +329,7 @@ impl MemoryStorage {
             .iter()
             .map(|shard| read(&shard.table).entries.len())
             .sum();
-        rates + self.inner.kinds.len()
+        rates + self.inner.kinds.len() + self.inner.slots_len()
     }
 
     /// Whether no bucket is held.
@@ -401,6 +406,7 @@ impl MemoryStorageBuilder {
             sweeps: AtomicU64::new(0),
             listeners: Listeners::default(),
             kinds: kinds::Kinds::default(),
+            slots: (0..SHARDS).map(|_| Shard::default()).collect(),
         });
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(sweep_while_alive(
@@ -501,7 +507,12 @@ impl Inner {
                     self.decide_period_one(&period, check, now, out)?;
                 return Ok(Decided::new(verdict, Some(now), "memory"));
             }
-            _ => return self.decide_kind_alone(check, out),
+            Rule::Concurrency(concurrency) => {
+                let verdict = self.take_alone(&concurrency, check, out)?;
+                let now = self.clock.now_us();
+                return Ok(Decided::new(verdict, Some(now), "memory"));
+            }
+            Rule::Window(_) => return self.decide_kind_alone(check, out),
         }
         let (name, shard) = self.name(check);
         let shard = &self.shards[shard];
@@ -519,7 +530,7 @@ impl Inner {
         Ok(Decided::new(verdict, Some(now), "memory"))
     }
 
-    /// One window or count in flight, alone.
+    /// One window, alone.
     #[cold]
     #[inline(never)]
     fn decide_kind_alone(
@@ -748,6 +759,7 @@ impl Inner {
         for shard in &*self.shards {
             self.sweep_table(&mut write(&shard.table), now);
         }
+        self.sweep_slots(now);
         // Tables freed by this sweep or by inserts' since the last trim.
         if self.freed_bytes.load(Ordering::Relaxed) >= trim::TRIM_AFTER {
             self.freed_bytes.store(0, Ordering::Relaxed);

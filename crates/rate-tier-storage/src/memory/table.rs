@@ -90,8 +90,19 @@ impl Table {
 
     /// Drops the dead buckets, and shrinks a table that became mostly empty.
     pub(super) fn sweep(&mut self, now: u64, interval_us: u64) -> Swept {
+        self.sweep_by(now, interval_us, |e| e.is_live(now))
+    }
+
+    /// Drops the entries `live` rejects, and shrinks a table that became
+    /// mostly empty (a table of counts in flight keeps its nonzero ones).
+    pub(super) fn sweep_by(
+        &mut self,
+        now: u64,
+        interval_us: u64,
+        live: impl Fn(&Entry) -> bool,
+    ) -> Swept {
         let before = self.entries.len();
-        self.entries.retain(|e| e.is_live(now));
+        self.entries.retain(|e| live(e));
         let removed = before.saturating_sub(self.entries.len());
         let mut freed_bytes = 0;
         let capacity = self.entries.capacity();
