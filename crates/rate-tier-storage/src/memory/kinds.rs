@@ -74,19 +74,76 @@ pub(super) struct Kinds {
     swept_at: AtomicU64,
 }
 
-/// What one bucket keeps, until `expires_us`.
+/// A window's log and expiry in one allocation: `[expires_us, len,
+/// entries..]`, the entries (the counted requests' timestamps, oldest
+/// first) always from the third word. A map entry is a name and a pointer
+/// (24 bytes), and a decision reads the expiry, the length and the first
+/// entries from one cache line, with no offset to load before the entries'
+/// addresses are known: the log is shifted to the front by each write
+/// instead (the entries just read, in cache), and grows by doubling.
 #[derive(Debug)]
 struct Kept {
-    state: State,
-    expires_us: u64,
+    log: Box<[u64]>,
 }
 
-#[derive(Debug)]
-enum State {
-    /// The counted requests' timestamps, oldest first: `log[head..]` (the
-    /// entries before `head` have left, and are dropped now and then, so
-    /// that dropping the oldest costs no shift of the others).
-    Window { log: Vec<u64>, head: usize },
+/// The words before the entries: the expiry (µs) and the length.
+const HEADER: usize = 2;
+
+impl Kept {
+    /// A new log of `write`'s entries, expiring at `expires_us`.
+    fn new(write: &gcra_core::LogWrite, expires_us: u64) -> Kept {
+        let mut kept = Kept {
+            log: vec![0; HEADER + write.append.max(4)].into_boxed_slice(),
+        };
+        kept.write(write, expires_us);
+        kept
+    }
+
+    /// When every entry has expired (µs).
+    #[inline]
+    fn expires_us(&self) -> u64 {
+        self.log.first().copied().unwrap_or(0)
+    }
+
+    /// The entries.
+    #[inline]
+    fn entries(&self) -> &[u64] {
+        let len = self.log.get(1).map_or(0, |&len| len as usize);
+        self.log
+            .get(HEADER..HEADER.saturating_add(len))
+            .unwrap_or(&[])
+    }
+
+    /// Applies `write`, growing the log (by doubling) if it does not fit.
+    fn write(&mut self, write: &gcra_core::LogWrite, expires_us: u64) {
+        let len = self.entries().len();
+        let buffer = self.log.get_mut(HEADER..).unwrap_or(&mut []);
+        let new_len = match write.apply_in(buffer, len) {
+            Some(new_len) => new_len,
+            None => {
+                let kept = write.kept(len);
+                let need = kept.len().saturating_add(write.append);
+                let capacity = need.max(buffer.len().saturating_mul(2));
+                let mut log =
+                    vec![0; HEADER.saturating_add(capacity)].into_boxed_slice();
+                let old = self.entries().get(kept).unwrap_or(&[]);
+                let (moved, rest) = log
+                    .get_mut(HEADER..)
+                    .unwrap_or(&mut [])
+                    .split_at_mut(old.len());
+                moved.copy_from_slice(old);
+                rest.iter_mut()
+                    .take(write.append)
+                    .for_each(|entry| *entry = write.entry_us);
+                self.log = log;
+                need
+            }
+        };
+        if let [expiry, stored_len, ..] = &mut *self.log {
+            *expiry = expires_us;
+            *stored_len = new_len as u64;
+        }
+    }
 }
 
 /// A bucket's decision, and the write it makes if the decision stands.
@@ -116,7 +173,7 @@ impl Inner {
     /// Drops the expired entries of `map`, giving their places back.
     fn drop_expired(&self, map: &mut HashMap<u64, Kept>, now: u64) {
         let before = map.len();
-        map.retain(|_, kept| kept.expires_us > now);
+        map.retain(|_, kept| kept.expires_us() > now);
         let dropped = before.saturating_sub(map.len());
         if dropped > 0 {
             self.held.fetch_sub(dropped, Ordering::AcqRel);
@@ -166,8 +223,8 @@ impl Inner {
             .iter()
             .filter(|(name, _)| !keep.contains(name))
             .take(EVICTION_SAMPLE)
-            .min_by_key(|(_, kept)| kept.expires_us)
-            .map(|(&name, kept)| (name, kept.expires_us))?;
+            .min_by_key(|(_, kept)| kept.expires_us())
+            .map(|(&name, kept)| (name, kept.expires_us()))?;
         map.remove(&name);
         // An entry already expired is gone, not evicted.
         Some((expires_us > now).then(|| expires_us - now))
@@ -207,11 +264,12 @@ impl Inner {
     ) -> Result<Option<Verdict>, StorageError> {
         let (name, _) = self.name(check);
         let mut map = self.kinds.lock();
-        let Some(kept) = map.get_mut(&name).filter(|k| k.expires_us > now)
+        let Some(kept) = map.get_mut(&name).filter(|k| k.expires_us() > now)
         else {
             return Ok(None);
         };
-        let Some((decision, write)) = decide(check, Some(&kept.state), 0, now)?
+        let Some((decision, write)) =
+            decide(check, Some(kept.entries()), 0, now)?
         else {
             return Ok(None);
         };
@@ -253,9 +311,9 @@ impl Inner {
             let (name, shard) = self.name(check);
             names.push(name);
             shards.push(shard);
-            let kept = map.get(&name).filter(|k| k.expires_us > now);
+            let kept = map.get(&name).filter(|k| k.expires_us() > now);
             let held = slots.count(name, shard);
-            let decided = decide(check, kept.map(|k| &k.state), held, now)?;
+            let decided = decide(check, kept.map(Kept::entries), held, now)?;
             if let Some((decision, write)) = decided {
                 refused |= !decision.allowed && !check.is_shadow();
                 *slot = decision;
@@ -322,11 +380,11 @@ impl Inner {
                     }
                 }
             } else {
-                let kept = map.get(&name).filter(|k| k.expires_us > now);
+                let kept = map.get(&name).filter(|k| k.expires_us() > now);
                 let peek = checks[i].as_peek();
                 let held = slots.count(name, shard);
                 if let Some((decision, _)) =
-                    decide(&peek, kept.map(|kept| &kept.state), held, now)?
+                    decide(&peek, kept.map(Kept::entries), held, now)?
                 {
                     out[i] = decision;
                 }
@@ -342,19 +400,14 @@ impl Inner {
 /// table).
 fn decide(
     check: &BucketCheck<'_>,
-    state: Option<&State>,
+    log: Option<&[u64]>,
     held: u32,
     now: u64,
 ) -> Result<Option<(Decision, Pending)>, CheckError> {
     Ok(match check.rule() {
         Rule::Rate(_) | Rule::Period(_) => None,
         Rule::Window(window) => {
-            let log = match state {
-                Some(State::Window { log, head }) => {
-                    log.get(*head..).unwrap_or(&[])
-                }
-                None => &[],
-            };
+            let log = log.unwrap_or(&[]);
             let decided = window.check(log, now, check.cost())?;
             Some((decided.as_decision(), Pending::Window(decided.write)))
         }
@@ -377,7 +430,8 @@ fn apply(
 ) {
     // A live bucket of the same kind is written in place (no second
     // lookup); anything else read as absent, and is replaced.
-    let write = match map.get_mut(&name).filter(|kept| kept.expires_us > now) {
+    let write = match map.get_mut(&name).filter(|kept| kept.expires_us() > now)
+    {
         Some(kept) => match write_in_place(kept, write, now) {
             Ok(()) => return,
             Err(write) => write,
@@ -398,47 +452,31 @@ fn expiry(now: u64, ttl_ms: u64) -> u64 {
     now.saturating_add(ttl_ms.saturating_mul(1000))
 }
 
-/// Writes `write` into `kept`, a live bucket; gives the write back when
-/// `kept` is of another kind.
+/// Writes `write` into `kept`, a live window; gives back a count's write
+/// (never made here: counts are in `slots.rs`).
 fn write_in_place(
     kept: &mut Kept,
     write: Pending,
     now: u64,
 ) -> Result<(), Pending> {
-    match (write, &mut kept.state) {
-        (Pending::Window(None) | Pending::Slot(None), _) => {}
-        (Pending::Window(Some(write)), State::Window { log, head }) => {
-            let kept_range = write.kept(log.len().saturating_sub(*head));
-            log.truncate(*head + kept_range.end);
-            *head += kept_range.start;
-            // The entries that left are dropped once they are most of it.
-            if *head >= 32 && *head * 2 >= log.len() {
-                log.drain(..*head);
-                *head = 0;
-            }
-            log.extend(std::iter::repeat_n(write.entry_us, write.append));
-            kept.expires_us = expiry(now, write.ttl_ms);
+    match write {
+        Pending::Window(None) | Pending::Slot(None) => {}
+        Pending::Window(Some(write)) => {
+            kept.write(&write, expiry(now, write.ttl_ms));
         }
-        (write @ Pending::Slot(Some(_)), _) => return Err(write),
+        write @ Pending::Slot(Some(_)) => return Err(write),
     }
     Ok(())
 }
 
 /// A new bucket holding `write` (`None`: a write that writes nothing).
 fn fresh(write: Pending, now: u64) -> Option<Kept> {
-    let (state, expires_us) = match write {
-        Pending::Window(None) | Pending::Slot(_) => {
-            return None;
+    match write {
+        Pending::Window(None) | Pending::Slot(_) => None,
+        Pending::Window(Some(write)) => {
+            Some(Kept::new(&write, expiry(now, write.ttl_ms)))
         }
-        Pending::Window(Some(write)) => (
-            State::Window {
-                log: vec![write.entry_us; write.append],
-                head: 0,
-            },
-            expiry(now, write.ttl_ms),
-        ),
-    };
-    Some(Kept { state, expires_us })
+    }
 }
 
 /// Room for a new window in a full store: the expired entries of the map
