@@ -252,3 +252,105 @@ async fn on_redis_a_ban_holds_on_a_second_instance_and_a_reset_lifts_it() {
     b.reset(&user, &[]).await.unwrap();
     assert_eq!(reason(&b, &user).await, None, "lifted in the store");
 }
+
+/// The memory store, whose settlements wait at a gate while it is closed:
+/// a ban is made of a reset and then a settlement, so a request can be
+/// dropped between the two.
+#[derive(Debug)]
+struct Gated {
+    store: Arc<MemoryStorage>,
+    closed: std::sync::atomic::AtomicBool,
+    entered: tokio::sync::Notify,
+    gate: tokio::sync::Notify,
+    settled: tokio::sync::Notify,
+}
+
+impl Gated {
+    fn new(store: Arc<MemoryStorage>) -> Self {
+        Gated {
+            store,
+            closed: Default::default(),
+            entered: Default::default(),
+            gate: Default::default(),
+            settled: Default::default(),
+        }
+    }
+
+    fn close(&self) {
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn open(&self) {
+        self.closed
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        self.gate.notify_one();
+    }
+}
+
+#[async_trait::async_trait]
+impl Storage for Gated {
+    async fn check(
+        &self,
+        checks: &[tower_rate_tier::BucketCheck<'_>],
+        out: &mut [tower_rate_tier::Decision],
+    ) -> Result<tower_rate_tier::Decided, tower_rate_tier::StorageError> {
+        self.store.check(checks, out).await
+    }
+
+    async fn settle(
+        &self,
+        settles: &[tower_rate_tier::BucketSettle<'_>],
+    ) -> Result<(), tower_rate_tier::StorageError> {
+        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+            self.entered.notify_one();
+            self.gate.notified().await;
+        }
+        let settled = self.store.settle(settles).await;
+        self.settled.notify_one();
+        settled
+    }
+
+    async fn reset(
+        &self,
+        buckets: &[tower_rate_tier::BucketCheck<'_>],
+    ) -> Result<(), tower_rate_tier::StorageError> {
+        self.store.reset(buckets).await
+    }
+
+    fn supports(&self, kind: tower_rate_tier::RuleKind) -> bool {
+        self.store.supports(kind)
+    }
+
+    fn kind(&self) -> &'static str {
+        "gated"
+    }
+}
+
+#[tokio::test]
+async fn a_request_dropped_while_its_ban_is_made_still_bans() {
+    let clock = FakeClock::at_us(1_000_000_000);
+    let memory = Arc::new(MemoryStorage::with_clock(clock.clone()));
+    let gated = Arc::new(Gated::new(memory.clone()));
+    let a = limiter(&clock, gated.clone(), Bans::default());
+    let b = limiter(&clock, memory, Bans::default());
+    assert_eq!(reason(&a, "eva").await, None);
+    for _ in 0..2 {
+        assert_eq!(reason(&a, "eva").await, Some(LimitReason::RateLimited));
+    }
+    // The third refusal bans her: its request goes away once the ban's
+    // buckets are reset and before its end is written.
+    gated.close();
+    let mut third = Box::pin(a.check("eva", "free", 1));
+    tokio::select! {
+        _ = &mut third => panic!("answered before the ban was made"),
+        () = gated.entered.notified() => {}
+    }
+    drop(third);
+    gated.open();
+    // Bounded: without the fix the settlement never comes.
+    tokio::time::timeout(Duration::from_secs(10), gated.settled.notified())
+        .await
+        .expect("the ban's end was never written: the dropped request cut it");
+    // The ban was made whole: another instance, which asks the store, sees it.
+    assert_eq!(reason(&b, "eva").await, Some(LimitReason::Banned));
+}

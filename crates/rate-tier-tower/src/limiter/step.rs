@@ -103,13 +103,12 @@ impl Pending {
         };
         let (ruling, by) =
             tiers.conclude(&prepared, decided, &out, Some(now_us), &mut events);
-        if let (Some(bans), Ruling::Limited(limited)) =
+        if let (Some(_), Ruling::Limited(limited)) =
             (&tiers.inner.bans, &ruling)
             && limited.reason == LimitReason::RateLimited
             && !prepared.user.is_empty()
         {
-            let secret = tiers.inner.key_secret.as_ref();
-            match bans.refused(store, prepared.user, secret, now_us).await {
+            match count_refusal(tiers, prepared.user, now_us).await {
                 Ok(Some(ban)) => events.push(|| LimitEvent::Banned {
                     user_id: UserId::from(prepared.user),
                     tier: prepared.tier,
@@ -126,6 +125,44 @@ impl Pending {
         }
         Judged { ruling, by, events }
     }
+}
+
+/// Counts a refusal of `user` towards a ban ([`crate::ban`]), to its end:
+/// in a task of its own where there is a Tokio runtime, so that a request
+/// dropped half-way (its client gone, which a hammering client often is)
+/// neither forgets the refusals it counted nor leaves a ban half made (its
+/// buckets reset, its end not yet written).
+async fn count_refusal(
+    tiers: &RateTier,
+    user: &str,
+    now_us: u64,
+) -> Result<Option<Duration>, StorageError> {
+    async fn count(
+        tiers: &RateTier,
+        user: &str,
+        now_us: u64,
+    ) -> Result<Option<Duration>, StorageError> {
+        let inner = &tiers.inner;
+        match &inner.bans {
+            Some(bans) => {
+                let secret = inner.key_secret.as_ref();
+                bans.refused(&inner.store, user, secret, now_us).await
+            }
+            None => Ok(None),
+        }
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return count(tiers, user, now_us).await;
+    };
+    let (tiers, user) = (tiers.clone(), user.to_owned());
+    runtime
+        .spawn(async move { count(&tiers, &user, now_us).await })
+        .await
+        .unwrap_or_else(|failed| {
+            Err(StorageError::Protocol(format!(
+                "counting a refusal stopped: {failed}"
+            )))
+        })
 }
 
 /// The plan's limit alone, decided, and the events it told.
