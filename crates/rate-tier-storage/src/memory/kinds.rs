@@ -408,7 +408,8 @@ fn decide(
         Rule::Rate(_) | Rule::Period(_) => None,
         Rule::Window(window) => {
             let log = log.unwrap_or(&[]);
-            let decided = window.check(log, now, check.cost())?;
+            // Only this store's decisions write its logs: always sorted.
+            let decided = window.check_sorted(log, now, check.cost())?;
             Some((decided.as_decision(), Pending::Window(decided.write)))
         }
         Rule::Concurrency(concurrency) => {
