@@ -1,12 +1,13 @@
 #![cfg(any(feature = "redis", feature = "postgres"))]
-//! A customer's own quota on Redis and on PostgreSQL, through the direct
-//! API and the HTTP layer: it decides, a changed one keeps what was spent,
-//! one of the wrong kind fails closed (never unlimited), and a settlement
-//! is made under it.
+//! A customer's own quota on Redis, a Redis Cluster and PostgreSQL,
+//! through the direct API and the HTTP layer: it decides, a changed one
+//! keeps what was spent, one of the wrong kind fails closed (never
+//! unlimited), and a settlement is made under it.
 //!
 //! Run with `cargo xtask test-redis`, which starts a throwaway redis-server
 //! and PostgreSQL and sets `TRT_REDIS_URL` and `TRT_POSTGRES_URL` (without
-//! them these tests fail). Every test uses names of its own. Time is the
+//! them these tests fail), and `cargo xtask test-cluster` for the Redis
+//! Cluster's (`TRT_REDIS_CLUSTER_URLS`). Every test uses names of its own. Time is the
 //! server's: no fake clock reaches it, so quotas are per hour, and the
 //! milliseconds a test takes give back nothing a count could see.
 #![allow(clippy::unwrap_used, missing_docs)]
@@ -153,8 +154,56 @@ async fn over_http(tiers: RateTier, tier: &str) {
     assert_eq!((r.limit(), r.remaining()), (10, 9));
 }
 
+/// The scenarios above as tests on one store: `instance(tier)` builds a
+/// limiter whose plan `tier` is on it (the module names the store).
+macro_rules! on_store {
+    () => {
+        #[tokio::test]
+        async fn the_own_quota_decides() {
+            let tier = unique("pro");
+            super::the_own_quota_decides(&instance(&tier).await, &tier).await;
+        }
+
+        #[tokio::test]
+        async fn a_changed_quota_keeps_what_was_spent() {
+            let tier = unique("pro");
+            super::a_changed_quota_keeps_what_was_spent(
+                &instance(&tier).await,
+                &tier,
+            )
+            .await;
+        }
+
+        #[tokio::test]
+        async fn an_own_quota_of_the_wrong_kind_fails_closed() {
+            let tier = unique("pro");
+            super::an_own_quota_of_the_wrong_kind_fails_closed(
+                &instance(&tier).await,
+                &tier,
+            )
+            .await;
+        }
+
+        #[tokio::test]
+        async fn a_settlement_is_made_under_the_own_quota() {
+            let tier = unique("pro");
+            super::a_settlement_is_made_under_the_own_quota(
+                &instance(&tier).await,
+                &tier,
+            )
+            .await;
+        }
+
+        #[tokio::test]
+        async fn over_http() {
+            let tier = unique("pro");
+            super::over_http(instance(&tier).await, &tier).await;
+        }
+    };
+}
+
 #[cfg(feature = "redis")]
-mod redis {
+mod on_redis {
     use super::*;
     use rate_tier_test_support::{TEST_TIMEOUT, redis_url};
     use tower_rate_tier::RedisStorage;
@@ -176,45 +225,34 @@ mod redis {
             .build()
     }
 
-    #[tokio::test]
-    async fn the_own_quota_decides_on_redis() {
-        let tier = unique("pro");
-        the_own_quota_decides(&instance(&tier).await, &tier).await;
+    on_store!();
+}
+
+/// On a Redis Cluster (`cargo xtask test-cluster`: the module's name puts
+/// `cluster` in every test's name), through one node: the customer's
+/// buckets share their hash tag.
+#[cfg(feature = "redis")]
+mod on_redis_cluster {
+    use super::*;
+    use rate_tier_test_support::{TEST_TIMEOUT, cluster_urls};
+    use tower_rate_tier::RedisStorage;
+
+    async fn instance(tier: &str) -> RateTier {
+        let url = cluster_urls(1).swap_remove(0);
+        let store = RedisStorage::from_cluster_urls([url])
+            .expect("a cluster store")
+            .timeout(TEST_TIMEOUT);
+        RateTier::builder()
+            .tier(tier, plan())
+            .storage(Arc::new(store))
+            .build()
     }
 
-    #[tokio::test]
-    async fn a_changed_quota_keeps_what_was_spent_on_redis() {
-        let tier = unique("pro");
-        a_changed_quota_keeps_what_was_spent(&instance(&tier).await, &tier)
-            .await;
-    }
-
-    #[tokio::test]
-    async fn an_own_quota_of_the_wrong_kind_fails_closed_on_redis() {
-        let tier = unique("pro");
-        an_own_quota_of_the_wrong_kind_fails_closed(
-            &instance(&tier).await,
-            &tier,
-        )
-        .await;
-    }
-
-    #[tokio::test]
-    async fn a_settlement_is_made_under_the_own_quota_on_redis() {
-        let tier = unique("pro");
-        a_settlement_is_made_under_the_own_quota(&instance(&tier).await, &tier)
-            .await;
-    }
-
-    #[tokio::test]
-    async fn over_http_on_redis() {
-        let tier = unique("pro");
-        over_http(instance(&tier).await, &tier).await;
-    }
+    on_store!();
 }
 
 #[cfg(feature = "postgres")]
-mod postgres {
+mod on_postgres {
     use super::*;
     use rate_tier_test_support::{TEST_TIMEOUT, env};
     use tower_rate_tier::PostgresStorage;
@@ -233,39 +271,5 @@ mod postgres {
             .build()
     }
 
-    #[tokio::test]
-    async fn the_own_quota_decides_on_postgres() {
-        let tier = unique("pro");
-        the_own_quota_decides(&instance(&tier).await, &tier).await;
-    }
-
-    #[tokio::test]
-    async fn a_changed_quota_keeps_what_was_spent_on_postgres() {
-        let tier = unique("pro");
-        a_changed_quota_keeps_what_was_spent(&instance(&tier).await, &tier)
-            .await;
-    }
-
-    #[tokio::test]
-    async fn an_own_quota_of_the_wrong_kind_fails_closed_on_postgres() {
-        let tier = unique("pro");
-        an_own_quota_of_the_wrong_kind_fails_closed(
-            &instance(&tier).await,
-            &tier,
-        )
-        .await;
-    }
-
-    #[tokio::test]
-    async fn a_settlement_is_made_under_the_own_quota_on_postgres() {
-        let tier = unique("pro");
-        a_settlement_is_made_under_the_own_quota(&instance(&tier).await, &tier)
-            .await;
-    }
-
-    #[tokio::test]
-    async fn over_http_on_postgres() {
-        let tier = unique("pro");
-        over_http(instance(&tier).await, &tier).await;
-    }
+    on_store!();
 }
