@@ -673,3 +673,74 @@ where
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use gcra_core::{Quota, Verdict};
+    use rate_tier_storage::{Decided, MemoryStorage};
+
+    use super::ShapeLayer;
+
+    const MS: u64 = 1000;
+
+    /// An answer decided at `store_ms` on the store's clock.
+    fn decided_at(store_ms: u64) -> Decided {
+        let verdict = Verdict {
+            allowed: true,
+            retry_after_us: 0,
+            refused_by: None,
+        };
+        Decided::new(verdict, None, "test").with_store_clock(store_ms * MS)
+    }
+
+    #[test]
+    fn a_call_goes_at_its_slot_plus_the_fastest_answers_delay_not_its_own() {
+        let layer = ShapeLayer::builder(Arc::new(MemoryStorage::new()), "acct")
+            .quota("per-second", Quota::per_second(10))
+            .unwrap()
+            .build()
+            .unwrap();
+        let shaper = &layer.shaper;
+        let at = |ms: u64| shaper.origin + Duration::from_millis(ms);
+        // The fastest answer: decided at 5 ms on the store's clock, here
+        // at 10 ms (offset and delay together: 5 ms).
+        assert_eq!(
+            shaper.late_by(&decided_at(5), at(8), at(10)),
+            Duration::ZERO
+        );
+        // One queued 4 ms more behind others: its call goes 4 ms earlier
+        // than its own answer, as if it had come as fast.
+        assert_eq!(
+            shaper.late_by(&decided_at(20), at(19), at(29)),
+            Duration::from_millis(4)
+        );
+        // A faster answer still: the new reference, nothing to take off.
+        assert_eq!(
+            shaper.late_by(&decided_at(40), at(43), at(44)),
+            Duration::ZERO
+        );
+        assert_eq!(
+            shaper.late_by(&decided_at(50), at(50), at(56)),
+            Duration::from_millis(2)
+        );
+        // Later than its own round trip allows: the store's clock moved (a
+        // failover); the reckoning starts again from this answer.
+        assert_eq!(
+            shaper.late_by(&decided_at(60), at(99), at(100)),
+            Duration::ZERO
+        );
+        assert_eq!(
+            shaper.late_by(&decided_at(70), at(108), at(111)),
+            Duration::from_millis(1)
+        );
+        // A store that does not give its clock: nothing to reckon with.
+        let clockless = Decided::new(decided_at(0).verdict, None, "test");
+        assert_eq!(
+            shaper.late_by(&clockless, at(120), at(200)),
+            Duration::ZERO
+        );
+    }
+}
