@@ -57,13 +57,6 @@ impl Prepared<'_> {
             && self.checks.iter().any(|check| check.cost() > 0)
     }
 
-    /// The longest this decision may wait on a limiter that waits up to
-    /// `limiter_wait`: its limits' shortest, if shorter.
-    pub(crate) fn max_wait(&self, limiter_wait: Duration) -> Duration {
-        self.limits_wait
-            .map_or(limiter_wait, |wait| wait.min(limiter_wait))
-    }
-
     /// Nothing prepared yet.
     pub(crate) fn new() -> Self {
         Prepared {

@@ -78,7 +78,8 @@ impl Pending {
         let decided = match &tiers.inner.waiting {
             Some(room) if prepared.may_wait() => {
                 let secret = tiers.inner.key_secret.as_ref();
-                let max_wait = prepared.max_wait(room.max_wait);
+                // The room holds it to its own longest wait.
+                let max_wait = prepared.limits_wait.unwrap_or(room.max_wait);
                 let (decided, waited) = room
                     .decide(store, secret, &prepared.checks, max_wait, &mut out)
                     .await;
