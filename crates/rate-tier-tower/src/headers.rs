@@ -20,7 +20,9 @@ pub const X_RATELIMIT_LIMIT: HeaderName =
 /// `x-ratelimit-remaining`: requests of cost 1 still allowed now.
 pub const X_RATELIMIT_REMAINING: HeaderName =
     HeaderName::from_static("x-ratelimit-remaining");
-/// `x-ratelimit-reset`: Unix seconds (rounded up) when the bucket is full again.
+/// `x-ratelimit-reset`: Unix seconds (rounded up) when the bucket is full
+/// again; on a refusal by a window or a concurrency limit, when the request
+/// may be retried ([`LimitState::reset_after`](crate::LimitState::reset_after)).
 pub const X_RATELIMIT_RESET: HeaderName =
     HeaderName::from_static("x-ratelimit-reset");
 

@@ -71,7 +71,10 @@ pub struct LimitState {
     pub limit: u32,
     /// Requests of cost 1 still allowed right now.
     pub remaining: u64,
-    /// Until the bucket is full again.
+    /// Until the bucket is full again; for a window or a concurrency limit
+    /// that refused, until the request may be retried (a window is full
+    /// again only when its newest request leaves it, and when a slot frees
+    /// no store can foresee).
     pub reset_after: Duration,
     /// How long a full burst takes to come back (`tau = T * burst`): the
     /// window of the IETF `RateLimit-Policy`.

@@ -81,10 +81,11 @@ async fn a_window_refuses_the_sixth_in_any_60_s_until_the_first_leaves() {
     );
     let policy = r.header("ratelimit-policy").unwrap();
     assert!(policy.contains(r#""login";q=5;w=60"#), "{policy}");
-    // The window is empty again when its newest login (at 4 s) leaves it.
+    // The reset told is the retry's instant, when the first login (at
+    // 0 s) leaves, not when the window is empty (its newest, at 64 s).
     assert_eq!(
         r.header("x-ratelimit-reset"),
-        Some(&*(START_US + 64 * SECOND).div_ceil(SECOND).to_string())
+        Some(&*(START_US + 60 * SECOND).div_ceil(SECOND).to_string())
     );
     // The refusal charged the plan nothing: 5 of its 10 were spent.
     assert_eq!(tiers.peek("key_ana", "free").await.unwrap().remaining, 5);
@@ -400,6 +401,9 @@ async fn concurrency_holds_a_slot_until_the_body_ends_or_the_request_is_dropped(
         let r = get_as(&app, Some("key_ana"), "/upload").await;
         assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{r:?}");
         assert_eq!(r.retry_after(), 1);
+        // The reset told is the retry's instant (the clock stands still).
+        let retry_at = (START_US + SECOND).div_ceil(SECOND).to_string();
+        assert_eq!(r.header("x-ratelimit-reset"), Some(&*retry_at), "{r:?}");
         assert!(r.body.contains(r#""limit":"uploads""#), "{r:?}");
     };
 

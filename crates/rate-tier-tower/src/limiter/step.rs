@@ -634,11 +634,26 @@ fn state(
         name: key.as_str_static(),
         limit: applied.limit(),
         remaining: decision.remaining,
-        reset_after: Duration::from_micros(decision.reset_after_us),
+        reset_after: Duration::from_micros(reset_after_us(applied, decision)),
         window: Duration::from_micros(applied.policy_window_us(now_us)),
         shadow,
         shadow_limited: shadow && !decision.allowed,
         rule: Some(asked),
+    }
+}
+
+/// When a bucket decided so is told to reset: for a refused window or
+/// concurrency limit the instant its request may retry (the k-th oldest
+/// counted request leaves the window; the retry hint of a slot), not when
+/// it is full again, which a window reaches later and a concurrency limit
+/// cannot foresee. A rate (the seed's contract) and a period, whose two
+/// instants coincide on a refusal, keep the store's.
+fn reset_after_us(applied: Rule, decision: &Decision) -> u64 {
+    match applied {
+        Rule::Window(_) | Rule::Concurrency(_) if !decision.allowed => {
+            decision.retry_after_us
+        }
+        _ => decision.reset_after_us,
     }
 }
 
