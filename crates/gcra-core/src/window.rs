@@ -259,7 +259,7 @@ impl Window {
         now_us: u64,
         cost: u32,
     ) -> Result<WindowDecision, CheckError> {
-        self.decide(log, now_us, cost, log.is_sorted())
+        self.decide(Parts::whole(log), now_us, cost, log.is_sorted())
     }
 
     /// [`Window::check`] of a log its store keeps sorted: one that only
@@ -284,14 +284,46 @@ impl Window {
         now_us: u64,
         cost: u32,
     ) -> Result<WindowDecision, CheckError> {
-        debug_assert!(log.is_sorted(), "check_sorted of an unsorted log");
-        self.decide(log, now_us, cost, true)
+        self.check_sorted_parts([log, &[]], now_us, cost)
+    }
+
+    /// [`Window::check_sorted`] of a log held in two parts, `log[0]`'s
+    /// entries before `log[1]`'s: a ring buffer's two halves, read where
+    /// they lie. The same answer as `check_sorted` of the two joined.
+    ///
+    /// It reads a few entries at the log's two ends (its oldest, for the
+    /// expired ones; its newest, for those ahead of now) and the one a
+    /// refusal waits for, searching from each end by doubling steps: a
+    /// long log costs a store the cache lines at its ends, not a walk.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gcra_core::Window;
+    /// let window = Window::new(3, Duration::from_micros(100))?;
+    /// // A ring of 4 holding 10, 40, 70 from its last place.
+    /// let ring = [40, 70, 0, 10];
+    /// let (newer, older) = ring.split_at(2);
+    /// // At 115 the entry of 10 has expired: a pass drops it.
+    /// let d = window.check_sorted_parts([&older[1..], newer], 115, 1)?;
+    /// assert_eq!(d, window.check(&[10, 40, 70], 115, 1)?);
+    /// assert_eq!(d.write.map(|w| (w.drop_oldest, w.append)), Some((1, 1)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_sorted_parts(
+        &self,
+        log: [&[u64]; 2],
+        now_us: u64,
+        cost: u32,
+    ) -> Result<WindowDecision, CheckError> {
+        let parts = Parts { log };
+        debug_assert!(parts.is_sorted(), "check_sorted of an unsorted log");
+        self.decide(parts, now_us, cost, true)
     }
 
     /// Rules 1 and 3 to 6, the log `sorted` or not (rule 2).
     fn decide(
         &self,
-        log: &[u64],
+        log: Parts<'_>,
         now_us: u64,
         cost: u32,
         sorted: bool,
@@ -307,15 +339,18 @@ impl Window {
             });
         }
         let read = self.read(log, now_us, sorted);
-        let counted_entries = log
-            .get(read.expired..read.expired.saturating_add(read.counted))
-            .unwrap_or(&[]);
+        // The i-th counted entry, oldest first.
+        let counted = |i: usize| {
+            (i < read.counted)
+                .then(|| log.get(read.expired.saturating_add(i)))
+                .flatten()
+        };
         // Every value here is at most the log's length: no overflow.
         let count = read.counted.saturating_add(read.ahead) as u64;
         let newest = if read.ahead > 0 {
             Some(now_us)
         } else {
-            counted_entries.last().copied()
+            read.counted.checked_sub(1).and_then(counted)
         };
         // A counted entry is after now - W: it expires after now.
         let until_expired = |entry: u64| {
@@ -340,8 +375,7 @@ impl Window {
             let k = need.saturating_sub(limit);
             let kth = usize::try_from(k.saturating_sub(1))
                 .ok()
-                .and_then(|i| counted_entries.get(i))
-                .copied()
+                .and_then(counted)
                 .unwrap_or(now_us); // beyond the counted: an ahead entry
             return Ok(WindowDecision {
                 allowed: false,
@@ -366,25 +400,29 @@ impl Window {
     }
 
     /// Rules 2 and 3: the log's entries by kind, oldest first.
-    fn read(&self, log: &[u64], now_us: u64, sorted: bool) -> Read {
+    fn read(&self, log: Parts<'_>, now_us: u64, sorted: bool) -> Read {
+        let len = log.len();
         if !sorted {
             // Rule 2: corrupt, read as empty and dropped whole.
             return Read {
-                expired: log.len(),
+                expired: len,
                 ..Read::default()
             };
         }
         // Sorted, the kinds of rule 3 are runs in this order (now is at
-        // most MAX_TIME_US): found by binary search, not a walk.
-        let expired = log
-            .partition_point(|&e| e.saturating_add(self.window_us) <= now_us);
-        let counted_end = log.partition_point(|&e| e <= now_us);
-        let ahead_end = log.partition_point(|&e| e <= MAX_TIME_US);
+        // most MAX_TIME_US). Each boundary is searched from the end it is
+        // usually near: few expired entries, few ahead or garbage ones.
+        let at = |i: usize| log.get(i).unwrap_or(u64::MAX);
+        let expired = search_from_front(len, |i| {
+            at(i).saturating_add(self.window_us) <= now_us
+        });
+        let ahead_end = search_from_back(len, |i| at(i) <= MAX_TIME_US);
+        let counted_end = search_from_back(ahead_end, |i| at(i) <= now_us);
         Read {
             expired,
             counted: counted_end.saturating_sub(expired),
             ahead: ahead_end.saturating_sub(counted_end),
-            garbage: log.len().saturating_sub(ahead_end),
+            garbage: len.saturating_sub(ahead_end),
         }
     }
 
@@ -399,6 +437,102 @@ impl Window {
             ttl_ms: self.window_us.div_ceil(1000),
         }
     }
+}
+
+/// A log in two parts, the first's entries before the second's (the whole
+/// log and an empty part, for a log in one slice).
+#[derive(Debug, Clone, Copy)]
+struct Parts<'a> {
+    log: [&'a [u64]; 2],
+}
+
+impl<'a> Parts<'a> {
+    const fn whole(log: &'a [u64]) -> Parts<'a> {
+        Parts { log: [log, &[]] }
+    }
+
+    const fn len(&self) -> usize {
+        self.log[0].len().saturating_add(self.log[1].len())
+    }
+
+    /// The `i`-th entry, oldest first.
+    #[inline]
+    fn get(&self, i: usize) -> Option<u64> {
+        let [first, second] = self.log;
+        match first.get(i) {
+            Some(&entry) => Some(entry),
+            None => second.get(i.wrapping_sub(first.len())).copied(),
+        }
+    }
+
+    fn is_sorted(&self) -> bool {
+        let [first, second] = self.log;
+        first.is_sorted()
+            && second.is_sorted()
+            && match (first.last(), second.first()) {
+                (Some(last), Some(next)) => last <= next,
+                _ => true,
+            }
+    }
+}
+
+/// The first index of `0..len` where `before` is false, for a `before`
+/// that is true then false along it: doubling steps from the front, then
+/// a binary search. `log2(p)` reads or so for an answer `p`: one when
+/// the answer is 0.
+#[inline]
+fn search_from_front(len: usize, before: impl Fn(usize) -> bool) -> usize {
+    // Every index below `low` is before; `high` is not, or is `len`.
+    let (mut low, mut step) = (0usize, 1usize);
+    let mut high = len;
+    while let Some(probe) =
+        low.checked_add(step.saturating_sub(1)).filter(|&p| p < len)
+    {
+        if before(probe) {
+            low = probe.saturating_add(1);
+            step = step.saturating_mul(2);
+        } else {
+            high = probe;
+            break;
+        }
+    }
+    binary_search(low, high, before)
+}
+
+/// [`search_from_front`] from the back: one read when the answer is `len`.
+#[inline]
+fn search_from_back(len: usize, before: impl Fn(usize) -> bool) -> usize {
+    // No index from `high` on is before; `low` is 0, or follows one that is.
+    let (mut high, mut step) = (len, 1usize);
+    let mut low = 0;
+    while let Some(probe) = high.checked_sub(step) {
+        if before(probe) {
+            low = probe.saturating_add(1);
+            break;
+        }
+        high = probe;
+        step = step.saturating_mul(2);
+    }
+    binary_search(low, high, before)
+}
+
+/// The first index of `low..high` where `before` is false (`high` if none),
+/// given it is true before `low` and false from `high`.
+#[inline]
+fn binary_search(
+    mut low: usize,
+    mut high: usize,
+    before: impl Fn(usize) -> bool,
+) -> usize {
+    while low < high {
+        let mid = low.saturating_add(high.saturating_sub(low) / 2);
+        if before(mid) {
+            low = mid.saturating_add(1);
+        } else {
+            high = mid;
+        }
+    }
+    low
 }
 
 /// A log's entries by kind (rule 3), in the order a sorted log holds them.

@@ -215,8 +215,17 @@ proptest! {
         let win = window(limit, w);
         let got = win.check(&log, now, cost);
         if is_sorted(&log) {
-            // A store that keeps its logs sorted gets the same answer.
+            // A store that keeps its logs sorted gets the same answer,
+            // in one slice or in two (a ring's halves) split anywhere.
             prop_assert_eq!(win.check_sorted(&log, now, cost), got);
+            for at in 0..=log.len() {
+                let (first, second) = log.split_at(at);
+                prop_assert_eq!(
+                    win.check_sorted_parts([first, second], now, cost),
+                    got,
+                    "split at {}", at
+                );
+            }
         }
         let spec = spec_check(limit, w, &log, now, cost);
         prop_assert_eq!(

@@ -74,81 +74,114 @@ pub(super) struct Kinds {
     swept_at: AtomicU64,
 }
 
-/// A window's log and expiry in one allocation: `[expires_us, len,
-/// entries..]`, the entries (the counted requests' timestamps, oldest
-/// first) always from the third word. A map entry is a name and a pointer
-/// (24 bytes), and a decision reads the expiry, the length and the first
-/// entries from one cache line, with no offset to load before the entries'
-/// addresses are known: the log is shifted to the front by each write
-/// instead (the entries just read, in cache), and grows by doubling.
+/// A window's log: its entries (the counted requests' timestamps, oldest
+/// first) in a ring, and its expiry and place in the ring beside the
+/// pointer, in the map's entry. A decision reads the entry, then the few
+/// entries at the log's ends that gcra-core's search reads; a pass drops
+/// its oldest entries by moving `head` and writes its new ones after the
+/// newest, never moving the others. A full ring's newest entry is next to
+/// its oldest, so the common decision on a full log (one expired, one
+/// appended) touches one or two cache lines of it.
+///
+/// The ring grows by doubling up to the window's limit (the longest log
+/// its decisions write: a log at its limit is exactly its ring), and
+/// beyond only to take a longer log (after the limit was raised).
 #[derive(Debug)]
 struct Kept {
-    log: Box<[u64]>,
+    /// When every entry has expired (µs).
+    expires_us: u64,
+    /// Where the oldest entry is, and how many there are.
+    head: u32,
+    len: u32,
+    ring: Box<[u64]>,
 }
 
-/// The words before the entries: the expiry (µs) and the length.
-const HEADER: usize = 2;
+/// The smallest ring a window's log starts with.
+const FIRST_RING: usize = 4;
 
 impl Kept {
-    /// A new log of `write`'s entries, expiring at `expires_us`.
-    fn new(write: &gcra_core::LogWrite, expires_us: u64) -> Kept {
-        let mut kept = Kept {
-            log: vec![0; HEADER + write.append.max(4)].into_boxed_slice(),
-        };
-        kept.write(write, expires_us);
-        kept
+    /// A new log of `write`'s entries, expiring at `expires_us`, for a
+    /// window of `limit`.
+    fn new(write: &gcra_core::LogWrite, expires_us: u64, limit: u32) -> Kept {
+        let capacity = ring_capacity(write.append, FIRST_RING / 2, limit);
+        let mut ring = vec![0; capacity].into_boxed_slice();
+        for entry in ring.iter_mut().take(write.append) {
+            *entry = write.entry_us;
+        }
+        Kept {
+            expires_us,
+            head: 0,
+            len: u32::try_from(write.append).unwrap_or(u32::MAX),
+            ring,
+        }
     }
 
     /// When every entry has expired (µs).
     #[inline]
     fn expires_us(&self) -> u64 {
-        self.log.first().copied().unwrap_or(0)
+        self.expires_us
     }
 
-    /// The entries.
+    /// The entries, oldest first, in two parts (where the ring wraps).
     #[inline]
-    fn entries(&self) -> &[u64] {
-        let len = self.log.get(1).map_or(0, |&len| len as usize);
-        self.log
-            .get(HEADER..HEADER.saturating_add(len))
-            .unwrap_or(&[])
+    fn entries(&self) -> [&[u64]; 2] {
+        let (head, len) = (self.head as usize, self.len as usize);
+        let (wrapped, from_head) =
+            self.ring.split_at(head.min(self.ring.len()));
+        let first = len.min(from_head.len());
+        [
+            from_head.get(..first).unwrap_or(&[]),
+            wrapped.get(..len - first).unwrap_or(&[]),
+        ]
     }
 
-    /// Applies `write`, growing the log (by doubling) if it does not fit.
-    fn write(&mut self, write: &gcra_core::LogWrite, expires_us: u64) {
-        let len = self.entries().len();
-        let buffer = self.log.get_mut(HEADER..).unwrap_or(&mut []);
-        let new_len = match write.apply_in(buffer, len) {
-            Some(new_len) => new_len,
-            None => {
-                let kept = write.kept(len);
-                let need = kept.len().saturating_add(write.append);
-                let capacity = need.max(buffer.len().saturating_mul(2));
-                let mut log =
-                    vec![0; HEADER.saturating_add(capacity)].into_boxed_slice();
-                let old = self.entries().get(kept).unwrap_or(&[]);
-                let (moved, rest) = log
-                    .get_mut(HEADER..)
-                    .unwrap_or(&mut [])
-                    .split_at_mut(old.len());
-                moved.copy_from_slice(old);
-                rest.iter_mut()
-                    .take(write.append)
-                    .for_each(|entry| *entry = write.entry_us);
-                self.log = log;
-                need
+    /// Applies `write`, growing the ring if the new log does not fit.
+    fn write(
+        &mut self,
+        write: &gcra_core::LogWrite,
+        expires_us: u64,
+        limit: u32,
+    ) {
+        let capacity = self.ring.len();
+        let kept = write.kept(self.len as usize);
+        let new_len = kept.len().saturating_add(write.append);
+        self.expires_us = expires_us;
+        if new_len <= capacity {
+            let head = (self.head as usize + kept.start) % capacity.max(1);
+            for j in kept.len()..new_len {
+                if let Some(entry) = self.ring.get_mut((head + j) % capacity) {
+                    *entry = write.entry_us;
+                }
             }
-        };
-        if let [expiry, stored_len, ..] = &mut *self.log {
-            *expiry = expires_us;
-            *stored_len = new_len as u64;
+            (self.head, self.len) = (head as u32, new_len as u32);
+            return;
         }
+        // Grown: the kept entries moved to the front, the new ones after.
+        let mut ring =
+            vec![0; ring_capacity(new_len, capacity, limit)].into_boxed_slice();
+        let [first, second] = self.entries();
+        let old = first.iter().chain(second).skip(kept.start).take(kept.len());
+        let new = std::iter::repeat_n(write.entry_us, write.append);
+        for (slot, entry) in ring.iter_mut().zip(old.copied().chain(new)) {
+            *slot = entry;
+        }
+        self.ring = ring;
+        (self.head, self.len) = (0, u32::try_from(new_len).unwrap_or(u32::MAX));
     }
+}
+
+/// The ring for a log of `need` entries, grown from one of `capacity`:
+/// twice as large, but no larger than the window's `limit` unless the log
+/// needs it.
+fn ring_capacity(need: usize, capacity: usize, limit: u32) -> usize {
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    capacity.saturating_mul(2).min(limit).max(need).max(1)
 }
 
 /// A bucket's decision, and the write it makes if the decision stands.
 enum Pending {
-    Window(Option<gcra_core::LogWrite>),
+    /// A window's, with the window's limit (how far its ring may grow).
+    Window(Option<gcra_core::LogWrite>, u32),
     /// A count in flight's (`slots.rs`).
     Slot(Option<u32>),
 }
@@ -400,17 +433,18 @@ impl Inner {
 /// table).
 fn decide(
     check: &BucketCheck<'_>,
-    log: Option<&[u64]>,
+    log: Option<[&[u64]; 2]>,
     held: u32,
     now: u64,
 ) -> Result<Option<(Decision, Pending)>, CheckError> {
     Ok(match check.rule() {
         Rule::Rate(_) | Rule::Period(_) => None,
         Rule::Window(window) => {
-            let log = log.unwrap_or(&[]);
+            let log = log.unwrap_or([&[], &[]]);
             // Only this store's decisions write its logs: always sorted.
-            let decided = window.check_sorted(log, now, check.cost())?;
-            Some((decided.as_decision(), Pending::Window(decided.write)))
+            let decided = window.check_sorted_parts(log, now, check.cost())?;
+            let write = Pending::Window(decided.write, window.limit());
+            Some((decided.as_decision(), write))
         }
         Rule::Concurrency(concurrency) => {
             let decided = concurrency.acquire(held, check.cost())?;
@@ -461,9 +495,9 @@ fn write_in_place(
     now: u64,
 ) -> Result<(), Pending> {
     match write {
-        Pending::Window(None) | Pending::Slot(None) => {}
-        Pending::Window(Some(write)) => {
-            kept.write(&write, expiry(now, write.ttl_ms));
+        Pending::Window(None, _) | Pending::Slot(None) => {}
+        Pending::Window(Some(write), limit) => {
+            kept.write(&write, expiry(now, write.ttl_ms), limit);
         }
         write @ Pending::Slot(Some(_)) => return Err(write),
     }
@@ -473,9 +507,9 @@ fn write_in_place(
 /// A new bucket holding `write` (`None`: a write that writes nothing).
 fn fresh(write: Pending, now: u64) -> Option<Kept> {
     match write {
-        Pending::Window(None) | Pending::Slot(_) => None,
-        Pending::Window(Some(write)) => {
-            Some(Kept::new(&write, expiry(now, write.ttl_ms)))
+        Pending::Window(None, _) | Pending::Slot(_) => None,
+        Pending::Window(Some(write), limit) => {
+            Some(Kept::new(&write, expiry(now, write.ttl_ms), limit))
         }
     }
 }
