@@ -1,18 +1,20 @@
 //! The example server's limits beside the rate, over real HTTP: `/login`
 //! (at most 5 in any 60 s per user, an exact window) and `/export` (3 per
 //! calendar month UTC on free, 100 on pro) and `/upload` (2 in flight per
-//! user on free), in memory, on two servers sharing Redis, on two sharing
-//! a Redis Cluster and on PostgreSQL, each behind the fallback the example
-//! puts in front of them.
+//! user on free), in memory, and on two servers sharing Redis, a Redis
+//! Cluster or PostgreSQL, each behind the fallback the example puts in
+//! front of them, given time enough that the shared store decides every
+//! request (checked: no fallback decision, no breaker moved).
 #![allow(clippy::unwrap_used)]
 
 mod support;
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::ops::RangeInclusive;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rate_tier_test_support::PostgresServer;
 use support::{Response, Server};
-use tower_rate_tier::{Period, PeriodUnit};
+use tower_rate_tier::{Concurrency, Period, PeriodUnit};
 
 fn now_us() -> u64 {
     let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
@@ -67,33 +69,11 @@ fn export_is_a_calendar_month_per_plan_until_the_first_of_the_next() {
         assert_eq!(r.status, 200, "{r:?}");
         assert_eq!(header_u64(&r, "x-ratelimit-remaining"), left, "{r:?}");
     }
-    let now = now_us();
-    let monthly = Period::new(3, PeriodUnit::Month, 0).unwrap();
-    let (start, next) = (
-        monthly.start_of(now).unwrap(),
-        monthly.next_start(now).unwrap(),
+    a_refused_export_waits_for_the_next_month(
+        server.port,
+        ("key_ana", "free"),
+        3,
     );
-    let refused = server.get("/export", Some("key_ana"));
-    assert_eq!(refused.status, 429, "{refused:?}");
-    let wait = header_u64(&refused, "retry-after");
-    let until_next = (next - now).div_ceil(1_000_000);
-    assert!(
-        wait.abs_diff(until_next) <= 2,
-        "{wait} vs {until_next}: {refused:?}"
-    );
-    assert_eq!(
-        header_u64(&refused, "x-ratelimit-reset"),
-        next.div_ceil(1_000_000),
-        "{refused:?}"
-    );
-    // The IETF policy's window is this month's length.
-    let policy = refused.header("ratelimit-policy").unwrap();
-    let month_s = (next - start) / 1_000_000;
-    assert!(
-        policy.contains(&format!("\"exports\";q=3;w={month_s}")),
-        "{policy}"
-    );
-    assert!(refused.body.contains(r#""limit":"exports""#), "{refused:?}");
 
     // Pro exports 100 a month (a plan of 100 a minute: the plan refuses
     // the 101st on its own, so only 100 are asked for).
@@ -135,7 +115,9 @@ fn only_the_limit_of_uploads_runs_at_once(
     let refused: Vec<_> = statuses.iter().filter(|(s, _)| *s == 429).collect();
     assert_eq!((passed, refused.len()), (limit, n - limit), "{statuses:?}");
     assert!(
-        refused.iter().all(|(_, wait)| wait.as_deref() == Some("1")),
+        refused
+            .iter()
+            .all(|(_, wait)| *wait == Some(slot_hint_secs().to_string())),
         "{statuses:?}"
     );
     // On a shared store a slot is released by a task once the response
@@ -143,17 +125,13 @@ fn only_the_limit_of_uploads_runs_at_once(
     // are back (read, not charged).
     let back =
         format!(r#"{{"name":"uploads","limit":{limit},"remaining":{limit},"#);
-    let deadline =
-        std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(5);
     while !support::get(ports[0], "/quota", Some(key))
         .body
         .contains(&back)
     {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the slots never came back"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(Instant::now() < deadline, "the slots never came back");
+        std::thread::sleep(Duration::from_millis(20));
     }
     for &port in ports {
         let r = support::get(port, "/upload?ms=0", Some(key));
@@ -175,60 +153,306 @@ fn upload_holds_one_of_two_slots_per_user_while_it_runs() {
 
 #[test]
 fn a_client_that_goes_away_gives_its_upload_slot_back() {
+    let server = Server::start(&["--headers", "both"], &[]);
+    a_client_that_goes_away_gives_its_upload_slot_back_on(
+        &[server.port],
+        ("key_ana", "free"),
+        2,
+    );
+}
+
+/// A stretch of this machine's clock, in µs since the Unix epoch: when a
+/// server (or its store, on this machine too) read its clock for a request
+/// sent and answered within it.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    before: u64,
+    after: u64,
+}
+
+impl Span {
+    fn around<T>(what: impl FnOnce() -> T) -> (T, Span) {
+        let before = now_us();
+        let out = what();
+        (
+            out,
+            Span {
+                before,
+                after: now_us(),
+            },
+        )
+    }
+
+    fn plus(self, us: u64) -> Span {
+        Span {
+            before: self.before + us,
+            after: self.after + us,
+        }
+    }
+}
+
+/// The clocks of the test, the servers and the stores are this machine's,
+/// read at different moments: how far apart they may be, in µs.
+const SLACK_US: u64 = 100_000;
+
+/// The whole seconds (rounded up) of a wait asked within `asked` for an
+/// instant within `until`.
+fn wait_secs(until: Span, asked: Span) -> RangeInclusive<u64> {
+    let least = until.before.saturating_sub(asked.after + SLACK_US);
+    let most = (until.after + SLACK_US).saturating_sub(asked.before);
+    least.div_ceil(1_000_000)..=most.div_ceil(1_000_000)
+}
+
+/// The Unix seconds (rounded up) of an instant within `at`.
+fn unix_secs(at: Span) -> RangeInclusive<u64> {
+    (at.before - SLACK_US).div_ceil(1_000_000)
+        ..=(at.after + SLACK_US).div_ceil(1_000_000)
+}
+
+/// What a concurrency limit's refusal says to wait, in whole seconds.
+fn slot_hint_secs() -> u64 {
+    let full = Concurrency::new(1).unwrap().acquire(1, 1).unwrap();
+    Duration::from_micros(full.retry_after_us).as_secs()
+}
+
+/// The 429 body of `tier`'s request refused by the limit `limit`.
+fn refusal_body(tier: &str, limit: &str, wait: u64) -> String {
+    format!(
+        r#"{{"error":"rate limit exceeded","tier":"{tier}","limit":"{limit}","retry_after":{wait}}}"#
+    )
+}
+
+/// Asserts the IETF fields (`--headers both`) of a refusal by `limit`:
+/// its policy `q` (and `w` seconds, for a limit with a window), and its
+/// state: nothing left until the wait.
+fn assert_ietf(refused: &Response, limit: &str, q: u64, w: Option<u64>) {
+    let items = |name: &str| -> Vec<String> {
+        let field = refused.header(name).unwrap_or_else(|| panic!("no {name}"));
+        field.split(", ").map(str::to_owned).collect()
+    };
+    let policy = match w {
+        Some(w) => format!("\"{limit}\";q={q};w={w}"),
+        None => format!("\"{limit}\";q={q}"),
+    };
+    let policies = items("ratelimit-policy");
+    assert!(policies.contains(&policy), "{policy} in {policies:?}");
+    let wait = header_u64(refused, "retry-after");
+    let state = format!("\"{limit}\";r=0;t={wait}");
+    let states = items("ratelimit");
+    assert!(states.contains(&state), "{state} in {states:?}");
+}
+
+/// `key` (on `tier`, whose plan has room for 6 requests, with no login in
+/// the last minute) logs in 5 times over the servers at `ports`: 2, then
+/// 3 more a second later; the 6th is refused until the first login leaves
+/// the window, and `x-ratelimit-reset` is that instant.
+fn a_refused_login_waits_for_the_oldest_to_leave(
+    ports: &[u16],
+    (key, tier): (&str, &str),
+) {
+    const WINDOW: Duration = Duration::from_secs(60);
+    let login =
+        |i: usize| support::get(ports[i % ports.len()], "/login", Some(key));
+    let (first, oldest) = Span::around(|| [login(0), login(1)]);
+    // A real wait (real servers, real clocks), the one of this file: the
+    // oldest login and the newest then leave the window in different
+    // seconds, whatever the rounding (1 s apart, plus twice SLACK_US).
+    std::thread::sleep(Duration::from_millis(1200));
+    for r in first.iter().chain(&[login(2), login(3), login(4)]) {
+        assert_eq!(r.status, 200, "{r:?}");
+    }
+    let (refused, asked) = Span::around(|| login(5));
+    assert_eq!(refused.status, 429, "{refused:?}");
+    let leaves = oldest.plus(u64::try_from(WINDOW.as_micros()).unwrap());
+    let wait = header_u64(&refused, "retry-after");
+    assert!(
+        wait_secs(leaves, asked).contains(&wait),
+        "{wait} not in {:?}: {refused:?}",
+        wait_secs(leaves, asked)
+    );
+    let reset = header_u64(&refused, "x-ratelimit-reset");
+    assert!(
+        unix_secs(leaves).contains(&reset),
+        "{reset} not in {:?} (the oldest login leaving): {refused:?}",
+        unix_secs(leaves)
+    );
+    assert_eq!(
+        refused.header("x-ratelimit-limit"),
+        Some("5"),
+        "{refused:?}"
+    );
+    assert_eq!(refused.body, refusal_body(tier, "login", wait));
+    assert_ietf(&refused, "login", 5, Some(WINDOW.as_secs()));
+}
+
+/// `key` (on `tier`, whose exports are `limit` a month, all spent) is
+/// refused the next through `port` until the first instant (UTC) of the
+/// next month, and `x-ratelimit-reset` is that instant.
+fn a_refused_export_waits_for_the_next_month(
+    port: u16,
+    (key, tier): (&str, &str),
+    limit: u32,
+) {
+    let (refused, asked) =
+        Span::around(|| support::get(port, "/export", Some(key)));
+    assert_eq!(refused.status, 429, "{refused:?}");
+    let monthly = Period::new(limit, PeriodUnit::Month, 0).unwrap();
+    let start = monthly.start_of(asked.before).unwrap();
+    let next = monthly.next_start(asked.before).unwrap();
+    assert_eq!(
+        monthly.next_start(asked.after).unwrap(),
+        next,
+        "a new month"
+    );
+    let wait = header_u64(&refused, "retry-after");
+    let next_span = Span {
+        before: next,
+        after: next,
+    };
+    assert!(
+        wait_secs(next_span, asked).contains(&wait),
+        "{wait} not in {:?}: {refused:?}",
+        wait_secs(next_span, asked)
+    );
+    assert_eq!(
+        header_u64(&refused, "x-ratelimit-reset"),
+        next.div_ceil(1_000_000),
+        "{refused:?}"
+    );
+    assert_eq!(refused.body, refusal_body(tier, "exports", wait));
+    // The IETF policy's window is this month's length.
+    let month = (next - start) / 1_000_000;
+    assert_ietf(&refused, "exports", limit.into(), Some(month));
+}
+
+/// `key` (on `tier`, whose plan lets `limit` uploads run at once) starts
+/// `limit` uploads of 10 s over the servers at `ports`, their connections
+/// kept open: one more is refused (retry-after the slot hint, reset that
+/// far from now); then the clients go away, and the server drops their
+/// requests, and their slots with them, long before the 10 s are over.
+fn a_client_that_goes_away_gives_its_upload_slot_back_on(
+    ports: &[u16],
+    (key, tier): (&str, &str),
+    limit: usize,
+) {
     use std::io::Write;
-    use std::time::{Duration, Instant};
-    let server = Server::start(&[], &[]);
-    // Two uploads of 10 s, their connections kept open for now.
-    let streams: Vec<std::net::TcpStream> = (0..2)
-        .map(|_| {
+    const UPLOAD: Duration = Duration::from_secs(10);
+    let sent = Instant::now();
+    let streams: Vec<std::net::TcpStream> = (0..limit)
+        .map(|i| {
+            let port = ports[i % ports.len()];
             let mut stream =
-                std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
-            stream
-                .write_all(
-                    b"GET /upload?ms=10000 HTTP/1.1\r\nhost: x\r\nx-api-key: key_ana\r\n\r\n",
-                )
-                .unwrap();
+                std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            write!(
+                stream,
+                "GET /upload?ms={} HTTP/1.1\r\nhost: x\r\nx-api-key: {key}\r\n\r\n",
+                UPLOAD.as_millis()
+            )
+            .unwrap();
             stream
         })
         .collect();
-    // Bounded waits on a real server: until both hold their slots...
-    let until = |what: &str, done: &dyn Fn(&Response) -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            // Read, not charged: the plan is not spent by the waiting.
-            let r = server.get("/quota", Some("key_ana"));
-            if done(&r) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "{what}: {r:?}");
-            std::thread::sleep(Duration::from_millis(20));
+    // Bounded waits on real servers (their handlers run for real): until
+    // every upload holds its slot, then until every slot is back, which
+    // must be before the uploads would have ended by themselves.
+    let until = |what: &str, left: usize, by: Instant| loop {
+        // Read, not charged: the plan is not spent by the waiting.
+        let r = support::get(ports[0], "/quota", Some(key));
+        let slots = format!(
+            r#"{{"name":"uploads","limit":{limit},"remaining":{left},"#
+        );
+        if r.body.contains(&slots) {
+            return;
         }
+        assert!(Instant::now() < by, "{what}: {r:?}");
+        std::thread::sleep(Duration::from_millis(20));
     };
-    let uploads_left = |n: u32| {
-        move |r: &Response| {
-            r.body.contains(&format!(
-                r#"{{"name":"uploads","limit":2,"remaining":{n},"#
-            ))
-        }
-    };
-    until("the two uploads never held their slots", &uploads_left(0));
-    // ...then, the clients gone, until both slots are back: the server
-    // drops a request's future when its connection closes, and the slot
-    // with it, long before the 10 s are over.
+    until("the uploads never held their slots", 0, sent + UPLOAD / 2);
+
+    let last = ports[ports.len() - 1];
+    let (refused, asked) =
+        Span::around(|| support::get(last, "/upload?ms=0", Some(key)));
+    assert_eq!(refused.status, 429, "{refused:?}");
+    let hint = slot_hint_secs();
+    assert_eq!(header_u64(&refused, "retry-after"), hint, "{refused:?}");
+    // Reset: when the client is told to try again.
+    let reset = header_u64(&refused, "x-ratelimit-reset");
+    let retry = asked.plus(hint * 1_000_000);
+    assert!(
+        unix_secs(retry).contains(&reset),
+        "{reset} not in {:?}: {refused:?}",
+        unix_secs(retry)
+    );
+    let limit_text = limit.to_string();
+    assert_eq!(
+        refused.header("x-ratelimit-limit"),
+        Some(&*limit_text),
+        "{refused:?}"
+    );
+    assert_eq!(refused.body, refusal_body(tier, "uploads", hint));
+    assert_ietf(&refused, "uploads", limit as u64, None);
+
     drop(streams);
-    until("the slots were not given back", &uploads_left(2));
+    until(
+        "the slots were not given back",
+        limit,
+        sent + UPLOAD * 9 / 10,
+    );
 }
 
-/// Bea's and ana's buckets of the kinds scenario, by name.
-const SHARED_BUCKETS: [(&str, &str); 8] = [
+/// Asserts that no check of `server` was decided by its local fallback,
+/// that its store never failed and no breaker moved: its `/metrics`.
+fn assert_the_store_decided_everything(server: &Server) {
+    let metrics = server.get("/metrics", None);
+    assert_eq!(metrics.status, 200, "{metrics:?}");
+    let counted = |name: &str| -> f64 {
+        metrics
+            .body
+            .lines()
+            .filter(|line| line.starts_with(name))
+            .map(|line| {
+                line.rsplit(' ').next().unwrap().parse::<f64>().unwrap()
+            })
+            .sum()
+    };
+    // Checks were counted (the scrape reads what it should)...
+    assert!(counted("rate_tier_checks_total{") > 0.0, "{}", metrics.body);
+    // ...and none of them failed over.
+    for name in [
+        "rate_tier_fallback_decisions_total{",
+        "rate_tier_storage_errors_total{",
+        "rate_tier_breaker_transitions_total{",
+    ] {
+        assert_eq!(counted(name), 0.0, "{name}: {}", metrics.body);
+    }
+    let log = server.stderr();
+    assert!(
+        log.iter().all(|line| !line.contains("breaker")),
+        "a breaker opened: {log:?}"
+    );
+}
+
+/// The buckets of the scenario of two servers on one store, by name and
+/// user: bea's, ana's and ada's, and their bans'.
+const SHARED_BUCKETS: [(&str, &str); 18] = [
     ("limit/login", "key_bea"),
     ("limit/exports", "key_bea"),
     ("pro", "key_bea"),
     ("limit/uploads", "key_ana"),
     ("free", "key_ana"),
+    ("limit/exports", "key_ana"),
+    ("limit/login", "key_ada"),
+    ("limit/exports", "key_ada"),
+    ("limit/uploads", "key_ada"),
+    ("pro", "key_ada"),
     ("ban/until", "key_bea"),
     ("ban/refusals", "key_bea"),
     ("ban/level", "key_bea"),
+    ("ban/until", "key_ana"),
+    ("ban/refusals", "key_ana"),
+    ("ban/level", "key_ana"),
+    ("ban/until", "key_ada"),
+    ("ban/refusals", "key_ada"),
 ];
 
 /// How long each server's check waits for the shared store before its
@@ -236,53 +460,80 @@ const SHARED_BUCKETS: [(&str, &str); 8] = [
 /// machine the store gets all the time it needs (no breaker may open).
 const STORE_TIMEOUT: [&str; 2] = ["--store-timeout-ms", "10000"];
 
+/// Each server's options beside its store: the IETF fields too.
+const SHARED_ARGS: [&str; 4] =
+    [STORE_TIMEOUT[0], STORE_TIMEOUT[1], "--headers", "both"];
+
 /// Two servers sharing one store: the window, the period and the uploads
-/// are exact over both, and the store decided every request.
+/// are exact over both, each refusal says when and why, and the store
+/// decided every request.
 fn kinds_shared_exactly(a: &Server, b: &Server) {
     let ports = [a.port, b.port];
-    let at_once = |path: &'static str, n: usize| -> Vec<u16> {
+    let at_once = |key: &'static str, path: &'static str, n: usize| {
         std::thread::scope(|scope| {
             let handles: Vec<_> = (0..n)
                 .map(|i| {
                     let port = ports[i % 2];
                     scope.spawn(move || {
-                        support::get(port, path, Some("key_bea")).status
+                        support::get(port, path, Some(key)).status
                     })
                 })
                 .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .collect::<Vec<u16>>()
         })
+    };
+    let passed = |statuses: &[u16]| {
+        assert!(
+            statuses.iter().all(|&s| s == 200 || s == 429),
+            "{statuses:?}"
+        );
+        statuses.iter().filter(|&&s| s == 200).count()
     };
     // Bea (pro, 100 a minute on the plan): 5 logins in any 60 s, over both
     // (15 refused: fewer than the 20 that would ban her).
-    let logins = at_once("/login", 20);
+    let logins = at_once("key_bea", "/login", 20);
     assert_eq!(
-        logins.iter().filter(|&&s| s == 200).count(),
+        passed(&logins),
         5,
         "{logins:?}\n{:?}",
         [a.stderr(), b.stderr()]
     );
-    assert!(logins.iter().all(|&s| s == 200 || s == 429), "{logins:?}");
     // 100 exports a month on pro, of which 5 logins left the plan 95.
-    let exports = at_once("/export", 90);
-    assert_eq!(
-        exports.iter().filter(|&&s| s == 200).count(),
-        90,
-        "{exports:?}"
-    );
+    let exports = at_once("key_bea", "/export", 90);
+    assert_eq!(passed(&exports), 90, "{exports:?}");
     let r = a.get("/quota", Some("key_bea"));
     assert!(
         r.body
             .contains(r#"{"name":"exports","limit":100,"remaining":10,"#),
         "{r:?}"
     );
-    // Uploads are a concurrency limit, shared: 2 in flight over both.
+    // Ada (pro, her own 500 a minute: the plan never refuses her here)
+    // exports pro's 100 at once over both, and no more.
+    let exports = at_once("key_ada", "/export", 100);
+    assert_eq!(passed(&exports), 100, "{exports:?}");
+    a_refused_export_waits_for_the_next_month(b.port, ("key_ada", "pro"), 100);
+    // Ana (free): 3 a month, over both.
+    for (i, port) in ports.iter().cycle().take(3).enumerate() {
+        let r = support::get(*port, "/export", Some("key_ana"));
+        assert_eq!(r.status, 200, "export {i}: {r:?}");
+    }
+    a_refused_export_waits_for_the_next_month(b.port, ("key_ana", "free"), 3);
+
+    // Uploads are a concurrency limit, shared: 2 in flight over both on
+    // free, 10 on pro.
     only_the_limit_of_uploads_runs_at_once(&ports, ("key_ana", 2), 6);
-    let logs = [a.stderr(), b.stderr()];
-    assert!(
-        logs.iter().flatten().all(|line| !line.contains("breaker")),
-        "a breaker opened: {logs:?}"
+    only_the_limit_of_uploads_runs_at_once(&ports, ("key_ada", 10), 13);
+    a_client_that_goes_away_gives_its_upload_slot_back_on(
+        &ports,
+        ("key_ana", "free"),
+        2,
     );
+    a_refused_login_waits_for_the_oldest_to_leave(&ports, ("key_ada", "pro"));
+    assert_the_store_decided_everything(a);
+    assert_the_store_decided_everything(b);
 }
 
 #[test]
@@ -298,19 +549,21 @@ fn two_servers_on_one_redis_share_the_window_the_period_and_the_uploads_exactly(
         .map(|(name, user)| tower_rate_tier::key::bucket_key(name, user, None))
         .collect();
     let _: () = redis::cmd("DEL").arg(&keys).query(&mut conn).unwrap();
-    let a = Server::start(
-        &["--redis", &url, STORE_TIMEOUT[0], STORE_TIMEOUT[1]],
-        &[],
-    );
-    let b = Server::start(&STORE_TIMEOUT, &[("REDIS_URL", &url)]);
+    let a =
+        Server::start(&[&["--redis", &url][..], &SHARED_ARGS].concat(), &[]);
+    let b = Server::start(&SHARED_ARGS, &[("REDIS_URL", &url)]);
     kinds_shared_exactly(&a, &b);
-    // The window is a list, the period a string, under hashed keys.
+    // The window is a list, the period a string, under hashed keys; ada's
+    // 5 logins are in the list.
     let kind: String =
         redis::cmd("TYPE").arg(&keys[0]).query(&mut conn).unwrap();
     assert_eq!(kind, "list");
     let kind: String =
         redis::cmd("TYPE").arg(&keys[1]).query(&mut conn).unwrap();
     assert_eq!(kind, "string");
+    let logins: u64 =
+        redis::cmd("LLEN").arg(&keys[6]).query(&mut conn).unwrap();
+    assert_eq!(logins, 5);
     let _: () = redis::cmd("DEL").arg(&keys).query(&mut conn).unwrap();
 }
 
@@ -335,7 +588,7 @@ fn two_servers_on_one_redis_cluster_share_the_window_the_period_and_the_uploads_
     clear(&mut conn);
     let start = |url: &str| {
         Server::start(
-            &["--redis-cluster", url, STORE_TIMEOUT[0], STORE_TIMEOUT[1]],
+            &[&["--redis-cluster", url][..], &SHARED_ARGS].concat(),
             &[],
         )
     };
@@ -344,23 +597,43 @@ fn two_servers_on_one_redis_cluster_share_the_window_the_period_and_the_uploads_
     let kind: String =
         redis::cmd("TYPE").arg(&keys[0]).query(&mut conn).unwrap();
     assert_eq!(kind, "list", "the login window, on the cluster");
+    let logins: u64 =
+        redis::cmd("LLEN").arg(&keys[6]).query(&mut conn).unwrap();
+    assert_eq!(logins, 5);
     clear(&mut conn);
 }
 
 #[test]
-fn on_postgres_every_kind_is_decided() {
+fn two_servers_on_one_postgres_share_the_window_the_period_and_the_uploads_exactly()
+ {
     let postgres = PostgresServer::start();
-    let server = Server::start(&["--postgres", &postgres.url()], &[]);
-    server.wait_for_stderr("postgres, with local fallback");
-    only_the_limit_of_uploads_runs_at_once(&[server.port], ("key_bea", 10), 13);
-    let logins: Vec<u16> = (0..6)
-        .map(|_| server.get("/login", Some("key_ana")).status)
-        .collect();
-    assert_eq!(logins, [200, 200, 200, 200, 200, 429]);
-    let exports: Vec<u16> = (0..4)
-        .map(|_| server.get("/export", Some("key_ana")).status)
-        .collect();
-    assert_eq!(exports, [200, 200, 200, 429]);
-    // The rest of the service is limited as always.
-    assert_eq!(server.get("/data", Some("key_ana")).status, 200);
+    let url = postgres.url();
+    let a =
+        Server::start(&[&["--postgres", &url][..], &SHARED_ARGS].concat(), &[]);
+    // The second finds the table the first created, and its URL in the
+    // environment.
+    let b = Server::start(&SHARED_ARGS, &[("DATABASE_URL", &url)]);
+    a.wait_for_stderr("postgres, with local fallback");
+    b.wait_for_stderr("postgres, with local fallback");
+    kinds_shared_exactly(&a, &b);
+    // What the table holds: ada's 5 logins in her window's log, and each
+    // month's exports counted in the period's row.
+    let read = |column: &str, (name, user): (&str, &str)| {
+        let key = tower_rate_tier::key::bucket_key(name, user, None);
+        postgres
+            .psql(&format!(
+                "SELECT {column} FROM rate_tier_buckets WHERE key = '{key}'"
+            ))
+            .unwrap()
+            .trim()
+            .to_owned()
+    };
+    let logins = read("cardinality(log_us)", ("limit/login", "key_ada"));
+    assert_eq!(logins, "5");
+    for (user, count) in
+        [("key_ada", "100"), ("key_ana", "3"), ("key_bea", "90")]
+    {
+        let exports = read("period_count", ("limit/exports", user));
+        assert_eq!(exports, count, "{user}");
+    }
 }
