@@ -115,6 +115,42 @@ impl LimitName {
         LimitName { name, key_part, id }
     }
 
+    /// The same name (the same keys in Redis and PostgreSQL, and equal to
+    /// this one) in its `generation`-th configuration of another kind: an
+    /// in-process store keeps each generation's buckets apart. A limit
+    /// whose kind a reload changed starts fresh there, as it does in a
+    /// shared store (whose key then holds a value of another type, read
+    /// as absent), even when a later reload changes it back while its
+    /// buckets of the first kind still live. Generation 0 is this name.
+    ///
+    /// ```
+    /// use rate_tier_storage::{BucketCheck, Decision, LimitName, MemoryStorage, Quota};
+    /// let store = MemoryStorage::new();
+    /// let free = LimitName::new("free")?;
+    /// let quota = Quota::per_minute(1);
+    /// let mut out = [Decision::default()];
+    /// let check = |name| BucketCheck::new(name, "ana", quota, 1);
+    /// assert!(store.check_sync(&[check(&free)?], &mut out)?.verdict.allowed);
+    /// assert!(!store.check_sync(&[check(&free)?], &mut out)?.verdict.allowed);
+    ///
+    /// let third = free.in_generation(2);
+    /// assert_eq!(third, free); // the same keys
+    /// assert_eq!(free.in_generation(0).key_part(), "free");
+    /// assert!(store.check_sync(&[check(&third)?], &mut out)?.verdict.allowed);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn in_generation(&self, generation: u32) -> LimitName {
+        let mut named = self.clone();
+        if generation > 0 {
+            let mut hasher =
+                SipHasher13::new_with_keys(0x7472_745f, 0x6c69_6d69);
+            std::hash::Hasher::write(&mut hasher, self.key_part.as_bytes());
+            std::hash::Hasher::write_u32(&mut hasher, generation);
+            named.id = std::hash::Hasher::finish(&hasher);
+        }
+        named
+    }
+
     /// The name.
     pub fn as_str(&self) -> &str {
         &self.name

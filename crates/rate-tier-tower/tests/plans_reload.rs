@@ -313,3 +313,41 @@ async fn a_reload_may_add_a_tier_named_like_a_limit() {
     let plan = tiers.peek("key_sam", "search").await.unwrap();
     assert_eq!(plan.remaining, 97, "the plan was charged apart");
 }
+
+/// A rate, then a window, then the rate again, and back: each reload that
+/// changes free's kind starts its buckets fresh in memory too, even where
+/// the buckets of the earlier kind still live; a reload that keeps the
+/// kind keeps them.
+#[tokio::test]
+async fn a_kind_changed_and_changed_back_starts_fresh_each_time() {
+    let clock = FakeClock::new();
+    let tiers = limiter(&clock);
+    let rate = "[tiers.free]\nlimit = 10\nper = \"minute\"\n";
+    let window = |limit: u32| {
+        format!(
+            "[tiers.free]\nkind = \"window\"\nlimit = {limit}\nwindow_secs = 60\n"
+        )
+    };
+    let remaining = |tiers: &RateTier| {
+        let tiers = tiers.clone();
+        async move {
+            let info = tiers.check("ana", "free", 1).await.unwrap().unwrap();
+            info.remaining
+        }
+    };
+    for _ in 0..4 {
+        remaining(&tiers).await;
+    }
+    tiers.reload(plans(&window(5)));
+    assert_eq!(remaining(&tiers).await, 4, "the window starts empty");
+    assert_eq!(remaining(&tiers).await, 3);
+    // The same kind, a larger limit: the log is kept.
+    tiers.reload(plans(&window(8)));
+    assert_eq!(remaining(&tiers).await, 5);
+    // Back to the rate within its minute: its 4 spent are not read again.
+    tiers.reload(plans(rate));
+    assert_eq!(remaining(&tiers).await, 9, "the rate starts full");
+    // And the window again, within its 60 s: its 3 logins are not either.
+    tiers.reload(plans(&window(8)));
+    assert_eq!(remaining(&tiers).await, 7, "the window starts empty");
+}

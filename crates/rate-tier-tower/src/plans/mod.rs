@@ -17,9 +17,12 @@ use crate::policy::{
 #[derive(Debug, Clone)]
 pub(crate) struct Tier {
     pub(crate) name: &'static str,
-    /// The same name, as the stores know buckets.
+    /// The same name, as the stores know buckets: in its generation (see
+    /// [`LimitName::in_generation`]).
     pub(crate) key: &'static LimitName,
     pub(crate) rule: Rule,
+    /// How many reloads changed this tier's kind.
+    generation: u32,
 }
 
 /// A validated set of tiers (plans) with the policies for what does not fit.
@@ -93,18 +96,37 @@ impl Plans {
         self.find(tier).map(|t| t.rule)
     }
 
-    /// The tiers whose kind differs in `running` (their buckets start
-    /// fresh: no store reads one kind's state as another's).
-    pub(crate) fn kinds_changed_from(&self, running: &Plans) -> Vec<String> {
-        self.tiers
-            .iter()
-            .filter(|tier| {
-                running
-                    .find(tier.name)
-                    .is_some_and(|old| old.rule.kind() != tier.rule.kind())
-            })
-            .map(|tier| tier.name.to_owned())
-            .collect()
+    /// For a reload of `running`: the tiers whose kind differs there,
+    /// whose buckets start fresh. Each tier of these plans takes its
+    /// generation from `running`, the next one where its kind changed: a
+    /// shared store reads one kind's state as absent for another, and an
+    /// in-process store keeps each generation's buckets apart, so none
+    /// reads what the tier kept under an earlier kind (even one it had
+    /// before the last reload, changed back).
+    pub(crate) fn kinds_changed_from(
+        &mut self,
+        running: &Plans,
+    ) -> Vec<String> {
+        let mut fresh = Vec::new();
+        for tier in &mut self.tiers {
+            let Some(old) = running.find(tier.name) else {
+                continue;
+            };
+            tier.generation = old.generation;
+            if old.rule.kind() != tier.rule.kind() {
+                tier.generation = old.generation.saturating_add(1);
+                fresh.push(tier.name.to_owned());
+            }
+            // Valid: the name was interned when these plans were built.
+            if let Ok(key) = intern_in_generation(
+                tier.name,
+                Namespace::Tier,
+                tier.generation,
+            ) {
+                tier.key = key;
+            }
+        }
+        fresh
     }
 
     /// Each tier's name and kind.
@@ -282,6 +304,7 @@ impl PlansBuilder {
                 name: key.as_str_static(),
                 key,
                 rule,
+                generation: 0,
             });
         }
         let default_tier = match self.default_tier {
@@ -353,20 +376,21 @@ pub(crate) enum Namespace {
     Limit,
 }
 
-/// The `&'static` validated copy of a tier or limit name, made once per
-/// distinct name for the life of the process (names come from
-/// configuration, never from requests, so the set is small and bounded,
-/// reloads included). Copying it into a decision costs no allocation and
-/// no atomic operation.
-pub(crate) fn intern(
+/// The `&'static` validated copy of a tier or limit name in a
+/// `generation` ([`LimitName::in_generation`]), made once per distinct
+/// name and generation for the life of the process (names come from
+/// configuration, never from requests, and a generation from a reload that
+/// changed a tier's kind, so the set is small and bounded). Copying it
+/// into a decision costs no allocation and no atomic operation.
+pub(crate) fn intern_in_generation(
     name: &str,
     namespace: Namespace,
+    generation: u32,
 ) -> Result<&'static Interned, rate_tier_storage::key::InvalidTierName> {
-    static NAMES: Mutex<
-        BTreeMap<(Namespace, &'static str), &'static Interned>,
-    > = Mutex::new(BTreeMap::new());
+    type Names = BTreeMap<(Namespace, &'static str, u32), &'static Interned>;
+    static NAMES: Mutex<Names> = Mutex::new(BTreeMap::new());
     let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(interned) = names.get(&(namespace, name)) {
+    if let Some(interned) = names.get(&(namespace, name, generation)) {
         return Ok(interned);
     }
     // Validated before interning: only valid names are kept.
@@ -376,9 +400,18 @@ pub(crate) fn intern(
         Namespace::Tier => LimitName::new(text)?,
         Namespace::Limit => LimitName::of_limit(text)?,
     };
-    let interned: &'static Interned = Box::leak(Box::new(made));
-    names.insert((namespace, text), interned);
+    let interned: &'static Interned =
+        Box::leak(Box::new(made.in_generation(generation)));
+    names.insert((namespace, text, generation), interned);
     Ok(interned)
+}
+
+/// [`intern_in_generation`] in the first generation.
+pub(crate) fn intern(
+    name: &str,
+    namespace: Namespace,
+) -> Result<&'static Interned, rate_tier_storage::key::InvalidTierName> {
+    intern_in_generation(name, namespace, 0)
 }
 
 /// An interned name.
