@@ -182,6 +182,25 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
         kind == RuleKind::Rate
     }
 
+    /// Whether one decision may hold windows, periods or concurrency
+    /// limits (every kind but rates) of different partitions: a user's
+    /// beside a global bucket, or beside another key's. True (the default)
+    /// for a store that decides a whole decision in one place. False on a
+    /// Redis Cluster: each partition's buckets live in a hash slot of their
+    /// own, a window's or a period's charge cannot be refunded, so such a
+    /// decision is answered [`StorageError::Unsupported`]. A layer refuses
+    /// to be built with limits that could meet so on such a store, and a
+    /// limiter refuses plans that would make them meet. Rates of any
+    /// partitions always share a decision (refunded across slots).
+    ///
+    /// ```
+    /// use rate_tier_storage::{MemoryStorage, Storage};
+    /// assert!(MemoryStorage::new().spans_partitions());
+    /// ```
+    fn spans_partitions(&self) -> bool {
+        true
+    }
+
     /// Reserves, all or nothing, the earliest slot at which every rate
     /// limit of `checks` passes, if it is at most `max_wait` away:
     /// [`gcra_core::reserve_all`] on the store's clock, atomically. The

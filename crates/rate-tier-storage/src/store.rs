@@ -213,6 +213,14 @@ impl Store {
         }
     }
 
+    /// [`Storage::spans_partitions`].
+    pub fn spans_partitions(&self) -> bool {
+        match self {
+            Store::Memory(memory) => memory.spans_partitions(),
+            Store::Other(storage) => storage.spans_partitions(),
+        }
+    }
+
     /// [`Storage::subscribe`].
     pub fn subscribe(&self, listener: StorageListener) -> Subscription {
         match self {

@@ -441,6 +441,25 @@ impl Storage for FallbackStorage {
         self.inner.primary.supports(kind)
     }
 
+    /// The primary's answer (the local store spans every partition): a
+    /// decision the primary cannot take must not depend on an outage.
+    ///
+    /// ```
+    /// # #[cfg(not(feature = "redis"))] fn main() {}
+    /// # #[cfg(feature = "redis")]
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use rate_tier_storage::{FallbackStorage, MemoryStorage, RedisStorage, Storage};
+    /// // A cluster store connects on its first call: none here.
+    /// let cluster = RedisStorage::from_cluster_urls(["redis://127.0.0.1:7000/"])?;
+    /// assert!(!FallbackStorage::builder(Arc::new(cluster)).build().spans_partitions());
+    /// assert!(FallbackStorage::builder(Arc::new(MemoryStorage::new())).build().spans_partitions());
+    /// # Ok(()) }
+    /// ```
+    fn spans_partitions(&self) -> bool {
+        self.inner.primary.spans_partitions()
+    }
+
     /// Each slot goes back to the store that took it: see the
     /// [module docs](self#concurrency-limits).
     async fn release(

@@ -15,7 +15,10 @@
 //! slot of the cluster could be refused in another, so with them in two
 //! slots no order would keep the decision all or nothing: it is refused
 //! with [`StorageError::Unsupported`] ([`one_slot_of_kinds`]) before any
-//! call. Releases and renewals of slots are one call per slot of the
+//! call. That is the last guard: the store says it cannot take such
+//! decisions ([`Storage::spans_partitions`](crate::Storage::spans_partitions)),
+//! so a layer whose limits could meet so is refused when it is built.
+//! Releases and renewals of slots are one call per slot of the
 //! cluster ([`slots`]).
 
 use std::sync::Arc;

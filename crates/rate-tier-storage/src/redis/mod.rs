@@ -311,7 +311,10 @@ const DEFAULT_LEASE: Lease = match Lease::new(RedisStorage::DEFAULT_LEASE) {
 ///   periods and concurrency limits of one decision in two slots of a Redis
 ///   Cluster"), before anything is sent: a window's or a period's charge
 ///   cannot be refunded, so no order would keep the decision all or
-///   nothing. A release or a renewal is one call per slot.
+///   nothing. The store says so ([`Storage::spans_partitions`] is false),
+///   and a layer whose limits could meet so is refused when it is built
+///   (`tower-rate-tier`'s `ConfigError::KindsInTwoPartitions`). A release
+///   or a renewal is one call per slot.
 /// - **Routing**: redis-rs's cluster connection sends each `EVALSHA` to the
 ///   master that owns the key's slot (it reads the key after the key count),
 ///   whichever node the connection was seeded with; it follows `MOVED` and
@@ -905,6 +908,24 @@ impl Storage for RedisStorage {
                 | RuleKind::Period
                 | RuleKind::Concurrency
         )
+    }
+
+    /// On one Redis, yes: a decision is one script. On a Redis Cluster,
+    /// no: windows, periods and concurrency limits of one decision must
+    /// share a slot, and only one partition's buckets do (see
+    /// [Redis Cluster](RedisStorage#redis-cluster)); a decision that has them in two
+    /// slots is answered [`StorageError::Unsupported`].
+    ///
+    /// ```
+    /// use rate_tier_storage::{RedisStorage, Storage};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // Neither connects before its first call.
+    /// assert!(RedisStorage::from_url("redis://127.0.0.1:6390/")?.spans_partitions());
+    /// assert!(!RedisStorage::from_cluster_urls(["redis://127.0.0.1:6390/"])?.spans_partitions());
+    /// # Ok(()) }
+    /// ```
+    fn spans_partitions(&self) -> bool {
+        !self.shared.cluster
     }
 
     /// Gives back the slots each check's request took under its id
