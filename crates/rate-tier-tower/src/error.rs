@@ -55,6 +55,71 @@ pub enum ConfigError {
         /// The store's [`kind`](rate_tier_storage::Storage::kind).
         store: &'static str,
     },
+    /// Two windows, periods or concurrency limits of different partitions
+    /// may meet in one decision, on a store that cannot decide them
+    /// together
+    /// ([`Storage::spans_partitions`](rate_tier_storage::Storage::spans_partitions)
+    /// is false: a Redis Cluster, where each partition has a hash slot of
+    /// its own). Every request in which they met would fail. Refused by
+    /// [`TierLimitLayer::try_limit`](crate::TierLimitLayer::try_limit), and
+    /// by [`RateTier::try_reload`](crate::RateTier::try_reload) for plans
+    /// that would make a live layer's limits meet so.
+    ///
+    /// Conservative: limits whose [`when`](crate::Limit::when)s never hold
+    /// together are refused too, as no one can tell so before a request.
+    /// Per-user limits (the default) and the plan share the user's
+    /// partition, and global limits share theirs; a keyed limit shares with
+    /// no other. Rates are never in the way: on a Redis Cluster they are
+    /// refunded across slots. The way out is to partition the limits per
+    /// user, to make one of them a rate, or to use a single Redis.
+    ///
+    /// ```
+    /// # #[cfg(not(feature = "redis"))] fn main() {}
+    /// # #[cfg(feature = "redis")]
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tower_rate_tier::{
+    ///     Concurrency, ConfigError, Limit, Quota, RateTier, RedisStorage, TierLimitLayer, Window,
+    /// };
+    /// // A cluster store connects on its first call: none here.
+    /// let store = RedisStorage::from_cluster_urls(["redis://127.0.0.1:7000/"])?;
+    /// let tiers = RateTier::builder()
+    ///     .tier("free", Quota::per_minute(60))
+    ///     .storage(Arc::new(store))
+    ///     .build();
+    /// let layer = TierLimitLayer::new(tiers)
+    ///     .limit(Limit::new("uploads", Concurrency::new(2)?)); // per user
+    /// let logins = Limit::new("logins", Window::new(100, Duration::from_secs(60))?).global();
+    /// let error = layer.clone().try_limit(logins).unwrap_err();
+    /// assert!(matches!(&error, ConfigError::KindsInTwoPartitions { limits, .. }
+    ///     if limits == &["uploads", "logins"]));
+    /// assert!(error.to_string().contains("partition them per user"));
+    /// // Per user, it shares the user's slot; as a rate, it may be global.
+    /// let logins = Limit::new("logins", Window::new(5, Duration::from_secs(60))?);
+    /// let layer = layer.try_limit(logins)?;
+    /// layer.try_limit(Limit::new("site", Quota::per_second(1000)).global())?;
+    /// # Ok(()) }
+    /// ```
+    #[error(
+        "{:?} ({}) and {:?} ({}) are windows, periods or concurrency limits in \
+         different partitions that may meet in a request of tier {tier:?}, which \
+         the {store} store cannot decide together (on a Redis Cluster each \
+         partition has a hash slot of its own): partition them per user (the \
+         default), make one of them a rate, or use a single Redis",
+        limits[0], partitions[0], limits[1], partitions[1]
+    )]
+    KindsInTwoPartitions {
+        /// The two: a tier's name for the plan, or a limit's.
+        limits: [String; 2],
+        /// Their partitions: "the plan, per user", "per user", "global"
+        /// or "per key".
+        partitions: [&'static str; 2],
+        /// A tier whose requests may meet both.
+        tier: String,
+        /// The store's [`kind`](rate_tier_storage::Storage::kind).
+        store: &'static str,
+    },
     /// A [`ShapeLayer`](crate::ShapeLayer) without a quota.
     #[error(
         "a shaper needs at least one quota: add one with .quota(name, quota)"

@@ -94,18 +94,34 @@ pub(crate) enum LimitCost {
     Fn(Arc<CostFn>),
 }
 
-impl fmt::Debug for Limit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let scope = match self.scope {
+impl Scope {
+    /// How a message names it: "per user", "global", "per key".
+    pub(crate) fn described(&self) -> &'static str {
+        match self {
             Scope::User => "per user",
             Scope::Global => "global",
             Scope::Keyed(_) => "per key",
-        };
+        }
+    }
+
+    /// Whether two limits of these scopes are in one partition in every
+    /// request they share: both per user, or both global. Two keyed limits
+    /// may find different keys (and a key may be anything), so never.
+    pub(crate) fn same_partition(&self, other: &Scope) -> bool {
+        matches!(
+            (self, other),
+            (Scope::User, Scope::User) | (Scope::Global, Scope::Global)
+        )
+    }
+}
+
+impl fmt::Debug for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limit")
             .field("name", &self.name)
             .field("rule", &self.rule)
             .field("per_tier", &self.per_tier)
-            .field("scope", &scope)
+            .field("scope", &self.scope.described())
             .field("when", &self.when.is_some())
             .field("shadow", &self.shadow)
             .field("settle", &self.settle.is_some())

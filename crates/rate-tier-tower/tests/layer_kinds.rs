@@ -14,6 +14,7 @@ use axum::Router;
 use http::StatusCode;
 use support::fixtures::{START_US, plan_of, post_plans};
 use support::http::get_as;
+use support::stores::Narrow;
 use tokio::sync::{Semaphore, mpsc};
 use tower::ServiceExt;
 use tower_rate_tier::clock::FakeClock;
@@ -178,37 +179,11 @@ async fn a_period_passes_exactly_its_limit_per_calendar_month_then_resets_on_the
     assert!(r.body.contains(r#""limit":"exports""#), "{r:?}");
 }
 
-/// A store that decides rates only, as every store may.
-#[derive(Debug)]
-struct RatesOnly(tower_rate_tier::MemoryStorage);
-
-#[async_trait::async_trait]
-impl Storage for RatesOnly {
-    async fn check(
-        &self,
-        checks: &[tower_rate_tier::BucketCheck<'_>],
-        out: &mut [tower_rate_tier::Decision],
-    ) -> Result<tower_rate_tier::Decided, StorageError> {
-        self.0.check(checks, out).await
-    }
-
-    async fn settle(
-        &self,
-        settles: &[tower_rate_tier::BucketSettle<'_>],
-    ) -> Result<(), StorageError> {
-        self.0.settle(settles).await
-    }
-
-    fn kind(&self) -> &'static str {
-        "rates-only"
-    }
-}
-
 #[test]
 fn a_kind_the_store_cannot_decide_or_a_settled_window_is_refused_at_build() {
     let tiers = RateTier::builder()
         .tier("free", Quota::per_minute(10))
-        .storage(std::sync::Arc::new(RatesOnly(Default::default())))
+        .storage(std::sync::Arc::new(Narrow::rates_only()))
         .build();
     let error = TierLimitLayer::new(tiers.clone())
         .try_limit(exports())
@@ -301,7 +276,7 @@ async fn a_plan_may_be_a_monthly_quota_and_a_reload_to_another_kind_starts_fresh
 #[tokio::test]
 async fn a_store_that_decides_only_rates_refuses_a_plan_of_another_kind() {
     let period = Period::new(3, PeriodUnit::Month, 0).unwrap();
-    let store = || std::sync::Arc::new(RatesOnly(Default::default()));
+    let store = || std::sync::Arc::new(Narrow::rates_only());
     let error = RateTier::builder()
         .tier("hobby", period)
         .storage(store())

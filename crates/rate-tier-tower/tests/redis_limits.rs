@@ -26,8 +26,9 @@ use redis::aio::ConnectionManager;
 use support::http::{Events, get_as};
 use tower_rate_tier::key::bucket_key;
 use tower_rate_tier::{
-    Adjust, Limit, LimitEvent, LimitRequest, Quota, RateLimitInfo, RateTier,
-    RedisStorage, Settle, TierIdentity, TierLimitLayer,
+    Adjust, Concurrency, Limit, LimitEvent, LimitRequest, Plans, Quota,
+    RateLimitInfo, RateTier, RedisStorage, Settle, TierIdentity,
+    TierLimitLayer, Window,
 };
 
 async fn connect() -> ConnectionManager {
@@ -440,4 +441,45 @@ async fn a_slot_held_past_its_lease_is_renewed_and_given_back_when_dropped() {
         assert!(tokio::time::Instant::now() < deadline, "not given back");
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
+}
+
+/// On one Redis a decision is one script, whatever its partitions: a
+/// per-user concurrency limit beside a global window (refused on a Redis
+/// Cluster, `redis_cluster_limit.rs`) is accepted when the layer is built,
+/// and decided as one: the window counts every user's logins. A reload of
+/// the plan to a window is accepted too.
+#[tokio::test]
+async fn limits_of_other_kinds_in_two_partitions_are_accepted_on_one_redis() {
+    let tier = unique("free");
+    let tiers = instance(&tier).await;
+    let minute = std::time::Duration::from_secs(60);
+    let uploads = Limit::new(unique("uploads"), Concurrency::new(2).unwrap());
+    let logins =
+        Limit::new(unique("logins"), Window::new(3, minute).unwrap()).global();
+    let layer = TierLimitLayer::new(tiers.clone())
+        .identifier_fn({
+            let tier = tier.clone();
+            move |headers| {
+                let key = headers.get("x-api-key")?.to_str().ok()?;
+                Some(TierIdentity::new(key, tier.clone()))
+            }
+        })
+        .try_limit(uploads)
+        .unwrap()
+        .try_limit(logins.clone())
+        .unwrap();
+    let app = Router::new()
+        .route("/login", get(|| async { "ok" }))
+        .layer(layer);
+    for key in ["key_ana", "key_bea", "key_ana"] {
+        let r = get_as(&app, Some(key), "/login").await;
+        assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    }
+    let r = get_as(&app, Some("key_bea"), "/login").await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{r:?}");
+    assert!(r.body.contains(logins.name()), "{r:?}");
+    let windowed = Window::new(10, minute).unwrap();
+    tiers
+        .try_reload(Plans::builder().tier(&tier, windowed).build().unwrap())
+        .unwrap();
 }

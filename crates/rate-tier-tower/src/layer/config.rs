@@ -33,6 +33,9 @@ pub(crate) struct Config {
     pub(crate) identifier: Identifier,
     pub(crate) cost: Option<Arc<CostFn>>,
     pub(crate) limits: Vec<Limit>,
+    /// The same limits, kept alive for the limiter's checks of reloads
+    /// (`limiter/partitions.rs`), when its store needs them.
+    pub(crate) kept_limits: Option<Arc<[Limit]>>,
     pub(crate) peek: Option<Arc<WhenFn>>,
     pub(crate) shadow: bool,
     pub(crate) on_event: Option<Arc<EventFn>>,

@@ -98,6 +98,7 @@ impl TierLimitLayer {
                 identifier: Identifier::None,
                 cost: None,
                 limits: Vec::new(),
+                kept_limits: None,
                 peek: None,
                 shadow: false,
                 on_event: None,
@@ -162,9 +163,9 @@ impl<R> TierLimitLayer<R> {
     ///
     /// # Panics
     ///
-    /// If the limit has the name of another limit of this layer, or of a
-    /// tier: they would share buckets. Use [`TierLimitLayer::try_limit`]
-    /// for a `Result`.
+    /// On any error of [`TierLimitLayer::try_limit`] (the limit has the
+    /// name of another limit of this layer, is of a kind the store does not
+    /// decide, ...): use it for a `Result`.
     #[track_caller]
     pub fn limit(self, limit: Limit) -> Self {
         match self.try_limit(limit) {
@@ -175,7 +176,12 @@ impl<R> TierLimitLayer<R> {
 
     /// Like [`TierLimitLayer::limit`], with a typed error: two limits of
     /// one layer with one name would share buckets. (A limit and a tier may
-    /// share a name: their buckets never meet.)
+    /// share a name: their buckets never meet.) A limit of a kind the store
+    /// does not decide is [`ConfigError::UnsupportedKind`]; on a Redis
+    /// Cluster, windows, periods or concurrency limits that could meet in
+    /// one request in two partitions (a global or keyed one beside another
+    /// of the plan's or the layer's) are
+    /// [`ConfigError::KindsInTwoPartitions`].
     ///
     /// ```
     /// use tower_rate_tier::{ConfigError, Limit, Quota, RateTier, TierLimitLayer};
@@ -202,7 +208,13 @@ impl<R> TierLimitLayer<R> {
             }
             crate::limiter::decided_by(store, limit.name, kind)?;
         }
-        Ok(self.map(|c| c.limits.push(limit)))
+        let mut limits = config.limits.clone();
+        limits.push(limit);
+        let kept = config.tiers.admit_limits(&limits)?;
+        Ok(self.map(|c| {
+            c.limits = limits;
+            c.kept_limits = kept;
+        }))
     }
 
     /// Requests for which `peek` holds read every limit (the plan's and

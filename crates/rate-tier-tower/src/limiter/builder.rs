@@ -383,6 +383,7 @@ impl RateTierBuilder {
             bans,
             waiting,
             near_limit: self.near_limit,
+            layers: Default::default(),
         });
         if !inner.listeners.is_empty() {
             inner.forward_store_events();

@@ -13,6 +13,7 @@ pub(crate) mod ask;
 mod builder;
 pub(crate) use builder::decided_by;
 mod future;
+mod partitions;
 mod prepare;
 pub(crate) mod ruling;
 pub(crate) mod slots;
@@ -94,6 +95,9 @@ pub(crate) struct Inner {
     pub(crate) plan_fast: bool,
     /// Who is banned, and when one is ([`RateTierBuilder::ban`]).
     pub(crate) bans: Option<crate::ban::Bans>,
+    /// The limits of live layers that a reload must not make meet in two
+    /// partitions (see `partitions.rs`).
+    pub(crate) layers: partitions::Layers,
 }
 
 impl fmt::Debug for RateTier {
@@ -203,19 +207,24 @@ impl RateTier {
     /// # Errors
     ///
     /// [`ConfigError::UnsupportedKind`]: a tier of a kind the store does
-    /// not decide. Nothing changed.
+    /// not decide. [`ConfigError::KindsInTwoPartitions`]: on a Redis
+    /// Cluster, a tier that becomes a window, a period or a concurrency
+    /// limit beside a live layer's global or keyed limit of those kinds.
+    /// Nothing changed.
     pub fn try_reload(&self, plans: Plans) -> Result<(), ConfigError> {
         builder::check_kinds(&plans, &self.inner.store)?;
         let tiers = plans.tier_names().map(str::to_owned).collect();
         let mut fresh = Vec::new();
         // rcu: policies are kept from the plans actually replaced, even
         // if two reloads race.
-        self.inner.plans.rcu(|running| {
-            let mut next = plans.clone();
-            next.keep_policies_of(running);
-            fresh = next.kinds_changed_from(running);
-            next
-        });
+        self.replace_plans(&plans, || {
+            self.inner.plans.rcu(|running| {
+                let mut next = plans.clone();
+                next.keep_policies_of(running);
+                fresh = next.kinds_changed_from(running);
+                next
+            })
+        })?;
         // After the store: a thread that sees the new generation loads the
         // new plans.
         self.inner.generation.fetch_add(1, Ordering::Release);
@@ -285,6 +294,13 @@ impl RateTier {
     /// decision: every bucket is charged, or none is. A refusal names the
     /// limit that refused ([`Limited::limit_name`](crate::Limited::limit_name))
     /// and waits for the longest of the refusing limits.
+    ///
+    /// The limits of a request are not known before it: on a store that
+    /// cannot decide windows, periods or concurrency limits of different
+    /// partitions together (a Redis Cluster: see
+    /// [`ConfigError::KindsInTwoPartitions`], which a layer's limits are
+    /// checked for when it is built), a request that has them is
+    /// [`Error::Storage`]`(`[`StorageError::Unsupported`]`)`.
     ///
     /// ```
     /// use tower_rate_tier::{Limit, LimitRequest, Quota, RateTier, clock::FakeClock};

@@ -187,3 +187,74 @@ impl Storage for Remote {
         "remote"
     }
 }
+
+/// Memory that says it can do less than it does, as other stores may:
+/// decide rates alone ([`Narrow::rates_only`]), or not decide windows,
+/// periods and concurrency limits of two partitions in one decision
+/// ([`Narrow::one_partition`], as a Redis Cluster says). What it decides
+/// is memory's.
+#[derive(Debug)]
+pub struct Narrow {
+    memory: MemoryStorage,
+    kind: &'static str,
+    rates_only: bool,
+}
+
+impl Narrow {
+    /// Says it decides rates alone; labelled `rates-only`.
+    pub fn rates_only() -> Self {
+        Narrow {
+            memory: MemoryStorage::new(),
+            kind: "rates-only",
+            rates_only: true,
+        }
+    }
+
+    /// Says it decides every kind, but only in one partition per decision;
+    /// labelled `one-slot`.
+    pub fn one_partition() -> Self {
+        Narrow {
+            memory: MemoryStorage::new(),
+            kind: "one-slot",
+            rates_only: false,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Storage for Narrow {
+    async fn check(
+        &self,
+        checks: &[BucketCheck<'_>],
+        out: &mut [Decision],
+    ) -> Result<Decided, StorageError> {
+        self.memory.check(checks, out).await
+    }
+
+    async fn settle(
+        &self,
+        settles: &[BucketSettle<'_>],
+    ) -> Result<(), StorageError> {
+        self.memory.settle(settles).await
+    }
+
+    async fn release(
+        &self,
+        slots: &[BucketCheck<'_>],
+    ) -> Result<(), StorageError> {
+        self.memory.release(slots).await
+    }
+
+    fn supports(&self, kind: RuleKind) -> bool {
+        kind == RuleKind::Rate
+            || (!self.rates_only && self.memory.supports(kind))
+    }
+
+    fn spans_partitions(&self) -> bool {
+        self.rates_only
+    }
+
+    fn kind(&self) -> &'static str {
+        self.kind
+    }
+}
