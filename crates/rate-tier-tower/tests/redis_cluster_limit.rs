@@ -21,8 +21,9 @@ use http::StatusCode;
 use support::http::get_as;
 use tower_rate_tier::key::cluster_bucket_key;
 use tower_rate_tier::{
-    Adjust, Limit, LimitReason, LimitRequest, Quota, RateTier, RedisStorage,
-    Settle, TierIdentity, TierLimitLayer,
+    Adjust, Concurrency, ConfigError, Error, Limit, LimitReason, LimitRequest,
+    Plans, Quota, RateTier, RedisStorage, Settle, StorageError, TierIdentity,
+    TierLimitLayer, Window,
 };
 
 mod support;
@@ -265,4 +266,168 @@ async fn cluster_settle_charges_a_debt_and_a_peek_charges_nothing() {
         .await
         .expect("settled");
     assert_eq!(read(&tiers, &tier, &[&tokens]).await, [9, 1000]);
+}
+
+fn window(limit: u32) -> Window {
+    Window::new(limit, Duration::from_secs(60)).unwrap()
+}
+
+/// A user's windows, periods and slots share the user's slot; a global or
+/// keyed one is in a slot of its own. Limits that may meet in two slots are
+/// refused when the layer takes them, and plans that would make a live
+/// layer's meet are refused by the reload, never at request time; the
+/// same limits per user are decided as one.
+#[tokio::test]
+async fn cluster_windows_and_slots_in_two_partitions_are_refused_at_build_and_reload()
+ {
+    let tier = unique("free");
+    let tiers = instance(&tier, 0);
+    let uploads = Limit::new(unique("uploads"), Concurrency::new(2).unwrap());
+    let logins = Limit::new(unique("logins"), window(100)).global();
+    let error = TierLimitLayer::new(tiers.clone())
+        .limit(uploads.clone())
+        .try_limit(logins.clone())
+        .unwrap_err();
+    assert_eq!(
+        error,
+        ConfigError::KindsInTwoPartitions {
+            limits: [uploads.name().into(), logins.name().into()],
+            partitions: ["per user", "global"],
+            tier: tier.clone(),
+            store: "redis",
+        }
+    );
+    // What each such request would be answered.
+    let both = LimitRequest::new("key_ana", &tier, 1)
+        .limit(&uploads, 1)
+        .limit(&logins, 1);
+    assert!(
+        matches!(
+            tiers.decide(&both).await,
+            Err(Error::Storage(StorageError::Unsupported(_)))
+        ),
+        "two slots decided"
+    );
+
+    // Per user, in the user's slot: accepted, and decided as one.
+    let login = Limit::new(unique("login"), window(2));
+    let app = Router::new().route("/login", get(|| async { "ok" })).layer(
+        TierLimitLayer::new(tiers.clone())
+            .identifier_fn({
+                let tier = tier.clone();
+                move |_| Some(TierIdentity::new("key_ana", tier.clone()))
+            })
+            .limit(uploads.clone())
+            .limit(login.clone()),
+    );
+    for _ in 0..2 {
+        let r = get_as(&app, Some("key_ana"), "/login").await;
+        assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    }
+    let r = get_as(&app, Some("key_ana"), "/login").await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{r:?}");
+    assert!(r.body.contains(login.name()), "{r:?}");
+
+    // A global window beside rates alone is fine; while such a layer
+    // lives, the plan may not become a window.
+    let global = TierLimitLayer::new(tiers.clone()).limit(logins.clone());
+    let windowed = || Plans::builder().tier(&tier, window(10)).build().unwrap();
+    assert_eq!(
+        tiers.try_reload(windowed()).unwrap_err(),
+        ConfigError::KindsInTwoPartitions {
+            limits: [tier.clone(), logins.name().into()],
+            partitions: ["the plan, per user", "global"],
+            tier: tier.clone(),
+            store: "redis",
+        }
+    );
+    assert_eq!(tiers.quota(&tier), Some(Quota::per_minute(10)));
+    drop(global);
+    tiers.try_reload(windowed()).unwrap();
+    assert_eq!(tiers.quota(&tier), None, "a window now");
+}
+
+/// Through the layer on one instance, a slot of a user's concurrency
+/// limit is held against another instance (seeded with another node), and
+/// given back when the client goes away while the handler runs, and when
+/// the response body is dropped unread: at once, not after the lease (30
+/// s). Real time: the release is a call of its own; waited for 2 s at
+/// most, about a millisecond here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_a_slot_is_given_back_when_its_request_is_dropped() {
+    use tokio::sync::{Semaphore, mpsc};
+    use tower::ServiceExt;
+
+    let tier = unique("free");
+    let (a, b) = (instance(&tier, 0), instance(&tier, 2));
+    let uploads = Limit::new(unique("uploads"), Concurrency::new(1).unwrap());
+    let gate = Arc::new(Semaphore::new(0));
+    let (entered_tx, mut entered) = mpsc::unbounded_channel();
+    let app = Router::new()
+        .route(
+            "/upload",
+            get({
+                let gate = gate.clone();
+                move || async move {
+                    let _ = entered_tx.send(());
+                    gate.acquire().await.unwrap().forget();
+                    "uploaded"
+                }
+            }),
+        )
+        .layer(
+            TierLimitLayer::new(a)
+                .identifier_fn({
+                    let tier = tier.clone();
+                    move |_| Some(TierIdentity::new("key_ana", tier.clone()))
+                })
+                .limit(uploads.clone()),
+        );
+    let upload = || {
+        let app = app.clone();
+        tokio::spawn(async move {
+            let request = http::Request::get("/upload")
+                .body(axum::body::Body::empty())
+                .unwrap();
+            match app.oneshot(request).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            }
+        })
+    };
+    let other = LimitRequest::new("key_ana", &tier, 1).limit(&uploads, 1);
+    let peek = LimitRequest::new("key_ana", &tier, 0).limit(&uploads, 0);
+    let given_back = async || {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        loop {
+            let info = b.decide(&peek).await.unwrap().unwrap();
+            let free = info.limits().find(|l| l.name == uploads.name());
+            if free.unwrap().remaining == 1 {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "not given back");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+
+    // The client goes away while the handler runs.
+    let running = upload();
+    entered.recv().await.unwrap();
+    assert!(b.decide(&other).await.unwrap().is_err(), "one in flight");
+    running.abort();
+    assert!(running.await.unwrap_err().is_cancelled());
+    given_back().await;
+
+    // The answer comes, and its body is dropped unread.
+    let answered = upload();
+    entered.recv().await.unwrap();
+    gate.add_permits(1);
+    let response = answered.await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(
+        b.decide(&other).await.unwrap().is_err(),
+        "held until the body ends"
+    );
+    drop(response);
+    given_back().await;
 }
