@@ -3,7 +3,9 @@
 //! PostgreSQL: the store itself (the functions against a model are
 //! `postgres_kinds.rs`'s property test).
 //!
-//! - exact counts under concurrency across two instances;
+//! - exact counts under concurrency across two instances, and never more
+//!   than the limit in flight while slots are taken and given back over
+//!   and over;
 //! - a release by id gives back exactly that request's slots;
 //! - a renewal keeps slots past their lease, and never takes back one
 //!   that expired;
@@ -247,6 +249,49 @@ async fn two_instances_under_100_concurrent_acquisitions_hold_exactly_the_limit(
     }
     assert_eq!(peek(&*first, check).await.remaining, 5);
     assert_eq!(slots_of(&db, first.table(), &check).await, None);
+}
+
+/// 16 tasks, alternately on two instances, each 20 times: take a slot (3
+/// in flight), hold it 5 ms (real time: well under a second in all), give
+/// it back. Never more than 3 in flight (counted between a pass and its
+/// release), and all 3 free at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slots_taken_and_given_back_in_a_race_never_exceed_the_limit() {
+    let url = env::postgres_url();
+    let lease = Duration::from_secs(60);
+    let first = Arc::new(migrated(&url, lease).await);
+    let second = Arc::new(instance(&url, first.table(), lease).await);
+    let jobs = Arc::new(name("hold"));
+    fn check(jobs: &LimitName, id: u64) -> BucketCheck<'_> {
+        BucketCheck::of_rule(jobs, "ana", slots(3), 1)
+            .unwrap()
+            .lease_id(id)
+    }
+    let take = {
+        let jobs = jobs.clone();
+        move |store: Arc<PostgresStorage>, id| {
+            let jobs = jobs.clone();
+            async move { run(&*store, &[check(&jobs, id)]).await.0 }
+        }
+    };
+    let release = {
+        let jobs = jobs.clone();
+        move |store: Arc<PostgresStorage>, id| {
+            let jobs = jobs.clone();
+            async move { store.release(&[check(&jobs, id)]).await.unwrap() }
+        }
+    };
+    let hold = Duration::from_millis(5);
+    env::hold_and_release(
+        (first.clone(), second),
+        (16, 20),
+        hold,
+        take,
+        release,
+    )
+    .await
+    .assert_never_above(3);
+    assert_eq!(peek(&*first, check(&jobs, 0)).await.remaining, 3);
 }
 
 #[tokio::test]

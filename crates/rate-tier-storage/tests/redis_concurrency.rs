@@ -2,10 +2,11 @@
 //! `RedisStorage` deciding concurrency limits with leases
 //! (`decide_mixed.lua`'s tag 3, `release.lua`, `renew.lua`) on a real
 //! Redis and a real Redis Cluster: exactly the limit is in flight across
-//! instances, a release gives back exactly its own slots, a renewal keeps
-//! them past the lease, an instance that dies loses them when the lease
-//! ends, a refusal by another limit takes none, and a late answer gives
-//! back what it took.
+//! instances, and never more in flight while slots are taken and given
+//! back over and over, a release gives back exactly its own slots, a
+//! renewal keeps them past the lease, an instance that dies loses them
+//! when the lease ends (on a cluster too), a refusal by another limit
+//! takes none, and a late answer gives back what it took.
 //!
 //! Run with `cargo xtask test-redis -- -p rate-tier-storage --test
 //! redis_concurrency` (a throwaway Redis, `TRT_REDIS_URL`) and `cargo xtask
@@ -15,7 +16,7 @@
 //! silently. One test starts a server of its own (it pauses it).
 //!
 //! Real time: the tests of leases take slots for 300 ms and wait for Redis
-//! to free them (a second at most each).
+//! to free them (a second at most each); the races hold each slot 5 ms.
 #![allow(clippy::unwrap_used)]
 
 use std::sync::{Arc, Mutex};
@@ -32,6 +33,7 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use sha1::{Digest, Sha1};
 
+use rate_tier_test_support::env::hold_and_release;
 use rate_tier_test_support::{RedisServer, TEST_TIMEOUT, redis_url, unique};
 
 const SHORT_LEASE: Duration = Duration::from_millis(300);
@@ -384,6 +386,44 @@ async fn a_killed_instances_slots_are_free_after_its_lease() {
 }
 
 // ---------------------------------------------------------------------------
+// Taken, held and given back, over and over
+
+/// 16 tasks, alternately on `a` and `b`, each 20 times: take a slot of
+/// `user`'s (3 in flight), hold it 5 ms (real time: about 0.1 s in all),
+/// give it back. Never more than 3 in flight (counted between a pass and
+/// its release), and all 3 free at the end.
+async fn hold_race(a: RedisStorage, b: RedisStorage, user: &str) {
+    let uploads = limit("chold");
+    let take = {
+        let (uploads, user) = (uploads.clone(), user.to_owned());
+        move |store: RedisStorage, id| {
+            let (uploads, user) = (uploads.clone(), user.clone());
+            async move { takes(&store, slot(&uploads, &user, 3, 1, id)).await }
+        }
+    };
+    let release = {
+        let (uploads, user) = (uploads.clone(), user.to_owned());
+        move |store: RedisStorage, id| {
+            let (uploads, user) = (uploads.clone(), user.clone());
+            async move {
+                let held = slot(&uploads, &user, 3, 1, id);
+                store.release(&[held]).await.unwrap();
+            }
+        }
+    };
+    let hold = Duration::from_millis(5);
+    hold_and_release((a.clone(), b), (16, 20), hold, take, release)
+        .await
+        .assert_never_above(3);
+    assert_eq!(free(&a, &slot(&uploads, user, 3, 1, 0)).await, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn slots_taken_and_given_back_in_a_race_never_exceed_the_limit() {
+    hold_race(store().await, store().await, &unique("racer")).await;
+}
+
+// ---------------------------------------------------------------------------
 // All or nothing
 
 #[tokio::test]
@@ -666,4 +706,50 @@ async fn cluster_slots_are_decided_last_and_in_one_slot_only() {
     // Releases in two slots: one call each.
     store.release(&[up(1), elsewhere]).await.unwrap();
     assert_eq!(free(&store, &up(0)).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_slots_taken_and_given_back_in_a_race_never_exceed_the_limit() {
+    hold_race(
+        cluster_store(0).await,
+        cluster_store(1).await,
+        &unique("racer"),
+    )
+    .await;
+}
+
+/// An instance that dies holding slots on a cluster (never released nor
+/// renewed): another instance, seeded with another node, finds them free
+/// once their lease ends, and the key goes with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_a_killed_instances_slots_are_free_after_its_lease() {
+    let mut conn = cluster_conn(1).await;
+    let uploads = limit("cckill");
+    let user = unique("user");
+    let check = slot(&uploads, &user, 2, 1, 0);
+    let key = check.key(KeyLayout::Cluster);
+    {
+        let doomed = cluster_store(0).await.lease(SHORT_LEASE);
+        assert!(takes(&doomed, slot(&uploads, &user, 2, 2, 31)).await);
+        // Dropped here: the instance is gone.
+    }
+    let survivor = cluster_store(1).await;
+    assert!(!takes(&survivor, slot(&uploads, &user, 2, 1, 32)).await);
+    let pttl: i64 = query(&mut conn, &["PTTL", &key]).await;
+    assert!(pttl > 0 && pttl <= 300, "PTTL {pttl}");
+    let waited =
+        eventually(Duration::from_secs(2), "the dead slots", || {
+            let (survivor, uploads, user) =
+                (survivor.clone(), uploads.clone(), user.clone());
+            async move {
+                free(&survivor, &slot(&uploads, &user, 2, 1, 0)).await == 2
+            }
+        })
+        .await;
+    assert!(
+        waited <= SHORT_LEASE + Duration::from_millis(200),
+        "{waited:?}"
+    );
+    assert!(takes(&survivor, slot(&uploads, &user, 2, 2, 33)).await);
+    assert_eq!(members(&mut conn, &key).await, ["33:1", "33:2"]);
 }

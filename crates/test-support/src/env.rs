@@ -209,6 +209,102 @@ where
     passed
 }
 
+/// What [`hold_and_release`] saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holding {
+    /// Takes that passed (each then held and released).
+    pub passes: usize,
+    /// Takes that were refused.
+    pub refusals: usize,
+    /// The most passes in flight at once: counted in right after a take
+    /// passed, out right before its release, so never more than the slots
+    /// the store really held at that moment.
+    pub most_in_flight: usize,
+}
+
+impl Holding {
+    /// Asserts that never more than `limit` were in flight, and that they
+    /// raced: more passes than `limit` (slots came back and were taken
+    /// again) and some refusals (the limit was reached).
+    ///
+    /// # Panics
+    ///
+    /// If not.
+    #[track_caller]
+    pub fn assert_never_above(&self, limit: usize) {
+        assert!(self.most_in_flight <= limit, "above {limit}: {self:?}");
+        assert!(
+            self.passes > limit && self.refusals > 0,
+            "no race: {self:?}"
+        );
+    }
+}
+
+/// `tasks` tasks (`tokio::spawn`, so inside a runtime), alternately
+/// through `a` and `b` (two "instances"), each `rounds` times: `take(x,
+/// id)` a slot under an id of its own (1, 2, ...), and if it passed, hold
+/// it for `hold` (real time) and `release(x, id)` it. A refused task tries
+/// again at once, in its next round.
+///
+/// # Panics
+///
+/// If a task panics.
+pub async fn hold_and_release<T, Take, TakeFut, Release, ReleaseFut>(
+    (a, b): (T, T),
+    (tasks, rounds): (u64, u64),
+    hold: Duration,
+    take: Take,
+    release: Release,
+) -> Holding
+where
+    T: Clone + Send + 'static,
+    Take: Fn(T, u64) -> TakeFut + Send + Sync + 'static,
+    TakeFut: Future<Output = bool> + Send,
+    Release: Fn(T, u64) -> ReleaseFut + Send + Sync + 'static,
+    ReleaseFut: Future<Output = ()> + Send,
+{
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicUsize;
+
+    let calls = Arc::new((take, release));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..tasks)
+        .map(|task| {
+            let instance = if task % 2 == 0 { a.clone() } else { b.clone() };
+            let (calls, in_flight, most) =
+                (calls.clone(), in_flight.clone(), most.clone());
+            tokio::spawn(async move {
+                let (take, release) = &*calls;
+                let mut passes = 0;
+                for round in 0..rounds {
+                    let id = task * rounds + round + 1;
+                    if !take(instance.clone(), id).await {
+                        continue;
+                    }
+                    passes += 1;
+                    let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(hold).await;
+                    in_flight.fetch_sub(1, Ordering::SeqCst);
+                    release(instance.clone(), id).await;
+                }
+                passes
+            })
+        })
+        .collect();
+    let mut passes = 0;
+    for handle in handles {
+        passes += handle.await.expect("a slot task panicked");
+    }
+    let attempts = usize::try_from(tasks * rounds).unwrap_or(usize::MAX);
+    Holding {
+        passes,
+        refusals: attempts - passes,
+        most_in_flight: most.load(Ordering::SeqCst),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
