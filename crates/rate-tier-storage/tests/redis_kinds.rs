@@ -12,8 +12,9 @@
 //! test starts a server of its own (it pauses it).
 //!
 //! Real time: windows are a minute long and periods calendar ones, far
-//! longer than any test; the one sleep (30 ms) tells a window's oldest
-//! entry from its newest.
+//! longer than any test; one sleep (30 ms) tells a window's oldest entry
+//! from its newest, and one test runs a window of a second for 2.5 s of
+//! Redis's clock (no second of it ever holds more than the limit).
 #![allow(clippy::unwrap_used)]
 
 use std::sync::{Arc, Mutex};
@@ -171,6 +172,120 @@ async fn a_period_passes_exactly_its_limit_across_two_instances() {
     )
     .await;
     assert!(record.ends_with(":7"), "{record}");
+}
+
+/// A pass of a window, bracketed on Redis's clock: Redis decided it at
+/// some µs in `before..=after` (two `TIME`s around the decision, each
+/// answered before or after the script's own `TIME`, on one server), and
+/// said `remaining`.
+#[derive(Debug, Clone, Copy)]
+struct Pass {
+    before: u64,
+    after: u64,
+    remaining: u64,
+}
+
+/// Every set of `limit + 1` passes spans at least `window_us` (a pass at
+/// `t` counts for `t..t + W`, so the `limit + 1`-th can only come once the
+/// first has expired), as far as the brackets can tell: the earliest
+/// `before` to the latest `after` of the set. Checked for the set of
+/// tightest span from each `before` on.
+fn no_window_holds_more_than(passes: &[Pass], limit: usize, window_us: u64) {
+    for first in passes {
+        let mut afters: Vec<u64> = passes
+            .iter()
+            .filter(|p| p.before >= first.before)
+            .map(|p| p.after)
+            .collect();
+        afters.sort_unstable();
+        if let Some(&last) = afters.get(limit) {
+            assert!(
+                last - first.before >= window_us,
+                "{} passes within {} µs from {}: {passes:?}",
+                limit + 1,
+                last - first.before,
+                first.before
+            );
+        }
+    }
+}
+
+/// Each pass said `remaining`: `limit - remaining` passes counted in its
+/// window, itself included. Between those surely in it (surely not after
+/// it, surely less than a window before it) and those possibly in it.
+fn remaining_agrees(passes: &[Pass], limit: u64, window_us: u64) {
+    for (i, pass) in passes.iter().enumerate() {
+        let others = || passes.iter().enumerate().filter(move |&(j, _)| j != i);
+        let surely = others()
+            .filter(|(_, p)| {
+                p.after < pass.before && p.before + window_us > pass.after
+            })
+            .count() as u64;
+        let possibly = others()
+            .filter(|(_, p)| {
+                p.before <= pass.after && p.after + window_us > pass.before
+            })
+            .count() as u64;
+        let counted = limit - pass.remaining;
+        assert!(
+            (surely + 1..=possibly + 1).contains(&counted),
+            "{pass:?} counted {counted}, {surely} to {possibly} others in its window"
+        );
+    }
+}
+
+/// Real time, as Redis's clock runs (2.5 s; nothing else here waits): a
+/// window of 5 in any second, asked by four tasks on two instances every
+/// 10 ms. No second of Redis's clock ever holds more than 5 passes, and
+/// each pass's `remaining` agrees with the passes around it. Every instant
+/// is Redis's own (`TIME` around each decision), so this process's clock
+/// and its distance to Redis's play no part.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_window_never_holds_more_than_its_limit_in_any_window_over_real_seconds()
+ {
+    const WINDOW_US: u64 = SECOND;
+    let login = limit("kreal");
+    let rule: Rule = Window::new(5, Duration::from_micros(WINDOW_US))
+        .unwrap()
+        .into();
+    let instances = [store().await, store().await];
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..4)
+        .map(|task| {
+            let store = instances[task % 2].clone();
+            let login = login.clone();
+            tokio::spawn(async move {
+                let mut clock = connect().await;
+                let mut passes = Vec::new();
+                while started.elapsed() < Duration::from_millis(2500) {
+                    let check =
+                        BucketCheck::of_rule(&login, "ana", rule, 1).unwrap();
+                    let before = redis_now(&mut clock).await;
+                    let (decided, out) = decide(&store, &[check]).await;
+                    let after = redis_now(&mut clock).await;
+                    if decided.verdict.allowed {
+                        let remaining = out[0].remaining;
+                        passes.push(Pass {
+                            before,
+                            after,
+                            remaining,
+                        });
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                passes
+            })
+        })
+        .collect();
+    let mut passes = Vec::new();
+    for task in tasks {
+        passes.extend(task.await.unwrap());
+    }
+    passes.sort_by_key(|p| p.before);
+    // More than a window's worth, so that the checks below are not empty.
+    assert!(passes.len() > 5, "{passes:?}");
+    no_window_holds_more_than(&passes, 5, WINDOW_US);
+    remaining_agrees(&passes, 5, WINDOW_US);
 }
 
 /// 200 decisions over a window of 5 and a rate of 100: 5 pass, and the
@@ -750,4 +865,62 @@ async fn cluster_windows_and_periods_in_two_slots_are_unsupported() {
     assert_eq!(out[0].remaining, 2);
     assert_eq!(llen(&mut conn, &in_window.key(KeyLayout::Cluster)).await, 2);
     assert_eq!(llen(&mut conn, &fresh.key(KeyLayout::Cluster)).await, 0);
+}
+
+/// A rate refusal on a cluster, whether the rate is in the user's slot
+/// (one script with the window, the period and the slot) or in another
+/// (decided first, the user's slot then only read): no slot taken, nothing
+/// appended to the window, nothing counted in the period.
+#[tokio::test]
+async fn cluster_a_rate_refusal_takes_no_slot_and_counts_nothing_in_a_window_or_a_period()
+ {
+    let store = cluster_store(0).await;
+    let mut conn = cluster_conn(1).await;
+    for rate_elsewhere in [false, true] {
+        let (plan, login, exports, uploads) = (
+            limit("crplan"),
+            limit("crlog"),
+            limit("crexp"),
+            limit("crup"),
+        );
+        let user = unique("user");
+        let address = partition_off(cluster_slot(&user, None), "addr");
+        let rate_of = if rate_elsewhere { &address } else { &user };
+        let daily = period(10, PeriodUnit::Day, 0);
+        let slots: Rule = Concurrency::new(3).unwrap().into();
+        let checks = |id: u64| {
+            [
+                BucketCheck::new(&plan, rate_of, Quota::per_hour(2), 1)
+                    .unwrap(),
+                BucketCheck::of_rule(&login, &user, window(10, 60), 1).unwrap(),
+                BucketCheck::of_rule(&exports, &user, daily.into(), 1).unwrap(),
+                BucketCheck::of_rule(&uploads, &user, slots, 1)
+                    .unwrap()
+                    .lease_id(id),
+            ]
+        };
+        for id in 1..=2 {
+            assert!(decide(&store, &checks(id)).await.0.verdict.allowed);
+        }
+        for id in 3..=5 {
+            let (refused, out) = decide(&store, &checks(id)).await;
+            assert_eq!(refused.verdict.refused_by, Some(0), "{out:?}");
+            // The others would pass: read, not charged.
+            assert!(out[1..].iter().all(|d| d.allowed), "{out:?}");
+            let left: Vec<u64> = out[1..].iter().map(|d| d.remaining).collect();
+            assert_eq!(left, [8, 8, 1], "elsewhere: {rate_elsewhere}");
+        }
+        let [_, in_window, in_period, slot] = checks(0);
+        let layout = KeyLayout::Cluster;
+        assert_eq!(llen(&mut conn, &in_window.key(layout)).await, 2);
+        let record: String =
+            query(&mut conn, &["GET", &in_period.key(layout)]).await;
+        assert!(record.ends_with(":2"), "{record}");
+        let members: Vec<String> =
+            query(&mut conn, &["ZRANGE", &slot.key(layout), "0", "-1"]).await;
+        assert_eq!(members.len(), 2, "{members:?}");
+        assert_eq!(peek(&store, &in_window).await.remaining, 8);
+        assert_eq!(peek(&store, &in_period).await.remaining, 8);
+        assert_eq!(peek(&store, &slot.lease_id(0)).await.remaining, 1);
+    }
 }
