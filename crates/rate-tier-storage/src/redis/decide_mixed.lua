@@ -92,10 +92,19 @@ if secs * 1000000 > MAX - time[2] then
   return redis.error_reply("decide_mixed: time values exceed the exact range of Lua numbers")
 end
 local now = secs * 1000000 + time[2]
--- One read for the strings (reads change nothing: every argument is
--- checked below, before any write). MGET answers a key of another type (a
--- list) with nil, false in Lua.
-local values = redis.call("MGET", unpack(keys))
+-- One read for the strings of the rates and periods (reads change
+-- nothing: every argument is checked below, before any write). MGET
+-- answers a key of another type (a list) with nil, false in Lua. A
+-- decision of windows and concurrency limits alone reads no string (a
+-- string at their key makes LRANGE or ZCOUNT fail, which reads the same).
+local values = {}
+for i = 1, n do
+  local tag = argv[6 * i - 5]
+  if tag == "0" or tag == "2" then
+    values = redis.call("MGET", unpack(keys))
+    break
+  end
+end
 
 -- Each limit alone. reply starts as a copy of ARGV's first 4n (a table at
 -- its full size). Per key: write[i], what to write (false: nothing; a rate's
