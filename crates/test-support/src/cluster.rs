@@ -94,7 +94,7 @@ impl ClusterSpec {
         let count = self.masters * (1 + self.replicas);
         let mut nodes = Vec::with_capacity(count);
         for _ in 0..count {
-            nodes.push(RedisServer::launch(backend, &args, true)?);
+            nodes.push(RedisServer::launch(backend, &args, true, None)?);
         }
         let cluster = RedisCluster { nodes };
 

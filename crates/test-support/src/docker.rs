@@ -9,6 +9,7 @@
 //! short-lived thread of its own ([`off_runtime`]).
 
 use std::future::Future;
+use std::path::Path;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::thread;
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use testcontainers::core::{CmdWaitFor, ExecCommand};
 use testcontainers::runners::SyncRunner;
-use testcontainers::{Container, GenericImage, ImageExt};
+use testcontainers::{Container, CopyTargetOptions, GenericImage, ImageExt};
 
 use crate::backend::{Image, engine_request};
 use crate::error::{Error, Result};
@@ -41,6 +42,9 @@ pub(crate) struct Launch<'a> {
     pub(crate) cmd: Vec<String>,
     /// The container's environment.
     pub(crate) env: &'a [(&'a str, &'a str)],
+    /// Files copied into the container before it starts: its path, and the
+    /// file on this machine (mode 0755).
+    pub(crate) files: &'a [(&'a str, &'a Path)],
     /// How to get the image where it cannot be pulled (`cargo xtask
     /// redis-image`), for the error.
     pub(crate) local_build: &'a str,
@@ -65,6 +69,12 @@ impl DockerNode {
             .with_cmd(launch.cmd);
         for &(key, value) in launch.env {
             request = request.with_env_var(key, value);
+        }
+        for &(target, source) in launch.files {
+            request = request.with_copy_to(
+                CopyTargetOptions::new(target).with_mode(0o755),
+                source,
+            );
         }
         let container = off_runtime(move || request.start()).map_err(|e| {
             Error::new(format!(

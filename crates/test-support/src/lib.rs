@@ -5,7 +5,9 @@
 //! - [`RedisServer`]: a throwaway Redis on a free loopback port (never
 //!   6379), the same API whatever runs it: kill (SIGKILL), restart on the
 //!   same port, pause and resume (a server that accepts connections and never
-//!   answers), logs in every error, everything stopped and removed on drop.
+//!   answers), logs in every error, everything stopped and removed on drop;
+//!   [`RedisServer::start_at`] starts one whose wall clock reads a chosen
+//!   instant (the end of a month) and runs on from there.
 //! - [`RedisCluster`] (and [`ClusterSpec`]): N masters with R replicas each,
 //!   created with `redis-cli --cluster create`; kill a master and wait for a
 //!   replica to take over ([`RedisCluster::kill_master`],
@@ -110,6 +112,7 @@ mod cluster;
 mod docker;
 pub mod env;
 mod error;
+mod fake_clock;
 mod image;
 mod keys;
 mod monitor;

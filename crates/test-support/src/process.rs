@@ -16,23 +16,28 @@ pub(crate) struct ProcessNode {
     cli: Option<PathBuf>,
     /// The server's arguments after `redis-server`.
     args: Vec<String>,
+    /// Added to its environment (at every start).
+    env: Vec<(String, String)>,
     dir: PathBuf,
     child: Option<Child>,
 }
 
 impl ProcessNode {
-    /// Starts `server` with `args` (which name the port), in a new directory.
+    /// Starts `server` with `args` (which name the port) and `env` added to
+    /// its environment, in a new directory.
     pub(crate) fn launch(
         server: &Path,
         cli: Option<&Path>,
         port: u16,
         args: Vec<String>,
+        env: Vec<(String, String)>,
     ) -> Result<Self> {
         let dir = new_temp_dir(&format!("trt-redis-{port}"))?;
         let mut node = Self {
             server: server.to_path_buf(),
             cli: cli.map(Path::to_path_buf),
             args,
+            env,
             dir,
             child: None,
         };
@@ -55,6 +60,7 @@ impl ProcessNode {
             })?;
         let child = Command::new(&self.server)
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .arg("--dir")
             .arg(&self.dir)
             .current_dir(&self.dir)

@@ -3,11 +3,12 @@
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::backend::Backend;
 use crate::docker::{DockerNode, Launch};
 use crate::error::{Error, Result};
+use crate::fake_clock;
 use crate::ports::{SHARED_REDIS_PORT, free_ports};
 use crate::process::ProcessNode;
 use crate::resp;
@@ -72,21 +73,94 @@ impl RedisServer {
 
     /// Starts a server with `backend` and waits until it answers `PING`.
     pub fn start_with(backend: &Backend) -> Result<Self> {
-        Self::launch(backend, &[], false)
+        Self::launch(backend, &[], false, None)
+    }
+
+    /// Starts a server (with the backend the environment chooses) whose
+    /// wall clock reads `at` when it starts and runs on at the real pace
+    /// from there: `TIME`, and so every script that reads it, key expiry
+    /// and its log. For what happens at an instant of the calendar (the end
+    /// of a month, of a leap-year February) on a real Redis, waiting only
+    /// the seconds before it: start a couple of seconds ahead of it.
+    ///
+    /// How: an `LD_PRELOAD` library (`src/fake_clock.c`, built by this
+    /// crate's build script with the C compiler) shifts the server's
+    /// readings of the wall clock (`clock_gettime` of `CLOCK_REALTIME`,
+    /// `gettimeofday`, `time`); its monotonic clock stays the real one. A
+    /// process gets it in its environment; a container gets the library
+    /// copied in and the same environment (it needs only glibc's `getenv`
+    /// and `syscall`: the local image works, tried; the official
+    /// `redis:7.0`, a Debian image, should too, untried here). libfaketime
+    /// is not used:
+    /// `redis-server` deadlocks under it at start (it clashes with jemalloc,
+    /// Redis's allocator).
+    ///
+    /// Once the server answers, its `TIME` is checked: from `at` to `at`
+    /// plus the time it took to start. A clock that did not take (an image
+    /// without glibc, a library that failed to build: not Linux, no C
+    /// compiler) is an error that says so, never a server on the real
+    /// clock. A [`restart`](Self::restart) starts the clock at `at` again.
+    ///
+    /// ```no_run
+    /// use std::time::{Duration, UNIX_EPOCH};
+    /// use rate_tier_test_support::RedisServer;
+    ///
+    /// // 2026-12-31T23:59:58Z: two seconds before 2027.
+    /// let server = RedisServer::start_at(UNIX_EPOCH + Duration::from_secs(1_798_761_598));
+    /// let now_us = server.time_us().unwrap(); // about 1_798_761_598_000_000
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// With the reason, if there is no Redis to run, it does not start, or
+    /// its clock could not be set.
+    pub fn start_at(at: SystemTime) -> Self {
+        Self::try_start_at(at).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`RedisServer::start_at`], as a `Result`.
+    pub fn try_start_at(at: SystemTime) -> Result<Self> {
+        Self::start_at_with(&Backend::from_env()?, at)
+    }
+
+    /// [`RedisServer::start_at`] with `backend`.
+    pub fn start_at_with(backend: &Backend, at: SystemTime) -> Result<Self> {
+        let launched = Instant::now();
+        let server = Self::launch(backend, &[], false, Some(at))?;
+        let now = server.time_us()?;
+        let earliest = fake_clock::micros(at);
+        // What the clock may have run since it was set, with a second to
+        // spare for the gap between the launch and the first reading.
+        let latest =
+            earliest + launched.elapsed().as_micros() as i128 + 1_000_000;
+        if !(earliest..=latest).contains(&i128::from(now)) {
+            return Err(server.failure(&format!(
+                "started with its wall clock at {earliest} µs since the epoch, but its TIME \
+                 reads {now} µs: the fake clock did not take (LD_PRELOAD={}; a container's \
+                 image needs glibc and a dynamically linked redis-server)",
+                match backend {
+                    Backend::Process { .. } => fake_clock::library()?.display().to_string(),
+                    Backend::Docker { .. } => fake_clock::CONTAINER_PATH.to_owned(),
+                }
+            )));
+        }
+        Ok(server)
     }
 
     /// Starts a server on a new free port (with its cluster bus port free
-    /// too if `cluster_bus`), with `extra_args`; tries other ports if the
-    /// one chosen was taken meanwhile.
+    /// too if `cluster_bus`), with `extra_args`, its wall clock at `clock`
+    /// when it starts if given ([`start_at`](Self::start_at)); tries other
+    /// ports if the one chosen was taken meanwhile.
     pub(crate) fn launch(
         backend: &Backend,
         extra_args: &[String],
         cluster_bus: bool,
+        clock: Option<SystemTime>,
     ) -> Result<Self> {
         let mut last = None;
         for _ in 0..PORT_ATTEMPTS {
             let port = free_ports(1, cluster_bus)?[0];
-            match Self::launch_on(backend, port, extra_args) {
+            match Self::launch_on(backend, port, extra_args, clock) {
                 Err(e) if e.message().contains("Address already in use") => {
                     last = Some(e)
                 }
@@ -100,6 +174,7 @@ impl RedisServer {
         backend: &Backend,
         port: u16,
         extra_args: &[String],
+        clock: Option<SystemTime>,
     ) -> Result<Self> {
         assert_ne!(
             port, SHARED_REDIS_PORT,
@@ -118,18 +193,49 @@ impl RedisServer {
         .map(str::to_owned)
         .into();
         args.extend_from_slice(extra_args);
+        // The fake clock: its library, and the start in its environment.
+        let clock = match clock {
+            Some(at) => {
+                Some((fake_clock::library()?, fake_clock::start_ns(at)))
+            }
+            None => None,
+        };
         let node = match backend {
-            Backend::Process { server, cli } => Node::Process(
-                ProcessNode::launch(server, cli.as_deref(), port, args)?,
-            ),
+            Backend::Process { server, cli } => {
+                let env = match &clock {
+                    Some((lib, start)) => vec![
+                        ("LD_PRELOAD".to_owned(), lib.display().to_string()),
+                        (fake_clock::START_VAR.to_owned(), start.clone()),
+                    ],
+                    None => Vec::new(),
+                };
+                Node::Process(ProcessNode::launch(
+                    server,
+                    cli.as_deref(),
+                    port,
+                    args,
+                    env,
+                )?)
+            }
             Backend::Docker { image } => {
                 let mut cmd = vec!["redis-server".to_owned()];
                 cmd.extend(args);
+                let (env, files) = match &clock {
+                    Some((lib, start)) => (
+                        vec![
+                            ("LD_PRELOAD", fake_clock::CONTAINER_PATH),
+                            (fake_clock::START_VAR, start.as_str()),
+                        ],
+                        vec![(fake_clock::CONTAINER_PATH, *lib)],
+                    ),
+                    None => (Vec::new(), Vec::new()),
+                };
                 Node::Docker(Box::new(DockerNode::launch(Launch {
                     image,
                     name: format!("trt-redis-{port}"),
                     cmd,
-                    env: &[],
+                    env: &env,
+                    files: &files,
                     local_build: "build it from the local redis-server with `cargo xtask \
                                   redis-image`",
                 })?))
@@ -342,6 +448,21 @@ impl RedisServer {
             let sent: Vec<String> =
                 commands.iter().map(|args| args.join(" ")).collect();
             Error::new(format!("{} on {self}: {e}", sent.join("; ")))
+        })
+    }
+
+    /// Its wall clock: `TIME`, in µs since the Unix epoch (the fake one of
+    /// a server started with [`start_at`](Self::start_at)).
+    pub fn time_us(&self) -> Result<u64> {
+        // One integer reply: TIME's two halves joined in a script (exact:
+        // below 2^53).
+        let reply = self.command(&[
+            "EVAL",
+            "local t = redis.call('TIME') return t[1] * 1000000 + t[2]",
+            "0",
+        ])?;
+        reply.parse().map_err(|_| {
+            Error::new(format!("TIME on {self}: not a number of µs: {reply:?}"))
         })
     }
 

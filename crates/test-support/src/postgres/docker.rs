@@ -63,6 +63,7 @@ impl DockerCluster {
             name: format!("trt-postgres-{port}"),
             cmd,
             env: ENV,
+            files: &[],
             local_build: "build it from the installed PostgreSQL with `cargo xtask \
                           postgres-image`",
         });
