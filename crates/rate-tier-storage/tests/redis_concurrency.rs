@@ -308,6 +308,54 @@ async fn a_release_by_id_frees_exactly_that_requests_slots() {
     assert!(!takes(&b, slot(&uploads, user, 4, 1, 15)).await);
 }
 
+/// A release of one limit's slots is a plain `ZREM` up to 64 of them and
+/// `release.lua` beyond (several limits too): each frees exactly its
+/// request's slots; a key of another type holds none and answers no error.
+#[tokio::test]
+async fn releases_of_a_few_slots_and_of_many_free_exactly_theirs() {
+    let (a, b) = (store().await, store().await);
+    let mut conn = connect().await;
+    let (uploads, exports) = (limit("cfew"), limit("cmany"));
+    let user = "eva";
+    // 64 slots (one ZREM names them all), 65 (the script's), and 1.
+    assert!(takes(&a, slot(&uploads, user, 200, 64, 21)).await);
+    assert!(takes(&a, slot(&uploads, user, 200, 65, 22)).await);
+    assert!(takes(&b, slot(&uploads, user, 200, 1, 23)).await);
+    let peek = slot(&uploads, user, 200, 1, 0);
+    assert_eq!(free(&a, &peek).await, 200 - 130);
+    b.release(&[slot(&uploads, user, 200, 65, 22)])
+        .await
+        .unwrap();
+    assert_eq!(free(&a, &peek).await, 200 - 65);
+    a.release(&[slot(&uploads, user, 200, 64, 21)])
+        .await
+        .unwrap();
+    let key = peek.key(KeyLayout::Single);
+    assert_eq!(members(&mut conn, &key).await, ["23:1"]);
+
+    // Two limits at once: the script, each key exactly its own.
+    assert!(takes(&a, slot(&exports, user, 3, 2, 31)).await);
+    b.release(&[
+        slot(&uploads, user, 200, 1, 23),
+        slot(&exports, user, 3, 2, 31),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(free(&a, &peek).await, 200);
+    assert_eq!(free(&a, &slot(&exports, user, 3, 1, 0)).await, 3);
+
+    // Someone else's string at the key: nothing of ours, no error.
+    let _: () = query(&mut conn, &["SET", &key, "not slots"]).await;
+    a.release(&[slot(&uploads, user, 200, 1, 23)])
+        .await
+        .unwrap();
+    a.release(&[slot(&uploads, user, 200, 65, 22)])
+        .await
+        .unwrap();
+    let kept: String = query(&mut conn, &["GET", &key]).await;
+    assert_eq!(kept, "not slots");
+}
+
 // ---------------------------------------------------------------------------
 // Leases
 

@@ -32,7 +32,7 @@ use smallvec::SmallVec;
 
 use super::job::Job;
 use super::link::{Conn, Source};
-use super::script::{Call, read_counts, read_settled, within};
+use super::script::{Call, read_counts, read_settled, release_by_zrem, within};
 use super::slots::Slots;
 use super::{RedisStorage, Shared, backend};
 use crate::bucket::BucketSettle;
@@ -300,14 +300,28 @@ pub(super) async fn slots(
     for (slot, group) in by_slot(keys.iter().map(String::as_str)) {
         let part: SmallVec<[(u64, u32); 4]> =
             group.iter().map(|&i| taken[i]).collect();
-        let group_keys = group.iter().map(|&i| keys[i].as_str());
-        let call = match renew {
-            Some(lease) => Call::renew(group_keys, &part, lease),
-            None => Call::release(group_keys, &part),
+        // One key's few slots: a plain ZREM (routed by its key).
+        let zrem = match (renew, &*group, &*part) {
+            (None, &[i], &[one]) => {
+                release_by_zrem(&mut conn.clone(), &keys[i], one, timeout)
+                    .await
+                    .map(|released| released.map(|n| vec![n]))
+            }
+            _ => None,
         };
-        let done = match within(timeout, run(conn, &call)).await {
-            Ok(reply) => read_counts(call.lua, reply, group.len()),
-            Err(error) => Err(error),
+        let done = match zrem {
+            Some(done) => done,
+            None => {
+                let group_keys = group.iter().map(|&i| keys[i].as_str());
+                let call = match renew {
+                    Some(lease) => Call::renew(group_keys, &part, lease),
+                    None => Call::release(group_keys, &part),
+                };
+                match within(timeout, run(conn, &call)).await {
+                    Ok(reply) => read_counts(call.lua, reply, group.len()),
+                    Err(error) => Err(error),
+                }
+            }
         }
         .map_err(|error| in_domain(shared, slot, error))?;
         for (&i, count) in group.iter().zip(done) {

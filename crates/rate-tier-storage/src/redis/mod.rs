@@ -118,7 +118,8 @@ const DEFAULT_LEASE: Lease = match Lease::new(RedisStorage::DEFAULT_LEASE) {
 /// takes its cost's slots under the request's id ([`BucketCheck::lease_id`],
 /// required: a check that takes slots without one is
 /// [`StorageError::Unsupported`]). [`Storage::release`] gives back exactly
-/// the slots of that id (`release.lua`); [`Storage::renew`] sets the expiry
+/// the slots of that id (a plain `ZREM` of their members for one limit's
+/// few slots, else `release.lua`); [`Storage::renew`] sets the expiry
 /// of those still live to now + the lease (`renew.lua`; an expired slot is
 /// not taken again): a limiter renews them every third of the lease while
 /// its request runs, and releases them when it ends.
@@ -720,6 +721,18 @@ impl RedisStorage {
         let call = async {
             match &*self.shared.link.current() {
                 Conn::Single(conn) => {
+                    // One key's few slots: a plain ZREM.
+                    if let (None, [key], [one]) = (renew, &*keys, &*taken)
+                        && let Some(released) = script::release_by_zrem(
+                            &mut conn.clone(),
+                            key,
+                            *one,
+                            self.timeout,
+                        )
+                        .await
+                    {
+                        return released.map(drop);
+                    }
                     let keys = keys.iter().map(String::as_str);
                     let call = match renew {
                         Some(lease) => Call::renew(keys, &taken, lease),
@@ -929,8 +942,11 @@ impl Storage for RedisStorage {
     }
 
     /// Gives back the slots each check's request took under its id
-    /// ([`BucketCheck::lease_id`]): `release.lua`, exactly those members
-    /// (one call; on a cluster one per slot), within the timeout. A check
+    /// ([`BucketCheck::lease_id`]): exactly those members, by a plain
+    /// `ZREM` when one concurrency limit holds at most 64 of them (the
+    /// common release: no script), else by `release.lua` (one call; on a
+    /// cluster one per slot), within the timeout. A key of another type
+    /// holds none of them and releases nothing. A check
     /// without an id or a cost took nothing, and is skipped; a bucket that
     /// is not a concurrency limit is [`StorageError::Unsupported`].
     async fn release(
