@@ -1,13 +1,13 @@
 //! Builds the fake clock's preload library (`src/fake_clock.c`, see
-//! `src/fake_clock.rs`) into `OUT_DIR`, with the C compiler `$CC` (else
-//! `cc`: on Linux, the one rustc links with), and tells the crate where it
+//! `src/fake_clock.rs`) into `OUT_DIR`, with the target's C compiler as
+//! the `cc` crate finds it (`$CC`, else `cc`: on Linux, the one rustc links
+//! with), and tells the crate where it
 //! is (`TRT_FAKE_CLOCK_LIB`) or why there is none (`TRT_FAKE_CLOCK_ERROR`).
 //! A failure here fails no build: only the tests that need a fake clock
 //! fail, with the reason.
 
 use std::env;
 use std::path::PathBuf;
-use std::process::Command;
 
 const SOURCE: &str = "src/fake_clock.c";
 
@@ -35,11 +35,15 @@ fn build() -> Result<PathBuf, String> {
     }
     let out = PathBuf::from(env::var_os("OUT_DIR").ok_or("no OUT_DIR")?)
         .join("libtrt_fake_clock.so");
-    let cc = env::var("CC")
-        .ok()
-        .filter(|cc| !cc.trim().is_empty())
-        .unwrap_or_else(|| "cc".to_owned());
-    let output = Command::new(&cc)
+    // The cc crate finds the target's C compiler ($CC, $TARGET_CC, cc);
+    // it builds static libraries, so the shared object is linked here.
+    let compiler = cc::Build::new()
+        .cargo_metadata(false)
+        .try_get_compiler()
+        .map_err(|e| format!("no C compiler to build {SOURCE}: {e}"))?;
+    let cc = compiler.path().display().to_string();
+    let output = compiler
+        .to_command()
         .args(["-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-o"])
         .arg(&out)
         .arg(SOURCE)
