@@ -419,6 +419,21 @@ impl Decided {
         Decided::new(joint.verdict(), now_us, by).with_wait(joint.wait_us)
     }
 
+    /// A reservation of no bucket (`reserve_all` of no charge): reserved,
+    /// nothing to wait for, answered by `by` without a call.
+    pub(crate) fn reserved_at_once(
+        max_wait_us: u64,
+        by: &'static str,
+    ) -> Decided {
+        let joint = JointReservation {
+            reserved: true,
+            wait_us: 0,
+            by: None,
+            most_us: max_wait_us,
+        };
+        Decided::of_reservation(&joint, None, by)
+    }
+
     /// The same decision, with the wait of a reservation
     /// ([`Storage::reserve`]).
     #[must_use]

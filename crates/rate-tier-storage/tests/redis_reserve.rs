@@ -101,6 +101,17 @@ async fn reserves_answers_yes() {
     assert!(store().await.reserves());
 }
 
+/// Nothing to reserve: the slot is now, and no call is made.
+#[tokio::test]
+async fn a_reservation_of_no_bucket_is_at_once() {
+    let store = store().await;
+    let max_wait = Duration::from_millis(250);
+    let decided = store.reserve(&[], max_wait, &mut []).await.unwrap();
+    assert!(decided.verdict.allowed);
+    assert_eq!((decided.wait_us, decided.by), (0, "redis"));
+    store.cancel(&[]).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_concurrent_reservations_from_two_instances_take_one_slot_each()
  {

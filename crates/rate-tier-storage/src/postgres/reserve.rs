@@ -181,14 +181,7 @@ impl PostgresStorage {
         only_rates(checks)?;
         let max_wait_us = micros(max_wait);
         if checks.is_empty() {
-            // reserve_all of nothing: the slot is now.
-            let joint = JointReservation {
-                reserved: true,
-                wait_us: 0,
-                by: None,
-                most_us: max_wait_us,
-            };
-            return Ok(Decided::of_reservation(&joint, None, "postgres"));
+            return Ok(Decided::reserved_at_once(max_wait_us, "postgres"));
         }
         let keys: Vec<String> =
             checks.iter().map(|c| c.key(KeyLayout::Single)).collect();

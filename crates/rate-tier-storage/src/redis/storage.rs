@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ::redis::aio::ConnectionManager;
 use ::redis::{RedisError, Value};
-use gcra_core::{Decision, JointReservation, Lease, Verdict};
+use gcra_core::{Decision, Lease, Verdict};
 
 use super::job::{self, Job};
 use super::link::Conn;
@@ -353,14 +353,7 @@ impl Storage for RedisStorage {
         only_rates(checks)?;
         let max_wait_us = micros(max_wait);
         if checks.is_empty() {
-            // Nothing makes the request wait (reserve_all of no charge).
-            let joint = JointReservation {
-                reserved: true,
-                wait_us: 0,
-                by: None,
-                most_us: max_wait_us,
-            };
-            return Ok(Decided::of_reservation(&joint, None, "redis"));
+            return Ok(Decided::reserved_at_once(max_wait_us, "redis"));
         }
         let layout = self.layout();
         let job = reserve::Reservation {
