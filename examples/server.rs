@@ -689,10 +689,14 @@ struct Upload {
     ms: u64,
 }
 
+/// The longest `/upload` (ms): a client cannot hold a slot, or a
+/// connection, for longer.
+const UPLOAD_MAX_MS: u64 = 10_000;
+
 /// `GET /upload?ms=N`: "uploads" for N ms (at most 10 s), holding one of
 /// the user's upload slots until its answer is sent.
 async fn upload(Query(Upload { ms }): Query<Upload>) -> String {
-    let ms = ms.min(10_000);
+    let ms = ms.min(UPLOAD_MAX_MS);
     tokio::time::sleep(Duration::from_millis(ms)).await;
     format!("uploaded in {ms} ms\n")
 }
@@ -719,5 +723,24 @@ async fn serve_metrics(registry: Arc<Registry>) -> Response {
         Ok(()) => ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], body)
             .into_response(),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The route's documented cap, on Tokio's paused clock (the process
+    /// tests in tests/server_kinds.rs cover the route over HTTP).
+    #[tokio::test(start_paused = true)]
+    async fn an_upload_lasts_at_most_10_s_whatever_it_asks() {
+        for (asked, lasted) in
+            [(0, 0), (1_500, 1_500), (10_001, 10_000), (u64::MAX, 10_000)]
+        {
+            let started = tokio::time::Instant::now();
+            let answer = upload(Query(Upload { ms: asked })).await;
+            assert_eq!(answer, format!("uploaded in {lasted} ms\n"));
+            assert_eq!(started.elapsed(), Duration::from_millis(lasted));
+        }
     }
 }
