@@ -74,8 +74,8 @@ pub(crate) const GOALS: &[GoalEntry] = &[
     GoalEntry {
         id: GoalId::PeriodVsRate,
         metric: "a decision with one calendar period / with one GCRA rate, \
-                 the same store and loop (memory: 1 hot user, 100k users; \
-                 Redis: 1 hot user, 1k users)",
+                 the same store and loop (memory: 1 hot user, 10k users, \
+                 100k users; Redis: 1 hot user, 1k users)",
         goal: Goal::at_most(1.2),
         why: "a period keeps one count per bucket as a rate keeps one TAT: \
               a monthly quota costs at most a fifth more than a rate \
@@ -84,8 +84,8 @@ pub(crate) const GOALS: &[GoalEntry] = &[
     GoalEntry {
         id: GoalId::WindowVsRate,
         metric: "a decision with one sliding window of N = 100, its log \
-                 full / with one GCRA rate (memory: 1 hot user, 100k users; \
-                 Redis: 1 hot user, 1k users)",
+                 full / with one GCRA rate (memory: 1 hot user, 10k users, \
+                 100k users; Redis: 1 hot user, 1k users)",
         goal: Goal::at_most(3.0),
         why: "an exact window reads and shifts a log of up to N timestamps \
               where a rate reads one: at N = 100 it costs at most three \
@@ -94,8 +94,8 @@ pub(crate) const GOALS: &[GoalEntry] = &[
     GoalEntry {
         id: GoalId::SlotVsRate,
         metric: "a concurrency slot taken and given back / one GCRA rate \
-                 check (memory: 1 hot user, 100k users; Redis: 1 hot \
-                 user, 1k users)",
+                 check (memory: 1 hot user, 10k users, 100k users; Redis: \
+                 1 hot user, 1k users)",
         goal: Goal::at_most(2.0),
         why: "a slot is two calls, taken at the decision and given back \
               when the request ends: together at most two rate checks \

@@ -9,7 +9,7 @@ use std::path::Path;
 use serde_json::Value;
 
 /// The criterion groups read (as directories: `/` becomes `_`).
-pub(crate) const CRITERION_GROUPS: [&str; 19] = [
+pub(crate) const CRITERION_GROUPS: [&str; 20] = [
     "gcra_core",
     "memory_one_key",
     "memory_100k_keys",
@@ -22,6 +22,7 @@ pub(crate) const CRITERION_GROUPS: [&str; 19] = [
     "limits_100k_users",
     "limits_store_one_user",
     "kinds_memory_one_user",
+    "kinds_memory_10k_users",
     "kinds_memory_100k_users",
     "kinds_redis_one_user",
     "kinds_redis_1k_users",
