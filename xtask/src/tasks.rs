@@ -120,7 +120,8 @@ pub(crate) fn features() -> Result<()> {
 
 /// Every test: `no-std`, then one `cargo test` pass with a throwaway Redis, a
 /// throwaway Redis Cluster and a throwaway PostgreSQL (Docker containers
-/// with `docker`).
+/// with `docker`), then (with no `cargo_test_args`) the example server's
+/// unit tests.
 pub(crate) fn test(docker: bool, cargo_test_args: &[OsString]) -> Result<()> {
     // The servers first: no Redis (neither redis-server nor Docker) or no
     // PostgreSQL fails before the long build of the tests.
@@ -136,8 +137,19 @@ pub(crate) fn test(docker: bool, cargo_test_args: &[OsString]) -> Result<()> {
     let postgres = postgres(docker)?;
     no_std()?;
     let cmd = cargo_test(cargo_test_args).args(cargo_test_args);
-    with_env(with_env(cmd, servers.env()), postgres.env()).run()
+    with_env(with_env(cmd, servers.env()), postgres.env()).run()?;
     // `postgres` and `servers` stop them here, whatever the tests did.
+    drop((postgres, servers));
+    if cargo_test_args.is_empty() {
+        // The example server's own unit tests. Not in the pass above: an
+        // example built as a test is not built as a program, and the
+        // process tests run the program.
+        Cmd::cargo()
+            .args(["test", "-p", "examples", "--all-features"])
+            .args(["--example", "server"])
+            .run()?;
+    }
+    Ok(())
 }
 
 /// `cargo test` against a throwaway Redis (and a throwaway PostgreSQL: this
