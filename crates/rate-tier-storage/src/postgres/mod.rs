@@ -1,38 +1,29 @@
 //! GCRA buckets in PostgreSQL: [`PostgresStorage`].
 
+mod args;
+mod builder;
 mod job;
 mod reserve;
 mod reset;
 mod schema;
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use gcra_core::{ConcurrencyError, Decision, Lease, Verdict};
+use deadpool_postgres::Pool;
+use gcra_core::{Decision, Lease, Verdict};
 use smallvec::SmallVec;
-use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
 
+use self::args::{check_args, mixed_args, slot_id, slots_args};
+pub use self::builder::{PostgresConfigError, PostgresStorageBuilder};
 use self::job::{Call, Layout};
 pub use self::schema::InvalidTable;
-use self::schema::{DEFAULT_TABLE, MissingSchema, Schema};
+use self::schema::{MissingSchema, Schema};
 use crate::bucket::{BucketCancel, BucketCheck, BucketSettle};
 use crate::key::KeyLayout;
-use crate::rule::{Rule, RuleKind};
+use crate::rule::RuleKind;
 use crate::storage::{Decided, Storage, StorageError, validate};
-
-/// How long a call may take before its caller gets
-/// [`StorageError::Timeout`], unless the builder says otherwise.
-const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// How often expired rows are removed, and how many at most per statement.
-const DEFAULT_CLEANUP_EVERY: Duration = Duration::from_secs(60);
-const DEFAULT_CLEANUP_BATCH: u32 = 1_000;
-
-/// How long a slot of a concurrency limit is held without a renewal,
-/// unless the builder says otherwise.
-const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
 /// GCRA buckets in PostgreSQL, shared by every instance that uses the same
 /// database: for the services that run PostgreSQL and no Redis.
@@ -47,8 +38,9 @@ const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 ///   with the same rules and the same lock, which costs the database about
 ///   half as much as the function; only when it does not pass (a refusal)
 ///   does the function decide it, in a second round trip.
-/// - **Windows and periods** ([`Rule::Window`], [`Rule::Period`]) too, in
-///   the same table and the same decisions: a decision with one of them is
+/// - **Windows and periods** ([`Rule::Window`](crate::Rule::Window),
+///   [`Rule::Period`](crate::Rule::Period)) too, in the same table and the
+///   same decisions: a decision with one of them is
 ///   one call of another function (`<table>_decide_mixed`), which locks
 ///   its buckets with the same locks in the same order (so it never
 ///   deadlocks with, nor interleaves with, a decision of rates over the
@@ -60,7 +52,8 @@ const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 ///   start and count; a row of another kind than the check's is read as
 ///   absent (a limit whose kind changed starts fresh). The rates'
 ///   statements are the same as without them.
-/// - **Concurrency limits** ([`Rule::Concurrency`]) with leases, in the
+/// - **Concurrency limits**
+///   ([`Rule::Concurrency`](crate::Rule::Concurrency)) with leases, in the
 ///   same decisions: a row keeps one slot per request that holds one (the
 ///   request's id, [`BucketCheck::lease_id`], its cost, and when its lease
 ///   ends), and a decision counts the units of the slots still live, by
@@ -139,38 +132,6 @@ pub(super) struct Inner {
     lease: Lease,
 }
 
-/// Builds a [`PostgresStorage`]: see [`PostgresStorage::builder`].
-#[derive(Debug)]
-pub struct PostgresStorageBuilder {
-    config: tokio_postgres::Config,
-    schema: Schema,
-    timeout: Duration,
-    lease: Lease,
-    pool_size: usize,
-    unlogged: bool,
-    cleanup_every: Option<Duration>,
-    cleanup_batch: u32,
-}
-
-/// A URL or a setting that cannot make a store.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum PostgresConfigError {
-    /// The connection URL (or `key=value` string) does not parse.
-    #[error("invalid PostgreSQL connection string: {0}")]
-    Url(#[source] tokio_postgres::Error),
-    /// The table's name.
-    #[error(transparent)]
-    Table(#[from] InvalidTable),
-    /// The pool could not be built.
-    #[error("cannot build the connection pool: {0}")]
-    Pool(String),
-    /// The lease of concurrency slots is shorter than 1 µs or longer than
-    /// [`gcra_core::MAX_WINDOW_US`].
-    #[error("invalid lease of concurrency slots: {0}")]
-    Lease(#[from] ConcurrencyError),
-}
-
 impl PostgresStorage {
     /// A builder for the database at `url` (`postgres://user:pass@host/db`,
     /// or libpq's `key=value` form).
@@ -187,19 +148,7 @@ impl PostgresStorage {
     pub fn builder(
         url: &str,
     ) -> Result<PostgresStorageBuilder, PostgresConfigError> {
-        let config = url
-            .parse::<tokio_postgres::Config>()
-            .map_err(PostgresConfigError::Url)?;
-        Ok(PostgresStorageBuilder {
-            config,
-            schema: Schema::new(DEFAULT_TABLE)?,
-            timeout: DEFAULT_TIMEOUT,
-            lease: Lease::new(DEFAULT_LEASE)?,
-            pool_size: 16,
-            unlogged: false,
-            cleanup_every: Some(DEFAULT_CLEANUP_EVERY),
-            cleanup_batch: DEFAULT_CLEANUP_BATCH,
-        })
+        PostgresStorageBuilder::new(url)
     }
 
     /// The statement a check of one enforced bucket sends first (it answers
@@ -393,163 +342,6 @@ impl PostgresStorage {
     }
 }
 
-impl PostgresStorageBuilder {
-    /// The table of buckets (`rate_tier_buckets` by default; `schema.name`
-    /// for another schema). Its functions are named after it.
-    ///
-    /// # Errors
-    ///
-    /// A name that is not lowercase letters, digits and `_`.
-    pub fn table(mut self, table: &str) -> Result<Self, InvalidTable> {
-        self.schema = Schema::new(table)?;
-        Ok(self)
-    }
-
-    /// How long a call may take (500 ms by default): past it the caller
-    /// gets [`StorageError::Timeout`] (a fallback then decides locally).
-    #[must_use]
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// How long a slot of a concurrency limit is held unless it is renewed
-    /// (30 s by default): what [`Storage::lease`] answers. A request holds
-    /// its slots for as long as it runs, as the limiter renews them every
-    /// third of the lease; the slots of an instance that died (never
-    /// released nor renewed) are free once it ends. A shorter lease frees
-    /// them sooner, at the cost of more renewals (one statement per
-    /// request in flight every third of it). Instances that share a table
-    /// should use the same lease.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use rate_tier_storage::PostgresStorage;
-    /// let builder = PostgresStorage::builder("postgres://app@db.internal/app")?;
-    /// assert!(builder.lease(Duration::from_secs(10)).is_ok());
-    /// let builder = PostgresStorage::builder("postgres://app@db.internal/app")?;
-    /// assert!(builder.lease(Duration::ZERO).is_err());
-    /// # Ok::<(), rate_tier_storage::PostgresConfigError>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// A lease shorter than 1 µs or longer than [`gcra_core::MAX_WINDOW_US`]
-    /// ([`PostgresConfigError::Lease`]).
-    pub fn lease(
-        mut self,
-        lease: Duration,
-    ) -> Result<Self, PostgresConfigError> {
-        self.lease = Lease::new(lease)?;
-        Ok(self)
-    }
-
-    /// At most this many connections (16 by default).
-    #[must_use]
-    pub fn pool_size(mut self, size: usize) -> Self {
-        self.pool_size = size.max(1);
-        self
-    }
-
-    /// Whether [`migrate`](PostgresStorage::migrate) creates the table
-    /// `UNLOGGED`: faster writes, no WAL, and emptied after a crash of the
-    /// server (every bucket full again) and absent from replicas. Off by
-    /// default.
-    #[must_use]
-    pub fn unlogged(mut self, unlogged: bool) -> Self {
-        self.unlogged = unlogged;
-        self
-    }
-
-    /// How often expired rows are removed in the background (every minute
-    /// by default; `None`: never, for a store that runs
-    /// [`cleanup`](PostgresStorage::cleanup) itself), `batch` rows at most
-    /// per statement, statements repeated while they find full batches.
-    #[must_use]
-    pub fn cleanup_every(
-        mut self,
-        every: Option<Duration>,
-        batch: u32,
-    ) -> Self {
-        self.cleanup_every = every;
-        self.cleanup_batch = batch.max(1);
-        self
-    }
-
-    /// The store, without checking the schema (to [`migrate`](PostgresStorage::migrate)
-    /// it). Connections are made when first needed. Built inside a Tokio
-    /// runtime, it starts its background cleanup there.
-    ///
-    /// # Errors
-    ///
-    /// The pool cannot be built.
-    pub fn build(self) -> Result<PostgresStorage, PostgresConfigError> {
-        let manager = Manager::from_config(
-            self.config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(self.pool_size)
-            .build()
-            .map_err(|e| PostgresConfigError::Pool(e.to_string()))?;
-        let store = PostgresStorage {
-            inner: Arc::new(Inner {
-                pool,
-                schema: self.schema,
-                timeout: self.timeout,
-                unlogged: self.unlogged,
-                lease: self.lease,
-            }),
-        };
-        if let (Some(every), Ok(runtime)) =
-            (self.cleanup_every, tokio::runtime::Handle::try_current())
-        {
-            runtime.spawn(clean_while_alive(
-                Arc::downgrade(&store.inner),
-                every,
-                self.cleanup_batch,
-            ));
-        }
-        Ok(store)
-    }
-
-    /// The store, once the database answered and the schema is there.
-    ///
-    /// # Errors
-    ///
-    /// The database cannot be reached, or the table or its functions are
-    /// missing ([`StorageError::Backend`], naming the migration to run).
-    pub async fn connect(self) -> Result<PostgresStorage, StorageError> {
-        let store = self
-            .build()
-            .map_err(|e| StorageError::Backend(Box::new(e)))?;
-        store.ensure_migrated().await?;
-        Ok(store)
-    }
-}
-
-/// Removes expired rows every `every`, while the store lives.
-async fn clean_while_alive(inner: Weak<Inner>, every: Duration, batch: u32) {
-    let mut ticks = tokio::time::interval(every);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    ticks.tick().await;
-    loop {
-        ticks.tick().await;
-        let Some(inner) = inner.upgrade() else {
-            return;
-        };
-        // A full batch: there may be more. Errors wait for the next tick.
-        while let Ok(removed) = inner.cleanup(batch).await {
-            if removed < u64::from(batch) {
-                break;
-            }
-        }
-    }
-}
-
 impl Inner {
     /// A pooled connection, within the store's timeout.
     async fn client(&self) -> Result<deadpool_postgres::Client, StorageError> {
@@ -668,99 +460,6 @@ impl Inner {
 
 fn backend(error: tokio_postgres::Error) -> StorageError {
     StorageError::Backend(Box::new(error))
-}
-
-/// The mixed function's 6 arguments of a bucket: see
-/// [`PostgresStorage::mixed_args`].
-fn mixed_args(
-    check: &BucketCheck<'_>,
-    lease: Lease,
-) -> Result<[i64; 6], StorageError> {
-    let exact = |v: u64| {
-        i64::try_from(v).map_err(|_| {
-            StorageError::Protocol(format!(
-                "argument {v} is beyond PostgreSQL's int8"
-            ))
-        })
-    };
-    let [tag, a, b, c] = match check.rule() {
-        Rule::Rate(quota) => [
-            0,
-            exact(quota.emission_interval_us())?,
-            exact(quota.burst_offset_us())?,
-            exact(quota.max_debt_us())?,
-        ],
-        Rule::Window(window) => {
-            [1, i64::from(window.limit()), exact(window.window_us())?, 0]
-        }
-        Rule::Period(period) => [
-            2,
-            i64::from(period.limit()),
-            match period.unit() {
-                gcra_core::PeriodUnit::Day => 0,
-                gcra_core::PeriodUnit::Week => 1,
-                gcra_core::PeriodUnit::Month => 2,
-            },
-            i64::from(period.offset_s()),
-        ],
-        Rule::Concurrency(concurrency) => [
-            3,
-            i64::from(concurrency.limit()),
-            exact(lease.lease_us())?,
-            slot_id(check.lease()),
-        ],
-    };
-    Ok([
-        tag,
-        a,
-        b,
-        c,
-        i64::from(check.cost()),
-        i64::from(check.is_shadow()),
-    ])
-}
-
-/// The id of a request's slots as an `int8`: its 64 bits.
-fn slot_id(id: u64) -> i64 {
-    i64::from_ne_bytes(id.to_ne_bytes())
-}
-
-/// The keys of `slots` and 2 arguments each, the id and `second(check)`
-/// (the units or the lease): the release and renew functions' arguments.
-/// Every check must be a concurrency limit's.
-fn slots_args(
-    slots: &[BucketCheck<'_>],
-    second: impl Fn(&BucketCheck<'_>) -> i64,
-) -> Result<(Vec<String>, Vec<i64>), StorageError> {
-    let mut keys = Vec::with_capacity(slots.len());
-    let mut args = Vec::with_capacity(slots.len() * 2);
-    for check in slots {
-        if !matches!(check.rule(), Rule::Concurrency(_)) {
-            return Err(StorageError::Unsupported(
-                "releasing or renewing a bucket that is not a concurrency limit",
-            ));
-        }
-        keys.push(check.key(KeyLayout::Single));
-        args.extend([slot_id(check.lease()), second(check)]);
-    }
-    Ok((keys, args))
-}
-
-/// The functions' arguments of `checks`: 5 per bucket (see
-/// [`BucketCheck::script_args`]).
-fn check_args(checks: &[BucketCheck<'_>]) -> Result<Vec<i64>, StorageError> {
-    let mut args = Vec::with_capacity(checks.len() * 5);
-    for check in checks {
-        for arg in check.script_args() {
-            // Every argument is at most 2^50 (a window) or 2^32 (a cost).
-            args.push(i64::try_from(arg).map_err(|_| {
-                StorageError::Protocol(format!(
-                    "argument {arg} is beyond PostgreSQL's int8"
-                ))
-            })?);
-        }
-    }
-    Ok(args)
 }
 
 #[async_trait::async_trait]

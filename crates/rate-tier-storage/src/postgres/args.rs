@@ -1,0 +1,105 @@
+//! The PostgreSQL functions' arguments, as `int8`s checked to fit: a
+//! check's five per bucket (those of the Redis scripts), the mixed
+//! function's six, and the slots' ids for a release or a renewal.
+
+use gcra_core::Lease;
+
+use crate::bucket::BucketCheck;
+use crate::key::KeyLayout;
+use crate::rule::Rule;
+use crate::storage::StorageError;
+
+/// The mixed function's 6 arguments of a bucket: see
+/// [`PostgresStorage::mixed_args`](super::PostgresStorage::mixed_args).
+pub(super) fn mixed_args(
+    check: &BucketCheck<'_>,
+    lease: Lease,
+) -> Result<[i64; 6], StorageError> {
+    let exact = |v: u64| {
+        i64::try_from(v).map_err(|_| {
+            StorageError::Protocol(format!(
+                "argument {v} is beyond PostgreSQL's int8"
+            ))
+        })
+    };
+    let [tag, a, b, c] = match check.rule() {
+        Rule::Rate(quota) => [
+            0,
+            exact(quota.emission_interval_us())?,
+            exact(quota.burst_offset_us())?,
+            exact(quota.max_debt_us())?,
+        ],
+        Rule::Window(window) => {
+            [1, i64::from(window.limit()), exact(window.window_us())?, 0]
+        }
+        Rule::Period(period) => [
+            2,
+            i64::from(period.limit()),
+            match period.unit() {
+                gcra_core::PeriodUnit::Day => 0,
+                gcra_core::PeriodUnit::Week => 1,
+                gcra_core::PeriodUnit::Month => 2,
+            },
+            i64::from(period.offset_s()),
+        ],
+        Rule::Concurrency(concurrency) => [
+            3,
+            i64::from(concurrency.limit()),
+            exact(lease.lease_us())?,
+            slot_id(check.lease()),
+        ],
+    };
+    Ok([
+        tag,
+        a,
+        b,
+        c,
+        i64::from(check.cost()),
+        i64::from(check.is_shadow()),
+    ])
+}
+
+/// The id of a request's slots as an `int8`: its 64 bits.
+pub(super) fn slot_id(id: u64) -> i64 {
+    i64::from_ne_bytes(id.to_ne_bytes())
+}
+
+/// The keys of `slots` and 2 arguments each, the id and `second(check)`
+/// (the units or the lease): the release and renew functions' arguments.
+/// Every check must be a concurrency limit's.
+pub(super) fn slots_args(
+    slots: &[BucketCheck<'_>],
+    second: impl Fn(&BucketCheck<'_>) -> i64,
+) -> Result<(Vec<String>, Vec<i64>), StorageError> {
+    let mut keys = Vec::with_capacity(slots.len());
+    let mut args = Vec::with_capacity(slots.len() * 2);
+    for check in slots {
+        if !matches!(check.rule(), Rule::Concurrency(_)) {
+            return Err(StorageError::Unsupported(
+                "releasing or renewing a bucket that is not a concurrency limit",
+            ));
+        }
+        keys.push(check.key(KeyLayout::Single));
+        args.extend([slot_id(check.lease()), second(check)]);
+    }
+    Ok((keys, args))
+}
+
+/// The functions' arguments of `checks`: 5 per bucket (see
+/// [`BucketCheck::script_args`]).
+pub(super) fn check_args(
+    checks: &[BucketCheck<'_>],
+) -> Result<Vec<i64>, StorageError> {
+    let mut args = Vec::with_capacity(checks.len() * 5);
+    for check in checks {
+        for arg in check.script_args() {
+            // Every argument is at most 2^50 (a window) or 2^32 (a cost).
+            args.push(i64::try_from(arg).map_err(|_| {
+                StorageError::Protocol(format!(
+                    "argument {arg} is beyond PostgreSQL's int8"
+                ))
+            })?);
+        }
+    }
+    Ok(args)
+}
