@@ -11,6 +11,8 @@
 //! Every test uses its own limit names, so the tests can run in parallel on
 //! one cluster. Quotas are per hour where an exact count is checked.
 
+mod cluster_support;
+
 use std::time::{Duration, Instant};
 
 use rate_tier_storage::key::{KeySecret, bucket_key, cluster_bucket_key};
@@ -19,9 +21,10 @@ use rate_tier_storage::{
     RedisStorage, Storage, StorageError,
 };
 use redis::aio::MultiplexedConnection;
-use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use sha1::{Digest, Sha1};
+
+use cluster_support::{cluster_conn, cluster_store, cluster_urls};
 
 use rate_tier_test_support::{
     Monitor, TEST_TIMEOUT, concurrent_passes, unique,
@@ -30,34 +33,8 @@ use rate_tier_test_support::{
 const SECOND: u64 = 1_000_000;
 const MINUTE: u64 = 60 * SECOND;
 
-/// The three masters of `cargo xtask test-cluster`.
-fn cluster_urls() -> Vec<String> {
-    rate_tier_test_support::cluster_urls(3)
-}
-
 // ---------------------------------------------------------------------------
 // Helpers
-
-/// A cluster connection seeded with node `node` only (connected now).
-async fn cluster_conn(node: usize) -> ClusterConnection {
-    let url = cluster_urls().swap_remove(node);
-    ClusterClient::new(vec![url.as_str()])
-        .expect("valid URL")
-        .get_async_connection()
-        .await
-        .unwrap_or_else(|e| {
-            panic!("the cluster node {url} does not answer: {e}")
-        })
-}
-
-/// A store whose connection knows only node `node` as its seed, like an
-/// instance configured with that one address.
-async fn store_seeded_with(node: usize) -> RedisStorage {
-    // Every answer from Redis itself: the refusal memory has tests of its own.
-    RedisStorage::cluster(cluster_conn(node).await)
-        .timeout(TEST_TIMEOUT)
-        .remember_refusals(false)
-}
 
 /// A plain (non-cluster) connection to node `node`: commands run on that
 /// node only, and a key of another node's slot gets a `MOVED` error.
@@ -250,7 +227,7 @@ async fn cluster_two_stores_seeded_with_different_nodes_share_one_limit() {
     // both are routed there by redis-rs.
     let tier = limit("share");
     let user = partition_on(&mut nodes, tier.as_str(), "ana", 2).await;
-    let (a, b) = (store_seeded_with(0).await, store_seeded_with(1).await);
+    let (a, b) = (cluster_store(0).await, cluster_store(1).await);
     assert!(a.is_cluster() && b.is_cluster());
     let one = BucketCheck::new(&tier, &user, Quota::per_minute(10), 1).unwrap();
 
@@ -287,7 +264,7 @@ async fn cluster_concurrent_checks_through_two_nodes_pass_exactly_the_quota() {
         [(Quota::per_minute(10), 10), (Quota::per_hour(100), 100)]
     {
         let tier = limit("conc");
-        let (a, b) = (store_seeded_with(0).await, store_seeded_with(1).await);
+        let (a, b) = (cluster_store(0).await, cluster_store(1).await);
         let passed = concurrent_passes(a, b, 300, |store| {
             let tier = tier.clone();
             async move {
@@ -306,7 +283,7 @@ async fn cluster_store_from_urls_shares_with_one_built_by_hand() {
     let lazy = RedisStorage::from_cluster_urls(cluster_urls())
         .expect("store")
         .timeout(TEST_TIMEOUT);
-    let eager = store_seeded_with(2).await;
+    let eager = cluster_store(2).await;
     let tier = limit("lazy");
     let one = BucketCheck::new(&tier, "bea", Quota::per_minute(10), 1).unwrap();
     let passed = alternate(&[&lazy, &eager], &one, 11).await;
@@ -343,8 +320,8 @@ async fn cluster_a_users_buckets_share_a_slot_and_are_decided_in_one_call() {
 
     // Two instances seeded with two nodes, one of them not the owner.
     let (a, b) = (
-        store_seeded_with(owner).await,
-        store_seeded_with((owner + 1) % 3).await,
+        cluster_store(owner).await,
+        cluster_store((owner + 1) % 3).await,
     );
     for (i, left) in [(9, 2), (8, 1), (7, 0)].into_iter().enumerate() {
         let instance = if i % 2 == 0 { &a } else { &b };
@@ -384,7 +361,7 @@ async fn cluster_concurrent_joint_requests_pass_exactly_the_smaller_quota() {
     let (plan, search) = (limit("jplan"), limit("jsearch"));
     let (plan_quota, search_quota) =
         (Quota::per_hour(100), Quota::per_hour(10));
-    let (a, b) = (store_seeded_with(0).await, store_seeded_with(2).await);
+    let (a, b) = (cluster_store(0).await, cluster_store(2).await);
     let passed = concurrent_passes(a.clone(), b, 300, |store| {
         let (plan, search) = (plan.clone(), search.clone());
         async move {
@@ -479,7 +456,7 @@ async fn cluster_buckets_of_several_slots_are_refunded_exactly_when_a_later_slot
  {
     let mut nodes = every_node().await;
     let slots = Slots::new(&mut nodes).await;
-    let store = store_seeded_with(0).await;
+    let store = cluster_store(0).await;
     let mut conn = cluster_conn(1).await;
     // The plan has spent 3 (it has a TAT), the others nothing (no key),
     // and the global limit is spent.
@@ -548,7 +525,7 @@ async fn cluster_a_refusal_across_slots_reports_the_longest_wait() {
     // the slots read after the first refusal.
     let mut nodes = every_node().await;
     let slots = Slots::new(&mut nodes).await;
-    let store = store_seeded_with(0).await;
+    let store = cluster_store(0).await;
     assert!(check(&store, &slots.bucket(PLAN, 10)).await.allowed);
     assert!(check(&store, &slots.bucket(GLOBAL, 3)).await.allowed);
     let (decided, out) = decide(&store, &slots.checks(&[PLAN, GLOBAL])).await;
@@ -566,7 +543,7 @@ async fn cluster_a_refusal_across_slots_reports_the_longest_wait() {
 async fn cluster_settles_and_peeks_of_several_slots_apply_to_each() {
     let mut nodes = every_node().await;
     let slots = Slots::new(&mut nodes).await;
-    let store = store_seeded_with(1).await;
+    let store = cluster_store(1).await;
     let checks = slots.checks(&[PLAN, IP, GLOBAL]);
     assert!(decide(&store, &checks).await.0.verdict.allowed);
     store
@@ -604,7 +581,7 @@ async fn cluster_failure_domain_names_the_node_of_a_bucket() {
     // A fallback keeps a breaker per node (`Storage::failure_domain`), so
     // that one node down sends only its own buckets to the local store.
     let mut nodes = every_node().await;
-    let store = store_seeded_with(0).await;
+    let store = cluster_store(0).await;
     let tier = limit("domain");
     let mut domains = Vec::new();
     for node in 0..3 {
@@ -638,7 +615,7 @@ async fn cluster_failure_domain_names_the_node_of_a_bucket() {
 
 #[tokio::test]
 async fn cluster_key_lands_in_the_slot_of_its_hash_tag() {
-    let store = store_seeded_with(0).await;
+    let store = cluster_store(0).await;
     let mut nodes = every_node().await;
     let tier = unique("slot");
     let other_tier = unique("slot-pro");
@@ -716,7 +693,7 @@ async fn cluster_key_lands_in_the_slot_of_its_hash_tag() {
 
 #[tokio::test]
 async fn cluster_key_secret_makes_the_tag_an_hmac() {
-    let store = store_seeded_with(1).await;
+    let store = cluster_store(1).await;
     let mut nodes = every_node().await;
     let tier = unique("hmac");
     let user = unique("ana.secret.user");
@@ -745,7 +722,7 @@ async fn cluster_key_secret_makes_the_tag_an_hmac() {
 
 #[tokio::test]
 async fn cluster_keys_of_many_users_spread_over_every_node() {
-    let store = store_seeded_with(0).await;
+    let store = cluster_store(0).await;
     let mut nodes = every_node().await;
     let tier = unique("spread");
     const USERS: usize = 60;
@@ -778,7 +755,7 @@ async fn cluster_keys_of_many_users_spread_over_every_node() {
 
 #[tokio::test]
 async fn cluster_script_flush_on_every_node_is_recovered_from() {
-    let store = store_seeded_with(0).await;
+    let store = cluster_store(0).await;
     let mut nodes = every_node().await;
     let script_sha = sha1_hex(include_str!("../src/redis/gcra.lua"));
     let tier = unique("noscript");
@@ -822,7 +799,7 @@ async fn cluster_script_flush_on_every_node_is_recovered_from() {
             .await
             .expect("SCRIPT FLUSH");
     }
-    let other = store_seeded_with(2).await;
+    let other = cluster_store(2).await;
     assert_eq!(check(&other, &one).await.remaining, 7);
 
     // gcra_all.lua and gcra_settle.lua recover the same way.

@@ -17,6 +17,8 @@
 //! Redis's clock (no second of it ever holds more than the limit).
 #![allow(clippy::unwrap_used)]
 
+mod cluster_support;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,9 +29,9 @@ use rate_tier_storage::{
     StorageError, StorageEvent, Window,
 };
 use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
 use sha1::{Digest, Sha1};
+
+use cluster_support::{cluster_conn, cluster_store, partition_off};
 
 use rate_tier_test_support::{
     RedisServer, TEST_TIMEOUT, concurrent_passes, redis_url, unique,
@@ -711,36 +713,7 @@ async fn a_late_mixed_decision_refunds_its_rate_and_reports_its_window() {
 }
 
 // ---------------------------------------------------------------------------
-// Redis Cluster
-
-fn cluster_urls() -> Vec<String> {
-    rate_tier_test_support::cluster_urls(3)
-}
-
-async fn cluster_conn(node: usize) -> ClusterConnection {
-    let url = cluster_urls().swap_remove(node);
-    ClusterClient::new(vec![url.as_str()])
-        .expect("valid URL")
-        .get_async_connection()
-        .await
-        .unwrap_or_else(|e| {
-            panic!("the cluster node {url} does not answer: {e}")
-        })
-}
-
-async fn cluster_store(node: usize) -> RedisStorage {
-    RedisStorage::cluster(cluster_conn(node).await)
-        .timeout(TEST_TIMEOUT)
-        .remember_refusals(false)
-}
-
-/// A partition whose slot is not `slot`.
-fn partition_off(slot: u16, prefix: &str) -> String {
-    (0..)
-        .map(|i| format!("{prefix}-{i}"))
-        .find(|p| cluster_slot(p, None) != slot)
-        .unwrap()
-}
+// Redis Cluster (cluster_support: connections and stores seeded with one node)
 
 /// One user's window, rate and period: one slot, one call, all or
 /// nothing, and exactly the window's limit across two instances seeded
