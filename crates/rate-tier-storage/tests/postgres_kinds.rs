@@ -31,6 +31,7 @@
 
 mod cases;
 mod lua_support;
+mod postgres_support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -43,6 +44,7 @@ use gcra_core::{
     PeriodWrite, Quota, StoreTat, Verdict, Window,
 };
 use lua_support::{START_US, advance_strategy, quota_strategy};
+use postgres_support::runtime;
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use rate_tier_storage::{
@@ -442,22 +444,6 @@ fn message(error: tokio_postgres::Error) -> String {
         Some(db) => format!("{error}: {}", db.message()),
         None => error.to_string(),
     }
-}
-
-/// A client on the tests' PostgreSQL, with the schema migrated into a
-/// schema of its own.
-async fn connect() -> (Client, String) {
-    let url = env::postgres_url();
-    let (db, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
-    tokio::spawn(connection);
-    let schema = unique("trt_kinds").replace('-', "_");
-    let table = format!("{schema}.buckets");
-    db.batch_execute(&format!("CREATE SCHEMA {schema}"))
-        .await
-        .unwrap();
-    let sql = PostgresStorage::migration_sql(&table, false).unwrap();
-    db.batch_execute(&sql).await.unwrap();
-    (db, table)
 }
 
 /// The case's keys, limits and rows, in PostgreSQL and in the model.
@@ -1567,15 +1553,8 @@ async fn run_case(w: &mut World, case: &Case) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 fn world(runtime: &tokio::runtime::Runtime) -> World {
-    let (db, table) = runtime.block_on(connect());
+    let (db, table) = runtime.block_on(postgres_support::connect("trt_kinds"));
     World {
         db,
         table,

@@ -24,8 +24,8 @@
 
 mod cases;
 mod lua_support;
+mod postgres_support;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,7 @@ use gcra_core::{
     Charge, Decision, Quota, Reservation, StoreTat, Write, reserve_all,
 };
 use lua_support::{Corrupt, START_US, advance_strategy, corrupt_strategy};
+use postgres_support::{Rows, runtime};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use rate_tier_storage::{
@@ -42,9 +43,6 @@ use rate_tier_storage::{
 };
 use rate_tier_test_support::{env, unique};
 use tokio_postgres::{Client, NoTls};
-
-/// Rows as they must be: key -> (TAT, expiry), in µs.
-type Rows = BTreeMap<String, (i64, i64)>;
 
 // ---------------------------------------------------------------------------
 // The functions against gcra-core.
@@ -199,22 +197,6 @@ fn case_strategy() -> impl Strategy<Value = Case> {
     })
 }
 
-/// A client on the tests' PostgreSQL, with the schema migrated into a
-/// schema of its own.
-async fn connect() -> (Client, String) {
-    let url = env::postgres_url();
-    let (db, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
-    tokio::spawn(connection);
-    let schema = unique("trt_reserve").replace('-', "_");
-    let table = format!("{schema}.buckets");
-    db.batch_execute(&format!("CREATE SCHEMA {schema}"))
-        .await
-        .unwrap();
-    let sql = PostgresStorage::migration_sql(&table, false).unwrap();
-    db.batch_execute(&sql).await.unwrap();
-    (db, table)
-}
-
 fn us(v: u64) -> i64 {
     i64::try_from(v).unwrap()
 }
@@ -225,16 +207,7 @@ fn stored_row(now: u64, store: StoreTat) -> (i64, i64) {
 
 impl World {
     async fn rows(&self) -> Rows {
-        self.db
-            .query(
-                &format!("SELECT key, tat_us, expires_us FROM {}", self.table),
-                &[],
-            )
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|row| (row.get(0), (row.get(1), row.get(2))))
-            .collect()
+        postgres_support::rows(&self.db, &self.table).await
     }
 
     /// Writes a corrupted TAT; what gcra-core is handed for it.
@@ -244,32 +217,15 @@ impl World {
         corrupt: &Corrupt,
         now: u64,
     ) -> Option<u64> {
-        let (raw, seen) = match corrupt {
-            // A bigint column holds no garbage: a negative TAT (another
-            // kind's row) stands for it.
-            Corrupt::Garbage(_) | Corrupt::WrongType => (-1i64, None),
-            Corrupt::Relative(offset) => {
-                let v = now.saturating_add_signed(*offset);
-                (us(v), Some(v))
-            }
-            Corrupt::Absolute(v) => {
-                let raw = i64::try_from(*v).unwrap_or(i64::MAX);
-                (raw, Some(raw as u64))
-            }
-        };
-        let expires = raw.saturating_add(1_000);
-        self.db
-            .execute(
-                &format!(
-                    "INSERT INTO {} VALUES ($1, $2, $3) ON CONFLICT (key) DO UPDATE \
-                     SET tat_us = excluded.tat_us, expires_us = excluded.expires_us",
-                    self.table
-                ),
-                &[&self.keys[k], &raw, &expires],
-            )
-            .await
-            .unwrap();
-        self.rows.insert(self.keys[k].clone(), (raw, expires));
+        let (row, seen) = postgres_support::corrupt(
+            &self.db,
+            &self.table,
+            &self.keys[k],
+            corrupt,
+            now,
+        )
+        .await;
+        self.rows.insert(self.keys[k].clone(), row);
         seen
     }
 
@@ -485,15 +441,9 @@ async fn run_case(w: &mut World, case: &Case) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 fn world(runtime: &tokio::runtime::Runtime) -> World {
-    let (db, table) = runtime.block_on(connect());
+    let (db, table) =
+        runtime.block_on(postgres_support::connect("trt_reserve"));
     World {
         db,
         table,

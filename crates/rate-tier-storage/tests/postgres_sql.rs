@@ -14,8 +14,7 @@
 
 mod cases;
 mod lua_support;
-
-use std::collections::BTreeMap;
+mod postgres_support;
 
 use cases::{
     Case, Op, case_strategy, check_args, decisions, key, names, settle_args,
@@ -24,13 +23,11 @@ use gcra_core::{
     Adjust, Charge, Decision, Quota, Verdict, Write as Settle, check_all,
 };
 use lua_support::Corrupt;
+use postgres_support::{Rows, runtime};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use rate_tier_storage::PostgresStorage;
-use tokio_postgres::{Client, NoTls};
-
-/// Rows as they must be: key -> (TAT, expiry), in µs.
-type Rows = BTreeMap<String, (i64, i64)>;
+use tokio_postgres::Client;
 
 /// The buckets of a case, in PostgreSQL and in gcra-core's eyes.
 struct World {
@@ -46,34 +43,9 @@ struct World {
     one_bucket: std::cell::Cell<(u64, u64)>,
 }
 
-/// A client on the tests' PostgreSQL, with the schema migrated into a
-/// schema of its own.
-async fn connect() -> (Client, String) {
-    let url = rate_tier_test_support::env::postgres_url();
-    let (db, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
-    tokio::spawn(connection);
-    let schema = rate_tier_test_support::unique("trt_sql").replace('-', "_");
-    let table = format!("{schema}.buckets");
-    db.batch_execute(&format!("CREATE SCHEMA {schema}"))
-        .await
-        .unwrap();
-    let sql = PostgresStorage::migration_sql(&table, false).unwrap();
-    db.batch_execute(&sql).await.unwrap();
-    (db, table)
-}
-
 impl World {
     async fn rows(&self) -> Rows {
-        self.db
-            .query(
-                &format!("SELECT key, tat_us, expires_us FROM {}", self.table),
-                &[],
-            )
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|row| (row.get(0), (row.get(1), row.get(2))))
-            .collect()
+        postgres_support::rows(&self.db, &self.table).await
     }
 
     /// Writes a corrupted TAT; what gcra-core is handed for it.
@@ -83,31 +55,15 @@ impl World {
         corrupt: &Corrupt,
         now: u64,
     ) -> Option<u64> {
-        let (raw, seen) = match corrupt {
-            // A bigint column holds no garbage: a negative TAT stands for it.
-            Corrupt::Garbage(_) | Corrupt::WrongType => (-1i64, None),
-            Corrupt::Relative(offset) => {
-                let v = now.saturating_add_signed(*offset);
-                (i64::try_from(v).unwrap(), Some(v))
-            }
-            Corrupt::Absolute(v) => {
-                let raw = i64::try_from(*v).unwrap_or(i64::MAX);
-                (raw, Some(raw as u64))
-            }
-        };
-        let expires = raw.saturating_add(1_000);
-        self.db
-            .execute(
-                &format!(
-                    "INSERT INTO {} VALUES ($1, $2, $3) ON CONFLICT (key) DO UPDATE \
-                     SET tat_us = excluded.tat_us, expires_us = excluded.expires_us",
-                    self.table
-                ),
-                &[&self.keys[k], &raw, &expires],
-            )
-            .await
-            .unwrap();
-        self.rows.insert(self.keys[k].clone(), (raw, expires));
+        let (row, seen) = postgres_support::corrupt(
+            &self.db,
+            &self.table,
+            &self.keys[k],
+            corrupt,
+            now,
+        )
+        .await;
+        self.rows.insert(self.keys[k].clone(), row);
         seen
     }
 
@@ -306,7 +262,7 @@ async fn run_case(w: &mut World, case: &Case) -> Result<(), TestCaseError> {
 }
 
 fn world(runtime: &tokio::runtime::Runtime) -> World {
-    let (db, table) = runtime.block_on(connect());
+    let (db, table) = runtime.block_on(postgres_support::connect("trt_sql"));
     World {
         db,
         table,
@@ -316,13 +272,6 @@ fn world(runtime: &tokio::runtime::Runtime) -> World {
         rows: Rows::new(),
         one_bucket: std::cell::Cell::default(),
     }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// Random time steps seldom land on the microsecond where a bucket starts
