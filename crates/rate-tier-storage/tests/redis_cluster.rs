@@ -11,7 +11,7 @@
 //! Every test uses its own limit names, so the tests can run in parallel on
 //! one cluster. Quotas are per hour where an exact count is checked.
 
-mod cluster_support;
+mod redis_support;
 
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,7 @@ use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use sha1::{Digest, Sha1};
 
-use cluster_support::{cluster_conn, cluster_store, cluster_urls};
+use redis_support::{cluster_conn, cluster_store, cluster_urls};
 
 use rate_tier_test_support::{
     Monitor, TEST_TIMEOUT, concurrent_passes, unique,

@@ -19,7 +19,7 @@
 //! to free them (a second at most each); the races hold each slot 5 ms.
 #![allow(clippy::unwrap_used)]
 
-mod cluster_support;
+mod redis_support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -30,34 +30,20 @@ use rate_tier_storage::{
     BucketCheck, Concurrency, Decided, Decision, KeyLayout, LimitName, Quota,
     RedisStorage, Rule, RuleKind, Storage, StorageError, StorageEvent,
 };
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::ConnectionLike;
 use sha1::{Digest, Sha1};
 
-use cluster_support::{cluster_conn, cluster_store, partition_off};
+use redis_support::{
+    cluster_conn, cluster_store, connect, partition_off, store,
+};
 
 use rate_tier_test_support::env::hold_and_release;
-use rate_tier_test_support::{RedisServer, TEST_TIMEOUT, redis_url, unique};
+use rate_tier_test_support::{RedisServer, unique};
 
 const SHORT_LEASE: Duration = Duration::from_millis(300);
 
 // ---------------------------------------------------------------------------
 // Helpers
-
-async fn connect() -> ConnectionManager {
-    redis::Client::open(redis_url())
-        .expect("valid URL")
-        .get_connection_manager()
-        .await
-        .expect("TRT_REDIS_URL does not answer: is the test server running?")
-}
-
-/// A store with its own connection, like a separate instance; every
-/// answer from Redis itself.
-async fn store() -> RedisStorage {
-    RedisStorage::new(connect().await)
-        .timeout(TEST_TIMEOUT)
-        .remember_refusals(false)
-}
 
 /// A limit of its own, named so that no other test uses it.
 fn limit(prefix: &str) -> LimitName {
@@ -632,7 +618,7 @@ async fn a_late_decision_releases_the_slots_it_took() {
 }
 
 // ---------------------------------------------------------------------------
-// Redis Cluster (cluster_support: connections and stores seeded with one node)
+// Redis Cluster (redis_support: connections and stores seeded with one node)
 
 /// One user's concurrency limit and rate: one slot, one call, all or
 /// nothing, and exactly the limit in flight across two instances seeded

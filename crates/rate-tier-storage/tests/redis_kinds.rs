@@ -17,7 +17,7 @@
 //! Redis's clock (no second of it ever holds more than the limit).
 #![allow(clippy::unwrap_used)]
 
-mod cluster_support;
+mod redis_support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -31,10 +31,12 @@ use rate_tier_storage::{
 use redis::aio::{ConnectionLike, ConnectionManager};
 use sha1::{Digest, Sha1};
 
-use cluster_support::{cluster_conn, cluster_store, partition_off};
+use redis_support::{
+    cluster_conn, cluster_store, connect, partition_off, store,
+};
 
 use rate_tier_test_support::{
-    RedisServer, TEST_TIMEOUT, concurrent_passes, redis_url, unique,
+    RedisServer, TEST_TIMEOUT, concurrent_passes, unique,
 };
 
 const SECOND: u64 = 1_000_000;
@@ -42,22 +44,6 @@ const MINUTE: u64 = 60 * SECOND;
 
 // ---------------------------------------------------------------------------
 // Helpers
-
-async fn connect() -> ConnectionManager {
-    redis::Client::open(redis_url())
-        .expect("valid URL")
-        .get_connection_manager()
-        .await
-        .expect("TRT_REDIS_URL does not answer: is the test server running?")
-}
-
-/// A store with its own connection, like a separate instance; every
-/// answer from Redis itself.
-async fn store() -> RedisStorage {
-    RedisStorage::new(connect().await)
-        .timeout(TEST_TIMEOUT)
-        .remember_refusals(false)
-}
 
 /// A limit name no other test uses.
 fn limit(prefix: &str) -> LimitName {
@@ -713,7 +699,7 @@ async fn a_late_mixed_decision_refunds_its_rate_and_reports_its_window() {
 }
 
 // ---------------------------------------------------------------------------
-// Redis Cluster (cluster_support: connections and stores seeded with one node)
+// Redis Cluster (redis_support: connections and stores seeded with one node)
 
 /// One user's window, rate and period: one slot, one call, all or
 /// nothing, and exactly the window's limit across two instances seeded

@@ -12,6 +12,8 @@
 //! never slept: an interval of a second is far longer than a test's calls,
 //! so each reservation's slot is exact whatever Redis's clock does.
 
+mod redis_support;
+
 use std::time::{Duration, Instant};
 
 use rate_tier_storage::{
@@ -25,6 +27,7 @@ use redis::cluster_async::ClusterConnection;
 use rate_tier_test_support::{
     Monitor, TEST_TIMEOUT, TcpProxy, redis_url, unique,
 };
+use redis_support::{connect, store};
 use sha1::{Digest, Sha1};
 
 const RESERVE: &str = include_str!("../src/redis/reserve.lua");
@@ -33,21 +36,6 @@ const SECOND: u64 = 1_000_000;
 
 // ---------------------------------------------------------------------------
 // Helpers
-
-async fn connect() -> ConnectionManager {
-    redis::Client::open(redis_url())
-        .expect("valid URL")
-        .get_connection_manager()
-        .await
-        .expect("TRT_REDIS_URL does not answer: is the test server running?")
-}
-
-/// A store with its own connection, like a separate instance.
-async fn store() -> RedisStorage {
-    RedisStorage::new(connect().await)
-        .timeout(TEST_TIMEOUT)
-        .remember_refusals(false)
-}
 
 fn limit(prefix: &str) -> LimitName {
     LimitName::new(unique(prefix)).expect("a valid name")

@@ -13,6 +13,8 @@
 //! checked: Redis's clock runs while a test does, and an hour's emission
 //! interval is far longer than any test.
 
+mod redis_support;
+
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::TcpStream as StdTcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -32,6 +34,7 @@ use sha1::{Digest, Sha1};
 use rate_tier_test_support::{
     Monitor, TEST_TIMEOUT, concurrent_passes, redis_url, unique,
 };
+use redis_support::{connect, store};
 
 const SECOND: u64 = 1_000_000;
 const MINUTE: u64 = 60 * SECOND;
@@ -41,23 +44,6 @@ const GCRA_SETTLE: &str = include_str!("../src/redis/gcra_settle.lua");
 
 // ---------------------------------------------------------------------------
 // Helpers
-
-/// A new connection manager on the test server (connected now).
-async fn connect() -> ConnectionManager {
-    redis::Client::open(redis_url())
-        .expect("valid URL")
-        .get_connection_manager()
-        .await
-        .expect("TRT_REDIS_URL does not answer: is the test server running?")
-}
-
-/// A store with its own connection, like a separate instance.
-async fn store() -> RedisStorage {
-    // Every answer from Redis itself: the refusal memory has tests of its own.
-    RedisStorage::new(connect().await)
-        .timeout(TEST_TIMEOUT)
-        .remember_refusals(false)
-}
 
 /// A limit name no other test uses.
 fn limit(prefix: &str) -> LimitName {

@@ -1,13 +1,33 @@
-//! The local Redis Cluster of the cluster tests: connections and stores
-//! seeded with one node, as an instance configured with that one address,
-//! and partitions that land in another hash slot.
+//! The tests' Redis (`TRT_REDIS_URL`) and Redis Cluster
+//! (`TRT_REDIS_CLUSTER_URLS`), both started by `cargo xtask test`:
+//! connections, stores that take every answer from Redis itself (the
+//! refusal memory has tests of its own), cluster connections seeded with
+//! one node, as an instance configured with that one address, and
+//! partitions that land in another hash slot.
 #![allow(dead_code, unreachable_pub)]
 
 use rate_tier_storage::RedisStorage;
 use rate_tier_storage::key::cluster_slot;
-use rate_tier_test_support::TEST_TIMEOUT;
+use rate_tier_test_support::{TEST_TIMEOUT, redis_url};
+use redis::aio::ConnectionManager;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+
+/// A connection to the tests' Redis.
+pub async fn connect() -> ConnectionManager {
+    redis::Client::open(redis_url())
+        .expect("valid URL")
+        .get_connection_manager()
+        .await
+        .expect("TRT_REDIS_URL does not answer: is the test server running?")
+}
+
+/// A store with its own connection, like a separate instance.
+pub async fn store() -> RedisStorage {
+    RedisStorage::new(connect().await)
+        .timeout(TEST_TIMEOUT)
+        .remember_refusals(false)
+}
 
 /// The three masters' URLs (from `cargo xtask test-cluster`).
 pub fn cluster_urls() -> Vec<String> {
