@@ -217,16 +217,15 @@ impl World {
         corrupt: &Corrupt,
         now: u64,
     ) -> Option<u64> {
-        let (row, seen) = postgres_support::corrupt(
+        postgres_support::corrupt(
             &self.db,
             &self.table,
+            &mut self.rows,
             &self.keys[k],
             corrupt,
             now,
         )
-        .await;
-        self.rows.insert(self.keys[k].clone(), row);
-        seen
+        .await
     }
 
     async fn call(

@@ -52,16 +52,17 @@ pub async fn rows(db: &Client, table: &str) -> Rows {
         .collect()
 }
 
-/// Writes a corrupted TAT at `key`: the row written, and what gcra-core is
+/// Writes a corrupted TAT at `key`, and in `rows`; what gcra-core is
 /// handed for it. A bigint column holds no garbage: a negative TAT
 /// (another kind's row) stands for it.
 pub async fn corrupt(
     db: &Client,
     table: &str,
+    rows: &mut Rows,
     key: &str,
     corrupt: &Corrupt,
     now: u64,
-) -> ((i64, i64), Option<u64>) {
+) -> Option<u64> {
     let (raw, seen) = match corrupt {
         Corrupt::Garbage(_) | Corrupt::WrongType => (-1i64, None),
         Corrupt::Relative(offset) => {
@@ -83,5 +84,6 @@ pub async fn corrupt(
     )
     .await
     .expect("write the corrupted row");
-    ((raw, expires), seen)
+    rows.insert(key.to_owned(), (raw, expires));
+    seen
 }
