@@ -2,12 +2,22 @@
 //! check's five per bucket (those of the Redis scripts), the mixed
 //! function's six, and the slots' ids for a release or a renewal.
 
-use gcra_core::Lease;
+use gcra_core::{Adjust, Lease, Quota};
 
 use crate::bucket::BucketCheck;
 use crate::key::KeyLayout;
 use crate::rule::Rule;
 use crate::storage::StorageError;
+
+/// `v` as an `int8`, or a protocol error: every argument is checked, none
+/// wraps.
+pub(super) fn int8(v: u64) -> Result<i64, StorageError> {
+    i64::try_from(v).map_err(|_| {
+        StorageError::Protocol(format!(
+            "argument {v} is beyond PostgreSQL's int8"
+        ))
+    })
+}
 
 /// The mixed function's 6 arguments of a bucket: see
 /// [`PostgresStorage::mixed_args`](super::PostgresStorage::mixed_args).
@@ -15,22 +25,15 @@ pub(super) fn mixed_args(
     check: &BucketCheck<'_>,
     lease: Lease,
 ) -> Result<[i64; 6], StorageError> {
-    let exact = |v: u64| {
-        i64::try_from(v).map_err(|_| {
-            StorageError::Protocol(format!(
-                "argument {v} is beyond PostgreSQL's int8"
-            ))
-        })
-    };
     let [tag, a, b, c] = match check.rule() {
         Rule::Rate(quota) => [
             0,
-            exact(quota.emission_interval_us())?,
-            exact(quota.burst_offset_us())?,
-            exact(quota.max_debt_us())?,
+            int8(quota.emission_interval_us())?,
+            int8(quota.burst_offset_us())?,
+            int8(quota.max_debt_us())?,
         ],
         Rule::Window(window) => {
-            [1, i64::from(window.limit()), exact(window.window_us())?, 0]
+            [1, i64::from(window.limit()), int8(window.window_us())?, 0]
         }
         Rule::Period(period) => [
             2,
@@ -45,7 +48,7 @@ pub(super) fn mixed_args(
         Rule::Concurrency(concurrency) => [
             3,
             i64::from(concurrency.limit()),
-            exact(lease.lease_us())?,
+            int8(lease.lease_us())?,
             slot_id(check.lease()),
         ],
     };
@@ -94,12 +97,26 @@ pub(super) fn check_args(
     for check in checks {
         for arg in check.script_args() {
             // Every argument is at most 2^50 (a window) or 2^32 (a cost).
-            args.push(i64::try_from(arg).map_err(|_| {
-                StorageError::Protocol(format!(
-                    "argument {arg} is beyond PostgreSQL's int8"
-                ))
-            })?);
+            args.push(int8(arg)?);
         }
     }
     Ok(args)
+}
+
+/// The settle function's 4 arguments of one bucket: `T`, `tau`, the signed
+/// units of `adjust` (a refund negative) and the max debt.
+pub(super) fn settle_args(
+    quota: Quota,
+    adjust: Adjust,
+) -> Result<[i64; 4], StorageError> {
+    let units = match adjust {
+        Adjust::Charge(units) => i64::from(units),
+        Adjust::Refund(units) => -i64::from(units),
+    };
+    Ok([
+        int8(quota.emission_interval_us())?,
+        int8(quota.burst_offset_us())?,
+        units,
+        int8(quota.max_debt_us())?,
+    ])
 }

@@ -39,7 +39,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gcra_core::{Adjust, Quota};
 use tokio::sync::oneshot;
 use tokio_postgres::types::ToSql;
 
@@ -48,34 +47,6 @@ use crate::storage::StorageError;
 
 /// How long a task waits for the database once its caller stopped waiting.
 const LATE_ANSWER: Duration = Duration::from_secs(5);
-
-/// The signed units of an adjustment, as the settle function takes them.
-pub(super) fn units(adjust: Adjust) -> i64 {
-    match adjust {
-        Adjust::Charge(units) => i64::from(units),
-        Adjust::Refund(units) => -i64::from(units),
-    }
-}
-
-/// The settle function's 4 arguments of one bucket.
-pub(super) fn settle_args(
-    quota: Quota,
-    units: i64,
-) -> Result<[i64; 4], StorageError> {
-    let exact = |v: u64| {
-        i64::try_from(v).map_err(|_| {
-            StorageError::Protocol(format!(
-                "argument {v} is beyond PostgreSQL's int8"
-            ))
-        })
-    };
-    Ok([
-        exact(quota.emission_interval_us())?,
-        exact(quota.burst_offset_us())?,
-        units,
-        exact(quota.max_debt_us())?,
-    ])
-}
 
 /// How a decision's arguments are laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use gcra_core::{Decision, Lease, Verdict};
 use smallvec::SmallVec;
 use tokio_postgres::types::ToSql;
 
-use self::args::{check_args, mixed_args, slot_id, slots_args};
+use self::args::{check_args, mixed_args, settle_args, slot_id, slots_args};
 pub use self::builder::{PostgresConfigError, PostgresStorageBuilder};
 use self::job::{Call, Layout};
 pub use self::schema::InvalidTable;
@@ -524,7 +524,7 @@ impl Storage for PostgresStorage {
         let mut args = Vec::with_capacity(settles.len() * 4);
         for settle in settles {
             let quota = settle.bucket.quota();
-            args.extend(job::settle_args(quota, job::units(settle.adjust))?);
+            args.extend(settle_args(quota, settle.adjust)?);
         }
         job::settle(&self.inner, keys, args).await
     }

@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use gcra_core::{Decision, JointReservation, MAX_TIME_US, StoreTat};
 
+use super::args::{check_args, int8};
 use super::job::{self, Call};
 use super::schema::Schema;
-use super::{InvalidTable, PostgresStorage, check_args};
+use super::{InvalidTable, PostgresStorage};
 use crate::bucket::{BucketCancel, BucketCheck};
 use crate::key::KeyLayout;
 use crate::storage::{Decided, StorageError, micros, only_rates, validate};
@@ -209,12 +210,7 @@ impl PostgresStorage {
             let Ok(tat) = i64::try_from(cancel.tat_us) else {
                 continue;
             };
-            let t = cancel.bucket.quota().emission_interval_us();
-            let t = i64::try_from(t).map_err(|_| {
-                StorageError::Protocol(format!(
-                    "argument {t} is beyond PostgreSQL's int8"
-                ))
-            })?;
+            let t = int8(cancel.bucket.quota().emission_interval_us())?;
             keys.push(cancel.bucket.key(KeyLayout::Single));
             args.extend([t, i64::from(cancel.bucket.cost()), tat]);
         }
