@@ -138,7 +138,8 @@ pub(crate) fn test(docker: bool, cargo_test_args: &[OsString]) -> Result<()> {
     no_std()?;
     let cmd = cargo_test(cargo_test_args).args(cargo_test_args);
     with_env(with_env(cmd, servers.env()), postgres.env()).run()?;
-    // `postgres` and `servers` stop them here, whatever the tests did.
+    // Dropped, `postgres` and `servers` stop their servers (on an error
+    // above too, whatever the tests did); the unit tests below need none.
     drop((postgres, servers));
     if cargo_test_args.is_empty() {
         // The example server's own unit tests. Not in the pass above: an
