@@ -42,6 +42,17 @@ pub async fn connect(prefix: &str) -> (Client, String) {
     (db, table)
 }
 
+/// The database's clock, in µs since the epoch, as the functions read it.
+pub async fn db_now(db: &Client) -> i64 {
+    db.query_one(
+        "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8",
+        &[],
+    )
+    .await
+    .expect("the database's clock")
+    .get(0)
+}
+
 /// Every row's TAT and expiry.
 pub async fn rows(db: &Client, table: &str) -> Rows {
     db.query(&format!("SELECT key, tat_us, expires_us FROM {table}"), &[])
