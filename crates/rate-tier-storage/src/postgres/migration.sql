@@ -92,6 +92,25 @@ BEGIN
 END
 $$;
 
+-- The time of a decision, in us since the epoch: `at_us`, or when it is
+-- NULL the database's clock (clock_timestamp(), the time of the call, not
+-- of its transaction). Every function calls it once it holds its keys'
+-- locks, so that a decision that waited for a lock is decided at the end
+-- of its wait (a time read before the wait would charge, cap or refund
+-- the buckets as if it had not been). Beyond gcra-core's range of time
+-- (2^53 us, the year 2255) it raises, naming `who`.
+CREATE OR REPLACE FUNCTION __TABLE___now(at_us bigint, who text)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    now_us bigint := coalesce(at_us, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+BEGIN
+    IF now_us < 0 OR now_us > 9007199254740992 THEN
+        RAISE EXCEPTION '%: time out of range', who;
+    END IF;
+    RETURN now_us;
+END
+$$;
+
 -- Writes the TATs a decision asks for: `writes[i]` for `keys[i]` (NULL:
 -- leave it), each with its expiry (the TAT rounded up to the millisecond,
 -- as Redis's PX); a bucket back to full (a TAT of now) is forgotten.
@@ -126,7 +145,10 @@ $$;
 -- each key, flattened. Refused when an enforced bucket refuses: then no
 -- bucket is charged, and one that would have passed says so (allowed 1)
 -- with its state uncharged. Bad arguments raise, and nothing is written.
--- The buckets are locked by __TABLE___locked.
+-- The buckets are locked by __TABLE___locked. now_us: the time (us since
+-- the epoch); NULL: the database's clock, read once the keys are locked (a
+-- time read before a wait for a lock would charge or cap the buckets as if
+-- the wait had not been).
 CREATE OR REPLACE FUNCTION __TABLE___check_at(keys text[], args bigint[], now_us bigint)
 RETURNS bigint[] LANGUAGE plpgsql AS $$
 DECLARE
@@ -138,10 +160,6 @@ DECLARE
     i int;
     t bigint; tau bigint; cost bigint; debt bigint; tat bigint; ahead bigint; remains bigint;
 BEGIN
-    -- gcra-core's range of time: 2^53 us (the year 2255).
-    IF now_us IS NULL OR now_us < 0 OR now_us > 9007199254740992 THEN
-        RAISE EXCEPTION 'rate_tier_check: time out of range';
-    END IF;
     IF n = 0 THEN
         RAISE EXCEPTION 'rate_tier_check: at least one key is required';
     END IF;
@@ -155,6 +173,7 @@ BEGIN
     ELSE
         stored := __TABLE___locked(keys);
     END IF;
+    now_us := __TABLE___now(now_us, 'rate_tier_check');
 
     reply := array_fill(0::bigint, ARRAY[4 * n]);
     writes := array_fill(NULL::bigint, ARRAY[n]);
@@ -241,6 +260,8 @@ $$;
 --                charges a debt, at most up to now + tau + max debt; a
 --                negative one refunds, never below now; 0 changes nothing),
 --                the most debt a settlement may leave (us, 0 to 2^50)
+-- now_us         the time (us since the epoch); NULL: the database's clock,
+--                read once the keys are locked
 -- Returns {remaining_i, reset_after_us_i} for each key, flattened.
 CREATE OR REPLACE FUNCTION __TABLE___settle_at(keys text[], args bigint[], now_us bigint)
 RETURNS bigint[] LANGUAGE plpgsql AS $$
@@ -252,10 +273,6 @@ DECLARE
     i int;
     t bigint; tau bigint; units bigint; ceiling bigint; tat bigint; v bigint; capped boolean;
 BEGIN
-    -- gcra-core's range of time: 2^53 us (the year 2255).
-    IF now_us IS NULL OR now_us < 0 OR now_us > 9007199254740992 THEN
-        RAISE EXCEPTION 'rate_tier_settle: time out of range';
-    END IF;
     IF n = 0 THEN
         RAISE EXCEPTION 'rate_tier_settle: at least one key is required';
     END IF;
@@ -273,6 +290,7 @@ BEGIN
     END LOOP;
 
     stored := __TABLE___locked(keys);
+    now_us := __TABLE___now(now_us, 'rate_tier_settle');
 
     reply := array_fill(0::bigint, ARRAY[2 * n]);
     writes := array_fill(NULL::bigint, ARRAY[n]);
@@ -390,13 +408,7 @@ BEGIN
     END LOOP;
 
     stored := __TABLE___locked(keys);
-    IF now_us IS NULL THEN
-        now_us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
-    END IF;
-    -- gcra-core's range of time: 2^53 us (the year 2255).
-    IF now_us < 0 OR now_us > 9007199254740992 THEN
-        RAISE EXCEPTION 'rate_tier_reserve: time out of range';
-    END IF;
+    now_us := __TABLE___now(now_us, 'rate_tier_reserve');
 
     -- Each enforced bucket alone: the wait for its next slot
     -- (Quota::reserve), and the most it lets the request wait.
@@ -543,12 +555,7 @@ BEGIN
             PERFORM pg_advisory_xact_lock(__LOCKS__, lock_id);
         END LOOP;
     END IF;
-    IF now_us IS NULL THEN
-        now_us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
-    END IF;
-    IF now_us < 0 OR now_us > 9007199254740992 THEN
-        RAISE EXCEPTION 'rate_tier_cancel: time out of range';
-    END IF;
+    now_us := __TABLE___now(now_us, 'rate_tier_cancel');
 
     reply := array_fill(0::bigint, ARRAY[n]);
     FOR i IN 1..n LOOP
@@ -706,13 +713,7 @@ BEGIN
             PERFORM pg_advisory_xact_lock(__LOCKS__, lock_id);
         END LOOP;
     END IF;
-    IF now_us IS NULL THEN
-        now_us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
-    END IF;
-    -- gcra-core's range of time: 2^53 us (the year 2255).
-    IF now_us < 0 OR now_us > 9007199254740992 THEN
-        RAISE EXCEPTION 'rate_tier_decide_mixed: time out of range';
-    END IF;
+    now_us := __TABLE___now(now_us, 'rate_tier_decide_mixed');
 
     reply := array_fill(0::bigint, ARRAY[4 * n]);
     w_what := array_fill(0, ARRAY[n]);
@@ -1059,12 +1060,7 @@ BEGIN
             PERFORM pg_advisory_xact_lock(__LOCKS__, lock_id);
         END LOOP;
     END IF;
-    IF now_us IS NULL THEN
-        now_us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
-    END IF;
-    IF now_us < 0 OR now_us > 9007199254740992 THEN
-        RAISE EXCEPTION '%: time out of range', who;
-    END IF;
+    now_us := __TABLE___now(now_us, who);
     IF renewing THEN
         FOR i IN 1..n LOOP
             IF now_us + args[2 * i] > 9007199254740992 THEN
@@ -1129,20 +1125,21 @@ RETURNS bigint[] LANGUAGE sql AS $$
 $$;
 
 -- The entry points: the same functions at the database's clock
--- (`clock_timestamp()`, the time of the call, not of its transaction), so
--- that every instance measures against one clock. The `_at` forms take the
--- time as an argument, for tests that drive time.
+-- (`clock_timestamp()`, the time of the call, not of its transaction), read
+-- by each once it holds its keys' locks (a NULL time), so that every
+-- instance measures against one clock and a decision that waited for a
+-- lock is decided at the end of its wait. The `_at` forms take the time as
+-- an argument, for tests that drive time.
 CREATE OR REPLACE FUNCTION __TABLE___check(keys text[], args bigint[])
 RETURNS bigint[] LANGUAGE sql AS $$
-    SELECT __TABLE___check_at(keys, args, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+    SELECT __TABLE___check_at(keys, args, NULL)
 $$;
 
 CREATE OR REPLACE FUNCTION __TABLE___settle(keys text[], args bigint[])
 RETURNS bigint[] LANGUAGE sql AS $$
-    SELECT __TABLE___settle_at(keys, args, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+    SELECT __TABLE___settle_at(keys, args, NULL)
 $$;
 
--- The clock read once the keys are locked (see __TABLE___decide_mixed_at).
 CREATE OR REPLACE FUNCTION __TABLE___decide_mixed(keys text[], args bigint[])
 RETURNS bigint[] LANGUAGE sql AS $$
     SELECT __TABLE___decide_mixed_at(keys, args, NULL)
@@ -1158,7 +1155,6 @@ RETURNS bigint[] LANGUAGE sql AS $$
     SELECT __TABLE___slots_at(keys, args, NULL, true)
 $$;
 
--- The clock read once the keys are locked (see __TABLE___reserve_at).
 CREATE OR REPLACE FUNCTION __TABLE___reserve(keys text[], args bigint[], max_wait_us bigint)
 RETURNS bigint[] LANGUAGE sql AS $$
     SELECT __TABLE___reserve_at(keys, args, max_wait_us, NULL)

@@ -79,7 +79,9 @@ use crate::storage::{Decided, Storage, StorageError, validate};
 ///   a lost slot, never a second one; one that comes after its caller left
 ///   is given back.
 /// - **The database's clock** (`clock_timestamp()`), as Redis's `TIME`:
-///   every instance measures against one clock.
+///   every instance measures against one clock. Every statement and
+///   function reads it once it holds its buckets' locks, so that a
+///   decision that waited for a lock is decided at the end of its wait.
 /// - **One row per bucket**: the same hashed key as Redis (never a user id
 ///   in clear), its TAT in µs, and its expiry. Expired rows are removed in
 ///   the background in bounded batches (every minute, 1000 rows a

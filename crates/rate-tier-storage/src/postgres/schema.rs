@@ -136,7 +136,9 @@ pub(super) fn cleanup(table: &str, now: &str) -> String {
 /// The rules are those of `<table>_check_at` (migration.sql) for one
 /// bucket, and its lock: the same advisory lock, taken before the row is
 /// read, so that this statement and the functions never decide a bucket at
-/// the same time. A stored TAT in the past or out of range is now; one
+/// the same time; the clock is read once the lock is held (`c` reads it
+/// from the row of `l`), so that a check that waited for the lock is
+/// charged at the end of its wait. A stored TAT in the past or out of range is now; one
 /// beyond tau + the most debt needs no cap here, as a bucket that far
 /// ahead refuses (the function caps it). A plain upsert costs the database
 /// less than a PL/pgSQL call, whose every expression and statement the
@@ -155,7 +157,8 @@ pub(super) fn one_bucket(table: &str, now: &str) -> String {
         n = now_in_update
     );
     format!(
-        "WITH c AS (SELECT {now} AS n, pg_advisory_xact_lock({locks}, hashtext($1::text)) AS locked), \
+        "WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock({locks}, hashtext($1::text))), \
+         c AS MATERIALIZED (SELECT {now} AS n FROM l), \
          up AS (INSERT INTO {table} AS b (key, tat_us, expires_us) \
          SELECT $1::text, c.n + {charge}, c.n + (({charge} + 999) / 1000) * 1000 FROM c \
          WHERE c.n >= 0 AND c.n <= {MAX_TIME} \
