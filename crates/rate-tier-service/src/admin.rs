@@ -125,7 +125,7 @@ use sha1::{Digest, Sha1};
 use subtle::ConstantTimeEq;
 
 use crate::config::{RuleLimit, Unit};
-use crate::decide::{DecideError, Decider, ResetDescriptor};
+use crate::decide::{DecideError, Decider, Incoming, ResetDescriptor};
 use crate::json;
 
 /// The port of `--admin` when only a port is given is on this address.
@@ -345,8 +345,14 @@ fn read_request(
     decider: &Decider,
     body: &[u8],
 ) -> Result<RateLimitRequest, (StatusCode, String)> {
-    let request = json::parse_request(body)
-        .map_err(|reason| (StatusCode::BAD_REQUEST, reason))?;
+    let limits = decider.options().limits;
+    let request = match json::read_request(body, limits) {
+        Ok(Incoming::Request(request)) => request,
+        Ok(Incoming::Oversized(bound)) => {
+            return Err((StatusCode::BAD_REQUEST, bound.describe(&limits)));
+        }
+        Err(reason) => return Err((StatusCode::BAD_REQUEST, reason)),
+    };
     if request.domain.is_empty() {
         return Err((
             StatusCode::BAD_REQUEST,

@@ -58,8 +58,10 @@ use crate::config::{Config, Domain, Rule, RuleLimit, Unit, quota_for};
 use crate::headers::{self, Limited};
 use crate::metrics::{Metrics, RuleStats};
 
-/// The bounds of a request. A request beyond one is refused: answered
-/// `OVER_LIMIT` for every descriptor (HTTP 429 on `/json`), never with an
+/// The bounds of a request. A request beyond one is read no further than
+/// the bound (its length is checked before anything is decoded, and its
+/// descriptors are counted before any is decoded) and refused: answered
+/// `OVER_LIMIT` with one status (HTTP 429 on `/json`), never with an
 /// error, because a gateway that fails open (Envoy's `failure_mode_deny:
 /// false`) lets a request through when its rate limit service answers an
 /// error, past every one of its limits. Lengths of domains, keys and values
@@ -87,6 +89,47 @@ impl Default for RequestLimits {
         RequestLimits {
             max_descriptors: 256,
             max_request_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// A request as a transport read it: within the [`RequestLimits`], or
+/// beyond one of them and read no further.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Incoming {
+    /// Within the bounds: decoded whole, to decide.
+    Request(RateLimitRequest),
+    /// Beyond a bound: nothing of it was kept; answered by
+    /// [`Decider::oversized`].
+    Oversized(Oversized),
+}
+
+/// The bound a request went beyond.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Oversized {
+    /// [`RequestLimits::max_request_bytes`].
+    Bytes,
+    /// [`RequestLimits::max_descriptors`].
+    Descriptors,
+}
+
+impl Oversized {
+    /// The bound, for a message.
+    ///
+    /// ```
+    /// use rate_tier_service::{RequestLimits, decide::Oversized};
+    /// let limits = RequestLimits::default();
+    /// assert_eq!(Oversized::Descriptors.describe(&limits), "more than 256 descriptors");
+    /// assert_eq!(Oversized::Bytes.describe(&limits), "more than 1048576 bytes");
+    /// ```
+    pub fn describe(self, limits: &RequestLimits) -> String {
+        match self {
+            Oversized::Bytes => {
+                format!("more than {} bytes", limits.max_request_bytes)
+            }
+            Oversized::Descriptors => {
+                format!("more than {} descriptors", limits.max_descriptors)
+            }
         }
     }
 }
@@ -326,32 +369,64 @@ impl Decider {
         Ok(())
     }
 
-    /// The answer to a request beyond the [`RequestLimits`]: refused,
-    /// every descriptor `OVER_LIMIT` (with `--shadow`, `OK`: nothing is
-    /// refused), counted as `oversized`. `transport` labels the call in
-    /// the metrics.
+    /// The answer to a request beyond the [`RequestLimits`]: refused with
+    /// one `OVER_LIMIT` status, whatever the request held (with `--shadow`
+    /// the request is `OK`, as for any refusal: nothing is refused), and
+    /// counted as `oversized`. `transport` labels the call in the metrics.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// use rate_tier_service::decide::Oversized;
+    /// use rate_tier_service::{Config, DecideOptions, Decider, Metrics};
+    /// let decider = Decider::new(
+    ///     Config::from_yaml("rl.yaml", "domain: edge\n")?,
+    ///     Arc::new(rate_tier_storage::MemoryStorage::new()),
+    ///     DecideOptions::default(),
+    ///     Arc::new(Metrics::new(None)),
+    /// );
+    /// let answer = decider.oversized(Oversized::Descriptors, "doc");
+    /// assert_eq!(answer.overall_code, 2); // OVER_LIMIT
+    /// assert_eq!(answer.statuses.len(), 1);
+    /// assert_eq!(answer.statuses[0].code, 2);
+    /// # Ok::<(), rate_tier_service::ConfigError>(())
+    /// ```
     pub fn oversized(
         &self,
-        request: &RateLimitRequest,
+        bound: Oversized,
         transport: &'static str,
     ) -> RateLimitResponse {
         self.metrics.call(transport, "oversized");
-        let code = if self.options.shadow {
+        tracing::debug!(?bound, transport, "a request beyond a bound: refused");
+        let overall = if self.options.shadow {
+            self.metrics.global_shadow.inc();
             Code::Ok
         } else {
             Code::OverLimit
         };
         RateLimitResponse {
-            overall_code: code as i32,
-            statuses: request
-                .descriptors
-                .iter()
-                .map(|_| DescriptorStatus {
-                    code: code as i32,
-                    ..DescriptorStatus::default()
-                })
-                .collect(),
+            overall_code: overall as i32,
+            statuses: vec![DescriptorStatus {
+                code: Code::OverLimit as i32,
+                ..DescriptorStatus::default()
+            }],
             ..RateLimitResponse::default()
+        }
+    }
+
+    /// Answers what a transport read: [`Decider::decide`] for a request
+    /// within the bounds, [`Decider::oversized`] for one beyond.
+    ///
+    /// # Errors
+    ///
+    /// As [`Decider::decide`].
+    pub async fn answer(
+        &self,
+        incoming: &Incoming,
+        transport: &'static str,
+    ) -> Result<RateLimitResponse, DecideError> {
+        match incoming {
+            Incoming::Request(request) => self.decide(request, transport).await,
+            Incoming::Oversized(bound) => Ok(self.oversized(*bound, transport)),
         }
     }
 
@@ -368,7 +443,7 @@ impl Decider {
         transport: &'static str,
     ) -> Result<RateLimitResponse, DecideError> {
         if request.descriptors.len() > self.options.limits.max_descriptors {
-            return Ok(self.oversized(request, transport));
+            return Ok(self.oversized(Oversized::Descriptors, transport));
         }
         let result = self.decide_inner(request).await;
         let code = match &result {
@@ -492,11 +567,11 @@ impl Decider {
         &self,
         request: &RateLimitRequest,
     ) -> Result<(), DecideError> {
-        let most = self.options.limits.max_descriptors;
-        if request.descriptors.len() > most {
-            return Err(DecideError::InvalidArgument(format!(
-                "more than {most} descriptors"
-            )));
+        let limits = &self.options.limits;
+        if request.descriptors.len() > limits.max_descriptors {
+            return Err(DecideError::InvalidArgument(
+                Oversized::Descriptors.describe(limits),
+            ));
         }
         Ok(())
     }

@@ -1,34 +1,36 @@
 //! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` on tonic.
 //!
 //! The method is served here rather than by the server `envoy-types`
-//! generates, for one reason: the request is decoded with its strings as
-//! bytes ([`WireRequest`]), so that a header value that is not UTF-8 is a
-//! bucket like any other instead of an undecodable request (see
-//! [`wire`](crate::wire)). The response is Envoy's own message.
+//! generates, for two reasons: the request is decoded with its strings as
+//! bytes ([`WireRequest`](crate::wire::WireRequest)), so that a header
+//! value that is not UTF-8 is a bucket like any other instead of an
+//! undecodable request (see [`wire`](crate::wire)); and it is read within
+//! the [`RequestLimits`] (its length, then its descriptors counted, before
+//! anything is decoded: [`read_request`]). The response is Envoy's own
+//! message.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use envoy_types::pb::envoy::service::ratelimit::v3::{
-    RateLimitRequest, RateLimitResponse,
-};
-use prost::Message;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use prost::bytes::Buf;
 use tonic::body::Body;
+use tonic::codec::{Codec, DecodeBuf, Decoder};
 use tonic::codegen::{BoxFuture, StdError};
 use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
-use tonic_prost::ProstCodec;
+use tonic_prost::ProstEncoder;
 
-use crate::decide::{DecideError, Decider};
-use crate::wire::WireRequest;
+use crate::decide::{DecideError, Decider, Incoming, RequestLimits};
+use crate::wire::read_request;
 
-/// The hard cap tonic applies to a request message before it is decoded:
-/// twice Envoy's own largest request headers (`max_request_headers_kb`,
-/// at most 8 MiB), so that nothing Envoy can send is refused undecoded. A
-/// request between
-/// [`RequestLimits::max_request_bytes`](crate::RequestLimits) and this is
-/// answered `OVER_LIMIT` (refused, never an error); beyond it tonic
+/// The hard cap on what is read of a request message (on `/json`, of a
+/// body): twice Envoy's own largest request headers
+/// (`max_request_headers_kb`, at most 8 MiB), so that nothing Envoy can
+/// send goes unanswered. A request between
+/// [`RequestLimits::max_request_bytes`] and this is read but never decoded,
+/// and answered `OVER_LIMIT` (refused, never an error); beyond it tonic
 /// refuses it (`OUT_OF_RANGE`).
 pub const DECODE_CAP_BYTES: usize = 16 * 1024 * 1024;
 
@@ -95,25 +97,59 @@ pub fn status_of(error: &DecideError) -> Status {
     }
 }
 
+/// The method's codec: Envoy's response out; in, the request read within
+/// the [`RequestLimits`] ([`read_request`]).
+struct RlsCodec(RequestLimits);
+
+impl Codec for RlsCodec {
+    type Encode = RateLimitResponse;
+    type Decode = Incoming;
+    type Encoder = ProstEncoder<RateLimitResponse>;
+    type Decoder = BoundedDecoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        ProstEncoder::default()
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        BoundedDecoder(self.0)
+    }
+}
+
+/// [`read_request`] of each message: a malformed one is
+/// `INVALID_ARGUMENT`; one beyond a bound is [`Incoming::Oversized`],
+/// refused by the method, never an error.
+struct BoundedDecoder(RequestLimits);
+
+impl Decoder for BoundedDecoder {
+    type Item = Incoming;
+    type Error = Status;
+
+    fn decode(
+        &mut self,
+        buf: &mut DecodeBuf<'_>,
+    ) -> Result<Option<Incoming>, Status> {
+        // The whole message, without a copy (the buffer is contiguous).
+        let message = buf.copy_to_bytes(buf.remaining());
+        read_request(&message, self.0)
+            .map(Some)
+            .map_err(|error| Status::invalid_argument(error.to_string()))
+    }
+}
+
 /// The unary method.
 struct ShouldRateLimit(Arc<Decider>);
 
-impl UnaryService<WireRequest> for ShouldRateLimit {
+impl UnaryService<Incoming> for ShouldRateLimit {
     type Response = RateLimitResponse;
     type Future = BoxFuture<Response<RateLimitResponse>, Status>;
 
-    fn call(&mut self, request: Request<WireRequest>) -> Self::Future {
+    fn call(&mut self, request: Request<Incoming>) -> Self::Future {
         let decider = self.0.clone();
         Box::pin(async move {
-            let wire = request.into_inner();
-            let size = wire.encoded_len();
-            let request = RateLimitRequest::from(wire);
-            if size > decider.options().limits.max_request_bytes {
-                // Refused, never an error: a gateway that fails open would
-                // let an error through, past every limit.
-                return Ok(Response::new(decider.oversized(&request, "grpc")));
-            }
-            match decider.decide(&request, "grpc").await {
+            // Beyond a bound: refused, never an error (a gateway that fails
+            // open would let an error through, past every limit).
+            match decider.answer(request.get_ref(), "grpc").await {
                 Ok(response) => Ok(Response::new(response)),
                 Err(error) => {
                     if let DecideError::Store(store) = &error {
@@ -149,8 +185,8 @@ where
             });
         }
         let method = ShouldRateLimit(self.decider.clone());
+        let codec = RlsCodec(self.decider.options().limits);
         Box::pin(async move {
-            let codec = ProstCodec::<RateLimitResponse, WireRequest>::default();
             let mut grpc = Grpc::new(codec)
                 .apply_max_message_size_config(Some(DECODE_CAP_BYTES), None);
             Ok(grpc.unary(method, request).await)

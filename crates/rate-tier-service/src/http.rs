@@ -78,8 +78,9 @@ async fn json_endpoint(
     State(state): State<HttpState>,
     body: Bytes,
 ) -> Response {
-    let request = match json::parse_request(&body) {
-        Ok(request) => request,
+    let limits = state.decider.options().limits;
+    let incoming = match json::read_request(&body, limits) {
+        Ok(incoming) => incoming,
         Err(reason) => {
             state.decider.metrics().call("json", "invalid_argument");
             return text(
@@ -88,12 +89,9 @@ async fn json_endpoint(
             );
         }
     };
-    let decided =
-        if body.len() > state.decider.options().limits.max_request_bytes {
-            Ok(state.decider.oversized(&request, "json"))
-        } else {
-            state.decider.decide(&request, "json").await
-        };
+    // Not held while the store decides.
+    drop(body);
+    let decided = state.decider.answer(&incoming, "json").await;
     match decided {
         Ok(response) => {
             let status = if response.overall_code == Code::OverLimit as i32 {

@@ -34,13 +34,14 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
 use serde::Deserialize;
-use serde::de::{self, Deserializer, Visitor};
+use serde::de::{self, Deserializer, IgnoredAny, Visitor};
 use serde_json::{Map, Value, json};
 
 use crate::config::Unit;
+use crate::decide::{Incoming, Oversized, RequestLimits};
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename = "RateLimitRequest")]
 struct JsonRequest {
     #[serde(default, deserialize_with = "text")]
     domain: String,
@@ -218,7 +219,64 @@ fn override_unit<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
     d.deserialize_any(UnitVisitor)
 }
 
-/// Reads a `RateLimitRequest` from proto3 JSON.
+/// A request with its descriptors counted, not kept: a descriptor read as
+/// [`IgnoredAny`] takes no memory. The fields of [`JsonRequest`], in its
+/// order (serde also reads a struct from an array), the others skipped.
+#[derive(Deserialize)]
+#[serde(rename = "RateLimitRequest")]
+struct Counted {
+    #[serde(default, rename = "domain")]
+    _domain: IgnoredAny,
+    #[serde(default, deserialize_with = "count")]
+    descriptors: usize,
+    #[serde(default, rename = "hits_addend", alias = "hitsAddend")]
+    _hits_addend: IgnoredAny,
+}
+
+fn count<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    Ok(Option::<Vec<IgnoredAny>>::deserialize(d)?.map_or(0, |v| v.len()))
+}
+
+/// Reads a `RateLimitRequest` from proto3 JSON within `limits`: the
+/// body's length first, then its descriptors counted without keeping one;
+/// only a body within both bounds is parsed ([`parse_request`]).
+///
+/// ```
+/// use rate_tier_service::decide::{Incoming, Oversized};
+/// use rate_tier_service::{RequestLimits, json};
+/// let limits = RequestLimits { max_descriptors: 2, max_request_bytes: 80 };
+/// let body = |descriptors: &str| format!(r#"{{"domain":"edge","descriptors":[{descriptors}]}}"#);
+/// let Incoming::Request(request) = json::read_request(body("{},{}").as_bytes(), limits)? else {
+///     panic!()
+/// };
+/// assert_eq!(request.descriptors.len(), 2);
+/// let three = json::read_request(body("{},{},{}").as_bytes(), limits)?;
+/// assert_eq!(three, Incoming::Oversized(Oversized::Descriptors));
+/// let long = json::read_request(body(&["{}"; 40].join(",")).as_bytes(), limits)?;
+/// assert_eq!(long, Incoming::Oversized(Oversized::Bytes));
+/// # Ok::<(), String>(())
+/// ```
+///
+/// # Errors
+///
+/// As [`parse_request`].
+pub fn read_request(
+    body: &[u8],
+    limits: RequestLimits,
+) -> Result<Incoming, String> {
+    if body.len() > limits.max_request_bytes {
+        return Ok(Incoming::Oversized(Oversized::Bytes));
+    }
+    let counted: Counted =
+        serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    if counted.descriptors > limits.max_descriptors {
+        return Ok(Incoming::Oversized(Oversized::Descriptors));
+    }
+    parse_request(body).map(Incoming::Request)
+}
+
+/// Reads a `RateLimitRequest` from proto3 JSON, whatever its size (see
+/// [`read_request`] for a body from a client).
 ///
 /// # Errors
 ///

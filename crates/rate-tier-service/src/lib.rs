@@ -35,9 +35,10 @@
 //!   error, and Envoy's `failure_mode_deny` decides).
 //! - **No input a gateway's client controls turns a limit off.** Values of
 //!   any length and bytes that are not UTF-8 are decided like any other
-//!   ([`wire`]); a request beyond the bounds of [`RequestLimits`] is
-//!   refused (`OVER_LIMIT`), never an error: a gateway that fails open lets
-//!   a request through on an error.
+//!   ([`wire`]); a request beyond the bounds of [`RequestLimits`] is read
+//!   no further than the bound and refused with one `OVER_LIMIT` status,
+//!   never an error: a gateway that fails open lets a request through on an
+//!   error.
 //! - **Errors.** An empty domain or no descriptors (what only a broken
 //!   gateway sends) is `INVALID_ARGUMENT` (upstream: `UNKNOWN`); a store
 //!   failure is `UNAVAILABLE`; on `/json`, 400 and 503.
@@ -116,7 +117,9 @@ pub mod wire;
 
 pub use admin::AdminOptions;
 pub use config::{Config, ConfigError};
-pub use decide::{DecideError, DecideOptions, Decider, RequestLimits};
+pub use decide::{
+    DecideError, DecideOptions, Decider, Incoming, Oversized, RequestLimits,
+};
 pub use metrics::Metrics;
 pub use server::{Running, Service, ServiceOptions, StartError, StoreChoice};
 

@@ -8,7 +8,7 @@
 //! | `ratelimit_service_rate_limit_near_limit_total` | `domain`, `rule` | the part of an allowed cost above 80 % of the limit |
 //! | `ratelimit_service_rate_limit_within_limit_total` | `domain`, `rule` | the cost of those that passed on their own |
 //! | `ratelimit_service_rate_limit_shadow_mode_total` | `domain`, `rule` | the cost of refusals that shadow mode let through |
-//! | `ratelimit_service_should_rate_limit_total` | `transport` (`grpc`, `json`), `code` (`ok`, `over_limit`, `invalid_argument`, `unavailable`) | calls |
+//! | `ratelimit_service_should_rate_limit_total` | `transport` (`grpc`, `json`), `code` (`ok`, `over_limit`, `oversized`, `invalid_argument`, `unavailable`) | calls (`oversized`: beyond a [`RequestLimits`](crate::RequestLimits) bound, refused) |
 //! | `ratelimit_service_domain_not_found_total` | | descriptors of requests for an unknown domain |
 //! | `ratelimit_service_global_shadow_mode_total` | | refusals that `--shadow` let through |
 //! | `ratelimit_service_config_load_total` | `result` (`success`, `error`) | config loads and reloads |

@@ -17,6 +17,9 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::UInt64Value;
+use prost::Message;
+
+use crate::decide::{Incoming, Oversized, RequestLimits};
 
 /// What starts the text of a string that was not UTF-8 (then the hex of its
 /// bytes): NUL, which no HTTP header and no config value holds. A UTF-8
@@ -92,6 +95,60 @@ pub struct WireEntry {
     pub value: Vec<u8>,
 }
 
+/// A descriptor skipped: an empty message takes no memory, so a `Vec` of
+/// them counts descriptors without holding any.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Skipped {}
+
+/// A `RateLimitRequest` with its descriptors counted, not decoded (its
+/// other fields skipped).
+#[derive(Clone, PartialEq, prost::Message)]
+struct Counted {
+    #[prost(message, repeated, tag = "2")]
+    descriptors: Vec<Skipped>,
+}
+
+/// Reads a `ShouldRateLimit` message within `limits`: its length first,
+/// then its descriptors counted without decoding one (no memory per
+/// descriptor); only a message within both bounds is decoded.
+///
+/// ```
+/// use prost::Message;
+/// use rate_tier_service::decide::{Incoming, Oversized};
+/// use rate_tier_service::wire::{read_request, WireDescriptor, WireRequest};
+/// use rate_tier_service::RequestLimits;
+///
+/// let limits = RequestLimits { max_descriptors: 2, max_request_bytes: 64 };
+/// let message = |descriptors| WireRequest {
+///     domain: b"edge".to_vec(),
+///     descriptors: vec![WireDescriptor::default(); descriptors],
+///     hits_addend: 0,
+/// }.encode_to_vec();
+/// let Incoming::Request(request) = read_request(&message(2), limits)? else { panic!() };
+/// assert_eq!(request.descriptors.len(), 2);
+/// assert_eq!(read_request(&message(3), limits)?, Incoming::Oversized(Oversized::Descriptors));
+/// assert_eq!(read_request(&message(40), limits)?, Incoming::Oversized(Oversized::Bytes));
+/// assert!(read_request(&[0x12], limits).is_err());
+/// # Ok::<(), prost::DecodeError>(())
+/// ```
+///
+/// # Errors
+///
+/// A message that is not a `RateLimitRequest` (for `INVALID_ARGUMENT`).
+pub fn read_request(
+    bytes: &[u8],
+    limits: RequestLimits,
+) -> Result<Incoming, prost::DecodeError> {
+    if bytes.len() > limits.max_request_bytes {
+        return Ok(Incoming::Oversized(Oversized::Bytes));
+    }
+    if Counted::decode(bytes)?.descriptors.len() > limits.max_descriptors {
+        return Ok(Incoming::Oversized(Oversized::Descriptors));
+    }
+    let wire = WireRequest::decode(bytes)?;
+    Ok(Incoming::Request(RateLimitRequest::from(wire)))
+}
+
 impl From<WireRequest> for RateLimitRequest {
     /// Every string through [`text`].
     ///
@@ -147,7 +204,6 @@ mod tests {
     };
     use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
     use envoy_types::pb::google::protobuf::UInt64Value;
-    use prost::Message;
 
     use super::*;
 
@@ -173,6 +229,14 @@ mod tests {
         let wire = WireRequest::decode(bytes.as_slice()).unwrap();
         assert_eq!(wire.encoded_len(), bytes.len());
         assert_eq!(RateLimitRequest::from(wire), request);
+    }
+
+    #[test]
+    fn descriptors_are_counted_in_no_memory() {
+        assert_eq!(std::mem::size_of::<Skipped>(), 0);
+        let empty_descriptors = [0x12, 0x00].repeat(500_000);
+        let counted = Counted::decode(empty_descriptors.as_slice()).unwrap();
+        assert_eq!(counted.descriptors.len(), 500_000);
     }
 
     #[test]

@@ -313,6 +313,33 @@ pub async fn client(addr: SocketAddr) -> RateLimitServiceClient<Channel> {
         .expect("connect to the gRPC server")
 }
 
+/// One `ShouldRateLimit` call of any message, on a new connection: what a
+/// client that does not use Envoy's protos can send. Answers of any size
+/// are read, so that a test sees how large one is.
+pub async fn raw_call<M>(
+    addr: SocketAddr,
+    message: M,
+) -> Result<RateLimitResponse, tonic::Status>
+where
+    M: prost::Message + Send + Sync + 'static,
+{
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    let mut grpc =
+        tonic::client::Grpc::new(channel).max_decoding_message_size(usize::MAX);
+    grpc.ready().await.expect("ready");
+    let codec = tonic_prost::ProstCodec::<M, RateLimitResponse>::default();
+    let path = http::uri::PathAndQuery::from_static(
+        "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+    );
+    grpc.unary(tonic::Request::new(message), path, codec)
+        .await
+        .map(tonic::Response::into_inner)
+}
+
 pub fn entry(key: &str, value: &str) -> Entry {
     Entry {
         key: key.to_owned(),
