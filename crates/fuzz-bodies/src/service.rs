@@ -7,9 +7,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use prost::Message;
 use rate_tier_service::config::Unit;
-use rate_tier_service::wire::WireRequest;
+use rate_tier_service::decide::{Incoming, Oversized};
+use rate_tier_service::wire::{self, WireRequest};
 use rate_tier_service::{
-    Config, DecideError, DecideOptions, Decider, Metrics, json,
+    Config, DecideError, DecideOptions, Decider, Metrics, RequestLimits, json,
 };
 use rate_tier_storage::MemoryStorage;
 
@@ -46,6 +47,12 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 0}
 ";
 
+/// Bounds small enough for fuzz inputs (a few KiB) to cross both.
+const LIMITS: RequestLimits = RequestLimits {
+    max_descriptors: 8,
+    max_request_bytes: 1024,
+};
+
 static DECIDER: LazyLock<Decider> = LazyLock::new(|| {
     let config = match Config::from_yaml("fuzz.yaml", RULES) {
         Ok(config) => config,
@@ -54,10 +61,66 @@ static DECIDER: LazyLock<Decider> = LazyLock::new(|| {
     Decider::new(
         config,
         Arc::new(MemoryStorage::new()),
-        DecideOptions::default(),
+        DecideOptions {
+            limits: LIMITS,
+            ..DecideOptions::default()
+        },
         Arc::new(Metrics::new(None)),
     )
 });
+
+/// What a transport read of `data` (`read`, within [`LIMITS`]) against the
+/// same bytes read whole (`whole`): within the bounds, the same request;
+/// beyond one, a bound that holds; an error only for bytes that are not a
+/// request. Then the answer: decided, or one refusal.
+fn read_within_bounds<E: std::fmt::Debug>(
+    data: &[u8],
+    read: Result<Incoming, E>,
+    whole: impl FnOnce() -> Result<RateLimitRequest, E>,
+) {
+    let incoming = match read {
+        Ok(incoming) => incoming,
+        Err(error) => {
+            assert!(data.len() <= LIMITS.max_request_bytes);
+            assert!(whole().is_err(), "refused, but reads whole: {error:?}");
+            return;
+        }
+    };
+    match &incoming {
+        Incoming::Request(request) => {
+            assert!(data.len() <= LIMITS.max_request_bytes);
+            assert!(request.descriptors.len() <= LIMITS.max_descriptors);
+            match whole() {
+                Ok(whole) => assert_eq!(&whole, request),
+                Err(error) => panic!("read, but not whole: {error:?}"),
+            }
+            decided(request);
+        }
+        Incoming::Oversized(Oversized::Bytes) => {
+            assert!(data.len() > LIMITS.max_request_bytes);
+            refused(&incoming);
+        }
+        Incoming::Oversized(Oversized::Descriptors) => {
+            assert!(data.len() <= LIMITS.max_request_bytes);
+            if let Ok(whole) = whole() {
+                assert!(whole.descriptors.len() > LIMITS.max_descriptors);
+            }
+            refused(&incoming);
+        }
+    }
+}
+
+/// The answer to a request beyond a bound: one refusal, never an error.
+fn refused(incoming: &Incoming) {
+    match now(DECIDER.answer(incoming, "fuzz")) {
+        Ok(response) => {
+            assert_eq!(response.overall_code, Code::OverLimit as i32);
+            assert_eq!(response.statuses.len(), 1);
+            assert_eq!(response.statuses[0].code, Code::OverLimit as i32);
+        }
+        Err(error) => panic!("an error for an oversized request: {error}"),
+    }
+}
 
 /// A decision of the service: never an error but for what only a broken
 /// gateway sends, and one status per descriptor.
@@ -93,18 +156,20 @@ fn decided(request: &RateLimitRequest) {
     }
 }
 
-/// `ShouldRateLimit` from any bytes a gRPC client sends.
+/// `ShouldRateLimit` from any bytes a gRPC client sends, read within the
+/// bounds as the service reads it.
 pub fn rls_request(data: &[u8]) {
-    if let Ok(wire) = WireRequest::decode(data) {
-        decided(&RateLimitRequest::from(wire));
-    }
+    read_within_bounds(data, wire::read_request(data, LIMITS), || {
+        WireRequest::decode(data).map(RateLimitRequest::from)
+    });
 }
 
-/// `POST /json` from any body.
+/// `POST /json` from any body, read within the bounds as the service
+/// reads it.
 pub fn json_body(data: &[u8]) {
-    if let Ok(request) = json::parse_request(data) {
-        decided(&request);
-    }
+    read_within_bounds(data, json::read_request(data, LIMITS), || {
+        json::parse_request(data)
+    });
 }
 
 /// The service's YAML config: accepted, or an error naming the file.
