@@ -46,7 +46,8 @@
 //!   messages, plus the line; `quota_mode`, `detailed_metric`,
 //!   `value_to_metric` and `metadata` are accepted and ignored (see
 //!   [`config`]). The service does not start without a valid config
-//!   (upstream starts and answers errors).
+//!   (upstream starts and answers errors), nor with no config file at all;
+//!   a reload that finds no config file keeps the config in use.
 //!
 //! # In a program
 //!

@@ -11,7 +11,7 @@
 //! | `ratelimit_service_should_rate_limit_total` | `transport` (`grpc`, `json`), `code` (`ok`, `over_limit`, `oversized`, `invalid_argument`, `unavailable`) | calls (`oversized`: beyond a [`RequestLimits`](crate::RequestLimits) bound, refused) |
 //! | `ratelimit_service_domain_not_found_total` | | descriptors of requests for an unknown domain |
 //! | `ratelimit_service_global_shadow_mode_total` | | refusals that `--shadow` let through |
-//! | `ratelimit_service_config_load_total` | `result` (`success`, `error`) | config loads and reloads |
+//! | `ratelimit_service_config_load_total` | `result` (`success`, `error`, `kept_empty`) | config loads and reloads: `error` (invalid) and `kept_empty` (no config file found) keep the config in use |
 //! | `ratelimit_service_config_domains` | | domains in the config in use |
 //! | `ratelimit_service_store_latency_seconds` | `store` (`memory`, `redis`, `fallback`, ...) | time of each store decision |
 //! | `ratelimit_service_breaker_state` | `domain` | 0 closed, 1 half-open, 2 open (Redis with its fallback only) |
@@ -182,15 +182,23 @@ impl Metrics {
             .inc();
     }
 
-    pub(crate) fn config_loaded(&self, ok: bool, domains: usize) {
-        let result = if ok { "success" } else { "error" };
+    fn config_load(&self, result: &str) {
         self.config_loads
             .get_or_create(&vec![("result".to_owned(), result.to_owned())])
             .inc();
+    }
+
+    pub(crate) fn config_loaded(&self, ok: bool, domains: usize) {
+        self.config_load(if ok { "success" } else { "error" });
         if ok {
             self.config_domains
                 .set(i64::try_from(domains).unwrap_or(i64::MAX));
         }
+    }
+
+    /// A reload found no config file and kept the config in use.
+    pub(crate) fn config_kept_empty(&self) {
+        self.config_load("kept_empty");
     }
 
     pub(crate) fn store_latency(&self, store: &'static str, took: Duration) {

@@ -13,8 +13,11 @@
 //! what events miss
 //! (network file systems, overflowed queues). A reload reads every file
 //! again and installs the new config only if it is valid and differs from
-//! the one in use; an invalid one is logged and counted, and the old config
-//! stays.
+//! the one in use; an invalid one is logged and counted (`error`), and the
+//! old config stays. So does the old config when the path holds no config
+//! file (a deploy between removing the files and writing the new ones),
+//! counted as `kept_empty`: only a file that says so (a `domain` with no
+//! `descriptors`) empties the rules.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -57,6 +60,11 @@ pub(crate) async fn reload(path: &Path, decider: &Decider) -> bool {
             decider.install(config);
             tracing::info!(domains, rules, "config reloaded");
             true
+        }
+        Err(error) if error.is_no_file() => {
+            decider.metrics().config_kept_empty();
+            tracing::warn!(%error, "no rule found: the config in use stays");
+            false
         }
         Err(error) => {
             decider.metrics().config_loaded(false, 0);

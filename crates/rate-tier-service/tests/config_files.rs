@@ -321,6 +321,17 @@ fn check_config_exits_0_or_1_with_the_file_and_the_reason() {
         .expect("runs");
     assert_eq!(out.status.code(), Some(1));
 
+    // A directory with no config file: the service would not start.
+    let empty = TempDir::new();
+    let out = Command::new(binary)
+        .arg("check-config")
+        .arg(empty.path())
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no config file found"), "{stderr}");
+
     let out = Command::new(binary).arg("--bogus").output().expect("runs");
     assert_eq!(out.status.code(), Some(2), "a usage error");
     let out = Command::new(binary)

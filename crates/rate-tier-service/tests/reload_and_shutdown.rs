@@ -11,6 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use gcra_core::Decision;
 use rate_tier_service::{Service, ServiceOptions, StoreChoice};
 use rate_tier_storage::{
@@ -29,22 +30,41 @@ async fn start(path: &Path) -> rate_tier_service::Running {
     Service::start(options).await.expect("starts")
 }
 
+/// One decision for `key=value` in `domain`.
+async fn decide(
+    running: &rate_tier_service::Running,
+    domain: &str,
+    key: &str,
+    value: &str,
+) -> RateLimitResponse {
+    client(running.grpc_addr())
+        .await
+        .should_rate_limit(request(domain, vec![desc(&[(key, value)])]))
+        .await
+        .expect("a decision")
+        .into_inner()
+}
+
 /// The name of the rule that `key=ana` gets in `domain`, if any.
 async fn rule_of(
     running: &rate_tier_service::Running,
     domain: &str,
     key: &str,
 ) -> Option<String> {
-    client(running.grpc_addr())
-        .await
-        .should_rate_limit(request(domain, vec![desc(&[(key, "ana")])]))
-        .await
-        .expect("a decision")
-        .into_inner()
-        .statuses[0]
+    decide(running, domain, key, "ana").await.statuses[0]
         .current_limit
         .as_ref()
         .map(|l| l.name.clone())
+}
+
+/// The code of one decision for `key=value` in `domain`.
+async fn code_of(
+    running: &rate_tier_service::Running,
+    domain: &str,
+    key: &str,
+    value: &str,
+) -> i32 {
+    decide(running, domain, key, value).await.overall_code
 }
 
 fn rules(domain: &str, key: &str, name: &str) -> String {
@@ -126,6 +146,95 @@ async fn a_directory_reloads_and_a_broken_file_keeps_the_old_config() {
         .await,
         "the fixed config was reloaded"
     );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_emptied_directory_keeps_the_running_config_until_files_return() {
+    let dir = TempDir::new();
+    let domain = unique("emptied");
+    let file = dir.write("config.yaml", &rules(&domain, "a", "first"));
+    let running = start(dir.path()).await;
+    for _ in 0..5 {
+        assert_eq!(code_of(&running, &domain, "a", "bob").await, OK);
+    }
+    assert_eq!(code_of(&running, &domain, "a", "bob").await, OVER_LIMIT);
+
+    // A deploy removes the files before it writes the new ones.
+    std::fs::remove_file(&file).expect("rm");
+    let http_addr = running.http_addr();
+    let kept = || async {
+        let m = http(http_addr, "GET", "/metrics", b"").await.body;
+        metric(
+            &m,
+            "ratelimit_service_config_load_total{result=\"kept_empty\"}",
+        )
+        .is_some_and(|n| n >= 1.0)
+    };
+    assert!(
+        eventually(WATCH, || async {
+            kept().await || rule_of(&running, &domain, "a").await.is_none()
+        })
+        .await,
+        "the reload never saw the empty directory"
+    );
+    assert_eq!(
+        rule_of(&running, &domain, "a").await.as_deref(),
+        Some("first"),
+        "an empty directory switched the rules off"
+    );
+    assert_eq!(
+        code_of(&running, &domain, "a", "bob").await,
+        OVER_LIMIT,
+        "still limiting"
+    );
+    assert!(kept().await, "counted as kept");
+    assert!(
+        !running.reload().await,
+        "an empty directory changes nothing"
+    );
+
+    // The files return: reloaded.
+    let file = dir.write("config.yaml", &rules(&domain, "a", "second"));
+    assert!(
+        eventually(WATCH, || async {
+            rule_of(&running, &domain, "a").await.as_deref() == Some("second")
+        })
+        .await,
+        "the returned files were reloaded"
+    );
+    assert_eq!(code_of(&running, &domain, "a", "bob").await, OVER_LIMIT);
+
+    // Emptiness said on purpose: a domain with no descriptors.
+    rename_over(&file, &format!("domain: {domain}\n"));
+    assert!(
+        eventually(WATCH, || async {
+            rule_of(&running, &domain, "a").await.is_none()
+        })
+        .await,
+        "an explicit empty config is installed"
+    );
+    assert_eq!(code_of(&running, &domain, "a", "bob").await, OK);
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_config_directory_does_not_start_but_an_explicit_one_does() {
+    let dir = TempDir::new();
+    dir.write(".hidden.yaml", "domain: skipped\n");
+    let mut options = ServiceOptions::new(dir.path());
+    options.grpc_addr = "127.0.0.1:0".parse().expect("addr");
+    options.http_addr = "127.0.0.1:0".parse().expect("addr");
+    let error = Service::start(options.clone())
+        .await
+        .expect_err("no rules: refused");
+    let shown = error.to_string();
+    assert!(shown.contains("no config file found"), "{shown}");
+    assert!(shown.contains("domain:"), "names the explicit way: {shown}");
+
+    dir.write("none.yaml", "domain: none\n");
+    let running = Service::start(options).await.expect("explicit: starts");
+    assert_eq!(code_of(&running, "none", "a", "bob").await, OK);
     running.stop().await;
 }
 

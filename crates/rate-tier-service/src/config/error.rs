@@ -13,6 +13,8 @@ pub struct ConfigError {
     pub line: Option<usize>,
     /// Why.
     pub message: String,
+    /// Whether the path held no config file at all.
+    no_file: bool,
 }
 
 impl ConfigError {
@@ -25,7 +27,44 @@ impl ConfigError {
             file: file.to_owned(),
             line,
             message: message.into(),
+            no_file: false,
         }
+    }
+
+    /// `path` holds no config file (an empty directory, or one of
+    /// dotfiles only).
+    pub(super) fn no_file(path: &str) -> Self {
+        ConfigError {
+            no_file: true,
+            ..ConfigError::new(
+                path,
+                None,
+                "no config file found; a config with no rule must say so: \
+                 a file with `domain: NAME` and no `descriptors`",
+            )
+        }
+    }
+
+    /// Whether the path held no config file at all (an empty directory,
+    /// or one of dotfiles only): a config with no rule that did not say
+    /// so. A reload that finds it keeps the config in use.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = std::env::temp_dir().join(format!("rts-doc-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir)?;
+    /// use rate_tier_service::Config;
+    /// let error = Config::load(&dir).expect_err("an empty directory");
+    /// assert!(error.is_no_file());
+    /// assert!(error.to_string().contains("no config file found"));
+    /// // Said on purpose: a domain with no descriptors.
+    /// std::fs::write(dir.join("none.yaml"), "domain: none\n")?;
+    /// assert_eq!(Config::load(&dir)?.rule_count(), 0);
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn is_no_file(&self) -> bool {
+        self.no_file
     }
 }
 

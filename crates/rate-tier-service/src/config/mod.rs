@@ -49,7 +49,12 @@
 //! needs). Symbolic links to files are followed; links to directories are
 //! skipped with a warning, as upstream skips them. Two files with the same
 //! `domain` are an error (upstream's default, `MERGE_DOMAIN_CONFIG=false`).
-//! A file larger than [`MAX_FILE_BYTES`] is refused.
+//! A file larger than [`MAX_FILE_BYTES`] is refused. A directory with no
+//! config file (empty, or of dotfiles only) is an error
+//! ([`ConfigError::is_no_file`]), not a config that limits nothing:
+//! upstream loads it as no rule at all, and a deploy that empties the
+//! directory for a moment would switch every limit off. A config with no
+//! rule says so: a file with a `domain` and no `descriptors`.
 //!
 //! # Keys
 //!
@@ -122,16 +127,18 @@ impl Config {
     /// # Errors
     ///
     /// The first problem found, with its file: one that cannot be read, a
-    /// YAML error, a rule upstream refuses, two files with one domain.
+    /// YAML error, a rule upstream refuses, two files with one domain; or
+    /// no config file at all ([`ConfigError::is_no_file`]: a config with
+    /// no rule is valid only when a file says so, with a `domain` and no
+    /// `descriptors`).
     pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
         let path = path.as_ref();
         let mut warnings = Vec::new();
         let sources = files::read_sources(path, &mut warnings)?;
         if sources.is_empty() {
-            warnings.push(format!(
-                "{}: no config file found: every domain is unknown and nothing is limited",
-                path.display()
-            ));
+            // Never a config that limits nothing by accident: a deploy
+            // that empties the directory for a moment.
+            return Err(ConfigError::no_file(&path.display().to_string()));
         }
         let mut config = Config::from_sources(
             sources
