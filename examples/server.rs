@@ -397,17 +397,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let backend = match (&args.redis_cluster, &args.redis, &args.postgres) {
         (None, _, Some(url)) => {
-            // An example may create its table at start; the library never
-            // does it by itself. Then, like Redis, a local limiter behind a
-            // circuit breaker decides while PostgreSQL is down.
-            let mut postgres = PostgresStorage::builder(url)?;
+            // An example may create its table: at start, or (auto_migrate)
+            // when a PostgreSQL that was down first answers. Then, like
+            // Redis, a local limiter behind a circuit breaker decides while
+            // PostgreSQL is down.
+            let mut postgres =
+                PostgresStorage::builder(url)?.auto_migrate(true);
             if let Some(timeout) = args.store_timeout {
                 postgres = postgres.timeout(timeout);
             }
             let postgres = postgres.build()?;
             if let Err(error) = postgres.migrate().await {
                 eprintln!(
-                    "postgres: cannot create the table yet ({error}); limiting locally until it answers"
+                    "postgres: cannot create the table yet ({error}); limiting locally until it answers, then creating it"
                 );
             }
             tiers = tiers.storage(Arc::new(

@@ -18,6 +18,7 @@
 mod lua_support;
 mod postgres_support;
 
+use std::slice;
 use std::time::{Duration, Instant};
 
 use gcra_core::{Adjust, Charge, Decision, Quota, Window, Write, check_all};
@@ -172,7 +173,7 @@ async fn a_check_of_one_bucket_that_passes_after_a_wait_is_charged_at_its_end()
     let (key, before) = w.charged(checks[0]).await;
 
     let waited = w
-        .behind_held_locks(&[key.clone()], decide(&w.store, &checks))
+        .behind_held_locks(slice::from_ref(&key), decide(&w.store, &checks))
         .await;
     let after = w.tat(&key).await.unwrap();
     let now = after - waited.value[0].reset_after_us;
@@ -244,7 +245,7 @@ async fn a_settlement_after_a_wait_charges_from_the_wait_s_end() {
 
     let settle = [check.settle(Adjust::Charge(3))];
     let waited = w
-        .behind_held_locks(&[key.clone()], w.store.settle(&settle))
+        .behind_held_locks(slice::from_ref(&key), w.store.settle(&settle))
         .await;
     waited.value.as_ref().unwrap();
     let after = w.tat(&key).await.unwrap();
@@ -271,7 +272,7 @@ async fn a_reservation_after_a_wait_is_counted_from_the_wait_s_end() {
         let decided = w.store.reserve(&checks, wait, &mut out).await.unwrap();
         (decided.verdict.allowed, out[0])
     };
-    let waited = w.behind_held_locks(&[key.clone()], reserve).await;
+    let waited = w.behind_held_locks(slice::from_ref(&key), reserve).await;
     let (reserved, out) = waited.value;
     assert!(reserved, "{out:?}");
     let after = w.tat(&key).await.unwrap();
@@ -292,7 +293,7 @@ async fn a_window_entry_after_a_wait_is_stamped_at_the_wait_s_end() {
     let key = checks[0].key(KeyLayout::Single);
 
     let waited = w
-        .behind_held_locks(&[key.clone()], decide(&w.store, &checks))
+        .behind_held_locks(slice::from_ref(&key), decide(&w.store, &checks))
         .await;
     assert!(waited.value[0].allowed);
     let sql = format!("SELECT log_us FROM {} WHERE key = $1", w.store.table());

@@ -294,19 +294,28 @@ async fn a_caller_that_stops_waiting_leaves_no_charge() {
     }
 }
 
-/// A store on `url`, migrated, behind a fallback that opens after two
-/// failures.
-async fn behind_a_fallback(url: &str) -> (PostgresStorage, FallbackStorage) {
+/// A store on `url` that migrates by itself, behind a fallback that opens
+/// after two failures.
+fn behind_a_fallback(url: &str) -> (PostgresStorage, FallbackStorage) {
     let store = PostgresStorage::builder(url)
         .unwrap()
         .timeout(Duration::from_millis(200))
+        .auto_migrate(true)
         .build()
         .unwrap();
-    store.migrate().await.unwrap();
     let fallback = FallbackStorage::builder(Arc::new(store.clone()))
         .failure_threshold(2)
         .cool_down(Duration::from_millis(200), Duration::from_millis(400))
         .build();
+    (store, fallback)
+}
+
+/// [`behind_a_fallback`], migrated.
+async fn migrated_behind_a_fallback(
+    url: &str,
+) -> (PostgresStorage, FallbackStorage) {
+    let (store, fallback) = behind_a_fallback(url);
+    store.migrate().await.unwrap();
     (store, fallback)
 }
 
@@ -324,10 +333,21 @@ async fn who_decides(
     decided.by
 }
 
+/// Polls [`who_decides`] until PostgreSQL decides again (a real server
+/// coming back), with a deadline.
+async fn until_postgres_decides(store: &FallbackStorage, free: &LimitName) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while who_decides(store, free).await != "postgres" {
+        assert!(Instant::now() < deadline, "never decided by PostgreSQL");
+        // Fewer checks in the deadline than ana's 100 a minute.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_server_is_decided_locally_then_shared_again() {
     let mut server = PostgresServer::start();
-    let (_store, fallback) = behind_a_fallback(&server.url()).await;
+    let (_store, fallback) = migrated_behind_a_fallback(&server.url()).await;
     let free = name("free");
     assert_eq!(who_decides(&fallback, &free).await, "postgres");
     server.kill();
@@ -335,19 +355,31 @@ async fn a_stopped_server_is_decided_locally_then_shared_again() {
         assert_eq!(who_decides(&fallback, &free).await, "fallback");
     }
     server.restart();
-    // A real server coming back: polled, with a deadline.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while who_decides(&fallback, &free).await != "postgres" {
-        assert!(Instant::now() < deadline, "never shared again");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    until_postgres_decides(&fallback, &free).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_started_while_its_server_is_down_creates_its_table_once_it_answers()
+ {
+    let mut server = PostgresServer::start();
+    server.stop();
+    let (store, fallback) = behind_a_fallback(&server.url());
+    // As the example server starts: a migration that cannot run yet.
+    assert!(store.migrate().await.is_err());
+    let free = name("free");
+    for _ in 0..5 {
+        assert_eq!(who_decides(&fallback, &free).await, "fallback");
     }
+    server.restart();
+    until_postgres_decides(&fallback, &free).await;
+    assert!(store.is_migrated().await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_server_answers_fast_once_the_breaker_opens() {
     // Paused: the server and its backends stopped, sockets open, silent.
     let mut server = PostgresServer::start();
-    let (_store, fallback) = behind_a_fallback(&server.url()).await;
+    let (_store, fallback) = migrated_behind_a_fallback(&server.url()).await;
     let free = name("free");
     assert_eq!(who_decides(&fallback, &free).await, "postgres");
     server.pause();

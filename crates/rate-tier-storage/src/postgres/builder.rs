@@ -8,6 +8,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use gcra_core::{ConcurrencyError, Lease};
 use tokio_postgres::NoTls;
 
+use super::migrate::AutoMigrate;
 use super::schema::{DEFAULT_TABLE, InvalidTable, Schema};
 use super::{Inner, PostgresStorage};
 use crate::storage::StorageError;
@@ -33,6 +34,7 @@ pub struct PostgresStorageBuilder {
     lease: Lease,
     pool_size: usize,
     unlogged: bool,
+    auto_migrate: bool,
     cleanup_every: Option<Duration>,
     cleanup_batch: u32,
 }
@@ -70,6 +72,7 @@ impl PostgresStorageBuilder {
             lease: Lease::new(DEFAULT_LEASE)?,
             pool_size: 16,
             unlogged: false,
+            auto_migrate: false,
             cleanup_every: Some(DEFAULT_CLEANUP_EVERY),
             cleanup_batch: DEFAULT_CLEANUP_BATCH,
         })
@@ -142,6 +145,34 @@ impl PostgresStorageBuilder {
         self
     }
 
+    /// Whether the store creates (or updates) its table and functions by
+    /// itself, as [`migrate`](PostgresStorage::migrate) does (off by
+    /// default: the schema is a deploy step). On, it migrates once, before
+    /// the first call that reaches the database (so an instance started
+    /// while its database was down creates the table once it answers), and
+    /// again after a call finds the table or a function missing; several
+    /// instances migrating at once wait for each other. Its database user
+    /// needs the right to create them; until it has it, every call fails
+    /// (behind a [`FallbackStorage`](crate::FallbackStorage), decided
+    /// locally).
+    ///
+    /// ```no_run
+    /// use rate_tier_storage::{FallbackStorage, PostgresStorage};
+    /// use std::sync::Arc;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // Built without a round trip: the database may be down.
+    /// let store = PostgresStorage::builder("postgres://app@db.internal/app")?
+    ///     .auto_migrate(true)
+    ///     .build()?;
+    /// let store = FallbackStorage::builder(Arc::new(store)).build();
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn auto_migrate(mut self, auto_migrate: bool) -> Self {
+        self.auto_migrate = auto_migrate;
+        self
+    }
+
     /// How often expired rows are removed in the background (every minute
     /// by default; `None`: never, for a store that runs
     /// [`cleanup`](PostgresStorage::cleanup) itself), `batch` rows at most
@@ -176,9 +207,13 @@ impl PostgresStorageBuilder {
             .max_size(self.pool_size)
             .build()
             .map_err(|e| PostgresConfigError::Pool(e.to_string()))?;
+        let auto_migrate = self
+            .auto_migrate
+            .then(|| AutoMigrate::new(self.schema.migration(self.unlogged)));
         let store = PostgresStorage {
             inner: Arc::new(Inner {
                 pool,
+                auto_migrate,
                 schema: self.schema,
                 timeout: self.timeout,
                 unlogged: self.unlogged,
@@ -197,17 +232,25 @@ impl PostgresStorageBuilder {
         Ok(store)
     }
 
-    /// The store, once the database answered and the schema is there.
+    /// The store, once the database answered and the schema is there
+    /// (migrated first by a store built with
+    /// [`auto_migrate`](Self::auto_migrate)).
     ///
     /// # Errors
     ///
     /// The database cannot be reached, or the table or its functions are
-    /// missing ([`StorageError::Backend`], naming the migration to run).
+    /// missing ([`StorageError::Backend`], naming the migration to run), or
+    /// the migration failed.
     pub async fn connect(self) -> Result<PostgresStorage, StorageError> {
+        let auto_migrate = self.auto_migrate;
         let store = self
             .build()
             .map_err(|e| StorageError::Backend(Box::new(e)))?;
-        store.ensure_migrated().await?;
+        if auto_migrate {
+            store.migrate().await?;
+        } else {
+            store.ensure_migrated().await?;
+        }
         Ok(store)
     }
 }

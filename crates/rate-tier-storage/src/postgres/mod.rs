@@ -3,6 +3,7 @@
 mod args;
 mod builder;
 mod job;
+mod migrate;
 mod reserve;
 mod reset;
 mod schema;
@@ -18,6 +19,7 @@ use tokio_postgres::types::ToSql;
 use self::args::{check_args, mixed_args, settle_args, slot_id, slots_args};
 pub use self::builder::{PostgresConfigError, PostgresStorageBuilder};
 use self::job::{Call, Layout};
+use self::migrate::AutoMigrate;
 pub use self::schema::InvalidTable;
 use self::schema::{MissingSchema, Schema};
 use crate::bucket::{BucketCancel, BucketCheck, BucketSettle};
@@ -102,7 +104,11 @@ use crate::storage::{Decided, Storage, StorageError, validate};
 ///   by [`migrate`](Self::migrate) (or the SQL of
 ///   [`migration_sql`](Self::migration_sql), run by hand);
 ///   [`connect`](PostgresStorageBuilder::connect) checks they are there and
-///   fails with an error naming the migration when they are not.
+///   fails with an error naming the migration when they are not. A store
+///   built with [`auto_migrate`](PostgresStorageBuilder::auto_migrate)
+///   creates them itself, when the database first answers (an instance
+///   may start while its database is down) and whenever a call finds them
+///   missing.
 ///
 /// ```no_run
 /// use rate_tier_storage::{BucketCheck, LimitName, PostgresStorage, Storage};
@@ -132,6 +138,8 @@ pub(super) struct Inner {
     timeout: Duration,
     unlogged: bool,
     lease: Lease,
+    /// For a store that migrates by itself: whether it did.
+    auto_migrate: Option<AutoMigrate>,
 }
 
 impl PostgresStorage {
@@ -284,8 +292,10 @@ impl PostgresStorage {
 
     /// Creates the table (if it is not there; a table of an earlier
     /// version gets the columns of windows, periods and concurrency slots)
-    /// and (re)creates its functions. Safe to run again; never run by the
-    /// store by itself.
+    /// and (re)creates its functions. Safe to run again, and by several
+    /// instances at once (they wait for each other). Run by the store by
+    /// itself only if it was built with
+    /// [`auto_migrate`](PostgresStorageBuilder::auto_migrate).
     ///
     /// # Errors
     ///
@@ -293,8 +303,12 @@ impl PostgresStorage {
     /// right to create).
     pub async fn migrate(&self) -> Result<(), StorageError> {
         let sql = self.inner.schema.migration(self.inner.unlogged);
-        let client = self.inner.client().await?;
-        client.batch_execute(&sql).await.map_err(backend)
+        let client = self.inner.connection().await?;
+        client.batch_execute(&sql).await.map_err(backend)?;
+        if let Some(auto) = &self.inner.auto_migrate {
+            auto.ran();
+        }
+        Ok(())
     }
 
     /// Whether the table and its functions are there.
@@ -303,7 +317,7 @@ impl PostgresStorage {
     ///
     /// The database cannot be reached.
     pub async fn is_migrated(&self) -> Result<bool, StorageError> {
-        let client = self.inner.client().await?;
+        let client = self.inner.connection().await?;
         let row = client
             .query_one(&self.inner.schema.exists, &[])
             .await
@@ -345,13 +359,39 @@ impl PostgresStorage {
 }
 
 impl Inner {
-    /// A pooled connection, within the store's timeout.
-    async fn client(&self) -> Result<deadpool_postgres::Client, StorageError> {
+    /// A pooled connection, within the store's timeout, for the schema's
+    /// own statements (the migration and its check).
+    async fn connection(
+        &self,
+    ) -> Result<deadpool_postgres::Client, StorageError> {
         match tokio::time::timeout(self.timeout, self.pool.get()).await {
             Ok(Ok(client)) => Ok(client),
             Ok(Err(error)) => Err(StorageError::Backend(Box::new(error))),
             Err(_) => Err(StorageError::Timeout(self.timeout)),
         }
+    }
+
+    /// A pooled connection, within the store's timeout, ready for the
+    /// schema's tables and functions (see [`Inner::ready`]).
+    async fn client(&self) -> Result<deadpool_postgres::Client, StorageError> {
+        match tokio::time::timeout(self.timeout, self.ready()).await {
+            Ok(ready) => ready,
+            Err(_) => Err(StorageError::Timeout(self.timeout)),
+        }
+    }
+
+    /// A pooled connection, once the schema is in place for a store that
+    /// migrates by itself. Unbounded: its callers bound it.
+    async fn ready(&self) -> Result<deadpool_postgres::Client, StorageError> {
+        let client = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| StorageError::Backend(Box::new(e)))?;
+        if let Some(auto) = &self.auto_migrate {
+            auto.ensure(&client).await.map_err(backend)?;
+        }
+        Ok(client)
     }
 
     /// One call of a function of the schema: its reply, `expected` numbers.
@@ -410,11 +450,7 @@ impl Inner {
         params: &[&(dyn ToSql + Sync)],
         expected: usize,
     ) -> Result<Option<Vec<i64>>, StorageError> {
-        let client = self
-            .pool
-            .get()
-            .await
-            .map_err(|e| StorageError::Backend(Box::new(e)))?;
+        let client = self.ready().await?;
         let prepared = client
             .prepare_cached(statement)
             .await
@@ -444,7 +480,8 @@ impl Inner {
             .map_err(|e| self.error(e))
     }
 
-    /// A database error, the missing schema said as such.
+    /// A database error, the missing schema said as such (and, for a store
+    /// that migrates by itself, migrated again by the next call).
     fn error(&self, error: tokio_postgres::Error) -> StorageError {
         use tokio_postgres::error::SqlState;
         let missing = error.code().is_some_and(|code| {
@@ -452,6 +489,9 @@ impl Inner {
                 || *code == SqlState::UNDEFINED_TABLE
         });
         if missing {
+            if let Some(auto) = &self.auto_migrate {
+                auto.missing();
+            }
             return StorageError::Backend(Box::new(MissingSchema {
                 table: self.schema.table.clone(),
             }));
