@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! rate-tier-service --config PATH [--grpc ADDR] [--http ADDR]
-//!         [--redis URL | --redis-cluster HOST:PORT,... | --postgres URL]
+//!         [--redis URL | --redis-cluster HOST:PORT,... | --postgres URL [--postgres-timeout TIME]]
 //!         [--shadow] [--headers x|ietf|both|none] [--log-format text|json]
 //!         [--admin [IP:]PORT --admin-token-file FILE]
 //! rate-tier-service check-config PATH
@@ -33,6 +33,7 @@
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::admin::AdminOptions;
 use crate::server::{ServiceOptions, StoreChoice};
@@ -54,6 +55,8 @@ OPTIONS:
     --redis URL                share the limits through one Redis (with a local fallback)
     --redis-cluster NODES      ... or a Redis Cluster: HOST:PORT,HOST:PORT,... (or redis:// URLs)
     --postgres URL             ... or PostgreSQL (its table created beforehand by `migrate`)
+    --postgres-timeout TIME    how long a PostgreSQL call may take before the local fallback decides it:
+                               milliseconds (750ms) or seconds (2s) (default 500ms)
     --shadow                   decide and count, never refuse
     --headers MODE             response headers: x, ietf, both or none (default none)
     --log-format FORMAT        text or json (default text); the level comes from RUST_LOG (default info)
@@ -123,6 +126,21 @@ fn text(flag: &str, value: OsString) -> Result<String, String> {
         .map_err(|_| format!("{flag}: not UTF-8"))
 }
 
+/// Whole milliseconds (`750ms`) or seconds (`2s`), above 0.
+fn duration(flag: &str, value: OsString) -> Result<Duration, String> {
+    let text = text(flag, value)?;
+    let parsed = match text.strip_suffix("ms") {
+        Some(ms) => ms.parse().ok().map(Duration::from_millis),
+        None => text
+            .strip_suffix('s')
+            .and_then(|s| s.parse().ok())
+            .map(Duration::from_secs),
+    };
+    parsed.filter(|d| !d.is_zero()).ok_or_else(|| {
+        format!("{flag} {text:?}: not a duration above 0 like 750ms or 2s")
+    })
+}
+
 /// Node URLs from `HOST:PORT,...` (items that are already URLs are kept).
 fn cluster_urls(list: &str) -> Result<Vec<String>, String> {
     let urls: Vec<String> = list
@@ -161,6 +179,7 @@ where
     let mut redis = None;
     let mut cluster = None;
     let mut postgres = None;
+    let mut postgres_timeout = None;
     let mut migrate = false;
     let mut shadow = false;
     let mut headers = HeaderStyle::None;
@@ -191,6 +210,10 @@ where
             Long("postgres") => {
                 postgres =
                     Some(text("--postgres", parser.value().map_err(error)?)?)
+            }
+            Long("postgres-timeout") => {
+                let value = parser.value().map_err(error)?;
+                postgres_timeout = Some(duration("--postgres-timeout", value)?);
             }
             Value(value)
                 if !migrate
@@ -261,6 +284,14 @@ where
     if let Some(http) = http {
         options.http_addr = http;
     }
+    if let Some(timeout) = postgres_timeout {
+        if postgres.is_none() {
+            return Err(
+                "--postgres-timeout is only used with --postgres URL".into()
+            );
+        }
+        options.postgres_timeout = timeout;
+    }
     options.store = match (redis, cluster, postgres) {
         (Some(url), None, None) => StoreChoice::Redis(url),
         (None, Some(urls), None) => StoreChoice::RedisCluster(urls),
@@ -296,4 +327,44 @@ where
         options,
         log_format,
     })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rate_tier_storage::{PostgresStorage, RedisStorage};
+
+    fn serve(args: &[&str]) -> Result<ServiceOptions, String> {
+        match parse(args)? {
+            Command::Serve(serve) => Ok(serve.options),
+            other => Err(format!("{other:?}")),
+        }
+    }
+
+    #[test]
+    fn postgres_calls_wait_the_store_s_own_default_or_the_flag_s() {
+        let on_postgres = ["--config", "a", "--postgres", "postgres://db/app"];
+        let options = serve(&on_postgres).expect("valid");
+        assert_eq!(options.postgres_timeout, PostgresStorage::DEFAULT_TIMEOUT);
+        assert_eq!(options.postgres_timeout, Duration::from_millis(500));
+        assert_eq!(options.redis_timeout, RedisStorage::DEFAULT_TIMEOUT);
+        for (flag, expected) in [("750ms", 750), ("2s", 2000), ("50ms", 50)] {
+            let args =
+                [&on_postgres[..], &["--postgres-timeout", flag]].concat();
+            let options = serve(&args).expect("valid");
+            assert_eq!(
+                options.postgres_timeout,
+                Duration::from_millis(expected)
+            );
+        }
+        for bad in ["0ms", "0s", "500", "1.5s", "-1s", "ms", "2 s", "1m"] {
+            let args =
+                [&on_postgres[..], &["--postgres-timeout", bad]].concat();
+            let error = serve(&args).expect_err(bad);
+            assert!(error.contains("--postgres-timeout"), "{bad}: {error}");
+        }
+        let error = serve(&["--config", "a", "--postgres-timeout", "1s"])
+            .expect_err("without --postgres");
+        assert!(error.contains("--postgres URL"), "{error}");
+    }
 }

@@ -67,6 +67,10 @@ pub struct ServiceOptions {
     pub rescan_every: Duration,
     /// The timeout of each Redis call (default 100 ms).
     pub redis_timeout: Duration,
+    /// The timeout of each PostgreSQL call (default
+    /// [`PostgresStorage::DEFAULT_TIMEOUT`], 500 ms): past it, the local
+    /// fallback decides.
+    pub postgres_timeout: Duration,
     /// The admin API's listener and token file (default none: no admin
     /// API). See [`admin`](crate::admin).
     pub admin: Option<AdminOptions>,
@@ -89,6 +93,7 @@ impl ServiceOptions {
             reload_debounce: Duration::from_millis(200),
             rescan_every: Duration::from_secs(60),
             redis_timeout: RedisStorage::DEFAULT_TIMEOUT,
+            postgres_timeout: PostgresStorage::DEFAULT_TIMEOUT,
             admin: None,
         }
     }
@@ -144,6 +149,7 @@ pub struct Running {
 async fn build_store(
     choice: &StoreChoice,
     redis_timeout: Duration,
+    postgres_timeout: Duration,
 ) -> Result<(Arc<dyn Storage>, Option<FallbackStorage>), StorageError> {
     let behind = |primary: Arc<dyn Storage>| {
         let fallback = FallbackStorage::builder(primary).build();
@@ -162,7 +168,7 @@ async fn build_store(
             wrap(RedisStorage::from_cluster_urls(urls)?)
         }
         StoreChoice::Postgres(url) => {
-            let store = postgres(url, redis_timeout)?;
+            let store = postgres(url, postgres_timeout)?;
             check_postgres(&store).await?;
             behind(Arc::new(store))
         }
@@ -239,8 +245,12 @@ impl Service {
         for warning in config.warnings() {
             tracing::warn!(%warning, "config");
         }
-        let (store, fallback) =
-            build_store(&options.store, options.redis_timeout).await?;
+        let (store, fallback) = build_store(
+            &options.store,
+            options.redis_timeout,
+            options.postgres_timeout,
+        )
+        .await?;
         let events = store.subscribe(Arc::new(|event: &StorageEvent| {
             if let StorageEvent::Breaker {
                 domain, from, to, ..

@@ -13,10 +13,6 @@ use super::schema::{DEFAULT_TABLE, InvalidTable, Schema};
 use super::{Inner, PostgresStorage};
 use crate::storage::StorageError;
 
-/// How long a call may take before its caller gets
-/// [`StorageError::Timeout`], unless the builder says otherwise.
-const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
-
 /// How often expired rows are removed, and how many at most per statement.
 const DEFAULT_CLEANUP_EVERY: Duration = Duration::from_secs(60);
 const DEFAULT_CLEANUP_BATCH: u32 = 1_000;
@@ -68,7 +64,7 @@ impl PostgresStorageBuilder {
         Ok(PostgresStorageBuilder {
             config,
             schema: Schema::new(DEFAULT_TABLE)?,
-            timeout: DEFAULT_TIMEOUT,
+            timeout: PostgresStorage::DEFAULT_TIMEOUT,
             lease: Lease::new(DEFAULT_LEASE)?,
             pool_size: 16,
             unlogged: false,

@@ -143,6 +143,18 @@ pub(super) struct Inner {
 }
 
 impl PostgresStorage {
+    /// How long a call may take before it fails with
+    /// [`StorageError::Timeout`], unless set with
+    /// [`PostgresStorageBuilder::timeout`].
+    ///
+    /// ```
+    /// assert_eq!(
+    ///     rate_tier_storage::PostgresStorage::DEFAULT_TIMEOUT,
+    ///     std::time::Duration::from_millis(500)
+    /// );
+    /// ```
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
+
     /// A builder for the database at `url` (`postgres://user:pass@host/db`,
     /// or libpq's `key=value` form).
     ///
