@@ -200,7 +200,8 @@ pub async fn migrate_postgres(url: &str) -> Result<String, StorageError> {
 
 /// At start, a PostgreSQL that answers must have its table: a missing one
 /// is an error now, never a failure per request. One that does not answer
-/// yet is decided locally by the fallback until it does.
+/// yet is decided locally by the fallback until it does, and watched
+/// ([`watch_postgres`]).
 async fn check_postgres(store: &PostgresStorage) -> Result<(), StorageError> {
     match store.is_migrated().await {
         Ok(true) => Ok(()),
@@ -208,7 +209,40 @@ async fn check_postgres(store: &PostgresStorage) -> Result<(), StorageError> {
         Ok(false) => store.ensure_migrated().await,
         Err(error) => {
             tracing::warn!(%error, "PostgreSQL does not answer yet: limiting locally until it does");
+            tokio::spawn(watch_postgres(store.clone()));
             Ok(())
+        }
+    }
+}
+
+/// Polls a PostgreSQL that did not answer at start until it answers with
+/// its table. The service never creates the table (`rate-tier-service
+/// migrate` does, at deploy): while the database answers without it, every
+/// decision stays local, and an error says so at once and every minute.
+async fn watch_postgres(store: PostgresStorage) {
+    const POLL: Duration = Duration::from_secs(1);
+    const REPEAT: Duration = Duration::from_secs(60);
+    let mut said: Option<tokio::time::Instant> = None;
+    loop {
+        tokio::time::sleep(POLL).await;
+        match store.is_migrated().await {
+            Ok(true) => {
+                tracing::info!(
+                    table = store.table(),
+                    "PostgreSQL answers and its table is in place: limits are shared"
+                );
+                return;
+            }
+            Ok(false) if said.is_none_or(|at| at.elapsed() >= REPEAT) => {
+                tracing::error!(
+                    table = store.table(),
+                    "PostgreSQL answers without the table: every decision stays local \
+                     until `rate-tier-service migrate --postgres URL` creates it"
+                );
+                said = Some(tokio::time::Instant::now());
+            }
+            // Still down, or said less than a minute ago.
+            _ => {}
         }
     }
 }
