@@ -86,11 +86,13 @@
 //!    [`MAX_TIME_US`] (a corrupted value), or it is before `now`: `tat = now`.
 //!    If `tat > now + tau + max_debt` the clock went backwards:
 //!    `tat = now + tau + max_debt` (the [ceiling](Quota::ceiling_us);
-//!    `max_debt` is one burst window, `tau`, unless the quota says otherwise:
-//!    [`Quota::allow_debt`]), and that capped value is stored even on a
-//!    refusal, so the user is not locked out for as long as the clock jumped
-//!    back. (A TAT between `tau` and the ceiling ahead is a debt left by
-//!    [`Quota::settle`]; the cap must not erase it.)
+//!    `max_debt` is [`DEFAULT_MAX_DEBT`], an hour, or `tau` if longer,
+//!    unless the quota says otherwise: [`Quota::allow_debt`]), and that
+//!    capped value is stored even on a refusal, so the user is not locked
+//!    out for longer than the ceiling. (A TAT between `tau` and the ceiling
+//!    ahead is a debt left by [`Quota::settle`] or a slot reserved by
+//!    [`Quota::reserve`]; the cap must not erase it, whatever the instance
+//!    that reads it waits for.)
 //! 2. `new_tat = tat + T * cost`; `allow_at = new_tat - tau`.
 //! 3. If `allow_at > now`: refused, `retry_after = allow_at - now`,
 //!    `reset_after = tat - now`, remaining 0.
@@ -193,7 +195,7 @@ pub use joint::{Charge, JointError, Verdict, check_all};
 pub use period::{
     MAX_OFFSET_S, Period, PeriodDecision, PeriodError, PeriodUnit, PeriodWrite,
 };
-pub use quota::{Quota, QuotaError};
+pub use quota::{DEFAULT_MAX_DEBT, Quota, QuotaError};
 pub use reserve::{JointReservation, Reservation, Reserve, reserve_all};
 pub use window::{
     LogWrite, MAX_WINDOW_LIMIT, Window, WindowDecision, WindowError,

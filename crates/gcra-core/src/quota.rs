@@ -54,13 +54,33 @@ pub struct Quota {
     period_us: u64,
     emission_interval_us: u64,
     burst_offset_us: u64,
-    /// The most debt a settlement may leave, in µs; [`ONE_BURST`]: `tau`.
+    /// The most debt a settlement or a reservation may leave, in µs;
+    /// [`UNSET`]: the default, [`DEFAULT_MAX_DEBT`] or `tau` if longer.
     max_debt_us: u64,
 }
 
-/// [`Quota::max_debt_us`] when none was set: one burst window, whatever
-/// the burst becomes.
-const ONE_BURST: u64 = u64::MAX;
+/// [`Quota::max_debt_us`] when none was set: the default, whatever the
+/// burst becomes.
+const UNSET: u64 = u64::MAX;
+
+/// The most debt a quota carries unless it says otherwise
+/// ([`Quota::allow_debt`]): an hour, or one burst window (`tau`) if that is
+/// longer.
+///
+/// It is the same on every instance that applies the quota, whatever else
+/// each does: the clock-back cap of rule 1 reads a TAT beyond
+/// `tau + max_debt` as a clock that went back, so an instance whose bound
+/// were shorter than another's would erase the debts and reservations the
+/// other made (a wait of a few seconds, a settled cost). A clock that jumps
+/// back by less than this delays the bucket's requests by the jump.
+///
+/// ```
+/// use gcra_core::{DEFAULT_MAX_DEBT, Quota};
+/// assert_eq!(DEFAULT_MAX_DEBT.as_secs(), 3600);
+/// assert_eq!(Quota::per_minute(10).max_debt_us(), 3_600_000_000);
+/// assert_eq!(Quota::per_day(10).max_debt_us(), 86_400_000_000);
+/// ```
+pub const DEFAULT_MAX_DEBT: Duration = Duration::from_secs(3600);
 
 /// Why a [`Quota`] could not be built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,7 +216,7 @@ impl Quota {
             period_us,
             emission_interval_us,
             burst_offset_us,
-            max_debt_us: ONE_BURST,
+            max_debt_us: UNSET,
         })
     }
 
@@ -302,7 +322,8 @@ impl Quota {
     }
 
     /// The same rate, with at most `debt` of debt after a
-    /// [settlement](Quota::settle) (by default one burst window, `tau`).
+    /// [settlement](Quota::settle) or a [reservation](Quota::reserve) (by
+    /// default [`DEFAULT_MAX_DEBT`], or `tau` if longer).
     ///
     /// A settled debt moves the TAT beyond `now + tau`; the next requests
     /// wait for it. A stored TAT beyond `now + tau + max debt` cannot be a
@@ -310,7 +331,9 @@ impl Quota {
     /// [crate docs](crate#the-rules-exactly)). So the bound is a trade: a
     /// larger one carries larger debts whole, and lets a clock that jumped
     /// back by up to that much delay the bucket's requests by the jump.
-    /// [`Quota::unbounded_debt`] carries every debt.
+    /// [`Quota::unbounded_debt`] carries every debt. Every instance that
+    /// shares a bucket must apply the same bound: the shortest one caps
+    /// away the others' longer debts.
     ///
     /// # Panics
     ///
@@ -393,28 +416,34 @@ impl Quota {
         self.burst_offset_us
     }
 
-    /// The most debt, in µs, a [settlement](Quota::settle) may leave: one
-    /// burst window (`tau`) unless set by [`Quota::allow_debt`].
+    /// The most debt, in µs, a [settlement](Quota::settle) or a
+    /// [reservation](Quota::reserve) may leave: [`DEFAULT_MAX_DEBT`] (or
+    /// `tau` if longer) unless set by [`Quota::allow_debt`].
     ///
     /// ```
-    /// assert_eq!(gcra_core::Quota::per_minute(10).max_debt_us(), 60_000_000);
+    /// assert_eq!(gcra_core::Quota::per_minute(10).max_debt_us(), 3_600_000_000);
     /// ```
     pub const fn max_debt_us(&self) -> u64 {
-        if self.max_debt_us == ONE_BURST {
+        if self.max_debt_us != UNSET {
+            return self.max_debt_us;
+        }
+        // An hour is far below MAX_WINDOW_US: lossless.
+        let default = DEFAULT_MAX_DEBT.as_micros() as u64;
+        if self.burst_offset_us > default {
             self.burst_offset_us
         } else {
-            self.max_debt_us
+            default
         }
     }
 
     /// `tau + max debt`, in µs: the furthest ahead of now a stored TAT is
-    /// kept (`2 * tau` by default). A TAT between `tau` and the ceiling
+    /// kept (`tau` plus an hour by default). A TAT between `tau` and the ceiling
     /// ahead is a debt left by [`Quota::settle`]; beyond, the clock went
     /// back and the TAT is capped here (rule 1 of the
     /// [crate docs](crate#the-rules-exactly)).
     ///
     /// ```
-    /// assert_eq!(gcra_core::Quota::per_minute(10).ceiling_us(), 120_000_000);
+    /// assert_eq!(gcra_core::Quota::per_minute(10).ceiling_us(), 3_660_000_000);
     /// ```
     pub const fn ceiling_us(&self) -> u64 {
         // Both are at most 2^50: no overflow.

@@ -137,10 +137,11 @@ impl LeakyBucket {
         // The water left now. A value past the end of time is garbage: empty.
         let full_at = self.full_at.filter(|&f| f <= MAX);
         let raw_level = full_at.map_or(0, |f| (f - now).max(0));
-        // Up to the quota's max debt of overflow is a debt (a settlement);
-        // more means the clock went back: spill the excess, and remember the
-        // level.
-        let brim = capacity + p.max_debt.map_or(capacity, i128::from);
+        // Up to the quota's max debt of overflow is a debt (a settlement;
+        // an hour, or a capacity if larger, by default); more means the
+        // clock went back: spill the excess, and remember the level.
+        let brim = capacity
+            + p.max_debt.map_or(capacity.max(3_600_000_000), i128::from);
         let spilled = raw_level > brim;
         let level = raw_level.min(brim);
         if now + level + pour > MAX {

@@ -200,9 +200,11 @@ fn tat_exactly_at_horizon_is_not_capped() {
 
 #[test]
 fn clock_backwards_caps_the_tat_and_stores_it() {
-    // T = 1500 µs, tau = 4500 µs: the cap is 2 tau = 9000 µs ahead, its ttl
-    // 9 ms.
-    let quota = Quota::new(3, Duration::from_micros(4500)).unwrap();
+    // T = 1500 µs, tau = 4500 µs, a debt of one burst: the cap is 2 tau =
+    // 9000 µs ahead, its ttl 9 ms.
+    let quota = Quota::new(3, Duration::from_micros(4500))
+        .unwrap()
+        .allow_debt(Duration::from_micros(4500));
     assert_eq!(quota.emission_interval_us(), 1500);
     assert_eq!(quota.burst_offset_us(), 4500);
     assert_eq!(quota.ceiling_us(), 9000);
@@ -250,7 +252,8 @@ fn a_debt_up_to_two_bursts_is_kept_and_waited_for() {
 
 #[test]
 fn clock_backwards_does_not_lock_the_user_out() {
-    let quota = Quota::per_minute(10);
+    // A debt of one burst window at most.
+    let quota = Quota::per_minute(10).allow_debt(Duration::from_secs(60));
     let mut bucket = Bucket {
         tat: Some(1_000 * SECOND),
     }; // written by a clock 940 s ahead
@@ -281,6 +284,31 @@ fn clock_backwards_does_not_lock_the_user_out() {
 }
 
 #[test]
+fn by_default_a_tat_up_to_an_hour_beyond_the_burst_is_a_debt_kept_whole() {
+    // 10 per minute: a TAT 940 s ahead is a reservation or a settled debt
+    // on another instance, whatever this one waits for: kept, not capped.
+    let quota = Quota::per_minute(10);
+    assert_eq!(quota.ceiling_us(), 3_660 * SECOND);
+    let d = quota.check(Some(1_000 * SECOND), 60 * SECOND, 1).unwrap();
+    assert_eq!(d, refused(886 * SECOND, 940 * SECOND, None));
+    // Beyond the hour, the clock went back: capped at tau plus an hour.
+    let d = quota.check(Some(4_000 * SECOND), 0, 1).unwrap();
+    assert_eq!(
+        d,
+        refused(
+            3_606 * SECOND,
+            3_660 * SECOND,
+            Some(StoreTat {
+                tat_us: 3_660 * SECOND,
+                ttl_ms: 3_660_000
+            })
+        )
+    );
+    // A day's burst window keeps a day of debt.
+    assert_eq!(Quota::per_day(10).max_debt_us(), 86_400 * SECOND);
+}
+
+#[test]
 fn stored_tat_above_max_time_is_treated_as_absent() {
     let quota = Quota::per_minute(10);
     for now in [0, 5 * SECOND, MAX_TIME_US - 12 * SECOND] {
@@ -293,9 +321,10 @@ fn stored_tat_above_max_time_is_treated_as_absent() {
             );
         }
     }
-    // MAX_TIME_US itself is a valid TAT: far ahead of 0, so it is capped.
+    // MAX_TIME_US itself is a valid TAT: far ahead of 0, so it is capped,
+    // at tau and the default debt of an hour.
     let d = quota.check(Some(MAX_TIME_US), 0, 1).unwrap();
-    assert_eq!(d.store.map(|s| s.tat_us), Some(120 * SECOND));
+    assert_eq!(d.store.map(|s| s.tat_us), Some(3_660 * SECOND));
     assert!(!d.allowed);
 }
 
@@ -836,7 +865,7 @@ fn extreme_inputs_never_panic() {
                                 new_tat(&quota, tat, now, cost)
                                     <= u128::from(MAX_TIME_US)
                             );
-                            assert!(d.reset_after_us <= 2 * tau);
+                            assert!(d.reset_after_us <= quota.ceiling_us());
                             if d.allowed {
                                 assert!(d.reset_after_us <= tau);
                             }

@@ -316,18 +316,19 @@ fn corrupted_values_start_fresh() {
 
 #[test]
 fn clock_going_backwards_caps_and_stores_even_when_refused() {
-    // The doc example of Quota::check, through the script: capped at the
-    // ceiling, two burst windows ahead.
+    // The doc example of Quota::check, through the script (its default
+    // debt, ARGV[4] absent): capped at the ceiling, a burst window and an
+    // hour ahead.
     let quota = Quota::per_second(1);
     let h = Harness::new(START_US);
-    h.set_raw(Stored::Str((START_US + 100_000_000).to_string()));
-    assert_eq!(h.check(&quota, 1), Ok((0, 0, 2_000_000, 2_000_000)));
+    h.set_raw(Stored::Str((START_US + 7_200_000_000).to_string()));
+    assert_eq!(h.check(&quota, 1), Ok((0, 0, 3_601_000_000, 3_601_000_000)));
     assert_eq!(
         h.take_writes(),
         [Write::Set {
             key: KEY.into(),
-            value: (START_US + 2_000_000).to_string(),
-            px: 2000,
+            value: (START_US + 3_601_000_000).to_string(),
+            px: 3_601_000,
         }]
     );
 }

@@ -74,7 +74,8 @@ fn allowed(
     check(store, name, user, quota, cost).allowed
 }
 
-/// A read of one bucket: always allowed, never a write.
+/// A read of one bucket: never a write, refused exactly while the bucket
+/// is in debt (more than tau ahead).
 fn peek(
     store: &MemoryStorage,
     name: &LimitName,
@@ -82,7 +83,9 @@ fn peek(
     quota: Quota,
 ) -> Decision {
     let (decided, out) = decide(store, &[BucketCheck::peek(name, user, quota)]);
-    assert!(decided.verdict.allowed && out[0].allowed, "a peek refused");
+    let in_debt = out[0].reset_after_us > quota.burst_offset_us();
+    assert_eq!(decided.verdict.allowed, !in_debt, "{:?}", out[0]);
+    assert_eq!(out[0].allowed, !in_debt);
     assert_eq!(out[0].store, None);
     out[0]
 }
@@ -643,12 +646,12 @@ fn a_peek_never_creates_an_entry_and_changes_nothing() {
         (true, 0, 60 * SECOND)
     );
 
-    // Even the cap of a clock that went back is not written by a peek: an
-    // hour back the bucket reads capped (2 tau ahead, nothing left), and
-    // back at the right time it is as it was.
-    clock.set_us(START_US - 3_600 * SECOND);
+    // Even the cap of a clock that went back is not written by a peek: two
+    // hours back the bucket reads capped (tau and an hour ahead, nothing
+    // left), and back at the right time it is as it was.
+    clock.set_us(START_US - 7_200 * SECOND);
     let d = peek(&store, &plan, "ana", free());
-    assert_eq!((d.remaining, d.reset_after_us), (0, 120 * SECOND));
+    assert_eq!((d.remaining, d.reset_after_us), (0, 3_660 * SECOND));
     clock.set_us(START_US);
     let d = peek(&store, &plan, "ana", free());
     assert_eq!((d.remaining, d.reset_after_us), (0, 60 * SECOND));
@@ -684,18 +687,18 @@ fn a_settled_debt_is_waited_for_exactly() {
 }
 
 #[test]
-fn a_debt_stops_at_twice_the_burst_offset() {
+fn a_debt_stops_at_the_ceiling_tau_and_an_hour() {
     let plan = limit("plan");
     let (_, store) = store_at_start();
     assert!(allowed(&store, &plan, "ana", free(), 1));
     settle(&store, &plan, "ana", free(), Adjust::Charge(u32::MAX));
     assert_eq!(
         peek(&store, &plan, "ana", free()).reset_after_us,
-        120 * SECOND
+        3_660 * SECOND
     );
     // The next request waits the debt beyond tau, and its own interval.
     let d = check(&store, &plan, "ana", free(), 1);
-    assert_eq!((d.allowed, d.retry_after_us), (false, 66 * SECOND));
+    assert_eq!((d.allowed, d.retry_after_us), (false, 3_606 * SECOND));
     // A charge settled on a bucket never seen: a debt like any other.
     settle(&store, &plan, "bea", free(), Adjust::Charge(3));
     assert_eq!(remaining(&store, &plan, "bea", free()), 7);

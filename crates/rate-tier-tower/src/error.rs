@@ -145,8 +145,14 @@ pub enum ConfigError {
     /// ([`RateTierBuilder::near_limit`](crate::RateTierBuilder::near_limit)).
     #[error("a near-limit ratio must be above 0 and at most 1, not {0}")]
     InvalidNearLimit(String),
-    /// A wait longer than a quota can hold as debt (about 35 years).
-    #[error("a wait of {0:?} is longer than a quota can hold")]
+    /// A wait longer than the quotas hold as debt: a slot reserved so far
+    /// ahead would be read as a clock gone back, and erased, by any
+    /// instance that does not wait as long. At most
+    /// [`DEFAULT_MAX_DEBT`](gcra_core::DEFAULT_MAX_DEBT) for a limiter; for
+    /// a shaper, at most its quotas' [`Quota::max_debt_us`](gcra_core::Quota::max_debt_us)
+    /// (raise it with [`Quota::allow_debt`](gcra_core::Quota::allow_debt),
+    /// alike on every instance).
+    #[error("a wait of {0:?} is longer than the quotas hold as debt")]
     WaitTooLong(std::time::Duration),
     /// A settled limit ([`Limit::settle`](crate::Limit::settle)) must be a
     /// rate: a window or a period has no debt to carry.
@@ -184,4 +190,19 @@ pub enum Error {
         "the customer's own quota for {0:?} is not of the kind of the limit it replaces"
     )]
     OwnQuota(String),
+    /// [`RateTier::settle`](crate::RateTier::settle) of a limit not
+    /// declared settled ([`Limit::settle`](crate::Limit::settle)): its
+    /// buckets carry only a bounded debt, so a large actual cost would be
+    /// partly forgiven. Nothing was changed.
+    #[error(
+        "limit {0:?} is not declared settled: build it with Limit::settle to settle it"
+    )]
+    NotSettled(String),
+    /// A limit per client address reads the connection's address, and the
+    /// request had none (see
+    /// [`LimitEvent::NoClientAddress`](crate::LimitEvent::NoClientAddress)).
+    #[error(
+        "no client address from {0}: serve the app with into_make_service_with_connect_info::<SocketAddr>()"
+    )]
+    NoClientAddress(&'static str),
 }

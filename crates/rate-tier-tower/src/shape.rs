@@ -546,14 +546,14 @@ impl<C> ShapeLayerBuilder<C> {
                 store: self.store.kind(),
             });
         }
-        // A quota holds a wait as debt: at least the longest wait.
-        let mut quotas = self.quotas;
-        for (_, quota) in &mut quotas {
-            if quota.max_debt_us() < saturating_micros(self.max_wait) {
-                *quota = quota
-                    .try_allow_debt(self.max_wait)
-                    .map_err(|_| ConfigError::WaitTooLong(self.max_wait))?;
-            }
+        // A quota holds a wait as debt: every process shaping through it
+        // must read a slot reserved that far ahead as one, not as a clock
+        // gone back, so the bound is the quota's, never raised here.
+        let quotas = self.quotas;
+        if quotas.iter().any(|(_, quota)| {
+            quota.max_debt_us() < saturating_micros(self.max_wait)
+        }) {
+            return Err(ConfigError::WaitTooLong(self.max_wait));
         }
         Ok(ShapeLayer {
             shaper: Arc::new(Shaper {

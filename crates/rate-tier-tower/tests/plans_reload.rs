@@ -45,15 +45,15 @@ async fn a_reload_keeps_every_bucket() {
 }
 
 #[tokio::test]
-async fn a_smaller_burst_caps_the_bucket_instead_of_locking_out() {
+async fn a_smaller_burst_leaves_a_debt_that_drains_at_the_rate() {
     let clock = FakeClock::new();
     let tiers = limiter(&clock);
     for _ in 0..10 {
         tiers.check("ana", "free", 1).await.unwrap().unwrap();
     }
-    // Same rate, burst 2: the TAT (60 s ahead) is beyond the new ceiling
-    // (two burst windows, 24 s) and is capped there, so Ana waits 18 s (the
-    // debt beyond one window, and one interval), not 54 s.
+    // Same rate, burst 2: the TAT (60 s ahead) is 48 s beyond the new burst
+    // window of 12 s, a debt well within the ceiling, so Ana waits it and
+    // one interval: 54 s, the time her ten requests took of the rate.
     tiers.reload(
         Plans::builder()
             .tier("free", Quota::per_minute(10).allow_burst(2))
@@ -61,8 +61,8 @@ async fn a_smaller_burst_caps_the_bucket_instead_of_locking_out() {
             .unwrap(),
     );
     let limited = tiers.check("ana", "free", 1).await.unwrap().unwrap_err();
-    assert_eq!(limited.retry_after(), Duration::from_secs(18));
-    clock.advance(Duration::from_secs(18));
+    assert_eq!(limited.retry_after(), Duration::from_secs(54));
+    clock.advance(Duration::from_secs(54));
     assert!(tiers.check("ana", "free", 1).await.unwrap().is_ok());
 }
 

@@ -32,7 +32,8 @@ pub(crate) struct Params {
     pub(crate) limit: u32,
     pub(crate) period_us: u64,
     pub(crate) burst: Option<u32>,
-    /// The most debt a settlement may leave, µs; `None`: one burst window.
+    /// The most debt a settlement may leave, µs; `None`: the default, an
+    /// hour or one burst window if longer.
     pub(crate) max_debt: Option<u64>,
 }
 
@@ -65,9 +66,11 @@ impl Params {
         self.t() * i128::from(self.burst())
     }
     /// How far ahead a stored TAT is kept: a burst, plus at most the
-    /// quota's debt (left by a settlement; one burst by default).
+    /// quota's debt (left by a settlement or a reservation; an hour, or one
+    /// burst if longer, by default).
     pub(crate) fn ceiling(&self) -> i128 {
-        self.tau() + self.max_debt.map_or(self.tau(), i128::from)
+        const HOUR_US: i128 = 3_600_000_000;
+        self.tau() + self.max_debt.map_or(self.tau().max(HOUR_US), i128::from)
     }
 }
 

@@ -5,8 +5,9 @@
 -- ARGV[1]  emission interval T, in microseconds
 -- ARGV[2]  burst offset tau (T * burst), in microseconds
 -- ARGV[3]  cost
--- ARGV[4]  optional: the most debt a settlement may leave, in microseconds
---          (0 to 2^50; absent: tau, one burst window)
+-- ARGV[4]  optional: the most debt a settlement or reservation may leave, in
+--          microseconds (0 to 2^50; absent: gcra-core's default, an hour or
+--          tau if longer)
 -- Returns {allowed (1|0), remaining, retry_after_us, reset_after_us}; bad
 -- arguments return an error reply, never a decision, and write nothing.
 --
@@ -35,7 +36,10 @@ if (n ~= 3 and n ~= 4) or not string.find(a1 .. " " .. a2 .. " " .. a3, "^[1-9]%
   return redis.error_reply("gcra: ARGV must be T, tau and cost (us, us, units): 3 integers from 1 to 2^53")
 end
 local t, tau, cost = a1 + 0, a2 + 0, a3 + 0
-local debt = tau
+local debt = 3600000000
+if tau > debt then
+  debt = tau
+end
 if n == 4 then
   local a4 = argv[4]
   -- 2^50 (gcra-core's MAX_WINDOW_US) at most: 16 digits, exact.

@@ -137,8 +137,11 @@ impl<'k> Call<'k> {
             [one] if one.cost > 0 && !one.shadow => {
                 let [t, tau, cost, _, debt] = script_args(one);
                 let mut args = vec![t.into(), tau.into(), cost.into()];
-                // The common case sends the three arguments SPEC names.
-                if debt != tau {
+                // The common case sends the three arguments SPEC names: the
+                // script's default debt is gcra-core's.
+                let default =
+                    gcra_core::saturating_micros(gcra_core::DEFAULT_MAX_DEBT);
+                if debt != tau.max(default) {
                     args.push(debt.into());
                 }
                 Call {
@@ -646,17 +649,18 @@ mod tests {
         // Anything else: gcra_all.lua, 5 per bucket (T, tau, cost, shadow,
         // max debt), in the order of the checks.
         let peek = BucketCheck::peek(&plan, "ana", ten);
+        let hour = 3_600_000_000;
         for (checks, expected) in [
-            (vec![peek], vec![6_000_000, 60_000_000, 0, 0, 60_000_000]),
+            (vec![peek], vec![6_000_000, 60_000_000, 0, 0, hour]),
             (
                 vec![one.shadow(true)],
-                vec![6_000_000, 60_000_000, 2, 1, 60_000_000],
+                vec![6_000_000, 60_000_000, 2, 1, hour],
             ),
             (
                 vec![other, one],
                 vec![
-                    20_000_000, 60_000_000, 1, 0, 60_000_000, 6_000_000,
-                    60_000_000, 2, 0, 60_000_000,
+                    20_000_000, 60_000_000, 1, 0, hour, 6_000_000, 60_000_000,
+                    2, 0, hour,
                 ],
             ),
         ] {
@@ -687,11 +691,11 @@ mod tests {
                 6_000_000,
                 60_000_000,
                 -3,
-                60_000_000,
+                3_600_000_000,
                 20_000_000,
                 60_000_000,
                 4_294_967_295,
-                60_000_000
+                3_600_000_000
             ]
         );
     }
@@ -739,9 +743,24 @@ mod tests {
         assert_eq!(
             call.args,
             [
-                0, 6_000_000, 60_000_000, 60_000_000, 2, 0, // the rate
-                1, 5, 60_000_000, 0, 1, 1, // the window, in shadow
-                2, 1000, 2, -3600, 0, 0, // the period, a peek
+                0,
+                6_000_000,
+                60_000_000,
+                3_600_000_000,
+                2,
+                0, // the rate
+                1,
+                5,
+                60_000_000,
+                0,
+                1,
+                1, // the window, in shadow
+                2,
+                1000,
+                2,
+                -3600,
+                0,
+                0, // the period, a peek
             ]
         );
 
@@ -818,12 +837,12 @@ mod tests {
                 100_000,
                 1,
                 0,
-                100_000,
+                3_600_000_000,
                 100_000,
                 100_000,
                 0,
                 1,
-                100_000,
+                3_600_000_000,
                 i128::from(MAX_TIME_US)
             ]
         );

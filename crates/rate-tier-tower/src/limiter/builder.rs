@@ -171,6 +171,12 @@ impl RateTierBuilder {
     /// that they are refused rather than queued. A request whose client
     /// goes away while it waits gives its slot back.
     ///
+    /// A reserved slot is a debt in the bucket that every instance sharing
+    /// the store honours, whether it waits or not: a wait is at most
+    /// [`DEFAULT_MAX_DEBT`](gcra_core::DEFAULT_MAX_DEBT) (an hour; longer is
+    /// [`ConfigError::WaitTooLong`]), and at most a quota's own
+    /// [`max_debt_us`](gcra_core::Quota::max_debt_us) where that is shorter.
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// use std::time::Duration;
@@ -342,11 +348,7 @@ impl RateTierBuilder {
                     store: store.kind(),
                 });
             }
-            Some(max_wait)
-                if gcra_core::Quota::per_second(1)
-                    .try_allow_debt(max_wait)
-                    .is_err() =>
-            {
+            Some(max_wait) if max_wait > gcra_core::DEFAULT_MAX_DEBT => {
                 return Err(ConfigError::WaitTooLong(max_wait));
             }
             Some(max_wait) => Some(WaitRoom::new(

@@ -31,7 +31,8 @@ pub(crate) struct Tier {
 /// [`RateTier::reload`](crate::RateTier::reload) replaces it while requests
 /// run. Buckets are keyed by tier name and user, and GCRA keeps one TAT per
 /// bucket whatever the quota, so a user keeps what they spent across a
-/// reload; a smaller burst caps their bucket instead of locking them out.
+/// reload; with a smaller burst, what they spent beyond it is a debt that
+/// drains at the rate (never longer than what they spent).
 ///
 /// ```
 /// use tower_rate_tier::{Plans, Quota};
