@@ -90,19 +90,19 @@ impl Quota {
     ///
     /// A stored TAT beyond [`MAX_TIME_US`] is treated as corrupted, like a
     /// missing one. If `now` went backwards, the TAT is capped at the
-    /// [ceiling](Quota::ceiling_us), `now + tau + max_debt` (`now + 2 * tau`
-    /// by default), and that capped value is returned for storing, even on
-    /// a refusal:
+    /// [ceiling](Quota::ceiling_us), `now + tau + max_debt` (`tau` plus an
+    /// hour by default), and that capped value is returned for storing,
+    /// even on a refusal:
     ///
     /// ```
     /// use gcra_core::{CheckError, Quota};
     /// let quota = Quota::per_second(1); // T = tau = 1 s
     ///
-    /// // The stored TAT is 100 s ahead: the clock jumped back.
-    /// let d = quota.check(Some(101_000_000), 1_000_000, 1)?;
+    /// // The stored TAT is two hours ahead: the clock jumped back.
+    /// let d = quota.check(Some(7_201_000_000), 1_000_000, 1)?;
     /// assert!(!d.allowed);
-    /// assert_eq!(d.retry_after_us, 2_000_000); // two intervals, not 100 s
-    /// assert_eq!(d.store.map(|s| s.tat_us), Some(3_000_000));
+    /// assert_eq!(d.retry_after_us, 3_601_000_000); // an hour and a second, not two hours
+    /// assert_eq!(d.store.map(|s| s.tat_us), Some(3_602_000_000));
     ///
     /// assert_eq!(quota.check(None, 0, 0), Err(CheckError::ZeroCost));
     /// assert_eq!(
@@ -155,9 +155,14 @@ impl Quota {
 
     /// Reads a bucket without charging it: what a request of cost 0 sees.
     ///
-    /// Always `allowed`, never a write (not even the cap of a TAT from a
-    /// clock that went back: it is applied to the answer only). `remaining`
-    /// and `reset_after_us` are the bucket's now.
+    /// Never a write (not even the cap of a TAT from a clock that went
+    /// back: it is applied to the answer only). `remaining` and
+    /// `reset_after_us` are the bucket's now. Allowed unless the bucket is
+    /// in debt (its TAT more than `tau` ahead: a settled cost, a reserved
+    /// slot, a ban's end): then not even a request of cost 0 passes, and
+    /// `retry_after_us` is the time until the debt is paid. So a peek is
+    /// how a decision reads a state it must not charge: a customer's ban
+    /// refuses the decision it is read in.
     ///
     /// ```
     /// use gcra_core::Quota;
@@ -168,6 +173,12 @@ impl Quota {
     /// // Four requests spent 24 s ago... minus the 24 s that came back.
     /// let d = quota.peek(Some(24_000_000), 0)?;
     /// assert_eq!((d.remaining, d.reset_after_us, d.store), (6, 24_000_000, None));
+    ///
+    /// // Spent to the last request: still allowed, nothing left.
+    /// assert!(quota.peek(Some(60_000_000), 0)?.allowed);
+    /// // 6 s in debt: refused for 6 s.
+    /// let d = quota.peek(Some(66_000_000), 0)?;
+    /// assert_eq!((d.allowed, d.retry_after_us, d.reset_after_us), (false, 6_000_000, 66_000_000));
     /// # Ok::<(), gcra_core::CheckError>(())
     /// ```
     #[inline]
@@ -181,10 +192,11 @@ impl Quota {
             Err(error) => return Err(error),
         };
         let ahead = tat.saturating_sub(now_us);
+        let debt = ahead.saturating_sub(self.burst_offset_us());
         Ok(Decision {
-            allowed: true,
+            allowed: debt == 0,
             remaining: self.remaining_at(ahead),
-            retry_after_us: 0,
+            retry_after_us: debt,
             reset_after_us: ahead,
             store: None,
         })
@@ -198,7 +210,8 @@ impl Quota {
     ///   refusal: the request already ran. The TAT may go beyond `now + tau`:
     ///   a debt that the next requests wait for. It stops at the
     ///   [ceiling](Quota::ceiling_us), `now + tau + max_debt`: by default a
-    ///   settlement leaves at most one burst window of debt; a quota that
+    ///   settlement leaves at most an hour of debt
+    ///   ([`DEFAULT_MAX_DEBT`](crate::DEFAULT_MAX_DEBT)); a quota that
     ///   settles large actual costs carries them whole with
     ///   [`Quota::unbounded_debt`] (or a bound of its own,
     ///   [`Quota::allow_debt`]).
@@ -227,9 +240,9 @@ impl Quota {
     /// assert_eq!(refunded.write, Write::Clear);
     ///
     /// // Settled to 1 000 000 tokens: with the default bound the debt stops
-    /// // at one window; a quota that carries debts whole waits 1000 minutes.
+    /// // at an hour; a quota that carries debts whole waits 1000 minutes.
     /// let capped = quota.settle(tat, 0, Adjust::Charge(999_999))?;
-    /// assert_eq!(capped.reset_after_us, 2 * 60_000_000);
+    /// assert_eq!(capped.reset_after_us, 60_000_000 + 3_600_000_000);
     /// let whole = quota.unbounded_debt().settle(tat, 0, Adjust::Charge(999_999))?;
     /// assert_eq!(whole.reset_after_us, 60_000_000_000);
     /// let next = quota.unbounded_debt().check(Some(whole.reset_after_us), 0, 1)?;

@@ -7,8 +7,9 @@ use crate::{CheckError, Decision, Quota};
 /// One limit of a joint decision: its quota, the cost charged to it, and
 /// whether it only watches ([`Charge::shadow`]).
 ///
-/// A cost of 0 is a peek: the bucket is read, never written, and never
-/// refuses.
+/// A cost of 0 is a peek: the bucket is read, never written, and refuses
+/// only while the bucket is in debt ([`Quota::peek`]): a state the
+/// decision reads.
 ///
 /// ```
 /// use gcra_core::{Charge, Quota};

@@ -35,15 +35,15 @@ pub enum Reserve {
 
 impl Quota {
     /// The most a reservation may wait: the quota's [max
-    /// debt](Quota::max_debt_us) (tau by default). A reservation moves the
-    /// TAT past `now + tau` by its wait, and a TAT further ahead than
-    /// `tau + max_debt` reads as a clock that went back and is capped: a
-    /// longer wait would be forgiven by the next decision.
+    /// debt](Quota::max_debt_us) (an hour, or tau if longer, by default).
+    /// A reservation moves the TAT past `now + tau` by its wait, and a TAT
+    /// further ahead than `tau + max_debt` reads as a clock that went back
+    /// and is capped: a longer wait would be forgiven by the next decision.
     ///
     /// ```
     /// use std::time::Duration;
     /// let quota = gcra_core::Quota::per_second(10); // a burst of 10: tau = 1 s
-    /// assert_eq!(quota.max_wait_us(), 1_000_000);
+    /// assert_eq!(quota.max_wait_us(), 3_600_000_000);
     /// assert_eq!(quota.allow_debt(Duration::from_secs(60)).max_wait_us(), 60_000_000);
     /// ```
     pub const fn max_wait_us(&self) -> u64 {
@@ -87,8 +87,8 @@ impl Quota {
     ///     quota.reserve(Some(600_000), 0, 1, 500_000)?,
     ///     Reserve::TooLong { wait_us: 600_000, store: None },
     /// );
-    /// // Without a debt, a reservation waits at most tau.
-    /// let even = Quota::per_second(10).allow_burst(1);
+    /// // With a debt of 100 ms, a reservation waits at most that.
+    /// let even = Quota::per_second(10).allow_burst(1).allow_debt(Duration::from_millis(100));
     /// assert!(matches!(even.reserve(Some(200_000), 0, 1, 500_000)?, Reserve::TooLong { .. }));
     /// # Ok::<(), gcra_core::CheckError>(())
     /// ```
@@ -234,7 +234,9 @@ impl JointReservation {
 /// requests faster than its quota, even those that did not make it wait.
 /// Not reserved (the wait too long), nothing is charged: `out[i]` is the
 /// bucket as it stands, with only a TAT capped after the clock went back
-/// to write. A cost of 0 is a peek at `now`, as in `check_all`.
+/// to write. A cost of 0 is a peek at `now`, as in `check_all`; an
+/// enforced one in debt (a state that refuses, such as a ban's end) sets
+/// the slot no earlier than the end of its debt.
 ///
 /// ```
 /// use std::time::Duration;
@@ -271,17 +273,24 @@ pub fn reserve_all(
     let mut by = None;
     let mut most = max_wait_us;
     for (index, (charge, tat)) in charges.iter().zip(stored).enumerate() {
-        if charge.cost == 0 || charge.shadow {
+        if charge.shadow {
             continue;
         }
-        let alone = charge
-            .quota
-            .reserve(*tat, now_us, charge.cost, u64::MAX)
-            .map_err(|error| JointError::Charge { index, error })?;
-        let wait = match alone {
-            Reserve::Reserved(r) => r.wait_us,
-            Reserve::TooLong { wait_us, .. } => wait_us,
-        };
+        let wait = if charge.cost == 0 {
+            charge
+                .quota
+                .peek(*tat, now_us)
+                .map(|peek| peek.retry_after_us)
+        } else {
+            charge
+                .quota
+                .reserve(*tat, now_us, charge.cost, u64::MAX)
+                .map(|alone| match alone {
+                    Reserve::Reserved(r) => r.wait_us,
+                    Reserve::TooLong { wait_us, .. } => wait_us,
+                })
+        }
+        .map_err(|error| JointError::Charge { index, error })?;
         if wait > wait_us {
             wait_us = wait;
             by = Some(index);

@@ -167,7 +167,9 @@ proptest! {
     }
 
     /// A peek writes nothing, and its `remaining` is exact: that many
-    /// requests of cost 1 pass now, and the next does not.
+    /// requests of cost 1 pass now, and the next does not. It refuses
+    /// exactly while the bucket is in debt (more than tau ahead), until
+    /// the debt is paid: then a request of cost 1 waits one interval more.
     #[test]
     fn peek_is_exact_and_writes_nothing(
         p in params(),
@@ -177,8 +179,18 @@ proptest! {
         let quota = p.quota();
         let mut tat = stored_near(i128::from(now), p.tau(), raw);
         let peek = quota.peek(tat, now).unwrap();
-        prop_assert!(peek.allowed && peek.store.is_none() && peek.retry_after_us == 0);
+        prop_assert!(peek.store.is_none());
         prop_assert!(i128::from(peek.reset_after_us) <= p.ceiling());
+        let debt = (i128::from(peek.reset_after_us) - p.tau()).max(0);
+        prop_assert_eq!(peek.allowed, debt == 0);
+        prop_assert_eq!(i128::from(peek.retry_after_us), debt);
+        if !peek.allowed {
+            let next = quota.check(tat, now, 1).unwrap();
+            prop_assert_eq!(
+                i128::from(next.retry_after_us),
+                debt + p.t()
+            );
+        }
         for _ in 0..peek.remaining {
             let d = quota.check(tat, now, 1).unwrap();
             prop_assert!(d.allowed);
@@ -386,14 +398,13 @@ fn a_settled_debt_survives_the_clock_back_cap() {
     let next = quota.check(Some(debt.tat_us), 0, 1).unwrap();
     assert_eq!(next.retry_after_us, 12_060_000);
     assert_eq!(next.store, None, "the debt is not capped away");
-    // With the default bound, a debt beyond one more burst stops at the
-    // ceiling.
+    // With the default bound, a debt beyond an hour stops at the ceiling.
     let huge = quota.settle(None, 0, Adjust::Charge(u32::MAX)).unwrap();
     assert_eq!(
         huge.write,
         Write::Set(StoreTat {
-            tat_us: 120 * SECOND,
-            ttl_ms: 120_000
+            tat_us: 3_660 * SECOND,
+            ttl_ms: 3_660_000
         })
     );
 }

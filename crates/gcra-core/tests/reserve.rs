@@ -187,7 +187,8 @@ proptest! {
     ))]
 
     /// Several limits reserve one slot: the earliest instant at which
-    /// `check_all` passes them all, charged as `check_all` charges them
+    /// `check_all` passes them all (an enforced peek in debt included: it
+    /// passes once the debt is paid), charged as `check_all` charges them
     /// then; a wait too long charges nothing.
     #[test]
     fn reserve_all_is_check_all_at_the_earliest_common_slot(
@@ -208,7 +209,7 @@ proptest! {
         let stored: Vec<Option<u64>> = limits.iter().map(|l| l.1).collect();
         let mut out = vec![Decision::default(); charges.len()];
         let r = reserve_all(&charges, &stored, now, max_wait, &mut out).unwrap();
-        let enforced = || charges.iter().filter(|c| !c.shadow && c.cost > 0);
+        let enforced = || charges.iter().filter(|c| !c.shadow);
         let most = enforced()
             .map(|c| c.quota.max_wait_us())
             .fold(max_wait, u64::min);
@@ -220,11 +221,14 @@ proptest! {
         // against each instant's own ceiling: the slot is then the capped
         // bucket's, and never reserved (its wait exceeds the max debt).
         let capped = |c: &Charge, tat: &Option<u64>| {
-            c.cost > 0 && tat.is_some_and(|t| t > now + c.quota.ceiling_us())
+            tat.is_some_and(|t| t > now + c.quota.ceiling_us())
         };
         let mut all = charges.iter().zip(&stored);
         if all.clone().any(|(c, tat)| capped(c, tat)) {
-            prop_assert!(!r.reserved || !all.any(|(c, tat)| capped(c, tat) && !c.shadow));
+            prop_assert!(
+                !r.reserved
+                    || !all.any(|(c, tat)| capped(c, tat) && !c.shadow && c.cost > 0)
+            );
             return Ok(());
         }
         prop_assert!(verdict.allowed, "every limit passes at {}", go);

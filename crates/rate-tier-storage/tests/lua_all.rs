@@ -91,13 +91,14 @@ fn a_peek_never_writes_not_even_a_cap() {
     let names = names(1);
     let k = key(&names[0]);
     let h = Harness::new(GCRA_ALL, START_US);
-    // The clock went back 100 s: a check would cap and store; a peek reads.
-    let far = Stored::Str((START_US + 100_000_000).to_string());
+    // The clock went back two hours: a check would cap and store; a peek
+    // reads (an hour in debt after the cap: refused for that long).
+    let far = Stored::Str((START_US + 7_200_000_000).to_string());
     h.set_raw(&k, far.clone());
     let args = check_args(&names[0], Charge::new(Quota::per_second(1), 0));
     assert_eq!(
         h.eval_args(std::slice::from_ref(&k), &args),
-        Ok(vec![1, 0, 0, 2_000_000])
+        Ok(vec![0, 0, 3_600_000_000, 3_601_000_000])
     );
     assert_eq!(h.take_writes(), []);
     assert_eq!(h.stored(&k), Some(far));

@@ -4,11 +4,13 @@
 //! Three buckets per customer, on the limiter's store, so every instance
 //! bans:
 //!
-//! - `ban/until`, a rate far above any customer's (100,000 a second, a
-//!   burst of a second's worth) checked in every decision of theirs at a
-//!   cost of 1: it never refuses, until a ban pushes its TAT past the ban's
-//!   end (a settlement). Then it refuses the decision, all or nothing, and
-//!   its `retry-after` is the ban's end.
+//! - `ban/until`, the ban's end: a state of the customer that every
+//!   decision of theirs reads (a peek, cost 0), never charges and never
+//!   reserves, so a request waiting for its slot never makes another one
+//!   wait or look banned. It holds a TAT one millisecond past the ban's end
+//!   (a rate of one a millisecond, a burst of 1), so the read refuses the
+//!   decision, all or nothing, until exactly the end, and its
+//!   `retry-after` is the time left.
 //! - `ban/refusals`, a window of the refusals: after the K-th within W the
 //!   customer is banned, and the window starts again.
 //! - `ban/level`, a rate of the bans themselves that leaks one ban per
@@ -16,15 +18,13 @@
 //!   `first * 2^(n-1)`, at most `max`. A chain of bans, each soon after the
 //!   last, climbs; a quiet span takes one step back.
 //!
-//! The first two cost nothing beyond one more key in a decision; the
-//! refusals and the bans are counted only when a request is refused. An
-//! instance that bans remembers it (by a keyed hash of the id, never the id)
-//! and refuses the customer's requests without asking the store until the
-//! ban ends; others learn it from `ban/until` on their next decision.
+//! The first costs one more key read in a decision; the refusals and the
+//! bans are counted only when a request is refused. Every instance learns a
+//! ban from `ban/until` in its next decision of the customer, and a reset
+//! lifts it for all at once (a Redis store that remembers refusals forgets
+//! them on every instance: see `RedisStorage::remember_refusals`).
 
-use std::collections::HashMap;
-use std::hash::BuildHasher;
-use std::sync::{LazyLock, Mutex, PoisonError};
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use gcra_core::{Adjust, Decision, Quota, saturating_micros};
@@ -144,52 +144,40 @@ fn ban_name(part: &'static str) -> LimitName {
     }
 }
 
-/// The emission interval of `ban/until`: 10 µs (100,000 a second).
-const UNTIL_T_US: u64 = 10;
+/// The emission interval, and burst offset, of `ban/until`: 1 ms. The
+/// longest ban plus one is 86,400,001 of them, well within a settlement's
+/// `u32` units.
+const UNTIL_T_US: u64 = 1_000;
 
-/// The bans of a limiter: the rule, and the bans this instance knows.
+/// The bans of a limiter: the rule, and the quotas of its buckets.
 #[derive(Debug)]
 pub(crate) struct Bans {
     pub(crate) ban: Ban,
     until: Quota,
     level: Quota,
-    /// Keyed hash of a user id -> the end of their ban (µs, the limiter's
-    /// clock), for the bans this instance gave.
-    known: Mutex<HashMap<u64, u64>>,
-    hasher: std::collections::hash_map::RandomState,
 }
-
-/// How many bans an instance remembers at most; beyond, the store tells.
-const KNOWN_MAX: usize = 65_536;
 
 impl Bans {
     pub(crate) fn new(ban: Ban) -> Result<Bans, ConfigError> {
         ban.validate()?;
-        let until = Quota::per_second(100_000)
-            .try_allow_debt(MAX_BAN + Duration::from_secs(1))
+        let until = Quota::per_second(1_000)
+            .try_allow_burst(1)
+            .and_then(|q| q.try_allow_debt(MAX_BAN + Duration::from_secs(1)))
             .map_err(|_| ConfigError::InvalidBan(format!("{ban:?}")))?;
         let level = ban
             .level_quota()
             .ok_or_else(|| ConfigError::InvalidBan(format!("{ban:?}")))?;
-        Ok(Bans {
-            ban,
-            until,
-            level,
-            known: Mutex::default(),
-            hasher: Default::default(),
-        })
+        Ok(Bans { ban, until, level })
     }
 
-    /// The check of `ban/until` every decision of `user` carries.
+    /// The read of `ban/until` every decision of `user` carries: a peek,
+    /// which refuses while the ban lasts and never writes.
     pub(crate) fn until_check<'a>(
         &self,
         user: &'a str,
         secret: Option<&'a KeySecret>,
     ) -> BucketCheck<'a> {
-        match BucketCheck::new(&UNTIL, user, self.until, 1) {
-            Ok(check) => check.key_secret(secret),
-            Err(_) => unreachable!("a cost of 1 in a burst of 100,000"),
-        }
+        BucketCheck::peek(&UNTIL, user, self.until).key_secret(secret)
     }
 
     /// Every bucket of `user`'s bans (for a reset).
@@ -198,7 +186,7 @@ impl Bans {
         user: &'a str,
         secret: Option<&'a KeySecret>,
     ) -> Vec<BucketCheck<'a>> {
-        let mut buckets = vec![self.until_check(user, secret).as_peek()];
+        let mut buckets = vec![self.until_check(user, secret)];
         for (name, rule) in [
             (&*REFUSALS, self.refusals_rule()),
             (&*LEVEL, Rule::Rate(self.level)),
@@ -214,38 +202,6 @@ impl Bans {
         window(self.ban.refusals, self.ban.within)
     }
 
-    fn tag(&self, user: &str) -> u64 {
-        self.hasher.hash_one(user)
-    }
-
-    /// The end of `user`'s ban (µs), if this instance banned them and it
-    /// has not ended at `now_us`.
-    pub(crate) fn known(&self, user: &str, now_us: u64) -> Option<u64> {
-        let known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
-        known
-            .get(&self.tag(user))
-            .copied()
-            .filter(|&until| until > now_us)
-    }
-
-    /// Forgets `user`'s ban here (a reset).
-    pub(crate) fn forget(&self, user: &str) {
-        let mut known =
-            self.known.lock().unwrap_or_else(PoisonError::into_inner);
-        known.remove(&self.tag(user));
-    }
-
-    fn remember(&self, user: &str, until_us: u64, now_us: u64) {
-        let mut known =
-            self.known.lock().unwrap_or_else(PoisonError::into_inner);
-        if known.len() >= KNOWN_MAX {
-            known.retain(|_, &mut until| until > now_us);
-        }
-        if known.len() < KNOWN_MAX {
-            known.insert(self.tag(user), until_us);
-        }
-    }
-
     /// A refusal of `user` (by a limit, not a ban): counted, and, the K-th
     /// within W, a ban. Returns how long the ban lasts, if one began.
     pub(crate) async fn refused(
@@ -253,7 +209,6 @@ impl Bans {
         store: &rate_tier_storage::Store,
         user: &str,
         secret: Option<&KeySecret>,
-        now_us: u64,
     ) -> Result<Option<Duration>, rate_tier_storage::StorageError> {
         let counted =
             BucketCheck::of_rule(&REFUSALS, user, self.refusals_rule(), 1)?
@@ -276,19 +231,19 @@ impl Bans {
             self.ban.levels()
         };
         let length = self.ban.length(n.max(1));
-        // From a fresh bucket, past its burst by the ban's length (less the
-        // one interval a check adds): refused until exactly then.
-        let until = self.until_check(user, secret).as_peek();
+        // From a fresh bucket, past its burst by the ban's length: a read
+        // refuses until exactly then. Whole milliseconds, rounded up.
+        let until = self.until_check(user, secret);
         store.reset(&[counted, until]).await?;
-        let ahead = self.until.burst_offset_us() + saturating_micros(length)
-            - UNTIL_T_US;
-        let units = u32::try_from(ahead / UNTIL_T_US).unwrap_or(u32::MAX);
+        let units = saturating_micros(length)
+            .div_ceil(UNTIL_T_US)
+            .saturating_add(self.until.burst_offset_us() / UNTIL_T_US);
+        let units = u32::try_from(units).map_err(|_| {
+            rate_tier_storage::StorageError::Check(
+                gcra_core::CheckError::TimeOutOfRange,
+            )
+        })?;
         store.settle(&[until.settle(Adjust::Charge(units))]).await?;
-        self.remember(
-            user,
-            now_us.saturating_add(saturating_micros(length)),
-            now_us,
-        );
         Ok(Some(length))
     }
 }

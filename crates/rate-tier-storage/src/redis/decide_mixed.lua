@@ -157,11 +157,13 @@ for i = 1, n do
       end
     end
     if cost == 0 then
+      -- A peek refuses only while the bucket is in debt.
       local left = tau - (tat - now)
       if left < 0 then
-        left = 0
+        reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4] = 0, 0, -left, tat - now
+      else
+        reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4] = 1, (left - left % t) / t, 0, tat - now
       end
-      reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4] = 1, (left - left % t) / t, 0, tat - now
     else
       if increment > MAX - tat then
         return redis.error_reply("decide_mixed: time values exceed the exact range of Lua numbers")

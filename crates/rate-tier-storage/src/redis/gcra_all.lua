@@ -3,7 +3,8 @@
 --
 -- KEYS[i]        the bucket keys (distinct; one slot on a cluster)
 -- ARGV[5i-4..5i] for KEYS[i]: emission interval T (us), burst offset tau
---                (us), cost (0: a peek), shadow (1: never refuses), the most
+--                (us), cost (0: a peek, which refuses only while the bucket
+--                is in debt), shadow (1: never refuses), the most
 --                debt a settlement may leave (us, 0 to 2^50)
 -- Returns {allowed_i, remaining_i, retry_after_us_i, reset_after_us_i} for
 -- each key, in order, flattened. The decision is refused when an enforced
@@ -89,13 +90,17 @@ for i = 1, n do
   end
   values[i] = false
   if cost == 0 then
-    -- A peek: never refuses and never writes, not even a cap; with a debt
-    -- (a TAT more than tau ahead) nothing remains.
+    -- A peek: never writes, not even a cap; with a debt (a TAT more than
+    -- tau ahead) nothing remains, and it refuses until the debt is paid.
     local left = tau - (tat - now)
     if left < 0 then
-      left = 0
+      reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4] = 0, 0, -left, tat - now
+      if a4 == "0" then
+        refused = true
+      end
+    else
+      reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4] = 1, (left - left % t) / t, 0, tat - now
     end
-    reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4] = 1, (left - left % t) / t, 0, tat - now
   else
     if increment > MAX - tat then
       return redis.error_reply("gcra_all: time values exceed the exact range of Lua numbers")

@@ -92,8 +92,9 @@ for i = 1, n do
     end
   end
   tats[i], capped[i] = tat, cap
-  -- An enforced bucket alone: the wait for its next slot (Quota::reserve).
-  if cost > 0 and a4 == "0" then
+  -- An enforced bucket alone: the wait for its next slot (Quota::reserve);
+  -- for a peek, the end of its debt (a state that refuses until then).
+  if a4 == "0" then
     local increment = t * cost
     if increment > tau then
       return redis.error_reply("reserve: key " .. i .. ": cost exceeds the burst: it can never pass")
@@ -120,13 +121,18 @@ for i = 1, n do
   local tat = tats[i]
   reply[r + 5] = 0
   if cost == 0 or not reserved then
-    -- A peek (never a write), or uncharged: the bucket as it stands now,
-    -- with only a capped TAT written (not by a peek).
+    -- A peek (never a write; refused while in debt), or uncharged: the
+    -- bucket as it stands now, with only a capped TAT written (not by a
+    -- peek).
     local left = tau - (tat - now)
-    if left < 0 then
-      left = 0
+    if left < 0 and cost == 0 then
+      reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4] = 0, 0, -left, tat - now
+    else
+      if left < 0 then
+        left = 0
+      end
+      reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4] = 1, (left - left % t) / t, 0, tat - now
     end
-    reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4] = 1, (left - left % t) / t, 0, tat - now
     if cost > 0 and capped[i] then
       reply[r + 5] = tat
     end

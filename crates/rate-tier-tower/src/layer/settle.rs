@@ -231,15 +231,7 @@ impl SettlePlan {
                         Some(rate_tier_storage::Rule::Rate(quota)) => quota,
                         _ => limit.quota_for(self.tier),
                     };
-                // As the limiter charged it: holding its longest wait.
-                let quota = match config
-                    .tiers
-                    .holding_waits(rate_tier_storage::Rule::Rate(applied))
-                {
-                    rate_tier_storage::Rule::Rate(quota) => quota,
-                    _ => applied,
-                };
-                let bucket = BucketCheck::peek(limit.key, partition, quota)
+                let bucket = BucketCheck::peek(limit.key, partition, applied)
                     .key_secret(secret);
                 Some(bucket.settle(adjust).charged(item.charged))
             })

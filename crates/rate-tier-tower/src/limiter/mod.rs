@@ -147,9 +147,10 @@ impl RateTier {
     /// restart and without losing any bucket: requests already deciding
     /// finish on the old plans, later ones use the new. A bucket is its tier
     /// name and user, and its TAT stays: a user who spent half of their
-    /// bucket has spent half of the new one, and a smaller burst caps the
-    /// bucket (at two of its windows, GCRA's ceiling) rather than lock the
-    /// user out. Reported as [`LimitEvent::PlansReloaded`].
+    /// bucket has spent half of the new one; with a smaller burst, what
+    /// they spent beyond it is a debt that drains at the rate (the time
+    /// their requests took of the plan, never more). Reported as
+    /// [`LimitEvent::PlansReloaded`].
     ///
     /// A policy the new plans do not set (`on_missing`, `on_unknown_tier`,
     /// `on_storage_error`, `on_identity_error`) is kept from the running
@@ -369,7 +370,9 @@ impl RateTier {
     /// store that charged the estimate (during an outage, a fallback's local
     /// store; see [`FallbackStorage`](rate_tier_storage::FallbackStorage)).
     /// Only a rate is settled: a limit of another kind is
-    /// [`StorageError::Unsupported`], and nothing changes.
+    /// [`StorageError::Unsupported`], and nothing changes. So is a limit not
+    /// declared settled ([`Limit::settle`]): [`Error::NotSettled`], never a
+    /// debt accepted and then forgiven.
     ///
     /// ```
     /// use tower_rate_tier::{Adjust, Limit, LimitRequest, Quota, RateTier, Settle, clock::FakeClock};
@@ -408,6 +411,9 @@ impl RateTier {
         limit: &Limit,
         adjust: Adjust,
     ) -> Result<(), Error> {
+        if limit.settle.is_none() {
+            return Err(Error::NotSettled(limit.name().to_owned()));
+        }
         let decided = info.limits().find(|state| state.name == limit.name());
         let charged = decided
             .map_or(rate_tier_storage::Charged::Primary, |state| state.charged);
@@ -422,9 +428,6 @@ impl RateTier {
                 "settling a window, a period or a concurrency limit",
             )));
         };
-        let Rule::Rate(quota) = self.holding_waits(Rule::Rate(quota)) else {
-            unreachable!("a rate stays a rate");
-        };
         let bucket = BucketCheck::peek(limit.key, user, quota)
             .key_secret(self.inner.key_secret.as_ref());
         self.inner
@@ -437,12 +440,11 @@ impl RateTier {
     /// Puts `user`'s buckets back to full: the plan's, on every tier (the
     /// one they left when they upgraded too), and those of `limits` of
     /// their own (a global or keyed limit is everyone's, and is left as it
-    /// is). Every store resets the set at once (see
-    /// [`Storage::reset`](rate_tier_storage::Storage::reset)); a
+    /// is), and their ban if they are banned. Every store resets the set at
+    /// once (see [`Storage::reset`](rate_tier_storage::Storage::reset)); a
     /// concurrency limit's slots in flight stay taken. Refusals a Redis
-    /// store remembers for them are forgotten on this instance; another
-    /// instance may answer one it remembers until that refusal's own retry
-    /// time (at most its `retry-after`).
+    /// store remembers are forgotten on this instance at once, and on every
+    /// other instance sharing the Redis within about a second.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -485,26 +487,9 @@ impl RateTier {
         }
         if let Some(bans) = &self.inner.bans {
             buckets.extend(bans.buckets(user, secret));
-            bans.forget(user);
         }
         self.inner.store.reset(&buckets).await?;
         Ok(())
-    }
-
-    /// `rule`, holding the longest wait as debt when requests may wait: a
-    /// TAT a wait put ahead is then never read as a clock gone back (and
-    /// forgiven), by any decision of this limiter.
-    pub(crate) fn holding_waits(&self, rule: Rule) -> Rule {
-        match (&self.inner.waiting, rule) {
-            (Some(room), Rule::Rate(quota))
-                if std::time::Duration::from_micros(quota.max_debt_us())
-                    < room.max_wait =>
-            {
-                // The wait was checked against the largest debt at build.
-                Rule::Rate(quota.try_allow_debt(room.max_wait).unwrap_or(quota))
-            }
-            _ => rule,
-        }
     }
 
     /// Reports an event to the limiter's listeners, building it only if

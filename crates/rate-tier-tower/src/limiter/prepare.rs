@@ -236,18 +236,13 @@ impl RateTier {
             );
             self.admit(prepared, bucket, secret, events)?;
         }
-        // Last: a ban refuses the decision by itself (see `crate::ban`).
+        // Last: a ban refuses the decision by itself (see `crate::ban`): a
+        // state read, never charged.
         if let Some(bans) = &self.inner.bans
             && !user.is_empty()
         {
-            let until = bans.until_check(user, secret);
             prepared.keys.push(&crate::ban::UNTIL);
-            // A peek reads; it charges not even the ban's bucket.
-            prepared.checks.push(if ask.cost == 0 {
-                until.as_peek()
-            } else {
-                until
-            });
+            prepared.checks.push(bans.until_check(user, secret));
         }
         Ok(())
     }
@@ -262,7 +257,6 @@ impl RateTier {
         secret: Option<&'a KeySecret>,
         events: &mut Events,
     ) -> Result<(), Ruling> {
-        let rule = self.holding_waits(rule);
         if let Ok(check) = BucketCheck::of_rule(key, partition, rule, cost) {
             // A slot of a concurrency limit is known by its request's id
             // on a store that leases slots.

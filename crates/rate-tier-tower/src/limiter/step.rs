@@ -109,7 +109,7 @@ impl Pending {
             && limited.reason == LimitReason::RateLimited
             && !prepared.user.is_empty()
         {
-            match count_refusal(tiers, prepared.user, now_us).await {
+            match count_refusal(tiers, prepared.user).await {
                 Ok(Some(ban)) => events.push(|| LimitEvent::Banned {
                     user_id: UserId::from(prepared.user),
                     tier: prepared.tier,
@@ -136,28 +136,26 @@ impl Pending {
 async fn count_refusal(
     tiers: &RateTier,
     user: &str,
-    now_us: u64,
 ) -> Result<Option<Duration>, StorageError> {
     async fn count(
         tiers: &RateTier,
         user: &str,
-        now_us: u64,
     ) -> Result<Option<Duration>, StorageError> {
         let inner = &tiers.inner;
         match &inner.bans {
             Some(bans) => {
                 let secret = inner.key_secret.as_ref();
-                bans.refused(&inner.store, user, secret, now_us).await
+                bans.refused(&inner.store, user, secret).await
             }
             None => Ok(None),
         }
     }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return count(tiers, user, now_us).await;
+        return count(tiers, user).await;
     };
     let (tiers, user) = (tiers.clone(), user.to_owned());
     runtime
-        .spawn(async move { count(&tiers, &user, now_us).await })
+        .spawn(async move { count(&tiers, &user).await })
         .await
         .unwrap_or_else(|failed| {
             Err(StorageError::Protocol(format!(
@@ -294,13 +292,6 @@ impl RateTier {
                 events,
             });
         }
-        if let Some(ruling) = self.banned_here(&prepared, &mut events) {
-            return Step::Ruled(Judged {
-                ruling,
-                by: "ban",
-                events,
-            });
-        }
         // A request that may wait is decided where it can wait; with bans,
         // where a refusal can be counted.
         let local = match (&self.inner.waiting, &self.inner.bans) {
@@ -318,21 +309,6 @@ impl RateTier {
                 events,
             },
         }
-    }
-
-    /// A customer this instance banned, refused without a store call.
-    fn banned_here(
-        &self,
-        prepared: &Prepared<'_>,
-        events: &mut Events,
-    ) -> Option<Ruling> {
-        let bans = self.inner.bans.as_ref()?;
-        if prepared.user.is_empty() || prepared.cost == 0 {
-            return None;
-        }
-        let now_us = self.inner.clock.now_us();
-        let until = bans.known(prepared.user, now_us)?;
-        Some(banned(prepared, until - now_us, now_us, events))
     }
 
     /// The plan's limit alone, decided in process. `None` when anything
@@ -498,6 +474,12 @@ impl RateTier {
         {
             let ruling = banned(prepared, until.retry_after_us, now_us, events);
             return (ruling, decided.by);
+        }
+        // A peek reads the customer's state, it is not refused: a bucket in
+        // debt reads as nothing left (only a ban, above, refuses it).
+        let mut decided = decided;
+        if prepared.cost == 0 {
+            decided.verdict = Verdict::of([], &[]);
         }
         let ruling = self.rule(prepared, &decided, &limits, now_us, events);
         (ruling, decided.by)

@@ -8,6 +8,12 @@
 //! at once, so it is refused if it would have had to wait. Waiting never
 //! queues more than the bound, however many slow clients come. A request
 //! dropped while it waits (the client went away) gives its slot back.
+//!
+//! A read in the decision (a peek, such as a ban's end) is a state, not a
+//! rate to wait for: a reservation never waits for it, so a decision with
+//! one is checked first, and reserves only when a charged rate refused it.
+//! A customer's ban never makes their request wait, and is never hidden
+//! by a reservation.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -106,6 +112,14 @@ impl WaitRoom {
             };
             return (decided, waited);
         };
+        if reads_state(checks) {
+            let decided = store.check(checks, out).await;
+            match &decided {
+                Ok(d) if !d.verdict.allowed && !read_refused(checks, out) => {}
+                // Passed, failed, or refused by what it read: answered so.
+                _ => return (decided, Waited::No),
+            }
+        }
         let decided = match store.reserve(checks, max_wait, out).await {
             Ok(decided) => decided,
             Err(error) => return (Err(error), Waited::No),
@@ -131,6 +145,20 @@ impl WaitRoom {
         drop(seat);
         (Ok(decided), Waited::For(wait))
     }
+}
+
+/// Whether the decision reads a bucket it does not charge, with a say in
+/// the verdict (an enforced peek).
+fn reads_state(checks: &[BucketCheck<'_>]) -> bool {
+    checks.iter().any(|c| c.cost() == 0 && !c.is_shadow())
+}
+
+/// Whether a bucket the decision only reads refused it.
+fn read_refused(checks: &[BucketCheck<'_>], out: &[Decision]) -> bool {
+    checks
+        .iter()
+        .zip(out)
+        .any(|(c, d)| c.cost() == 0 && !c.is_shadow() && !d.allowed)
 }
 
 /// A reservation to give back if the request goes away while it waits.
