@@ -96,12 +96,12 @@ impl RedisStorage {
         conn: ClusterConnection,
         client: Option<ClusterClient>,
     ) -> Self {
-        let mut store =
-            Self::on(Conn::Cluster(conn), client.map(Source::Cluster));
         let slots = Slots::new();
-        if let Some(shared) = Arc::get_mut(&mut store.shared) {
-            shared.slots = Some(slots.clone());
-        }
+        let store = Self::on(
+            Conn::Cluster(conn),
+            client.map(Source::Cluster),
+            Some(slots.clone()),
+        );
         let shared = Arc::downgrade(&store.shared);
         let current = move || match &*shared.upgrade()?.link.current() {
             Conn::Cluster(conn) => Some(conn.clone()),

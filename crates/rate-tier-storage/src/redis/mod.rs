@@ -9,6 +9,7 @@ mod link;
 mod refusals;
 mod reserve;
 mod reset;
+mod resets;
 mod script;
 mod slots;
 mod storage;
@@ -359,12 +360,13 @@ pub struct RedisStorage {
 }
 
 /// What clones share: the connection, the cluster's slot map, the
-/// refusals remembered, the listeners.
+/// refusals remembered and the resets that void them, the listeners.
 struct Shared {
     link: Link,
     cluster: bool,
     slots: Option<Arc<Slots>>,
     refusals: Refusals,
+    resets: resets::Resets,
     listeners: Listeners<StorageEvent>,
 }
 
@@ -429,19 +431,26 @@ impl RedisStorage {
     /// # Ok(()) }
     /// ```
     pub fn new(conn: ConnectionManager) -> Self {
-        Self::on(Conn::Single(conn), None)
+        Self::on(Conn::Single(conn), None, None)
     }
 
-    fn on(conn: Conn, source: Option<Source>) -> Self {
+    fn on(
+        conn: Conn,
+        source: Option<Source>,
+        slots: Option<Arc<Slots>>,
+    ) -> Self {
         let cluster = matches!(conn, Conn::Cluster(_));
+        let shared = Arc::new(Shared {
+            link: Link::new(conn, source, Self::DEFAULT_TIMEOUT),
+            cluster,
+            slots,
+            refusals: Refusals::default(),
+            resets: resets::Resets::default(),
+            listeners: Listeners::default(),
+        });
+        resets::watch(Arc::downgrade(&shared));
         RedisStorage {
-            shared: Arc::new(Shared {
-                link: Link::new(conn, source, Self::DEFAULT_TIMEOUT),
-                cluster,
-                slots: None,
-                refusals: Refusals::default(),
-                listeners: Listeners::default(),
-            }),
+            shared,
             timeout: Self::DEFAULT_TIMEOUT,
             rebuild_after: 3,
             remember_refusals: true,
@@ -507,6 +516,7 @@ impl RedisStorage {
         Ok(Self::on(
             Conn::Single(conn),
             Some(Source::Single(client, config)),
+            None,
         ))
     }
 
@@ -539,7 +549,12 @@ impl RedisStorage {
     /// memory is bounded (65 536 refusals). A refund this store makes
     /// forgets the bucket's refusal at once; one settled by another
     /// instance can make a bucket pass before a remembered refusal ends (by
-    /// at most the time left of that refusal's wait).
+    /// at most the time left of that refusal's wait). A reset
+    /// ([`Storage::reset`], a lifted ban) through any instance voids every
+    /// instance's memory within about a second: each store reads the key
+    /// `trt:resets`, which a reset rewrites, every 250 ms, and answers from
+    /// its memory only while its last read is under a second old (never
+    /// outside a Tokio runtime, where nothing reads it).
     #[must_use]
     pub fn remember_refusals(mut self, remember: bool) -> Self {
         self.remember_refusals = remember;

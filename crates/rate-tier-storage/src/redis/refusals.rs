@@ -7,8 +7,9 @@
 //! see below), so until `sent + r` (`sent`: when the refused call left,
 //! on the local clock, never later than when Redis decided) the same
 //! request, or a costlier one, on the same bucket under the same quota is
-//! refused again, exactly: it is answered from here. A cheaper request is
-//! sent (it may fit). The memory is bounded: a fixed number of entries per
+//! refused again, exactly: it is answered from here, a costlier one told
+//! to wait `T` longer per unit of cost more, as Redis would tell it. A
+//! cheaper request is sent (it may fit). The memory is bounded: a fixed number of entries per
 //! shard, the oldest replaced when full.
 //!
 //! A refusal is remembered under the bucket's real key (the one sent to
@@ -18,6 +19,11 @@
 //! forgets the bucket's refusal at once. A refund made by another instance
 //! can let a bucket pass before the remembered time: the memory then
 //! refuses for at most the time left of that refusal's wait.
+//!
+//! A peek's refusal (a bucket in debt: a ban's end) is remembered alike:
+//! until its end every request on the bucket is refused, each told `T`
+//! longer per unit of cost. A reset through any instance voids the memory
+//! of every one (see `resets.rs`).
 //!
 //! Only a rate's refusal is remembered, and only a rate answers from
 //! memory: the reasoning above is GCRA's. A window's or a period's refusal
@@ -125,32 +131,40 @@ impl Refusals {
         now_us: u64,
         out: &mut [Decision],
     ) -> Option<usize> {
-        let (index, refusal) = checks.iter().zip(keys).enumerate().find_map(
-            |(i, (check, bucket_key))| {
-                // A window or a period under a key a rate's refusal was
-                // remembered under (a plan reload changed its kind) is not
-                // that rate: its nominal quota may even be the same.
-                if check.cost() == 0 || check.is_shadow() || !check.is_rate() {
-                    return None;
-                }
-                let key = self.key(bucket_key);
-                let shard = self
-                    .shard(key)
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                let found = shard.get(&key)?;
-                (found.until_us > now_us
-                    && found.cost <= check.cost()
-                    && found.quota == quota_of(check))
-                .then(|| (i, found.clone()))
-            },
-        )?;
+        let (index, refusal, more) =
+            checks.iter().zip(keys).enumerate().find_map(
+                |(i, (check, bucket_key))| {
+                    // A window or a period under a key a rate's refusal was
+                    // remembered under (a plan reload changed its kind) is not
+                    // that rate: its nominal quota may even be the same.
+                    if check.is_shadow() || !check.is_rate() {
+                        return None;
+                    }
+                    let key = self.key(bucket_key);
+                    let shard = self
+                        .shard(key)
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    let found = shard.get(&key)?;
+                    (found.until_us > now_us
+                        && found.cost <= check.cost()
+                        && found.quota == quota_of(check))
+                    .then(|| {
+                        // Each unit of cost more moves the TAT T further.
+                        let units = u64::from(check.cost() - found.cost);
+                        (i, found.clone(), found.quota.0.saturating_mul(units))
+                    })
+                },
+            )?;
         for (i, (slot, bucket_key)) in out.iter_mut().zip(keys).enumerate() {
             *slot = if i == index {
                 Decision {
                     allowed: false,
                     remaining: 0,
-                    retry_after_us: refusal.until_us.saturating_sub(now_us),
+                    retry_after_us: refusal
+                        .until_us
+                        .saturating_sub(now_us)
+                        .saturating_add(more),
                     reset_after_us: refusal.reset_at_us.saturating_sub(now_us),
                     store: None,
                 }
@@ -187,11 +201,7 @@ impl Refusals {
         else {
             return;
         };
-        if decision.allowed
-            || check.cost() == 0
-            || check.is_shadow()
-            || !check.is_rate()
-        {
+        if decision.allowed || check.is_shadow() || !check.is_rate() {
             return;
         }
         let key = self.key(bucket_key);
@@ -252,6 +262,13 @@ impl Refusals {
             .remove(&key);
     }
 
+    /// Forgets every refusal (a reset somewhere: see `resets.rs`).
+    pub(super) fn clear(&self) {
+        for shard in &self.shards {
+            shard.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        }
+    }
+
     /// How many refusals are remembered.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
@@ -293,8 +310,10 @@ mod tests {
         let mut out = [Decision::default()];
         assert_eq!(refusals.answer(&[two], &key, 10_400, &mut out), Some(0));
         assert_eq!(out[0].retry_after_us, 600);
+        // Costlier: refused too, told to wait one interval (6 s) more.
         let three = BucketCheck::new(&name, "ana", quota, 3).unwrap();
         assert_eq!(refusals.answer(&[three], &key, 10_400, &mut out), Some(0));
+        assert_eq!(out[0].retry_after_us, 600 + 6_000_000);
         // Cheaper: it may fit, so it is not answered from memory.
         let one = BucketCheck::new(&name, "ana", quota, 1).unwrap();
         assert_eq!(refusals.answer(&[one], &key, 10_400, &mut out), None);
@@ -445,6 +464,27 @@ mod tests {
         let mut two = [Decision::default(); 2];
         assert_eq!(refusals.answer(&checks, &keys, 2_000, &mut two), Some(0));
         assert_eq!((two[1].allowed, two[1].remaining), (true, 4));
+    }
+
+    #[test]
+    fn a_peek_refused_in_debt_answers_every_request_on_its_bucket() {
+        // A ban's end: a peek of a bucket 10 ms in debt, T = 1 ms.
+        let refusals = Refusals::default();
+        let name = LimitName::new("ban").unwrap();
+        let quota = Quota::per_second(1000).allow_burst(1);
+        let peek = BucketCheck::peek(&name, "eva", quota);
+        let key = key_of(&peek);
+        refusals.remember(&[peek], &key, &[refused(10_000)], 0, 0);
+        let mut out = [Decision::default()];
+        assert_eq!(refusals.answer(&[peek], &key, 4_000, &mut out), Some(0));
+        assert_eq!(out[0].retry_after_us, 6_000);
+        let charged = BucketCheck::new(&name, "eva", quota, 1).unwrap();
+        assert_eq!(refusals.answer(&[charged], &key, 4_000, &mut out), Some(0));
+        assert_eq!(out[0].retry_after_us, 6_000 + 1_000);
+        // Ended; or forgotten at once (a reset anywhere).
+        assert_eq!(refusals.answer(&[peek], &key, 10_000, &mut out), None);
+        refusals.clear();
+        assert_eq!(refusals.answer(&[peek], &key, 4_000, &mut out), None);
     }
 
     #[test]

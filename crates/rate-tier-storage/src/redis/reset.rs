@@ -1,7 +1,8 @@
 //! [`Storage::reset`](crate::Storage::reset) on Redis: one `DEL` of the
-//! buckets' keys (on a Redis Cluster, one per hash slot), and their
-//! remembered refusals forgotten on this instance. Other instances
-//! remember a refusal at most until its own retry time.
+//! buckets' keys (on a Redis Cluster, one per hash slot), their remembered
+//! refusals forgotten on this instance, and a new value under
+//! `trt:resets`, which makes every other instance forget what it
+//! remembers within a second (see `resets.rs`).
 
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use ::redis::Value;
 
 use super::cluster;
 use super::link::Conn;
+use super::resets::{RESETS_KEY, new_value};
 use super::{Shared, backend};
 use crate::bucket::BucketCheck;
 use crate::key::KeyLayout;
@@ -36,7 +38,9 @@ pub(super) async fn reset(
     match &*conn {
         Conn::Single(single) => {
             let mut single = single.clone();
-            let del = ::redis::cmd("DEL").arg(&keys).to_owned();
+            let mut del = ::redis::pipe();
+            del.cmd("DEL").arg(&keys).ignore();
+            del.cmd("SET").arg(RESETS_KEY).arg(new_value()).ignore();
             let run = async {
                 match del.query_async::<Value>(&mut single).await {
                     Err(error) if error.is_connection_refusal() => {
@@ -68,6 +72,15 @@ pub(super) async fn reset(
                 .map_err(|error| cluster::in_domain(shared, slot, error));
                 done?;
             }
+            let mut conn = cluster_conn.clone();
+            let set = ::redis::cmd("SET")
+                .arg(RESETS_KEY)
+                .arg(new_value())
+                .to_owned();
+            tokio::time::timeout(timeout, set.query_async::<Value>(&mut conn))
+                .await
+                .map_err(|_| StorageError::Timeout(timeout))?
+                .map_err(backend)?;
         }
     }
     for key in &keys {

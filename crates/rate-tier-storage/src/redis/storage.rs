@@ -222,6 +222,7 @@ impl Storage for RedisStorage {
         let refusals = &self.shared.refusals;
         let sent_us = self.clock.now_us();
         if self.remember_refusals
+            && self.shared.resets.fresh()
             && let Some(index) =
                 refusals.answer(checks, &job.keys, sent_us, out)
         {
