@@ -188,7 +188,10 @@ where
 /// app with `into_make_service_with_connect_info::<SocketAddr>()`): the
 /// client address for a limit per address when the service faces clients
 /// directly. Behind a proxy, every request's peer is the proxy: read the
-/// address it writes instead (see [`tower_rate_tier::client_ip`]).
+/// address it writes instead (see [`tower_rate_tier::client_ip`]). An app
+/// served without it has no address to read: each request of a limit per
+/// address is then answered 500, naming the fix in
+/// [`LimitEvent::NoClientAddress`](tower_rate_tier::LimitEvent::NoClientAddress).
 ///
 /// ```
 /// use std::net::SocketAddr;
@@ -201,7 +204,7 @@ where
 /// assert_eq!(CONNECT_INFO.partition(&parts), "203.0.113.7");
 /// ```
 pub const CONNECT_INFO: tower_rate_tier::ClientIp =
-    tower_rate_tier::ClientIp::from_fn("axum ConnectInfo", |parts| {
+    tower_rate_tier::ClientIp::from_connection("axum ConnectInfo", |parts| {
         parts
             .extensions
             .get::<ConnectInfo<std::net::SocketAddr>>()

@@ -124,6 +124,18 @@ pub enum LimitEvent {
     /// The cost function returned 0 (every request costs at least 1); the
     /// request was answered 500.
     InvalidCost,
+    /// A limit per client address reads the connection's address
+    /// ([`ClientIp::reads_connection`](crate::ClientIp::reads_connection))
+    /// and the request had none: the server was not set up to give it
+    /// (axum: serve the app with
+    /// `into_make_service_with_connect_info::<SocketAddr>()`). The request
+    /// was answered 500, never put in one bucket with every other client.
+    NoClientAddress {
+        /// The limit.
+        limit: &'static str,
+        /// The address's source, by name.
+        source: &'static str,
+    },
     /// A request waited for its slot, then was served
     /// ([`RateTierBuilder::wait_up_to`](crate::RateTierBuilder::wait_up_to)).
     Waited {

@@ -83,6 +83,8 @@ pub(crate) enum Scope {
     /// One bucket per key the function finds; `None`: the limit does not
     /// apply to that request.
     Keyed(Arc<KeyFn>),
+    /// One bucket per client address (see [`crate::client_ip`]).
+    ClientIp(crate::client_ip::ClientIp),
 }
 
 /// What a request costs a limit.
@@ -101,6 +103,7 @@ impl Scope {
             Scope::User => "per user",
             Scope::Global => "global",
             Scope::Keyed(_) => "per key",
+            Scope::ClientIp(_) => "per client address",
         }
     }
 
@@ -225,8 +228,11 @@ impl Limit {
     /// One bucket per client address, read from `source`: what a limit per
     /// address at the edge needs. Never the raw `X-Forwarded-For`, which
     /// the client writes: see [`client_ip`](crate::client_ip). A request
-    /// whose address cannot be read shares one bucket, `unknown`, with the
-    /// others like it (it is not let off).
+    /// whose header cannot be read shares one bucket, `unknown`, with the
+    /// others like it (it is not let off); one without the connection's
+    /// address, from a source that reads it, is answered 500 with
+    /// [`LimitEvent::NoClientAddress`](crate::LimitEvent::NoClientAddress)
+    /// (a server not set up to give it: never one bucket for everyone).
     ///
     /// ```
     /// use tower_rate_tier::{ClientIp, Limit, Quota};
@@ -234,8 +240,12 @@ impl Limit {
     ///     .per_client_ip(ClientIp::RIGHTMOST_X_FORWARDED_FOR);
     /// # let _ = per_address;
     /// ```
-    pub fn per_client_ip(self, source: crate::client_ip::ClientIp) -> Limit {
-        self.keyed_by(move |parts| Some(source.partition(parts)))
+    pub fn per_client_ip(
+        mut self,
+        source: crate::client_ip::ClientIp,
+    ) -> Limit {
+        self.scope = Scope::ClientIp(source);
+        self
     }
 
     /// Only requests for which `applies` holds (a route, a method). A peek

@@ -493,7 +493,10 @@ async fn a_concurrency_limit_has_no_policy_window() {
 async fn only_a_rate_is_settled() {
     let clock = FakeClock::at_us(START_US);
     let tiers = post_plans(&clock).build();
-    let login = login();
+    // Declared settled (a layer refuses to be built with it), settled by
+    // hand: refused, as a window has no debt.
+    let login =
+        login().settle(tower_rate_tier::Settle::from_header("x-tokens-used"));
     let request =
         tower_rate_tier::LimitRequest::new("ana", "free", 1).limit(&login, 1);
     let info = tiers.decide(&request).await.unwrap().unwrap();

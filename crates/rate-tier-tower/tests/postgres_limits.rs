@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use rate_tier_test_support::{TEST_TIMEOUT, env, unique};
 use tower_rate_tier::{
-    Adjust, Limit, LimitRequest, PostgresStorage, Quota, RateTier,
+    Adjust, Limit, LimitRequest, PostgresStorage, Quota, RateTier, Settle,
 };
 
 /// The store, its table migrated (once is enough; again changes nothing).
@@ -85,8 +85,8 @@ async fn a_refusal_in_any_position_charges_nothing_on_postgres() {
 async fn a_settled_debt_is_waited_for_whole() {
     let tier = unique("free");
     let tiers = instance(&tier).await;
-    let tokens =
-        Limit::new(unique("tokens"), Quota::per_minute(1000).unbounded_debt());
+    let tokens = Limit::new(unique("tokens"), Quota::per_minute(1000))
+        .settle(Settle::from_header("x-tokens-used"));
     let request = LimitRequest::new("ana", &tier, 1).limit(&tokens, 1);
     let info = tiers.decide(&request).await.unwrap().unwrap();
     // Settled to 1200 tokens: 1199 more, 72 s of debt.

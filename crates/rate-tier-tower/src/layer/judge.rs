@@ -296,6 +296,21 @@ impl Config {
                     Some(key) => Some(Cow::Owned(key)),
                     None => continue,
                 },
+                Scope::ClientIp(source) => {
+                    match source.partition_or_mistake(parts) {
+                        Some(address) => Some(Cow::Owned(address)),
+                        None => {
+                            let (limit, source) = (limit.name(), source.name());
+                            events.push(|| LimitEvent::NoClientAddress {
+                                limit,
+                                source,
+                            });
+                            return Err(Ruling::Invalid(
+                                Error::NoClientAddress(source),
+                            ));
+                        }
+                    }
+                }
             };
             let limit_cost = match &limit.cost {
                 _ if peek => 0,
@@ -427,6 +442,10 @@ fn refuse<R: Refusal<B>, B>(ruling: &Ruling, config: &Config) -> Response<B> {
             Error::Storage(_) => "rate limiter failed",
             Error::NoIdentity => "identity required",
             Error::OwnQuota(_) => "invalid customer quota",
+            Error::NoClientAddress(_) => {
+                "rate limiter misconfigured: no client address"
+            }
+            Error::NotSettled(_) => "rate limiter failed",
         }),
         Ruling::Allowed(_) | Ruling::Unlimited => {
             unreachable!("a passed request is not refused")
@@ -512,6 +531,14 @@ fn trace_event(event: &LimitEvent) {
         LimitEvent::InvalidCost => tracing::warn!(
             target: TARGET,
             "request cost function returned 0: answered 500",
+        ),
+        LimitEvent::NoClientAddress { limit, source } => tracing::error!(
+            target: TARGET,
+            limit,
+            source,
+            "no client address for a limit per address: answered 500; serve \
+             the app with into_make_service_with_connect_info::<SocketAddr>() \
+             (axum), or read the address from the proxy's header",
         ),
         LimitEvent::UnknownTier { tier, policy, .. } => tracing::debug!(
             target: TARGET,
