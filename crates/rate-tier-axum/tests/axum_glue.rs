@@ -235,3 +235,56 @@ async fn api_key_never_takes_the_plan_from_the_key_itself() {
     let response = app.oneshot(get_as("/data", "key_ana")).await.unwrap();
     assert_eq!(text(response).await, "free 9 1");
 }
+
+/// A limit per address (1 a minute) read from axum's `ConnectInfo`.
+fn per_address() -> TierLimitLayer {
+    limiter().limit(
+        Limit::new("ip", Quota::per_minute(1))
+            .per_client_ip(rate_tier_axum::CONNECT_INFO),
+    )
+}
+
+fn from(peer: &str) -> Request<Body> {
+    let mut request = get_as("/", "key_ana");
+    let peer: std::net::SocketAddr = peer.parse().unwrap();
+    request
+        .extensions_mut()
+        .insert(axum::extract::ConnectInfo(peer));
+    request
+}
+
+#[tokio::test]
+async fn a_limit_per_address_without_connect_info_is_a_loud_500_not_one_bucket()
+{
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let layer = per_address().on_event(move |event| {
+        sink.lock().unwrap().push(format!("{event:?}"));
+    });
+    // Served without into_make_service_with_connect_info: no address.
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    for _ in 0..2 {
+        let response = app.clone().oneshot(get_as("/", "key_ana")).await;
+        let response = response.unwrap();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(text(response).await.contains("no client address"));
+    }
+    let events = events.lock().unwrap();
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert!(events[0].contains("NoClientAddress"), "{events:?}");
+    assert!(events[0].contains("axum ConnectInfo"), "{events:?}");
+
+    // With the address, one bucket per client: one spent, another served.
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(per_address());
+    let ok = |r: &axum::response::Response| r.status() == StatusCode::OK;
+    let first = app.clone().oneshot(from("203.0.113.7:4000")).await.unwrap();
+    assert!(ok(&first));
+    let again = app.clone().oneshot(from("203.0.113.7:4001")).await.unwrap();
+    assert_eq!(again.status(), StatusCode::TOO_MANY_REQUESTS);
+    let other = app.oneshot(from("198.51.100.9:4000")).await.unwrap();
+    assert!(ok(&other));
+}
