@@ -139,8 +139,9 @@ $$;
 --
 -- keys           the bucket keys (distinct)
 -- args[5i-4..5i] for keys[i]: emission interval T (us), burst offset tau
---                (us), cost (0: a peek), shadow (1: never refuses), the
---                most debt a settlement may leave (us, 0 to 2^50)
+--                (us), cost (0: a peek, which refuses only while the bucket
+--                is in debt), shadow (1: never refuses), the most debt a
+--                settlement may leave (us, 0 to 2^50)
 -- Returns {allowed_i, remaining_i, retry_after_us_i, reset_after_us_i} for
 -- each key, flattened. Refused when an enforced bucket refuses: then no
 -- bucket is charged, and one that would have passed says so (allowed 1)
@@ -203,11 +204,20 @@ BEGIN
             END IF;
         END IF;
         IF cost = 0 THEN
-            -- A peek: never refuses, never writes, not even a cap.
+            -- A peek: never writes, not even a cap; in debt (a TAT more
+            -- than tau ahead) it refuses until the debt is paid.
             writes[i] := NULL;
-            remains := greatest(tau - (tat - now_us), 0);
-            reply[4 * i - 3] := 1; reply[4 * i - 2] := remains / t;
-            reply[4 * i - 1] := 0; reply[4 * i] := tat - now_us;
+            remains := tau - (tat - now_us);
+            IF remains < 0 THEN
+                reply[4 * i - 3] := 0; reply[4 * i - 2] := 0;
+                reply[4 * i - 1] := -remains; reply[4 * i] := tat - now_us;
+                IF args[5 * i - 1] = 0 THEN
+                    refused := true;
+                END IF;
+            ELSE
+                reply[4 * i - 3] := 1; reply[4 * i - 2] := remains / t;
+                reply[4 * i - 1] := 0; reply[4 * i] := tat - now_us;
+            END IF;
         ELSE
             IF tat + t * cost > 9007199254740992 THEN
                 RAISE EXCEPTION 'rate_tier_check: key %: time out of range', i;
@@ -349,9 +359,11 @@ $$;
 --
 -- keys           the bucket keys (distinct)
 -- args[5i-4..5i] for keys[i], as __TABLE___check_at: T (us), tau (us),
---                cost (0: a peek at now), shadow (1: never makes the
---                request wait), the most debt (us, 0 to 2^50), which is
---                also the most a reservation may wait
+--                cost (0: a peek at now, refused while in debt; an
+--                enforced one makes the request wait for its debt's end),
+--                shadow (1: never makes the request wait), the most debt
+--                (us, 0 to 2^50), which is also the most a reservation
+--                may wait
 -- max_wait_us    the most the caller waits (us, 0 to 2^53)
 -- at_us          the time (us since the epoch); NULL: the database's
 --                clock, read once the keys are locked, so that the
@@ -426,8 +438,10 @@ BEGIN
             END IF;
         END IF;
         tats[i] := tat;
-        IF cost > 0 AND args[5 * i - 1] = 0 THEN
-            IF t > tau / cost THEN
+        -- An enforced peek waits for the end of its debt (a state that
+        -- refuses until then).
+        IF args[5 * i - 1] = 0 THEN
+            IF cost > 0 AND t > tau / cost THEN
                 RAISE EXCEPTION 'rate_tier_reserve: key %: cost exceeds the burst: it can never pass', i;
             END IF;
             IF tat + t * cost > 9007199254740992 THEN
@@ -449,10 +463,17 @@ BEGIN
         t := args[5 * i - 4]; tau := args[5 * i - 3]; cost := args[5 * i - 2]; debt := args[5 * i];
         tat := tats[i];
         IF cost = 0 OR NOT reserved THEN
-            -- A peek (never a write), or uncharged: the bucket as it stands
-            -- now, with only a capped TAT written (not by a peek).
-            reply[5 * i - 4] := 1; reply[5 * i - 3] := greatest(tau - (tat - now_us), 0) / t;
-            reply[5 * i - 2] := 0; reply[5 * i - 1] := tat - now_us;
+            -- A peek (never a write; refused while in debt), or uncharged:
+            -- the bucket as it stands now, with only a capped TAT written
+            -- (not by a peek).
+            IF cost = 0 AND tat - now_us > tau THEN
+                reply[5 * i - 4] := 0; reply[5 * i - 3] := 0;
+                reply[5 * i - 2] := tat - now_us - tau;
+            ELSE
+                reply[5 * i - 4] := 1; reply[5 * i - 3] := greatest(tau - (tat - now_us), 0) / t;
+                reply[5 * i - 2] := 0;
+            END IF;
+            reply[5 * i - 1] := tat - now_us;
             IF cost > 0 AND capped[i] THEN
                 reply[5 * i] := tat;
             END IF;
@@ -741,11 +762,17 @@ BEGIN
                 END IF;
             END IF;
             IF cost = 0 THEN
-                -- A peek: never a write, not even a cap.
+                -- A peek: never a write, not even a cap; refused while in
+                -- debt.
                 w_what[i] := 0;
-                remains := greatest(b - (tat - now_us), 0);
-                reply[4 * i - 3] := 1; reply[4 * i - 2] := remains / a;
-                reply[4 * i - 1] := 0; reply[4 * i] := tat - now_us;
+                remains := b - (tat - now_us);
+                IF remains < 0 THEN
+                    reply[4 * i - 3] := 0; reply[4 * i - 2] := 0;
+                    reply[4 * i - 1] := -remains; reply[4 * i] := tat - now_us;
+                ELSE
+                    reply[4 * i - 3] := 1; reply[4 * i - 2] := remains / a;
+                    reply[4 * i - 1] := 0; reply[4 * i] := tat - now_us;
+                END IF;
             ELSE
                 IF tat + a * cost > 9007199254740992 THEN
                     RAISE EXCEPTION 'rate_tier_decide_mixed: key %: time out of range', i;
