@@ -74,6 +74,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::Query;
+use axum::extract::rejection::QueryRejection;
 use axum::http::StatusCode;
 use axum::routing::{MethodRouter, get, post};
 // For /metrics.
@@ -568,20 +569,26 @@ struct ResetQuery {
     key: String,
 }
 
+/// The token of an `authorization: Bearer <token>` header: the scheme in
+/// any case (RFC 9110 §11.1), the token without the spaces around it.
+fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
 /// `POST /admin/reset?key=KEY` with `authorization: Bearer <token>`: the
 /// key's buckets back to full (every plan, and its own limits). 401, and
-/// nothing done, without the right token (compared in constant time).
+/// nothing done, without the right token (compared in constant time),
+/// whatever else the request holds: the token is checked before the query
+/// is read (a caller without it learns nothing of what the route expects).
 async fn admin_reset(
     admin: Admin,
-    Query(ResetQuery { key }): Query<ResetQuery>,
+    query: Result<Query<ResetQuery>, QueryRejection>,
     headers: axum::http::HeaderMap,
 ) -> Response {
     use subtle::ConstantTimeEq;
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "))
-        .unwrap_or("");
+    let given = bearer(&headers).unwrap_or("");
     if !bool::from(given.as_bytes().ct_eq(admin.token.as_bytes())) {
         eprintln!("admin: reset refused (no or wrong token)");
         return (
@@ -591,6 +598,10 @@ async fn admin_reset(
         )
             .into_response();
     }
+    let key = match query {
+        Ok(Query(ResetQuery { key })) => key,
+        Err(rejection) => return rejection.into_response(),
+    };
     // The limits of a user's own: their buckets are the key's.
     let limits = user_limits();
     let limits: Vec<&Limit> = limits.iter().collect();
@@ -744,5 +755,64 @@ mod tests {
             assert_eq!(answer, format!("uploaded in {lasted} ms\n"));
             assert_eq!(started.elapsed(), Duration::from_millis(lasted));
         }
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_read_in_any_case() {
+        let with = |value: &str| {
+            let mut headers = axum::http::HeaderMap::new();
+            headers.insert(header::AUTHORIZATION, value.parse().unwrap());
+            bearer(&headers).map(str::to_owned)
+        };
+        for value in ["Bearer t0k", "bearer t0k", "BEARER  t0k "] {
+            assert_eq!(with(value).as_deref(), Some("t0k"), "{value:?}");
+        }
+        assert_eq!(with("Basic dXNlcjpwYXNz"), None);
+        assert_eq!(with("Bearer"), None);
+        assert_eq!(bearer(&axum::http::HeaderMap::new()), None);
+    }
+
+    /// Without the token, a request missing its `key` is 401 like any
+    /// other: the token is checked first.
+    #[tokio::test]
+    async fn the_token_is_checked_before_the_query() {
+        use tower::ServiceExt;
+        let admin = Admin {
+            tiers: RateTier::builder()
+                .tier("free", Quota::per_minute(10))
+                .build(),
+            token: Arc::from("s3cret"),
+        };
+        let app = Router::new().route(
+            "/admin/reset",
+            post(move |q, h| admin_reset(admin.clone(), q, h)),
+        );
+        let send = |auth: Option<&str>, path: &str| {
+            let mut request = axum::http::Request::post(path);
+            if let Some(auth) = auth {
+                request = request.header(header::AUTHORIZATION, auth);
+            }
+            app.clone()
+                .oneshot(request.body(axum::body::Body::empty()).unwrap())
+        };
+        let status = |r: Result<Response, _>| r.map(|r| r.status());
+        assert_eq!(
+            status(send(None, "/admin/reset").await),
+            Ok(StatusCode::UNAUTHORIZED)
+        );
+        assert_eq!(
+            status(send(Some("Bearer wrong"), "/admin/reset").await),
+            Ok(StatusCode::UNAUTHORIZED)
+        );
+        assert_eq!(
+            status(send(Some("bearer s3cret"), "/admin/reset").await),
+            Ok(StatusCode::BAD_REQUEST)
+        );
+        assert_eq!(
+            status(
+                send(Some("bearer s3cret"), "/admin/reset?key=key_ana").await
+            ),
+            Ok(StatusCode::OK)
+        );
     }
 }
