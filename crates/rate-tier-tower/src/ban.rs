@@ -149,6 +149,26 @@ fn ban_name(part: &'static str) -> LimitName {
 /// `u32` units.
 const UNTIL_T_US: u64 = 1_000;
 
+/// Every bucket of `user`'s bans, for a reset: whether or not the limiter
+/// that resets bans, a ban another instance gave is lifted (a bucket is
+/// named by its limit, kind and partition; its quota does not matter to a
+/// reset).
+pub(crate) fn buckets<'a>(
+    user: &'a str,
+    secret: Option<&'a KeySecret>,
+) -> Vec<BucketCheck<'a>> {
+    let any_rate = Rule::Rate(Quota::per_second(1));
+    [
+        (&*UNTIL, any_rate),
+        (&*REFUSALS, window(1, Duration::from_secs(1))),
+        (&*LEVEL, any_rate),
+    ]
+    .into_iter()
+    .filter_map(|(name, rule)| BucketCheck::of_rule(name, user, rule, 0).ok())
+    .map(|check| check.key_secret(secret))
+    .collect()
+}
+
 /// The bans of a limiter: the rule, and the quotas of its buckets.
 #[derive(Debug)]
 pub(crate) struct Bans {
@@ -178,24 +198,6 @@ impl Bans {
         secret: Option<&'a KeySecret>,
     ) -> BucketCheck<'a> {
         BucketCheck::peek(&UNTIL, user, self.until).key_secret(secret)
-    }
-
-    /// Every bucket of `user`'s bans (for a reset).
-    pub(crate) fn buckets<'a>(
-        &self,
-        user: &'a str,
-        secret: Option<&'a KeySecret>,
-    ) -> Vec<BucketCheck<'a>> {
-        let mut buckets = vec![self.until_check(user, secret)];
-        for (name, rule) in [
-            (&*REFUSALS, self.refusals_rule()),
-            (&*LEVEL, Rule::Rate(self.level)),
-        ] {
-            if let Ok(check) = BucketCheck::of_rule(name, user, rule, 0) {
-                buckets.push(check.key_secret(secret));
-            }
-        }
-        buckets
     }
 
     fn refusals_rule(&self) -> Rule {

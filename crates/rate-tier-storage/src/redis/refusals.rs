@@ -22,8 +22,10 @@
 //!
 //! A peek's refusal (a bucket in debt: a ban's end) is remembered alike:
 //! until its end every request on the bucket is refused, each told `T`
-//! longer per unit of cost. A reset through any instance voids the memory
-//! of every one (see `resets.rs`).
+//! longer per unit of cost. A charge's refusal in a decision that also
+//! reads such a state is not answered from memory: the state may have
+//! changed since (that refusal may itself have led to a ban). A reset
+//! through any instance voids the memory of every one (see `resets.rs`).
 //!
 //! Only a rate's refusal is remembered, and only a rate answers from
 //! memory: the reasoning above is GCRA's. A window's or a period's refusal
@@ -156,6 +158,15 @@ impl Refusals {
                     })
                 },
             )?;
+        // A state the decision reads (a ban's end) may have changed since a
+        // charge's refusal was remembered (this very refusal may have
+        // banned): the memory vouches for it only where it refused.
+        let reads_state = checks.iter().enumerate().any(|(i, check)| {
+            i != index && check.cost() == 0 && !check.is_shadow()
+        });
+        if reads_state && checks[index].cost() > 0 {
+            return None;
+        }
         for (i, (slot, bucket_key)) in out.iter_mut().zip(keys).enumerate() {
             *slot = if i == index {
                 Decision {
@@ -485,6 +496,40 @@ mod tests {
         assert_eq!(refusals.answer(&[peek], &key, 10_000, &mut out), None);
         refusals.clear();
         assert_eq!(refusals.answer(&[peek], &key, 4_000, &mut out), None);
+    }
+
+    #[test]
+    fn a_charge_refused_beside_a_state_it_reads_is_not_answered_from_memory() {
+        let refusals = Refusals::default();
+        let (plan, ban) = (
+            LimitName::new("free").unwrap(),
+            LimitName::new("ban").unwrap(),
+        );
+        let checks = [
+            BucketCheck::new(&plan, "eva", Quota::per_minute(10), 1).unwrap(),
+            BucketCheck::peek(
+                &ban,
+                "eva",
+                Quota::per_second(1000).allow_burst(1),
+            ),
+        ];
+        let keys: Vec<String> = checks
+            .iter()
+            .map(|c| c.key(crate::KeyLayout::Single))
+            .collect();
+        let read = Decision {
+            allowed: true,
+            ..Decision::default()
+        };
+        refusals.remember(&checks, &keys, &[refused(6_000), read], 0, 0);
+        let mut out = [Decision::default(); 2];
+        assert_eq!(refusals.answer(&checks, &keys, 10, &mut out), None);
+        // Alone, the charge's refusal answers.
+        let mut one = [Decision::default()];
+        assert_eq!(
+            refusals.answer(&checks[..1], &keys[..1], 10, &mut one),
+            Some(0)
+        );
     }
 
     #[test]

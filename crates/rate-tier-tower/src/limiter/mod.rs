@@ -485,8 +485,8 @@ impl RateTier {
                     .key_secret(secret),
             );
         }
-        if let Some(bans) = &self.inner.bans {
-            buckets.extend(bans.buckets(user, secret));
+        if !user.is_empty() {
+            buckets.extend(crate::ban::buckets(user, secret));
         }
         self.inner.store.reset(&buckets).await?;
         Ok(())
