@@ -421,6 +421,7 @@ impl Decided {
 
     /// A reservation of no bucket (`reserve_all` of no charge): reserved,
     /// nothing to wait for, answered by `by` without a call.
+    #[cfg(any(feature = "redis", feature = "postgres"))]
     pub(crate) fn reserved_at_once(
         max_wait_us: u64,
         by: &'static str,
