@@ -45,10 +45,12 @@ fn oracle_one(
     };
     let remaining = |ahead: i128| u(((tau - ahead).max(0)) / t);
     if cost == 0 {
+        // A read: refused only while the bucket is in debt.
+        let debt = (tat - now - tau).max(0);
         return Ok(Decision {
-            allowed: true,
+            allowed: debt == 0,
             remaining: remaining(tat - now),
-            retry_after_us: 0,
+            retry_after_us: u(debt),
             reset_after_us: u(tat - now),
             store: None,
         });
