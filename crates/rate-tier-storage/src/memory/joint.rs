@@ -299,11 +299,16 @@ impl Inner {
         let verdict = judge.judge(charges, &stored, now, out)?;
         // Room first, for every new bucket, so that nothing is written
         // unless everything can be (dropped, `places` gives back all it
-        // holds).
-        let new = stored
+        // holds). A bucket held without a TAT (reset, or refunded to full)
+        // has its place.
+        let new = names
             .iter()
+            .zip(homes)
             .zip(&*out)
-            .filter(|(tat, decision)| tat.is_none() && decision.store.is_some())
+            .filter(|&((&name, &home), decision)| {
+                decision.store.is_some()
+                    && guards.get(at(home)).and_then(|t| t.find(name)).is_none()
+            })
             .count();
         while places.reserved < new {
             if !self.reserve() {

@@ -138,10 +138,19 @@ impl Inner {
             let mut writes: SmallVec<[Option<u64>; FEW]> =
                 SmallVec::from_elem(None, checks.len());
             let verdict = judge(checks, &words, now, out, &mut writes, false)?;
-            let new = words
+            // A bucket held without a TAT (reset, or refunded to full) has
+            // its place.
+            let new = names
                 .iter()
+                .zip(homes)
                 .zip(&writes)
-                .filter(|(word, write)| word.is_none() && write.is_some())
+                .filter(|&((&name, &home), write)| {
+                    write.is_some()
+                        && guards
+                            .get(at(home))
+                            .and_then(|t| t.find(name))
+                            .is_none()
+                })
                 .count();
             // Room first, for every new bucket: nothing is written unless
             // everything can be.
