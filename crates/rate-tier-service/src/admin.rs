@@ -35,14 +35,11 @@
 //! Each descriptor is matched on its own (`replaces` does not apply).
 //!
 //! With Redis or a Redis Cluster, the shared bucket is full again at once
-//! for every instance; but each instance also remembers the refusals it
-//! made, in process, until their wait ends
-//! ([`RedisStorage::remember_refusals`](rate_tier_storage::RedisStorage::remember_refusals)),
-//! and a reset forgets them only on the instance that was asked. Another
-//! instance may keep refusing a descriptor it had refused for at most the
-//! wait it announced then (`duration_until_reset`, a `Retry-After`): to
-//! put a descriptor back everywhere at once, reset it through every
-//! instance's admin API.
+//! for every instance, and the refusals each instance remembers in process
+//! ([`RedisStorage::remember_refusals`](rate_tier_storage::RedisStorage::remember_refusals))
+//! are forgotten on the instance asked at once and on every other one
+//! within a second: a reset through any instance's admin API holds
+//! everywhere.
 //!
 //! ```text
 //! {"descriptors_reset": 1,
