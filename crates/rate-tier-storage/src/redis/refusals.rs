@@ -310,6 +310,10 @@ mod tests {
         vec![check.key(crate::KeyLayout::Single)]
     }
 
+    fn keys_of(checks: &[BucketCheck<'_>]) -> Vec<String> {
+        checks.iter().flat_map(key_of).collect()
+    }
+
     #[test]
     fn a_refusal_answers_equal_or_costlier_requests_until_it_ends() {
         let refusals = Refusals::default();
@@ -549,5 +553,87 @@ mod tests {
             );
         }
         assert!(refusals.len() <= SHARDS * PER_SHARD, "{}", refusals.len());
+    }
+
+    #[test]
+    fn a_read_refused_beside_another_read_is_answered_from_memory() {
+        // A ban's end in debt, read beside a read of the plan: the refusal
+        // is that read's own, and holds until its end.
+        let refusals = Refusals::default();
+        let (ban, plan) = (
+            LimitName::new("ban").unwrap(),
+            LimitName::new("free").unwrap(),
+        );
+        let checks = [
+            BucketCheck::peek(
+                &ban,
+                "eva",
+                Quota::per_second(1000).allow_burst(1),
+            ),
+            BucketCheck::peek(&plan, "eva", Quota::per_minute(10)),
+        ];
+        let keys = keys_of(&checks);
+        let read = Decision {
+            allowed: true,
+            remaining: 10,
+            ..Decision::default()
+        };
+        refusals.remember(&checks, &keys, &[refused(10_000), read], 0, 0);
+        let mut out = [Decision::default(); 2];
+        assert_eq!(refusals.answer(&checks, &keys, 4_000, &mut out), Some(0));
+        assert_eq!(out[0].retry_after_us, 6_000);
+        assert_eq!((out[1].allowed, out[1].remaining), (true, 10));
+    }
+
+    #[test]
+    fn another_refusing_bucket_is_told_the_time_left_of_its_own_wait() {
+        let refusals = Refusals::default();
+        let (plan, search) = (
+            LimitName::new("free").unwrap(),
+            LimitName::new("search").unwrap(),
+        );
+        let quota = Quota::per_minute(10);
+        let checks = [
+            BucketCheck::new(&plan, "ana", quota, 1).unwrap(),
+            BucketCheck::new(&search, "ana", quota, 1).unwrap(),
+        ];
+        let keys = keys_of(&checks);
+        // Both refused, sent at 1 000: the plan for 6 000 more, `search`
+        // for 2 000.
+        refusals.remember(
+            &checks,
+            &keys,
+            &[refused(6_000), refused(2_000)],
+            0,
+            1_000,
+        );
+        let mut out = [Decision::default(); 2];
+        assert_eq!(refusals.answer(&checks, &keys, 2_500, &mut out), Some(0));
+        assert_eq!(
+            (out[0].retry_after_us, out[1].retry_after_us),
+            (4_500, 500)
+        );
+        assert_eq!(out[1].reset_after_us, 4_000 + 1_000 - 2_500);
+        // Its wait over, it is still reported as it stood: refused, for
+        // the least wait there is.
+        assert_eq!(refusals.answer(&checks, &keys, 3_500, &mut out), Some(0));
+        assert_eq!((out[1].allowed, out[1].retry_after_us), (false, 1));
+    }
+
+    #[test]
+    fn the_debug_form_shows_no_bucket_it_remembers() {
+        let refusals = Refusals::default();
+        let name = LimitName::new("free").unwrap();
+        let check =
+            BucketCheck::new(&name, "mallory", Quota::per_minute(10), 1)
+                .unwrap();
+        let key = key_of(&check);
+        refusals.remember(&[check], &key, &[refused(1_000)], 0, 0);
+        let shown = format!("{refusals:?}");
+        assert!(shown.starts_with("Refusals"), "{shown}");
+        assert!(
+            !shown.contains(&key[0]) && !shown.contains("1000"),
+            "{shown}"
+        );
     }
 }
