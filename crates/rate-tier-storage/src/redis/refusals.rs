@@ -636,4 +636,31 @@ mod tests {
             "{shown}"
         );
     }
+
+    #[test]
+    fn the_cheapest_refused_cost_is_kept_while_its_refusal_lasts() {
+        let refusals = Refusals::default();
+        let name = LimitName::new("free").unwrap();
+        let quota = Quota::per_minute(10);
+        let costing =
+            |cost| BucketCheck::new(&name, "ana", quota, cost).unwrap();
+        let key = key_of(&costing(1));
+        let mut out = [Decision::default()];
+        refusals.remember(&[costing(2)], &key, &[refused(10_000)], 0, 0);
+        assert_eq!(refusals.answer(&[costing(1)], &key, 500, &mut out), None);
+        // A cheaper request, sent and refused: it answers from then on.
+        refusals.remember(&[costing(1)], &key, &[refused(8_000)], 0, 1_000);
+        assert_eq!(
+            refusals.answer(&[costing(1)], &key, 2_000, &mut out),
+            Some(0)
+        );
+        assert_eq!(out[0].retry_after_us, 7_000);
+        // A costlier one refused meanwhile does not take its place.
+        refusals.remember(&[costing(3)], &key, &[refused(20_000)], 0, 3_000);
+        assert_eq!(
+            refusals.answer(&[costing(1)], &key, 4_000, &mut out),
+            Some(0)
+        );
+        assert_eq!(out[0].retry_after_us, 5_000);
+    }
 }
