@@ -63,6 +63,8 @@ pub enum Op {
         route: Route,
         cost: u32,
     },
+    /// The last request again, `more` costlier: a client that retries.
+    Retry { more: u32 },
     /// A request of cost 1 in a task of its own, left waiting for its slot
     /// while the others go on (memory only).
     Spawn {
@@ -345,6 +347,8 @@ pub struct Setup {
     /// user's buckets since this instance last asked about them: what it
     /// remembers of a refusal may then be out of date (its wait short).
     stale: std::collections::HashSet<(usize, usize)>,
+    /// The last request: what a retry asks again.
+    last_request: Option<(usize, usize, Route, u32)>,
     log: Vec<String>,
     seen: Arc<Seen>,
 }
@@ -453,6 +457,7 @@ impl Setup {
             waiting: Vec::new(),
             tokens: HashMap::new(),
             stale: std::collections::HashSet::new(),
+            last_request: None,
             log: Vec::new(),
             seen,
         }
@@ -634,6 +639,31 @@ impl Setup {
     }
 
     async fn apply(&mut self, op: &Op) -> Result<(), String> {
+        let retried;
+        let op = match *op {
+            Op::Retry { more } => match self.last_request {
+                Some((inst, user, route, cost)) => {
+                    retried = Op::Request {
+                        inst,
+                        user,
+                        route,
+                        cost: cost.saturating_add(more),
+                    };
+                    &retried
+                }
+                None => return Ok(()),
+            },
+            _ => op,
+        };
+        if let Op::Request {
+            inst,
+            user,
+            route,
+            cost,
+        } = *op
+        {
+            self.last_request = Some((inst, user, route, cost));
+        }
         let applied = self.apply_op(op).await;
         // Whatever an instance did with a user's buckets, the others'
         // memories of them may be out of date; its own is not.
@@ -898,6 +928,7 @@ impl Setup {
                     .map_err(|e| format!("reload refused: {e}"))?;
                 self.variants[inst] = variant;
             }
+            Op::Retry { .. } => unreachable!("a retry is its request"),
             Op::Outage { down } => {
                 if self.clock_back {
                     return Ok(());
