@@ -663,4 +663,68 @@ mod tests {
         );
         assert_eq!(out[0].retry_after_us, 5_000);
     }
+
+    #[test]
+    fn a_full_shard_forgets_the_ended_refusals_first_else_half() {
+        let refusals = Refusals::default();
+        let name = LimitName::new("free").unwrap();
+        let quota = Quota::per_minute(10);
+        // Users whose refusals land in the first shard.
+        let users: Vec<String> = (0..)
+            .map(|i| format!("user-{i}"))
+            .filter(|user| {
+                let check = BucketCheck::new(&name, user, quota, 1).unwrap();
+                refusals.key(&key_of(&check)[0]) as usize % SHARDS == 0
+            })
+            .take(PER_SHARD + 2)
+            .collect();
+        let remember = |user: &str, retry_after_us, sent_us| {
+            let check = BucketCheck::new(&name, user, quota, 1).unwrap();
+            let key = key_of(&check);
+            refusals.remember(
+                &[check],
+                &key,
+                &[refused(retry_after_us)],
+                0,
+                sent_us,
+            );
+        };
+        let answered = |users: &[String], now_us| {
+            users
+                .iter()
+                .filter(|user| {
+                    let check =
+                        BucketCheck::new(&name, user, quota, 1).unwrap();
+                    let mut out = [Decision::default()];
+                    refusals
+                        .answer(&[check], &key_of(&check), now_us, &mut out)
+                        .is_some()
+                })
+                .count()
+        };
+        let (ending, lasting) = users[..PER_SHARD].split_at(PER_SHARD / 2);
+        // Full: half of them end at 10, half an hour later.
+        for user in ending {
+            remember(user, 10, 0);
+        }
+        for user in lasting {
+            remember(user, 1_800_000_000, 0);
+        }
+        assert_eq!(refusals.len(), PER_SHARD);
+        // One more at 10: the ended ones go, every lasting one stays.
+        remember(&users[PER_SHARD], 1_800_000_000, 10);
+        assert_eq!(refusals.len(), PER_SHARD / 2 + 1);
+        assert_eq!(answered(lasting, 20), lasting.len());
+        // Full of lasting ones, none ended: about half of them go.
+        for user in &ending[1..] {
+            remember(user, 1_800_000_000, 20);
+        }
+        assert_eq!(refusals.len(), PER_SHARD);
+        remember(&users[PER_SHARD + 1], 1_800_000_000, 30);
+        let kept = refusals.len();
+        assert!(
+            kept > PER_SHARD / 2 - 2 && kept < PER_SHARD / 2 + 3,
+            "{kept}"
+        );
+    }
 }
