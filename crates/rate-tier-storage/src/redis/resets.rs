@@ -170,4 +170,16 @@ mod tests {
             (0..1000).map(|_| new_value()).collect();
         assert_eq!(values.len(), 1000);
     }
+
+    #[test]
+    fn a_read_vouches_for_a_second_from_when_it_was_sent() {
+        let resets = Resets {
+            origin: Instant::now().checked_sub(2 * FRESH).unwrap(),
+            ..Resets::default()
+        };
+        resets.read(7, 0, || {});
+        assert!(!resets.fresh(), "a read sent two seconds ago");
+        resets.read(7, resets.now_ns(), || {});
+        assert!(resets.fresh(), "a read sent now");
+    }
 }
