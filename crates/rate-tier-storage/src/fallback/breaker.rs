@@ -265,6 +265,25 @@ mod tests {
             assert_eq!(Word::unpack(word.pack()), word);
         }
     }
+
+    #[test]
+    fn an_open_breaker_routes_locally_until_due_then_to_a_single_probe() {
+        let timing = Timing {
+            failure_threshold: 1,
+            cool_down_us: 1_000,
+            max_cool_down_us: 8_000,
+        };
+        let breaker = Breaker::default();
+        assert!(breaker.failed(&timing, 0).is_some());
+        // A caller that found it closed may route it once it opened: local
+        // until the cool-down is over, whatever it saw before.
+        assert_eq!(breaker.route(999), (Route::Local, None));
+        assert_eq!(breaker.state(), BreakerState::Open);
+        let (route, transition) = breaker.route(1_000);
+        assert_eq!(route, Route::Probe(0));
+        assert!(transition.is_some());
+        assert_eq!(breaker.route(1_000).0, Route::Local, "one probe at a time");
+    }
 }
 
 /// The breaker's one-word state under the model checker (`cargo xtask

@@ -80,6 +80,8 @@ mod decide;
 mod reserve;
 mod settle;
 mod slots;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
