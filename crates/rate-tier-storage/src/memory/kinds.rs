@@ -578,3 +578,90 @@ impl Drop for Evictions<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use gcra_core::{Decision, Window};
+
+    use crate::bucket::{BucketCheck, LimitName};
+    use crate::clock::FakeClock;
+    use crate::event::StorageEvent;
+    use crate::memory::MemoryStorage;
+    use crate::storage::Storage;
+
+    const START_US: u64 = 1_000_000_000;
+    const SECOND: u64 = 1_000_000;
+
+    /// One request of `user` on `login`, 5 a minute in a sliding window.
+    fn login(store: &MemoryStorage, name: &LimitName, user: &str) {
+        let window = Window::new(5, Duration::from_secs(60)).unwrap();
+        let check = BucketCheck::of_rule(name, user, window.into(), 1).unwrap();
+        let mut out = [Decision::default()];
+        assert!(
+            store
+                .check_sync(&[check], &mut out)
+                .unwrap()
+                .verdict
+                .allowed
+        );
+    }
+
+    #[test]
+    fn a_sweep_drops_a_window_from_its_expiry_on_and_frees_its_place() {
+        let clock = FakeClock::at_us(START_US);
+        let store = MemoryStorage::builder()
+            .clock(clock.clone())
+            .capacity(1)
+            .build();
+        let name = LimitName::of_limit("login").unwrap();
+        login(&store, &name, "ana");
+        // Its only entry counts until a minute after it: kept till then.
+        clock.advance(Duration::from_micros(60 * SECOND - 1));
+        store.sweep();
+        assert_eq!(store.len(), 1);
+        clock.advance(Duration::from_micros(1));
+        store.sweep();
+        assert_eq!(store.len(), 0);
+        // Its place is free again: a new window evicts no one.
+        login(&store, &name, "bea");
+        assert_eq!((store.len(), store.evictions()), (1, 0));
+    }
+
+    #[test]
+    fn a_new_window_in_a_full_store_evicts_a_live_one_and_reuses_an_expired_one()
+     {
+        let clock = FakeClock::at_us(START_US);
+        let store = MemoryStorage::builder()
+            .clock(clock.clone())
+            .capacity(1)
+            .sweep_interval(Duration::from_secs(100))
+            .build();
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let _subscription = store.subscribe({
+            let heard = heard.clone();
+            Arc::new(move |e: &StorageEvent| {
+                heard.lock().unwrap().push(e.clone())
+            })
+        });
+        let name = LimitName::of_limit("login").unwrap();
+        login(&store, &name, "ana");
+        // A second of ana's minute gone: hers is evicted, 59 s of it left.
+        clock.advance(Duration::from_secs(1));
+        login(&store, &name, "bea");
+        // bea's has just expired (no sweep is due): its place is taken, and
+        // that is no eviction.
+        clock.advance(Duration::from_secs(60));
+        login(&store, &name, "cai");
+        assert_eq!(store.len(), 1);
+        assert_eq!(store.evictions(), 1);
+        assert_eq!(
+            *heard.lock().unwrap(),
+            [StorageEvent::Evicted {
+                debt_us: 59 * SECOND
+            }]
+        );
+    }
+}
