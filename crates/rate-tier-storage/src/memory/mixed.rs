@@ -305,3 +305,113 @@ fn judge(
     }
     Ok(verdict)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use gcra_core::{Decision, Period, PeriodUnit, Quota, Window};
+
+    use crate::bucket::{BucketCheck, LimitName};
+    use crate::clock::{Clock, FakeClock};
+    use crate::memory::MemoryStorage;
+
+    /// A decision over a period the store holds and a new rate takes one
+    /// place, for the new bucket alone: the store stays exactly at its
+    /// bound, and a third bucket fits without an eviction.
+    #[test]
+    fn a_decision_takes_places_only_for_its_new_buckets() {
+        let store = MemoryStorage::builder()
+            .clock(FakeClock::at_us(1_000_000_000))
+            .capacity(3)
+            .build();
+        let (daily, free) = (
+            LimitName::of_limit("daily").unwrap(),
+            LimitName::new("free").unwrap(),
+        );
+        let period = Period::new(100, PeriodUnit::Day, 0).unwrap();
+        let day =
+            BucketCheck::of_rule(&daily, "ana", period.into(), 1).unwrap();
+        let plan =
+            BucketCheck::new(&free, "ana", Quota::per_minute(10), 1).unwrap();
+        let mut out = [Decision::default(); 2];
+        store.check_sync(&[day], &mut out[..1]).unwrap();
+        let decided = store.check_sync(&[day, plan], &mut out).unwrap();
+        assert!(decided.verdict.allowed);
+        assert_eq!((out[0].remaining, out[1].remaining), (98, 9));
+        let other =
+            BucketCheck::new(&free, "bea", Quota::per_minute(10), 1).unwrap();
+        store.check_sync(&[other], &mut out[..1]).unwrap();
+        assert_eq!((store.len(), store.evictions()), (3, 0));
+    }
+
+    /// Another decision evicts a bucket of this one while it waits for room
+    /// (to insert a bucket of its own): this one finds more new buckets
+    /// under its locks than it has places for, takes the missing place
+    /// (here by evicting that other bucket), and inserts both, the store at
+    /// its bound.
+    #[test]
+    fn a_bucket_evicted_while_the_decision_waits_for_room_is_inserted_again() {
+        let clock = FakeClock::at_us(1_000_000_000);
+        let store = MemoryStorage::builder()
+            .clock(clock.clone())
+            .capacity(3)
+            .build();
+        let names = [
+            LimitName::of_limit("daily").unwrap(),
+            LimitName::new("free").unwrap(),
+            LimitName::of_limit("search").unwrap(),
+            LimitName::of_limit("export").unwrap(),
+            LimitName::of_limit("login").unwrap(),
+        ];
+        let [daily, free, search, export, login] = &names;
+        let period = Period::new(100, PeriodUnit::Day, 0).unwrap();
+        let day = BucketCheck::of_rule(daily, "ana", period.into(), 1).unwrap();
+        let rate = |name| {
+            BucketCheck::new(name, "ana", Quota::per_minute(10), 1).unwrap()
+        };
+        let window = Window::new(5, Duration::from_secs(60)).unwrap();
+        let logins =
+            BucketCheck::of_rule(login, "bea", window.into(), 1).unwrap();
+        let mut out = [Decision::default(); 3];
+        // Full: ana's day and plan, and bea's logins.
+        for held in [day, rate(free), logins] {
+            store.check_sync(&[held], &mut out[..1]).unwrap();
+        }
+        assert_eq!(store.len(), 3);
+
+        let inner = &store.inner;
+        let mut waited = false;
+        let mut spare = |now: u64, keep: &[u64]| {
+            if !waited {
+                waited = true;
+                // Meanwhile: ana's export, new, evicts a bucket of hers
+                // (her plan or her day) for its place.
+                store
+                    .check_sync(&[rate(export)], &mut [Decision::default()])
+                    .unwrap();
+            }
+            inner.spare_window(now, keep)
+        };
+        let checks = [day, rate(free), rate(search)];
+        let verdict = inner
+            .decide_table(
+                &checks,
+                clock.now_us(),
+                &mut out,
+                false,
+                &mut spare,
+                None,
+            )
+            .unwrap();
+        assert!(verdict.allowed && waited);
+        // Hers are held; bea's logins and the export made the room.
+        assert_eq!((store.len(), store.evictions()), (3, 3));
+        // And they hold what the decision answered.
+        let mut read = [Decision::default(); 3];
+        store
+            .check_sync(&checks.map(BucketCheck::as_peek), &mut read)
+            .unwrap();
+        assert_eq!(read.map(|d| d.remaining), out.map(|d| d.remaining));
+    }
+}
