@@ -256,3 +256,39 @@ fn window(limit: u32, length: Duration) -> Rule {
         Err(_) => unreachable!("checked by Ban::validate"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::Ban;
+
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    /// `ban.levels()`, failing rather than hanging if its count never ends.
+    fn levels(ban: Ban) -> u32 {
+        let (sent, got) = std::sync::mpsc::channel();
+        std::thread::spawn(move || sent.send(ban.levels()));
+        got.recv_timeout(Duration::from_secs(5))
+            .expect("the count of levels ends")
+    }
+
+    #[test]
+    fn the_bans_counted_are_as_many_as_doubling_takes_to_reach_the_longest() {
+        // 1, 2, 4, 8, 16, 32, then 60 minutes: the 7th ban is the longest.
+        let ban = Ban::after(20, MINUTE).lasting(MINUTE).up_to(60 * MINUTE);
+        assert_eq!(levels(ban), 7);
+        assert_eq!(ban.length(7), 60 * MINUTE);
+        assert!(ban.length(6) < 60 * MINUTE);
+        // A first ban as long as the longest: one.
+        assert_eq!(levels(ban.lasting(60 * MINUTE)), 1);
+        // A longest ban that 31 doublings do not reach: the 32nd ban, the
+        // last to double, is as deep as the count goes.
+        let tiny = ban
+            .lasting(Duration::from_micros(1))
+            .up_to(24 * 60 * MINUTE);
+        assert!(tiny.length(32) < 24 * 60 * MINUTE);
+        assert_eq!(tiny.length(33), tiny.length(32));
+        assert_eq!(levels(tiny), 32);
+    }
+}
