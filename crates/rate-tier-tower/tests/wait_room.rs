@@ -14,9 +14,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::{
-    Ban, BucketCancel, BucketCheck, BucketSettle, Decided, Decision,
-    LimitEvent, LimitReason, MemoryStorage, Quota, RateTier, RateTierBuilder,
-    RuleKind, Storage, StorageError,
+    Ban, BucketCancel, BucketCheck, BucketSettle, Decided, Decision, Limit,
+    LimitEvent, LimitReason, LimitRequest, MemoryStorage, Quota, RateTier,
+    RateTierBuilder, RuleKind, Storage, StorageError,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -298,4 +298,68 @@ async fn a_request_that_goes_away_gives_its_slot_back_through_a_store_with_io()
     })
     .await;
     assert_eq!(took, SECOND);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_that_goes_away_gives_back_nothing_a_shadow_limit_refused() {
+    const START_US: u64 = 1_000_000_000;
+    let clock = FakeClock::at_us(START_US);
+    let shadowed = Arc::new(AtomicUsize::new(0));
+    let tiers = RateTier::builder()
+        .tier("free", Quota::per_hour(3600))
+        .clock(clock.clone())
+        .wait_up_to(5 * SECOND)
+        .on_event({
+            let shadowed = shadowed.clone();
+            move |event| {
+                if let LimitEvent::ShadowLimited { .. } = event {
+                    shadowed.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        })
+        .build();
+    // `search` in shadow, carrying no debt; `slow`, one a second.
+    let search =
+        Limit::new("search", Quota::per_minute(1).allow_debt(Duration::ZERO))
+            .shadow();
+    let slow = Limit::new("slow", Quota::per_second(1).allow_burst(1));
+    fn request<'a>(limits: &[&'a Limit]) -> LimitRequest<'a> {
+        limits
+            .iter()
+            .fold(LimitRequest::new("ana", "free", 1), |request, limit| {
+                request.limit(limit, 1)
+            })
+    }
+    assert!(tiers.decide(&request(&[&search])).await.unwrap().is_ok());
+    // The clock goes back 30 s: `search` is now 30 s beyond what it may
+    // hold. `slow` is spent.
+    clock.set_us(START_US - 30_000_000);
+    assert!(tiers.decide(&request(&[&slow])).await.unwrap().is_ok());
+    // Waiting a second for `slow`'s slot, the request reserved `search`
+    // refused in shadow (its capped TAT written); it goes away.
+    let waiting = {
+        let (tiers, search, slow) =
+            (tiers.clone(), search.clone(), slow.clone());
+        tokio::spawn(async move {
+            let request = LimitRequest::new("ana", "free", 1)
+                .limit(&search, 1)
+                .limit(&slow, 1);
+            tiers.decide(&request).await.unwrap().is_ok()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    waiting.abort();
+    assert!(waiting.await.unwrap_err().is_cancelled());
+    // `slow`'s slot came back; `search` was given back nothing it had not
+    // charged: it still refuses, in shadow.
+    let asked = Instant::now();
+    assert!(
+        tiers
+            .decide(&request(&[&search, &slow]))
+            .await
+            .unwrap()
+            .is_ok()
+    );
+    assert_eq!(asked.elapsed(), SECOND);
+    assert_eq!(shadowed.load(Ordering::SeqCst), 1);
 }
