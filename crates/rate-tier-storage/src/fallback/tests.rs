@@ -32,13 +32,17 @@ const SECOND: u64 = 1_000_000;
 #[derive(Debug, Default)]
 struct Nodes {
     store: MemoryStorage,
-    failure: Mutex<Option<(Option<&'static str>, fn() -> StorageError)>>,
+    failure: Mutex<Option<Failure>>,
     from_memory: AtomicBool,
     checks: AtomicUsize,
     gate: Option<tokio::sync::Semaphore>,
     settling: AtomicUsize,
     most_settling: AtomicUsize,
 }
+
+/// How [`Nodes`] fails its checks: on one node (or every one, `None`),
+/// with an error of its making.
+type Failure = (Option<&'static str>, fn() -> StorageError);
 
 fn node(check: &BucketCheck<'_>) -> &'static str {
     if check.partition().starts_with('b') {
