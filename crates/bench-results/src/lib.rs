@@ -11,6 +11,7 @@
 //! | [`GovernorMemoryResults`] | `memory-governor.json` | `crates/rate-tier-tower/benches/memory.rs --store governor` |
 //! | [`InstructionsResults`] | `instructions.json` | `crates/rate-tier-tower/benches/instructions.rs` |
 //! | [`RlsResults`] | `rls.json` | `crates/rate-tier-service/benches/rls.rs` |
+//! | [`LimitadorResults`] | `limitador.json` | `crates/rate-tier-service/benches/rls.rs --limitador BIN` |
 //! | [`PostgresResults`] | `postgres.json` | `crates/rate-tier-storage/benches/postgres.rs` |
 //! | [`ShaperResults`] | `shaper.json` | `examples/shaper.rs --results` |
 //!
@@ -93,6 +94,10 @@ impl ResultsFile for InstructionsResults {
 
 impl ResultsFile for RlsResults {
     const FILE: &'static str = "rls.json";
+}
+
+impl ResultsFile for LimitadorResults {
+    const FILE: &'static str = "limitador.json";
 }
 
 impl ResultsFile for PostgresResults {
@@ -387,6 +392,45 @@ pub struct RlsResults {
     pub redis_latency: Latency,
 }
 
+/// `ShouldRateLimit` round trips/s of the standalone service against
+/// Kuadrant's `limitador-server`, the same client, descriptors and
+/// concurrency for both, in alternating rounds (`benches/rls.rs
+/// --limitador BIN` of rate-tier-service). Each comparison keeps every
+/// round, so that a report can show the spread as well as the medians.
+#[derive(Serialize, Deserialize, Debug, Default, Clone, PartialEq)]
+#[serde(default)]
+pub struct LimitadorResults {
+    /// `limitador-server --version`, as it printed it.
+    pub limitador_version: Option<String>,
+    /// Requests in flight.
+    pub concurrency: Option<u64>,
+    /// HTTP/2 connections to each server.
+    pub connections: Option<u64>,
+    /// Distinct descriptor values the requests rotate over.
+    pub users: Option<u64>,
+    /// Seconds of each side per round.
+    pub seconds: Option<f64>,
+    /// Our service on the memory store against limitador's `memory` mode.
+    pub memory: Vec<VersusRound>,
+    /// Our service on Redis against limitador's `redis` mode, on the same
+    /// Redis (empty when the Redis half did not run).
+    pub redis: Vec<VersusRound>,
+    /// Our service on Redis against limitador's `redis_cached` mode
+    /// (batched, approximate), on the same Redis.
+    pub redis_cached: Vec<VersusRound>,
+}
+
+/// One round of a comparison: calls/s of each side, measured one after
+/// the other.
+#[derive(Serialize, Deserialize, Debug, Default, Clone, Copy, PartialEq)]
+#[serde(default)]
+pub struct VersusRound {
+    /// Our service's calls per second.
+    pub ours: f64,
+    /// limitador-server's calls per second.
+    pub theirs: f64,
+}
+
 // ---------------------------------------------------------------------------
 // postgres.rs (rate-tier-storage)
 
@@ -550,6 +594,22 @@ mod tests {
     }
 
     #[test]
+    fn limitador_rounds_written_read_back_equal() {
+        let path = temp(LimitadorResults::FILE);
+        let round = |ours, theirs| VersusRound { ours, theirs };
+        let results = LimitadorResults {
+            limitador_version: Some("Limitador Server v2.1.0".to_owned()),
+            concurrency: Some(64),
+            memory: vec![round(20_000.0, 18_000.5), round(21_000.0, 17_500.0)],
+            redis_cached: vec![round(9_000.0, 9_100.0)],
+            ..LimitadorResults::default()
+        };
+        results.write(&path).unwrap();
+        assert_eq!(LimitadorResults::read(&path).unwrap(), results);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
     fn shaper_results_written_read_back_equal() {
         let path = temp(ShaperResults::FILE);
         let results = ShaperResults {
@@ -590,6 +650,7 @@ mod tests {
             GovernorMemoryResults::FILE,
             InstructionsResults::FILE,
             RlsResults::FILE,
+            LimitadorResults::FILE,
             PostgresResults::FILE,
             ShaperResults::FILE,
         ];
