@@ -13,11 +13,17 @@
 //!    (open loop: each request is timed from when it was due, so a stall
 //!    counts for every request it delays).
 //!
+//! With `--limitador BIN` it measures instead our service against
+//! Kuadrant's `limitador-server` (that binary), with the same client: see
+//! `limitador/mod.rs`.
+//!
 //! ```text
 //! cargo bench -p rate-tier-service --bench rls -- --seconds 3 --rounds 3 --out rls.json
 //! cargo bench -p rate-tier-service --bench rls -- --url redis://127.0.0.1:PORT/ --port PORT \
 //!     --sha "$(redis-cli -p PORT SCRIPT LOAD "$(cat crates/rate-tier-storage/src/redis/gcra.lua)")" \
 //!     --redis-benchmark redis-benchmark --out rls.json
+//! cargo bench -p rate-tier-service --bench rls -- --limitador ../limitador/target/release/limitador-server \
+//!     --url redis://127.0.0.1:PORT/ --seconds 3 --rounds 6 --out limitador.json
 //! ```
 //!
 //! Flags: `--concurrency` (64 requests in flight), `--connections` (4 HTTP/2
@@ -28,6 +34,7 @@
 //! call runs the whole decision.
 #![allow(clippy::unwrap_used, missing_docs, unreachable_pub)]
 
+mod limitador;
 mod support;
 
 use std::net::SocketAddr;
@@ -199,14 +206,16 @@ async fn latencies(
     out
 }
 
-struct Servers {
-    ours: SocketAddr,
-    constant: SocketAddr,
+/// Our service, started in this process on the runtime that awaits
+/// [`start_ours`]; stopped when dropped.
+struct Ours {
+    addr: SocketAddr,
     _running: rate_tier_service::Running,
     _dir: std::path::PathBuf,
 }
 
-async fn start_servers(store: StoreChoice) -> Servers {
+/// Our service on `store`, with [`CONFIG`], on a free loopback port.
+async fn start_ours(store: StoreChoice) -> Ours {
     let dir =
         std::env::temp_dir().join(format!("rls-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -217,7 +226,21 @@ async fn start_servers(store: StoreChoice) -> Servers {
     options.store = store;
     options.watch = false;
     let running = Service::start(options).await.unwrap();
+    Ours {
+        addr: running.grpc_addr(),
+        _running: running,
+        _dir: dir,
+    }
+}
 
+struct Servers {
+    ours: SocketAddr,
+    constant: SocketAddr,
+    _ours: Ours,
+}
+
+async fn start_servers(store: StoreChoice) -> Servers {
+    let ours = start_ours(store).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let constant = listener.local_addr().unwrap();
     let incoming = tonic::transport::server::TcpIncoming::from(listener)
@@ -230,10 +253,9 @@ async fn start_servers(store: StoreChoice) -> Servers {
             .serve_with_incoming(incoming),
     );
     Servers {
-        ours: running.grpc_addr(),
+        ours: ours.addr,
         constant,
-        _running: running,
-        _dir: dir,
+        _ours: ours,
     }
 }
 
@@ -269,17 +291,54 @@ fn redis_benchmark(
         .unwrap_or_else(|| panic!("no result from redis-benchmark: {text}"))
 }
 
+/// The load offered to every server a part measures, from the command
+/// line, and the runtimes of the client and of our service.
+struct Load {
+    concurrency: usize,
+    connections: usize,
+    users: usize,
+    seconds: Duration,
+    rounds: usize,
+    requests: Arc<Vec<RateLimitRequest>>,
+    server_rt: Runtime,
+    client_rt: Runtime,
+}
+
+impl Load {
+    fn from_args(args: &Args) -> Self {
+        let users = args.num("users", 1000);
+        Load {
+            concurrency: args.num("concurrency", 64),
+            connections: args.num("connections", 4),
+            users,
+            seconds: args.secs("seconds", 3.0),
+            rounds: args.num("rounds", 3),
+            requests: requests(users),
+            server_rt: runtime(args.num("server-threads", 1)),
+            client_rt: runtime(args.num("client-threads", 1)),
+        }
+    }
+}
+
 fn main() {
     let args = Args::parse();
-    let concurrency: usize = args.num("concurrency", 64);
-    let connections: usize = args.num("connections", 4);
-    let users: usize = args.num("users", 1000);
+    let load = Load::from_args(&args);
+    if let Some(bin) = args.get("limitador") {
+        let results = limitador::run(&load, bin, args.get("url"));
+        write_results(&results, &args);
+        return;
+    }
+    let Load {
+        concurrency,
+        connections,
+        users,
+        seconds,
+        rounds,
+        requests,
+        server_rt,
+        client_rt,
+    } = load;
     let rate: f64 = args.num("rate", 5000.0);
-    let seconds = args.secs("seconds", 3.0);
-    let rounds: usize = args.num("rounds", 3);
-    let server_rt = runtime(args.num("server-threads", 1));
-    let client_rt = runtime(args.num("client-threads", 1));
-    let requests = requests(users);
     let mut results = RlsResults {
         concurrency: Some(concurrency as u64),
         connections: Some(connections as u64),
