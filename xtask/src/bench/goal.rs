@@ -28,6 +28,9 @@ pub(crate) enum GoalId {
     MemoryIdle,
     ServiceVsConstant,
     ServiceRedisVsBenchmark,
+    ServiceVsLimitador,
+    ServiceRedisVsLimitador,
+    ServiceRedisVsLimitadorCached,
     PostgresVsPgbench,
     PostgresCpuVsUpdate,
 }
@@ -196,6 +199,34 @@ pub(crate) const GOALS: &[GoalEntry] = &[
         goal: Goal::at_least(0.8),
         why: "the service's Redis path keeps most of what Redis gives a C \
               client (the gRPC hop can bound it first: see its ceiling row)",
+    },
+    GoalEntry {
+        id: GoalId::ServiceVsLimitador,
+        metric: "service RLS calls/s, memory store / limitador-server's \
+                 `memory` mode (the same client, alternating rounds)",
+        goal: Goal::at_least(1.1),
+        why: "the service answers more than its Rust peer, Kuadrant's \
+              limitador, in the mode where nothing but the server itself \
+              bounds either: GCRA's one number per bucket is no more work \
+              than a counter",
+    },
+    GoalEntry {
+        id: GoalId::ServiceRedisVsLimitador,
+        metric: "service RLS calls/s, on Redis / limitador-server's `redis` \
+                 mode on the same Redis",
+        goal: Goal::at_least(1.5),
+        why: "one atomic script call per decision (one round trip) \
+              against limitador's two (an `MGET`, then a script that \
+              increments): on a shared store, fewer round trips show",
+    },
+    GoalEntry {
+        id: GoalId::ServiceRedisVsLimitadorCached,
+        metric: "service RLS calls/s, on Redis (exact) / limitador-server's \
+                 `redis_cached` mode (batched, approximate) on the same Redis",
+        goal: Goal::at_least(1.0),
+        why: "exactness costs nothing against a peer that answers from its \
+              memory and writes to Redis in batches, letting instances \
+              overshoot the limit",
     },
     GoalEntry {
         id: GoalId::PostgresVsPgbench,

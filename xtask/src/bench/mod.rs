@@ -16,10 +16,12 @@
 //! | `memory` | RSS after 1M keys, then idle after each of 5 waves | governor's keyed limiter |
 //! | `postgres` (storage) | checks/s of `PostgresStorage`, 64 tasks; the server's CPU per check | pgbench running the same statement, 64 clients; a plain `UPDATE` by primary key |
 //! | `rls` (service) | `ShouldRateLimit`/s on memory, on Redis; p50/p99 at a fixed load | the same tonic server answering a constant response; redis-benchmark, same script |
+//! | `limitador` (service) | `ShouldRateLimit`/s on memory, on Redis, in alternating rounds with the same client | Kuadrant's `limitador-server` in its `memory`, `redis` and `redis_cached` modes |
 //!
 //! The named parts are bench targets of `tower-rate-tier`
 //! (`crates/rate-tier-tower/benches/`, `--features redis`), except `rls`, of
-//! `rate-tier-service` (`crates/rate-tier-service/benches/`), and
+//! `rate-tier-service` (`crates/rate-tier-service/benches/`), which
+//! also serves `limitador` (`rls --limitador BIN`), and
 //! `kinds`, `reserve` and `postgres`, of `rate-tier-storage` (`--features
 //! redis` and `--features postgres`), and `shaper`, the example
 //! `examples/shaper.rs` (built with `cargo build -p examples`); the Redis
@@ -35,6 +37,21 @@
 //!
 //! A part that fails (a bench target that does not build, a missing tool)
 //! fails its own rows, which say why; the other parts still run.
+//!
+//! The `limitador` part needs a `limitador-server` binary, built outside
+//! the project (its code is never copied in): `TRT_LIMITADOR_BIN`, else
+//! `limitador-server` on PATH, else `../limitador/target/release/
+//! limitador-server` (a checkout beside the project):
+//!
+//! ```text
+//! apt-get install -y protobuf-compiler libclang-dev   # protoc, libclang
+//! git clone https://github.com/Kuadrant/limitador ../limitador
+//! (cd ../limitador && cargo build --release -p limitador-server)
+//! cargo xtask bench --only limitador
+//! ```
+//!
+//! Without it, its rows read "not measured: no limitador-server; build it
+//! with ..." and count among the goals with no figure.
 
 mod goal;
 mod parse;
@@ -108,6 +125,7 @@ pub(crate) fn bench(
         redis: runner::redis_store(&plan, &tools, &built, &results_dir),
         redis_cpu: runner::redis_cpu(&plan, &tools),
         rls: runner::rls(&plan, &tools, &built, &results_dir),
+        limitador: runner::limitador(&plan, &tools, &built, &results_dir),
         postgres: runner::postgres(&plan, &tools, &built, &results_dir),
         memory: runner::memory(&plan, &built, &results_dir),
         memory_peer: runner::memory_peer(&plan, &built, &results_dir),
@@ -143,8 +161,25 @@ pub(crate) fn bench(
         .as_ref()
         .ok()
         .and_then(|postgres| postgres.server_version.clone());
-    let machine =
-        Machine::read(tools.wrk.as_deref(), redis_version, postgres_version);
+    let limitador = match (&tools.limitador, &results.limitador) {
+        (Err(why), _) => why.clone(),
+        (Ok(bin), Ok(measured)) => format!(
+            "{} ({})",
+            measured
+                .results
+                .limitador_version
+                .as_deref()
+                .unwrap_or("version unknown"),
+            bin.display()
+        ),
+        (Ok(bin), Err(why)) => format!("{}: {why}", bin.display()),
+    };
+    let machine = Machine::read(
+        tools.wrk.as_deref(),
+        redis_version,
+        postgres_version,
+        limitador,
+    );
     let cpu_commands = results
         .redis_cpu
         .as_ref()

@@ -24,11 +24,12 @@ pub(crate) enum Part {
     Breaker,
     Memory,
     Rls,
+    Limitador,
     Postgres,
 }
 
 /// Every part with its name, in the table's order.
-pub(crate) const PARTS: [(Part, &str); 12] = [
+pub(crate) const PARTS: [(Part, &str); 13] = [
     (Part::Check, "check"),
     (Part::Limits, "limits"),
     (Part::Kinds, "kinds"),
@@ -40,6 +41,7 @@ pub(crate) const PARTS: [(Part, &str); 12] = [
     (Part::Breaker, "breaker"),
     (Part::Memory, "memory"),
     (Part::Rls, "rls"),
+    (Part::Limitador, "limitador"),
     (Part::Postgres, "postgres"),
 ];
 
@@ -94,6 +96,9 @@ pub(crate) struct Plan {
     pub(crate) sweep_secs: u32,
     /// Seconds per server per round, and rounds (the service's RLS).
     pub(crate) rls: (u32, u32),
+    /// Seconds per server per round, and rounds (the service against
+    /// limitador-server).
+    pub(crate) limitador: (u32, u32),
     /// Seconds per side per round, and rounds (PostgreSQL).
     pub(crate) postgres: (u32, u32),
     /// Calls per worker, the quota per second, and worker processes (the
@@ -113,6 +118,7 @@ impl Plan {
                 redis_cpu: (50_000, 21),
                 sweep_secs: 10,
                 rls: (5, 6),
+                limitador: (5, 10),
                 postgres: (10, 5),
                 shaper: (300, 20, 2),
             }
@@ -126,6 +132,7 @@ impl Plan {
                 redis_cpu: (10_000, 9),
                 sweep_secs: 1,
                 rls: (3, 3),
+                limitador: (3, 6),
                 postgres: (3, 3),
                 shaper: (100, 20, 2),
             }
@@ -138,9 +145,13 @@ impl Plan {
     }
 
     /// Whether the bench target or example `target` runs (a name that is
-    /// no part's runs only in a whole run).
+    /// no part's runs only in a whole run). The `rls` target serves the
+    /// `limitador` part as well: it holds the client both parts drive.
     pub(crate) fn runs_target(&self, target: &str) -> bool {
         match Part::from_name(target) {
+            Some(Part::Rls) => {
+                self.runs(Part::Rls) || self.runs(Part::Limitador)
+            }
             Some(part) => self.runs(part),
             None => self.only.is_none(),
         }
@@ -183,6 +194,9 @@ pub(crate) struct Tools {
     /// The directory of PostgreSQL's server programs and pgbench, or why
     /// there is none.
     pub(crate) postgres: std::result::Result<PathBuf, String>,
+    /// Kuadrant's `limitador-server`, or why there is none (and how to
+    /// build it).
+    pub(crate) limitador: std::result::Result<PathBuf, String>,
 }
 
 impl Tools {
@@ -222,12 +236,58 @@ impl Tools {
         if let (Err(why), true) = (&postgres, plan.runs(Part::Postgres)) {
             println!("xtask: the PostgreSQL benchmark is skipped: {why}");
         }
+        let limitador = limitador_bin();
+        if let (Err(why), true) = (&limitador, plan.runs(Part::Limitador)) {
+            println!(
+                "xtask: ****** the service is NOT compared with limitador-server: {why} ******"
+            );
+        }
         Tools {
             wrk,
             redis,
             postgres,
+            limitador,
         }
     }
+}
+
+/// The environment variable naming the `limitador-server` binary.
+const LIMITADOR_VAR: &str = "TRT_LIMITADOR_BIN";
+
+/// Where a checkout of Kuadrant/limitador beside the project builds its
+/// server, relative to the project's root.
+const LIMITADOR_BESIDE: &str = "../limitador/target/release/limitador-server";
+
+/// How to get `limitador-server`, for the rows that have no figure
+/// without it.
+const LIMITADOR_HOWTO: &str = "build it with `git clone \
+     https://github.com/Kuadrant/limitador ../limitador && cd ../limitador && cargo \
+     build --release -p limitador-server` (it needs protoc and libclang: `apt-get \
+     install protobuf-compiler libclang-dev`), or set TRT_LIMITADOR_BIN to one";
+
+/// Kuadrant's `limitador-server`: `TRT_LIMITADOR_BIN` (which must then
+/// be there), else `limitador-server` on PATH, else a release build in a
+/// checkout beside the project ([`LIMITADOR_BESIDE`]).
+fn limitador_bin() -> std::result::Result<PathBuf, String> {
+    if let Some(bin) = std::env::var_os(LIMITADOR_VAR).map(PathBuf::from) {
+        return if is_executable(&bin) {
+            Ok(bin)
+        } else {
+            Err(format!(
+                "not measured: {LIMITADOR_VAR}={} is not an executable; {LIMITADOR_HOWTO}",
+                bin.display()
+            ))
+        };
+    }
+    let beside = crate::cmd::project_root().join(LIMITADOR_BESIDE);
+    find_on_path("limitador-server")
+        .or_else(|| is_executable(&beside).then_some(beside))
+        .ok_or_else(|| {
+            format!(
+                "not measured: no limitador-server (not on PATH, not at \
+                 {LIMITADOR_BESIDE}, no {LIMITADOR_VAR}); {LIMITADOR_HOWTO}"
+            )
+        })
 }
 
 /// Where PostgreSQL's programs are: `TRT_POSTGRES_BIN_DIR`, else the
@@ -301,6 +361,10 @@ mod tests {
         assert!(!only.runs(Part::Kinds));
         assert!(only.runs_target("reserve") && !only.runs_target("check"));
         assert!(!only.runs_target("anything"));
+
+        // The `rls` target holds the client the `limitador` part drives.
+        let limitador = Plan::new(false, Some(vec![Part::Limitador]));
+        assert!(limitador.runs_target("rls") && !limitador.runs(Part::Rls));
         assert_eq!(
             only.command(&["reserve/".into()]),
             "cargo xtask bench --full --only reserve,shaper -- reserve/"

@@ -81,6 +81,8 @@ pub(crate) struct Machine {
     wrk: String,
     redis: String,
     postgres: String,
+    /// limitador-server's version and path, or why it was not measured.
+    limitador: String,
 }
 
 impl Machine {
@@ -88,6 +90,7 @@ impl Machine {
         wrk: Option<&Path>,
         redis: Option<String>,
         postgres: Option<String>,
+        limitador: String,
     ) -> Self {
         let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let cpu_model = cpuinfo
@@ -142,6 +145,7 @@ impl Machine {
             wrk,
             redis: redis.unwrap_or_else(|| "not installed".to_owned()),
             postgres: postgres.unwrap_or_else(|| "not measured".to_owned()),
+            limitador,
         }
     }
 }
@@ -213,6 +217,7 @@ pub(crate) fn report(
     let (redis_secs, redis_rounds) = plan.redis;
     let (cpu_requests, cpu_rounds) = plan.redis_cpu;
     let (rls_secs, rls_rounds) = plan.rls;
+    let (limitador_secs, limitador_rounds) = plan.limitador;
     let (postgres_secs, postgres_rounds) = plan.postgres;
     let (shaper_calls, shaper_rate, shaper_workers) = plan.shaper;
     let values = [
@@ -227,6 +232,7 @@ pub(crate) fn report(
         ("wrk", machine.wrk.clone()),
         ("redis", machine.redis.clone()),
         ("postgres", machine.postgres.clone()),
+        ("limitador", machine.limitador.clone()),
         ("run_secs", format!("{:.0}", run_time.as_secs_f64())),
         ("table", render_table(rows)),
         ("verdict", verdict),
@@ -241,6 +247,8 @@ pub(crate) fn report(
         ("sweep_secs", plan.sweep_secs.to_string()),
         ("rls_secs", rls_secs.to_string()),
         ("rls_rounds", rls_rounds.to_string()),
+        ("limitador_secs", limitador_secs.to_string()),
+        ("limitador_rounds", limitador_rounds.to_string()),
         ("postgres_secs", postgres_secs.to_string()),
         ("postgres_rounds", postgres_rounds.to_string()),
         ("shaper_calls", shaper_calls.to_string()),
@@ -321,7 +329,7 @@ mod tests {
     #[test]
     fn the_template_has_a_value_for_each_placeholder() {
         let plan = Plan::new(false, None);
-        let machine = Machine::read(None, None, None);
+        let machine = Machine::read(None, None, None, String::new());
         let rows = vec![Row::judged_by("a row", GoalId::MemoryVsGovernor)];
         let report = report(
             &plan,

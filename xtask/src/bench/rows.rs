@@ -7,13 +7,13 @@
 
 use rate_tier_bench_results::{
     GovernorMemoryResults, HttpResults, Latency, MemoryResults,
-    PostgresResults, RedisResults, ShaperResults,
+    PostgresResults, RedisResults, ShaperResults, VersusRound,
 };
 
 use super::goal::{Goal, GoalId};
 use super::parse::{Passes, median};
 use super::plan::Part;
-use super::runner::{Outcome, RedisCpu, Rls};
+use super::runner::{Limitador, Outcome, RedisCpu, Rls};
 
 /// Everything one run measured; each part, or why it has no figure.
 pub(crate) struct Results {
@@ -33,6 +33,8 @@ pub(crate) struct Results {
     pub(crate) memory_peer: Outcome<GovernorMemoryResults>,
     /// The standalone service's RLS part.
     pub(crate) rls: Outcome<Rls>,
+    /// The service against limitador-server.
+    pub(crate) limitador: Outcome<Limitador>,
     pub(crate) postgres: Outcome<PostgresResults>,
 }
 
@@ -116,13 +118,15 @@ impl Row {
     }
 
     /// No figure, because of `why` (a part that failed, or was skipped
-    /// for a missing tool: it says so itself).
+    /// or not measured for a missing tool: it says so itself).
     fn without(mut self, why: &str) -> Self {
-        self.missing = Some(if why.starts_with("skipped") {
-            why.to_owned()
-        } else {
-            format!("failed: {why}")
-        });
+        self.missing = Some(
+            if why.starts_with("skipped") || why.starts_with("not measured") {
+                why.to_owned()
+            } else {
+                format!("failed: {why}")
+            },
+        );
         self
     }
 
@@ -182,6 +186,7 @@ pub(crate) fn sections(results: &Results) -> Vec<(Part, Vec<Row>)> {
         (Part::Breaker, breaker(results)),
         (Part::Memory, memory(&results.memory, &results.memory_peer)),
         (Part::Rls, service(&results.rls)),
+        (Part::Limitador, limitador(&results.limitador)),
         (Part::Postgres, postgres(&results.postgres)),
     ]
 }
@@ -1077,6 +1082,110 @@ pub(crate) fn service(rls: &Outcome<Rls>) -> Vec<Row> {
     ]
 }
 
+/// The service against limitador-server: one row per mode, each the
+/// medians of the rounds of each side, judged by the median of the
+/// rounds' ratios (each round measured both sides one after the other),
+/// with the range of those ratios.
+fn limitador(limitador: &Outcome<Limitador>) -> Vec<Row> {
+    // The load, when the bench said what it offered.
+    let load = limitador
+        .as_ref()
+        .ok()
+        .and_then(|l| Some((l.results.concurrency?, l.results.users?)))
+        .map_or_else(String::new, |(in_flight, users)| {
+            format!("{in_flight} in flight, {} users, ", thousands(users))
+        });
+    let mut memory = Row::judged_by(
+        format!(
+            "Service vs limitador: `ShouldRateLimit`/s, memory store, vs \
+             limitador-server `memory` ({load}alternating rounds)"
+        ),
+        GoalId::ServiceVsLimitador,
+    );
+    let mut redis = Row::judged_by(
+        format!(
+            "Service vs limitador: `ShouldRateLimit`/s on Redis vs \
+             limitador-server `redis` on the same Redis ({load}\
+             alternating rounds)"
+        ),
+        GoalId::ServiceRedisVsLimitador,
+    );
+    let mut cached = Row::judged_by(
+        format!(
+            "Service vs limitador: `ShouldRateLimit`/s on Redis (exact) vs \
+             limitador-server `redis_cached` (batched, approximate) on the \
+             same Redis ({load}alternating rounds)"
+        ),
+        GoalId::ServiceRedisVsLimitadorCached,
+    );
+    let (results, no_redis) = match limitador {
+        Ok(limitador) => (&limitador.results, limitador.no_redis.as_deref()),
+        Err(why) => {
+            return [memory, redis, cached].map(|row| row.without(why)).into();
+        }
+    };
+    let version = results
+        .limitador_version
+        .as_deref()
+        .unwrap_or("limitador-server");
+    for (row, rounds, mode) in [
+        (&mut memory, &results.memory, "memory"),
+        (&mut redis, &results.redis, "redis"),
+        (&mut cached, &results.redis_cached, "redis_cached"),
+    ] {
+        if let Some(versus) = Versus::of(rounds) {
+            row.figures(
+                per_sec(versus.ours, "/s"),
+                format!(
+                    "{} ({version}, `{mode}`; rounds' ratios {:.3}–{:.3} over \
+                     {} rounds)",
+                    per_sec(versus.theirs, "/s"),
+                    versus.lowest,
+                    versus.highest,
+                    rounds.len()
+                ),
+                Some(versus.ratio),
+            );
+        }
+    }
+    match no_redis {
+        Some(why) => vec![memory, redis.without(why), cached.without(why)],
+        None => vec![memory, redis, cached],
+    }
+}
+
+/// A comparison summed up over its rounds.
+#[derive(Debug, PartialEq)]
+struct Versus {
+    /// The median of our rounds, calls/s.
+    ours: f64,
+    /// The median of their rounds, calls/s.
+    theirs: f64,
+    /// The median of the rounds' ratios (ours / theirs).
+    ratio: f64,
+    /// The lowest and the highest of the rounds' ratios.
+    lowest: f64,
+    highest: f64,
+}
+
+impl Versus {
+    /// `None` for no round, or a round that measured nothing.
+    fn of(rounds: &[VersusRound]) -> Option<Versus> {
+        if rounds.iter().any(|r| r.theirs <= 0.0) {
+            return None;
+        }
+        let ratios: Vec<f64> =
+            rounds.iter().map(|r| r.ours / r.theirs).collect();
+        Some(Versus {
+            ours: median(rounds.iter().map(|r| r.ours).collect())?,
+            theirs: median(rounds.iter().map(|r| r.theirs).collect())?,
+            ratio: median(ratios.clone())?,
+            lowest: ratios.iter().copied().fold(f64::INFINITY, f64::min),
+            highest: ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        })
+    }
+}
+
 /// The PostgreSQL rows: the store against pgbench running the statement
 /// it sends, and what a check costs the server against a plain `UPDATE`.
 fn postgres(postgres: &Outcome<PostgresResults>) -> Vec<Row> {
@@ -1157,7 +1266,8 @@ mod tests {
     use std::collections::BTreeMap;
 
     use rate_tier_bench_results::{
-        HttpServer, MemoryWave, RedisLimits, RlsResults, ShaperResults,
+        HttpServer, LimitadorResults, MemoryWave, RedisLimits, RlsResults,
+        ShaperResults,
     };
 
     use super::super::runner::{CpuRound, Floor};
@@ -1178,6 +1288,9 @@ mod tests {
             memory: Err("the `memory` target did not build".to_owned()),
             memory_peer: Err("the `memory` target did not build".to_owned()),
             rls: Err("bench target `rls` did not build".to_owned()),
+            limitador: Err("not measured: no limitador-server; build it with \
+                 cargo build --release -p limitador-server"
+                .to_owned()),
             postgres: Err("skipped: no pgbench".to_owned()),
         }
     }
@@ -1441,6 +1554,91 @@ mod tests {
             .map(|r| r.goal.to_string())
             .collect();
         assert_eq!(goals, ["≥ 0.8", "≥ 0.8"]);
+    }
+
+    #[test]
+    fn the_limitador_rows_say_loudly_when_there_is_no_limitador() {
+        let results = results(Err("skipped: no redis-server".to_owned()));
+        let rows = limitador(&results.limitador);
+        assert_eq!(rows.len(), 3);
+        for row in &rows {
+            let Status::NoFigure(why) = row.status() else {
+                panic!("{} has a figure", row.metric);
+            };
+            assert!(
+                why.starts_with("not measured: no limitador-server; build it"),
+                "{why}"
+            );
+            assert_eq!(row.ours_text(), why);
+        }
+        let unmet = super::super::report::unmet(&rows);
+        assert_eq!(unmet.len(), 3, "{unmet:?}");
+        assert!(unmet[0].contains("no figure (not measured"), "{unmet:?}");
+    }
+
+    #[test]
+    fn the_limitador_rows_judge_the_median_of_the_rounds_ratios() {
+        let round = |ours, theirs| VersusRound { ours, theirs };
+        let memory = vec![
+            round(10_000.0, 10_000.0),
+            round(12_000.0, 10_000.0),
+            round(9_000.0, 10_000.0),
+        ];
+        let limitador_results = LimitadorResults {
+            limitador_version: Some("Limitador Server v2.2.0".to_owned()),
+            concurrency: Some(64),
+            users: Some(1000),
+            memory,
+            ..LimitadorResults::default()
+        };
+        let measured = Ok(Limitador {
+            results: limitador_results.clone(),
+            no_redis: Some("skipped: no redis-benchmark".to_owned()),
+        });
+        let rows = limitador(&measured);
+        assert!(
+            rows[0].metric.contains("(64 in flight, 1,000 users,"),
+            "{}",
+            rows[0].metric
+        );
+        assert_eq!(rows[0].ratio, Some(1.0));
+        assert_eq!(rows[0].status(), Status::NotMet, "goal ≥ 1.1");
+        assert_eq!(rows[0].ours, "10,000 /s");
+        assert_eq!(
+            rows[0].peer,
+            "10,000 /s (Limitador Server v2.2.0, `memory`; rounds' ratios \
+             0.900–1.200 over 3 rounds)"
+        );
+        for row in &rows[1..] {
+            assert_eq!(
+                row.status(),
+                Status::NoFigure("skipped: no redis-benchmark".to_owned())
+            );
+        }
+
+        let redis = vec![round(9_000.0, 5_000.0), round(8_000.0, 5_000.0)];
+        let cached = vec![round(9_000.0, 9_000.0), round(8_000.0, 8_500.0)];
+        let measured = Ok(Limitador {
+            results: LimitadorResults {
+                redis,
+                redis_cached: cached,
+                ..limitador_results
+            },
+            no_redis: None,
+        });
+        let rows = limitador(&measured);
+        let redis_ratio = rows[1].ratio.unwrap();
+        assert!((redis_ratio - 1.7).abs() < 1e-12, "{redis_ratio}");
+        assert_eq!(rows[1].status(), Status::Met);
+        let cached_ratio = rows[2].ratio.unwrap();
+        assert!((cached_ratio - (1.0 + 8.0 / 8.5) / 2.0).abs() < 1e-12);
+        assert_eq!(rows[2].status(), Status::NotMet, "goal ≥ 1.0");
+        let goals: Vec<String> =
+            rows.iter().map(|r| r.goal.to_string()).collect();
+        assert_eq!(goals, ["≥ 1.1", "≥ 1.5", "≥ 1.0"]);
+        // A round that measured nothing leaves the row without a figure.
+        assert_eq!(Versus::of(&[round(1.0, 0.0)]), None);
+        assert_eq!(Versus::of(&[]), None);
     }
 
     #[test]

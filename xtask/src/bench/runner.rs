@@ -10,13 +10,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use rate_tier_bench_results::{
-    GovernorMemoryResults, HttpResults, MemoryResults, PostgresResults,
-    RedisResults, ResultsFile, RlsResults, ShaperResults,
+    GovernorMemoryResults, HttpResults, LimitadorResults, MemoryResults,
+    PostgresResults, RedisResults, ResultsFile, RlsResults, ShaperResults,
 };
 use serde_json::Value;
 
 use super::parse::{self, CommandStat, Passes};
-use super::plan::{Part, Plan, Tools};
+use super::plan::{Part, Plan, RedisBins, Tools};
 use crate::cmd::Result;
 use crate::cmd::{Cmd, project_root};
 use crate::redis::RedisServer;
@@ -182,13 +182,8 @@ pub(crate) fn criterion(
     let wants_redis = REDIS_CRITERION_BENCHES
         .iter()
         .any(|target| built.exe(target).is_ok());
-    let redis = wants_redis.then(|| {
-        tools
-            .redis
-            .as_ref()
-            .map_err(|why| format!("skipped: {why}"))
-            .and_then(|bins| RedisServer::start(&bins.server))
-    });
+    let redis =
+        wants_redis.then(|| start_redis(tools).map(|(_, server)| server));
     let no_redis = match &redis {
         Some(Err(why)) => {
             println!(
@@ -226,6 +221,16 @@ pub(crate) fn criterion(
     // The Redis of the Redis groups is stopped here.
 }
 
+/// A throwaway Redis of the installed Redis programs, stopped when
+/// dropped; or why there is none (`skipped: ...` for missing programs).
+fn start_redis(tools: &Tools) -> Outcome<(&RedisBins, RedisServer)> {
+    let bins = tools
+        .redis
+        .as_ref()
+        .map_err(|why| format!("skipped: {why}"))?;
+    Ok((bins, RedisServer::start(&bins.server)?))
+}
+
 /// Runs a bench target that writes its results `R` to `--out`, its file in
 /// `results_dir`, and reads them back.
 fn results_target<R: ResultsFile>(cmd: Cmd, results_dir: &Path) -> Outcome<R> {
@@ -244,11 +249,7 @@ pub(crate) fn shaper(
     results_dir: &Path,
 ) -> Outcome<ShaperResults> {
     let exe = built.exe(SHAPER_EXAMPLE)?;
-    let bins = tools
-        .redis
-        .as_ref()
-        .map_err(|why| format!("skipped: {why}"))?;
-    let server = RedisServer::start(&bins.server)?;
+    let (_, server) = start_redis(tools)?;
     let (calls, rate, workers) = plan.shaper;
     let out = results_dir.join(ShaperResults::FILE);
     Cmd::new(exe)
@@ -288,11 +289,7 @@ pub(crate) fn redis_store(
     results_dir: &Path,
 ) -> Outcome<RedisResults> {
     let exe = built.exe("redis_store")?;
-    let bins = tools
-        .redis
-        .as_ref()
-        .map_err(|why| format!("skipped: {why}"))?;
-    let server = RedisServer::start(&bins.server)?;
+    let (bins, server) = start_redis(tools)?;
     let port = server.port().to_string();
     let redis = RedisCli::new(&bins.cli, server.port());
     let sha = redis
@@ -365,13 +362,44 @@ fn memory_of<R: ResultsFile>(
     results_target(cmd, results_dir)
 }
 
-/// What the standalone service's part measured.
-pub(crate) struct Rls {
+/// What a part with a Redis half measured (the service's `rls` and
+/// `limitador` parts).
+pub(crate) struct WithRedis<R> {
     /// The bench's results.
-    pub(crate) results: RlsResults,
+    pub(crate) results: R,
     /// Why the Redis half did not run, when it did not: a missing tool
     /// (`skipped: ...`), or a throwaway Redis that did not start.
     pub(crate) no_redis: Option<String>,
+}
+
+/// What the standalone service's part measured.
+pub(crate) type Rls = WithRedis<RlsResults>;
+
+/// What the comparison with limitador-server measured.
+pub(crate) type Limitador = WithRedis<LimitadorResults>;
+
+/// Runs the bench `cmd` with `redis`'s arguments, its Redis running until
+/// the bench ends; or, when there is no Redis, without them, saying that
+/// `rows` on Redis have no figure and why.
+fn maybe_on_redis<R: ResultsFile>(
+    cmd: Cmd,
+    redis: Outcome<(RedisServer, Vec<String>)>,
+    rows: &str,
+    results_dir: &Path,
+) -> Outcome<WithRedis<R>> {
+    match redis {
+        Ok((_server, args)) => Ok(WithRedis {
+            results: results_target(cmd.args(args), results_dir)?,
+            no_redis: None,
+        }),
+        Err(why) => {
+            println!("xtask: {rows} on Redis have no figure: {why}");
+            Ok(WithRedis {
+                results: results_target(cmd, results_dir)?,
+                no_redis: Some(why),
+            })
+        }
+    }
 }
 
 /// The standalone service (`rls` of `rate-tier-service`): `ShouldRateLimit`
@@ -385,43 +413,65 @@ pub(crate) fn rls(
     built: &Built,
     results_dir: &Path,
 ) -> Outcome<Rls> {
+    // Its target is built for the `limitador` part too.
+    if !plan.runs(Part::Rls) {
+        return Err("not run (not in --only)".to_owned());
+    }
     let exe = built.exe(RLS_BENCH)?;
     let (secs, rounds) = plan.rls;
     let cmd = Cmd::new(exe)
         .args(["--seconds", &secs.to_string()])
         .args(["--rounds", &rounds.to_string()]);
-    let redis = tools
-        .redis
-        .as_ref()
-        .map_err(|why| format!("skipped: {why}"))
-        .and_then(|bins| {
-            let server = RedisServer::start(&bins.server)?;
-            let sha = RedisCli::new(&bins.cli, server.port()).script_load(
-                &project_root().join(SCRIPTS_DIR).join("gcra.lua"),
-            )?;
-            Ok((bins, server, sha))
-        });
-    match redis {
-        Ok((bins, server, sha)) => {
-            let port = server.port().to_string();
-            let cmd = cmd
-                .args(["--url", &server.url(), "--port", &port, "--sha", &sha])
-                .arg("--redis-benchmark")
-                .arg(&bins.benchmark);
-            Ok(Rls {
-                results: results_target(cmd, results_dir)?,
-                no_redis: None,
-            })
-            // `server` is stopped here.
-        }
-        Err(why) => {
-            println!("xtask: the service's Redis rows have no figure: {why}");
-            Ok(Rls {
-                results: results_target(cmd, results_dir)?,
-                no_redis: Some(why),
-            })
-        }
+    let redis = start_redis(tools).and_then(|(bins, server)| {
+        let sha = RedisCli::new(&bins.cli, server.port())
+            .script_load(&project_root().join(SCRIPTS_DIR).join("gcra.lua"))?;
+        let args = vec![
+            "--url".to_owned(),
+            server.url(),
+            "--port".to_owned(),
+            server.port().to_string(),
+            "--sha".to_owned(),
+            sha,
+            "--redis-benchmark".to_owned(),
+            bins.benchmark.display().to_string(),
+        ];
+        Ok((server, args))
+    });
+    maybe_on_redis(cmd, redis, "the service's rows", results_dir)
+}
+
+/// Our service against Kuadrant's `limitador-server` (the `rls` target
+/// with `--limitador`: the same client for both): `ShouldRateLimit`/s in
+/// memory, then on one throwaway Redis against its `redis` and
+/// `redis_cached` modes, in alternating rounds. Without the binary, no
+/// figure and how to build it; without the Redis programs, memory alone.
+pub(crate) fn limitador(
+    plan: &Plan,
+    tools: &Tools,
+    built: &Built,
+    results_dir: &Path,
+) -> Outcome<Limitador> {
+    if !plan.runs(Part::Limitador) {
+        return Err("not run (not in --only)".to_owned());
     }
+    let bin = tools.limitador.as_ref().map_err(Clone::clone)?;
+    let exe = built.exe(RLS_BENCH)?;
+    let (secs, rounds) = plan.limitador;
+    let cmd = Cmd::new(exe)
+        .arg("--limitador")
+        .arg(bin)
+        .args(["--seconds", &secs.to_string()])
+        .args(["--rounds", &rounds.to_string()]);
+    let redis = start_redis(tools).map(|(_, server)| {
+        let args = vec!["--url".to_owned(), server.url()];
+        (server, args)
+    });
+    maybe_on_redis(
+        cmd,
+        redis,
+        "the service's rows against limitador",
+        results_dir,
+    )
 }
 
 // ---------------------------------------------------------------------------
@@ -543,11 +593,7 @@ pub(crate) fn redis_cpu(plan: &Plan, tools: &Tools) -> Outcome<RedisCpu> {
     if !plan.runs(Part::RedisCpu) {
         return Err("not run (not in --only)".to_owned());
     }
-    let bins = tools
-        .redis
-        .as_ref()
-        .map_err(|why| format!("skipped: {why}"))?;
-    let server = RedisServer::start(&bins.server)?;
+    let (bins, server) = start_redis(tools)?;
     let redis = RedisCli::new(&bins.cli, server.port());
     let (requests, rounds) = plan.redis_cpu;
     let bench = |words: &[&str]| {
