@@ -170,7 +170,7 @@ pub struct HttpServer {
 #[derive(Serialize, Deserialize, Debug, Default, Clone, PartialEq)]
 #[serde(default)]
 pub struct RedisResults {
-    /// `Storage::check` calls per second of `RedisStorage`, the mean of the
+    /// `StorageExt::check` calls per second of `RedisStorage`, the mean of the
     /// rounds.
     pub ours_per_sec: Option<f64>,
     /// EVALSHA calls per second of `redis-benchmark -c <tasks>`, the mean
@@ -442,7 +442,7 @@ pub struct VersusRound {
 #[derive(Serialize, Deserialize, Debug, Default, Clone, PartialEq)]
 #[serde(default)]
 pub struct PostgresResults {
-    /// `Storage::check` calls per second of `PostgresStorage`.
+    /// `StorageExt::check` calls per second of `PostgresStorage`.
     pub ours_per_sec: Option<f64>,
     /// Calls per second of pgbench running the statement the store sends.
     pub pgbench_per_sec: Option<f64>,

@@ -22,7 +22,7 @@
 //!
 //! # The mapping
 //!
-//! One [`Storage::check`] is **one** `ShouldRateLimit` call in the
+//! One [`StorageExt::check`] is **one** `ShouldRateLimit` call in the
 //! configured domain, one descriptor per bucket, in order:
 //!
 //! | bucket check | descriptor |
@@ -45,7 +45,7 @@
 //!
 //! What cannot be expressed:
 //!
-//! - **settle and refunds** ([`Storage::settle`]): the RLS API has no
+//! - **settle and refunds** ([`StorageExt::settle`]): the RLS API has no
 //!   reliable way to give units back (`is_negative_hits` is ignored by
 //!   envoyproxy/ratelimit): `StorageError::Unsupported`.
 //! - **shadow checks**: RLS has no per-descriptor shadow flag. Shadow
@@ -62,6 +62,7 @@
 //!   cost)`), and is the reset itself when that is not positive (a server
 //!   counting in fixed windows, whose reset is the end of the window).
 
+use rate_tier_storage::{Answer, Capabilities, Mode};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -192,7 +193,7 @@ impl RlsStorage {
         }
     }
 
-    async fn decide(
+    async fn ask_server(
         &self,
         checks: &[BucketCheck<'_>],
         indexes: &[usize],
@@ -276,15 +277,14 @@ fn decision_of(check: &BucketCheck<'_>, status: &DescriptorStatus) -> Decision {
     }
 }
 
-#[async_trait::async_trait]
-impl Storage for RlsStorage {
+impl RlsStorage {
     /// One `ShouldRateLimit` call for the enforced checks (all or nothing
     /// on this service), then one per shadow check: charged when the
     /// enforced ones passed, only read (a cost of 0) when they refused, as
     /// every store decides a shadow limit. A shadow call that fails never
     /// fails the decision (it refuses nothing, and the enforced checks are
     /// charged already): its part says it passed, its state unknown.
-    async fn check(
+    async fn check_buckets(
         &self,
         checks: &[BucketCheck<'_>],
         out: &mut [Decision],
@@ -300,7 +300,7 @@ impl Storage for RlsStorage {
             .collect();
         let mut server_allowed = true;
         if !enforced.is_empty() {
-            server_allowed = self.decide(checks, &enforced, out).await?;
+            server_allowed = self.ask_server(checks, &enforced, out).await?;
         }
         let enforced_passed =
             server_allowed && enforced.iter().all(|&i| out[i].allowed);
@@ -313,7 +313,7 @@ impl Storage for RlsStorage {
             };
             let peeked = shadow.cost() == 0 && checks[i].cost() > 0;
             let mut part = [Decision::default()];
-            match self.decide(&[shadow], &[0], &mut part).await {
+            match self.ask_server(&[shadow], &[0], &mut part).await {
                 Ok(_) if peeked => out[i] = checks[i].would_meet(&part[0]),
                 Ok(_) => out[i] = part[0],
                 Err(_) => {
@@ -343,9 +343,25 @@ impl Storage for RlsStorage {
         }
         Ok(Decided::new(verdict, None, "rls"))
     }
+}
 
-    fn kind(&self) -> &'static str {
-        "rls"
+impl Storage for RlsStorage {
+    fn decide<'a>(
+        &'a self,
+        checks: &'a [BucketCheck<'a>],
+        mode: Mode,
+        out: &'a mut [Decision],
+    ) -> Answer<'a, Decided> {
+        match mode {
+            Mode::Check => Answer::pending(self.check_buckets(checks, out)),
+            Mode::Reserve { .. } => {
+                Answer::Ready(Err(StorageError::Unsupported("reservations")))
+            }
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new("rls")
     }
 }
 

@@ -7,7 +7,7 @@
 //! descriptor that has a limit becomes one bucket check (descriptors of one
 //! request that land in the same bucket are merged, their costs added), and
 //! all the checks are decided together by
-//! [`Storage::check`]: if any enforced
+//! [`StorageExt::check`]: if any enforced
 //! limit refuses, **nothing** is charged (envoyproxy/ratelimit charges every
 //! descriptor, even when one refuses).
 //!
@@ -33,6 +33,7 @@
 //! 0 is `OK` with 0 remaining). `is_negative_hits` is ignored, as upstream
 //! ignores it (the hits are charged).
 
+use rate_tier_storage::StorageExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -694,7 +695,7 @@ impl Decider {
                 SmallVec::from_elem(Decision::default(), checks.len());
             let started = Instant::now();
             let decided: Decided =
-                match self.store.check_local(&checks, &mut out) {
+                match self.store.check(&checks, &mut out).ready() {
                     Some(result) => result?,
                     None => self.store.check(&checks, &mut out).await?,
                 };

@@ -4,6 +4,7 @@
 
 mod support;
 
+use rate_tier_storage::StorageExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,7 +13,7 @@ use axum::routing::get;
 use gcra_core::{Decision, Quota};
 use rate_tier_service::client::RlsStorage;
 use rate_tier_storage::{
-    BreakerState, BucketCheck, FallbackStorage, LimitName, Storage,
+    BreakerState, BucketCheck, FallbackStorage, LimitName,
 };
 use support::*;
 use tower_rate_tier::{Limit, RateTier, TierIdentity, TierLimitLayer};

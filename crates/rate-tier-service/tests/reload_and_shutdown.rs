@@ -7,6 +7,7 @@
 
 mod support;
 
+use rate_tier_storage::{Answer, Mode, StorageExt};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -316,9 +317,8 @@ struct Gate {
     release: Semaphore,
 }
 
-#[async_trait::async_trait]
-impl Storage for Gate {
-    async fn check(
+impl Gate {
+    async fn check_buckets(
         &self,
         checks: &[BucketCheck<'_>],
         out: &mut [Decision],
@@ -326,6 +326,22 @@ impl Storage for Gate {
         self.entered.add_permits(1);
         self.release.acquire().await.expect("open").forget();
         self.inner.check(checks, out).await
+    }
+}
+
+impl Storage for Gate {
+    fn decide<'a>(
+        &'a self,
+        checks: &'a [BucketCheck<'a>],
+        mode: Mode,
+        out: &'a mut [Decision],
+    ) -> Answer<'a, Decided> {
+        match mode {
+            Mode::Check => Answer::pending(self.check_buckets(checks, out)),
+            Mode::Reserve { .. } => {
+                Answer::Ready(Err(StorageError::Unsupported("reservations")))
+            }
+        }
     }
 }
 

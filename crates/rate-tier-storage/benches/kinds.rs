@@ -39,7 +39,7 @@
 //!
 //! With `--features redis` and `TRT_REDIS_URL` set (`cargo xtask bench`
 //! starts a throwaway Redis and sets it), the same four cases on
-//! `RedisStorage` (`Storage::check`, one multiplexed connection, a timeout
+//! `RedisStorage` (`StorageExt::check`, one multiplexed connection, a timeout
 //! of 5 s), on a current-thread Tokio runtime: the loop, the store and its
 //! connection on one client thread, as the `redis_store` bench runs them.
 //! The rate is one `EVALSHA` of `gcra.lua`; a window, a period or a slot
@@ -56,7 +56,7 @@
 //!
 //! - `rate`, `period`: the same rules as in memory; they never refuse.
 //! - `slot`: the same; a slot id of its own per iteration
-//!   (`BucketCheck::lease_id`), given back by `Storage::release`: two round
+//!   (`BucketCheck::lease_id`), given back by `StorageExt::release`: two round
 //!   trips, a `ZADD` and a `ZREM` of the same member.
 //! - `window`: N = 100, and a window as close as the real calls allow to
 //!   the memory case's full log. It cannot be exact: a user comes back
@@ -104,6 +104,7 @@
 //! The rows are read by xtask (`rows.rs`, `KINDS_STORES`).
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use rate_tier_storage::StorageExt;
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -111,7 +112,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use rate_tier_storage::clock::FakeClock;
 use rate_tier_storage::{
     BucketCheck, Concurrency, Decision, LimitName, MemoryStorage, Period,
-    PeriodUnit, Quota, Rule, Storage, Window,
+    PeriodUnit, Quota, Rule, Window,
 };
 
 const USERS: usize = 100_000;
@@ -178,7 +179,7 @@ impl Case {
             .verdict;
         assert!(verdict.allowed, "{:?} refused", self.rule.kind());
         if matches!(self.rule, Rule::Concurrency(_)) {
-            self.store.release_local(&[check]).unwrap().unwrap();
+            self.store.release(&[check]).ready().unwrap().unwrap();
         }
         out[0]
     }
@@ -221,13 +222,14 @@ criterion_main!(benches);
 /// The Redis groups (see the module docs).
 #[cfg(feature = "redis")]
 mod redis {
+    use rate_tier_storage::StorageExt;
     use std::collections::VecDeque;
     use std::hint::black_box;
     use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
     use criterion::Criterion;
     use rate_tier_storage::{
-        BucketCheck, Decision, LimitName, RedisStorage, Rule, Storage, Window,
+        BucketCheck, Decision, LimitName, RedisStorage, Rule, Window,
     };
     use tokio::runtime::Runtime;
 

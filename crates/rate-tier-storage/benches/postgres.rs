@@ -18,6 +18,7 @@
 //! time).
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use rate_tier_storage::StorageExt;
 use std::io::Write as _;
 use std::process::Command;
 use std::sync::Arc;
@@ -26,9 +27,7 @@ use std::time::{Duration, Instant};
 
 use gcra_core::{Decision, Quota};
 use rate_tier_bench_results::{PostgresResults, ResultsFile};
-use rate_tier_storage::{
-    BucketCheck, KeyLayout, LimitName, PostgresStorage, Storage,
-};
+use rate_tier_storage::{BucketCheck, KeyLayout, LimitName, PostgresStorage};
 use rate_tier_test_support::PostgresServer;
 use rate_tier_test_support::bench::{Args, median};
 

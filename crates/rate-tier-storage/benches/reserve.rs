@@ -1,4 +1,4 @@
-//! A reservation (`Storage::reserve`) against a check (`Storage::check`)
+//! A reservation (`StorageExt::reserve`) against a check (`StorageExt::check`)
 //! of the same buckets, in memory and on Redis, side by side in one run
 //! (issue 23, "Speed").
 //!
@@ -267,6 +267,7 @@ criterion_main!(benches);
 /// The Redis groups (see the module docs).
 #[cfg(feature = "redis")]
 mod redis {
+    use rate_tier_storage::StorageExt;
     use std::hint::black_box;
     use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -391,7 +392,10 @@ mod redis {
         if let Err(e) = runtime.block_on(probe.store.check(&check, &mut out)) {
             panic!("{URL_VAR}={url} does not answer: {e}");
         }
-        assert!(probe.store.reserves(), "RedisStorage does not reserve");
+        assert!(
+            probe.store.capabilities().reserves,
+            "RedisStorage does not reserve"
+        );
         assert_reservations_charge(
             &probe.names,
             "probe",

@@ -264,7 +264,7 @@ impl<'a> BucketCheck<'a> {
 
     /// `cost` against the bucket (`name`, `partition`) under a rule of any
     /// kind: a rate, as [`BucketCheck::new`], a window or a period. Only a
-    /// store that [`supports`](crate::Storage::supports) the rule's kind
+    /// store that [`supports`](crate::Capabilities::supports) the rule's kind
     /// decides it; the others answer [`StorageError::Unsupported`](crate::StorageError::Unsupported).
     ///
     /// ```
@@ -326,7 +326,7 @@ impl<'a> BucketCheck<'a> {
     }
 
     /// The id of the slots this check takes on a concurrency limit, for a
-    /// store that keeps a lease per slot ([`Storage::lease`](crate::Storage::lease)):
+    /// store that keeps a lease per slot ([`Capabilities::lease`](crate::Capabilities::lease)):
     /// the same id releases and renews them. Unique per request (a random
     /// 64-bit number); ignored by other kinds and by the memory store.
     ///
@@ -467,7 +467,7 @@ impl<'a> BucketCheck<'a> {
     }
 
     /// The reservation of this bucket that wrote `tat_us`, to give back
-    /// ([`Storage::cancel`](crate::Storage::cancel)), taken by the store
+    /// ([`StorageExt::cancel`](crate::StorageExt::cancel)), taken by the store
     /// itself ([`Charged::Primary`]; see [`BucketCancel::charged`]).
     pub fn cancel(self, tat_us: u64) -> BucketCancel<'a> {
         BucketCancel {
@@ -489,7 +489,7 @@ impl<'a> BucketCheck<'a> {
     }
 }
 
-/// A reservation to give back ([`Storage::cancel`](crate::Storage::cancel)):
+/// A reservation to give back ([`StorageExt::cancel`](crate::StorageExt::cancel)):
 /// the bucket as it was reserved, and the TAT the reservation wrote
 /// (its [`Decision`]'s `store`).
 ///

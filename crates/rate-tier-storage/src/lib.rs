@@ -19,7 +19,7 @@
 //! shared stores, and the [`event`]s a store reports by itself.
 //!
 //! ```
-//! use rate_tier_storage::{BucketCheck, LimitName, MemoryStorage, Storage};
+//! use rate_tier_storage::{BucketCheck, LimitName, MemoryStorage, StorageExt};
 //! use rate_tier_storage::clock::FakeClock;
 //! use gcra_core::{Decision, Quota};
 //!
@@ -56,7 +56,6 @@ mod postgres;
 mod redis;
 mod rule;
 mod storage;
-mod store;
 mod sync;
 
 pub use bucket::{BucketCancel, BucketCheck, BucketSettle, Charged, LimitName};
@@ -90,5 +89,7 @@ pub use rule::{Rule, RuleKind};
 pub fn redis_user_timeout() -> std::time::Duration {
     redis::USER_TIMEOUT
 }
-pub use storage::{Decided, Storage, StorageError};
-pub use store::Store;
+pub use storage::{
+    Adjustment, Answer, Capabilities, Decided, Mode, Storage, StorageError,
+    StorageExt,
+};

@@ -15,7 +15,7 @@ use gcra_core::{CheckError, Concurrency, Period, PeriodUnit, Quota, Window};
 /// 5 logins in any 60 s". A period counts per calendar day, ISO week or
 /// month: "1,000 exports a month", reset on the 1st. A concurrency limit
 /// counts requests in flight: a slot is taken when the decision passes and
-/// given back by [`Storage::release`](crate::Storage::release) when the
+/// given back by [`StorageExt::release`](crate::StorageExt::release) when the
 /// request ends.
 ///
 /// ```
@@ -46,7 +46,7 @@ pub enum Rule {
 }
 
 /// The kind of a [`Rule`], as a store says what it can decide
-/// ([`Storage::supports`](crate::Storage::supports)).
+/// ([`Capabilities::supports`](crate::Capabilities::supports)).
 ///
 /// ```
 /// use rate_tier_storage::RuleKind;

@@ -1,6 +1,12 @@
-//! The contract every store implements: [`Storage`].
+//! The contract every store implements: [`Storage`], about state, not
+//! math: a decision over a set of buckets, an adjustment of what a decision
+//! left, a reset. [`StorageExt`] gives every store the short forms
+//! (`check`, `settle`, `release`, ...).
 
+use std::any::Any;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,28 +16,34 @@ use crate::bucket::{BucketCancel, BucketCheck, BucketSettle, Charged};
 use crate::event::{StorageListener, Subscription};
 use crate::rule::{Rule, RuleKind};
 
-/// A store of GCRA buckets.
+/// A store of buckets.
 ///
 /// # Contract
 ///
-/// [`Storage::check`] decides a set of buckets as **one decision** with
-/// [`gcra_core::check_all`], atomically: the TATs it reads are the ones the
-/// last decisions on those buckets stored, and it writes what the decision
-/// asks (every charge, or none; see [`Decision::store`]) before any other
-/// check of those buckets reads them. Under any concurrency exactly the
-/// quota passes, and a refused decision charges nothing. An entry may be
-/// forgotten once its TAT is in the past: GCRA treats a missing TAT and a
-/// past one alike. The time is the store's own (its
-/// [`Clock`](crate::clock::Clock), or the server's time for Redis).
+/// [`Storage::decide`] decides a set of buckets as **one decision**,
+/// atomically: the state it reads is the one the last decisions on those
+/// buckets stored, and it writes what the decision asks (every charge, or
+/// none) before any other decision on those buckets reads them. Under any
+/// concurrency exactly the quota passes, and a refused decision charges
+/// nothing. An entry may be forgotten once its TAT is in the past: GCRA
+/// treats a missing TAT and a past one alike. The time is the store's own
+/// (its [`Clock`](crate::clock::Clock), or the server's time for Redis).
 ///
 /// The buckets of one decision must be distinct (the same name and
 /// partition twice is [`StorageError::DuplicateBucket`]): merge their costs
 /// first.
 ///
+/// A store answers [`Answer::Ready`] when it decided without I/O (nothing
+/// boxed, nothing to poll: the in-process hot path), else
+/// [`Answer::Pending`]. Only [`Storage::decide`] is required; a store that
+/// keeps its state as small values read and compared-and-swapped can
+/// implement [`Cells`](crate::cells::Cells) instead and get every kind from
+/// [`CellStorage`](crate::cells::CellStorage).
+///
 /// The trait is object-safe: a limiter holds an `Arc<dyn Storage>`.
 ///
 /// ```
-/// use rate_tier_storage::{BucketCheck, LimitName, MemoryStorage, Storage};
+/// use rate_tier_storage::{BucketCheck, LimitName, MemoryStorage, StorageExt};
 /// use rate_tier_storage::clock::FakeClock;
 /// use gcra_core::{Decision, Quota};
 ///
@@ -52,245 +64,53 @@ use crate::rule::{Rule, RuleKind};
 /// assert_eq!(out[0].remaining, 9);
 /// # Ok(()) }
 /// ```
-#[async_trait::async_trait]
-pub trait Storage: Send + Sync + fmt::Debug + 'static {
-    /// Decides `checks` as one decision, writes each bucket's part to the
-    /// same position of `out` (which must have the same length), and
-    /// stores the outcome.
-    async fn check(
-        &self,
-        checks: &[BucketCheck<'_>],
-        out: &mut [Decision],
-    ) -> Result<Decided, StorageError>;
-
-    /// For stores that decide without I/O: the same as [`Storage::check`],
-    /// synchronously. It spares the caller an allocated future on the hot
-    /// path. Returns `None` when the store needs I/O (the default).
-    fn check_local(
-        &self,
-        checks: &[BucketCheck<'_>],
-        out: &mut [Decision],
-    ) -> Option<Result<Decided, StorageError>> {
-        let _ = (checks, out);
-        None
-    }
-
-    /// Adjusts buckets after their requests were served (a cost known only
-    /// then): each by [`gcra_core::Quota::settle`], atomically per bucket.
-    /// The default refuses: a store that cannot settle says so.
-    async fn settle(
-        &self,
-        settles: &[BucketSettle<'_>],
-    ) -> Result<(), StorageError> {
-        let _ = settles;
-        Err(StorageError::Unsupported("settle"))
-    }
-
-    /// The part of the store that holds `check`'s bucket, for a store made
-    /// of parts that fail independently (the nodes of a Redis Cluster):
-    /// a [`FallbackStorage`](crate::FallbackStorage) keeps a circuit
-    /// breaker per part, so that one part's failure sends only its own
-    /// buckets to the local fallback. `None` (the default): the store is
-    /// one part.
-    fn failure_domain(&self, check: &BucketCheck<'_>) -> Option<Arc<str>> {
-        let _ = check;
-        None
-    }
-
-    /// For stores that settle without I/O: the same as [`Storage::settle`],
-    /// synchronously; `None` when the store needs I/O (the default).
-    fn settle_local(
-        &self,
-        settles: &[BucketSettle<'_>],
-    ) -> Option<Result<(), StorageError>> {
-        let _ = settles;
-        None
-    }
-
-    /// A short label for metrics and logs, e.g. `"memory"` or `"redis"`.
-    fn kind(&self) -> &'static str {
-        "custom"
-    }
-
-    /// Gives back the slots of concurrency limits ([`Rule::Concurrency`])
-    /// that a passed decision took, once its request ended: each check's
-    /// cost, on its bucket. A store that does not decide concurrency
-    /// limits answers [`StorageError::Unsupported`] (the default).
+pub trait Storage: Send + Sync + fmt::Debug + Any {
+    /// Decides `checks` as one decision in `mode`, writes each bucket's
+    /// part to the same position of `out` (which must have the same
+    /// length), and stores the outcome.
     ///
-    /// ```
-    /// use rate_tier_storage::{BucketCheck, Concurrency, Decision, LimitName, MemoryStorage, Storage};
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let store = MemoryStorage::new();
-    /// let uploads = LimitName::of_limit("uploads")?;
-    /// let slot = [BucketCheck::of_rule(&uploads, "ana", Concurrency::new(1)?.into(), 1)?];
-    /// let mut out = [Decision::default()];
-    /// assert!(store.check(&slot, &mut out).await?.verdict.allowed);
-    /// assert!(!store.check(&slot, &mut out).await?.verdict.allowed, "one in flight");
-    /// store.release(&slot).await?;
-    /// assert!(store.check(&slot, &mut out).await?.verdict.allowed);
-    /// # Ok(()) }
-    /// ```
-    async fn release(
-        &self,
-        slots: &[BucketCheck<'_>],
-    ) -> Result<(), StorageError> {
-        let _ = slots;
-        Err(StorageError::Unsupported("concurrency limits"))
-    }
+    /// In [`Mode::Reserve`] the store reserves, all or nothing, the
+    /// earliest slot at which every rate of `checks` passes, if it is at
+    /// most `max_wait` away ([`gcra_core::reserve_all`]): the caller waits
+    /// [`Decided::wait_us`] and then goes. Not reserved, nothing is charged
+    /// and `wait_us` is the wait it would have needed. Only rates reserve;
+    /// a store that does not reserve says so in
+    /// [`Capabilities::reserves`] and answers [`StorageError::Unsupported`].
+    fn decide<'a>(
+        &'a self,
+        checks: &'a [BucketCheck<'a>],
+        mode: Mode,
+        out: &'a mut [Decision],
+    ) -> Answer<'a, Decided>;
 
-    /// How long a slot of a concurrency limit lives on this store unless
-    /// it is renewed ([`Storage::renew`]): a store shared by processes that
-    /// may die holding slots lets them expire. `None` (the default, and an
-    /// in-process store's answer): a slot lives until it is released.
-    fn lease(&self) -> Option<Duration> {
-        None
-    }
-
-    /// Extends the leases of slots a request still holds (see
-    /// [`Storage::lease`]): a request that runs longer than the lease
-    /// renews them, every third of it. Slots already expired are not
-    /// taken again. Nothing to do by default.
-    async fn renew(
-        &self,
-        slots: &[BucketCheck<'_>],
-    ) -> Result<(), StorageError> {
-        let _ = slots;
-        Ok(())
-    }
-
-    /// [`Storage::release`] without awaiting, for a store that can do it
-    /// synchronously; `None` when the store needs I/O (the default).
-    fn release_local(
-        &self,
-        slots: &[BucketCheck<'_>],
-    ) -> Option<Result<(), StorageError>> {
-        let _ = slots;
-        None
-    }
-
-    /// Whether this store decides buckets of rules of `kind`. Every store
-    /// decides rates (the default says so of rates alone); a check of a
-    /// kind it does not support is answered [`StorageError::Unsupported`],
-    /// and a limiter refuses to be built on it (never a silent rate).
-    ///
-    /// ```
-    /// use rate_tier_storage::{MemoryStorage, RuleKind, Storage};
-    /// let store = MemoryStorage::new();
-    /// assert!(store.supports(RuleKind::Rate) && store.supports(RuleKind::Window));
-    /// ```
-    fn supports(&self, kind: RuleKind) -> bool {
-        kind == RuleKind::Rate
-    }
-
-    /// Whether one decision may hold windows, periods or concurrency
-    /// limits (every kind but rates) of different partitions: a user's
-    /// beside a global bucket, or beside another key's. True (the default)
-    /// for a store that decides a whole decision in one place. False on a
-    /// Redis Cluster: each partition's buckets live in a hash slot of their
-    /// own, a window's or a period's charge cannot be refunded, so such a
-    /// decision is answered [`StorageError::Unsupported`]. A layer refuses
-    /// to be built with limits that could meet so on such a store, and a
-    /// limiter refuses plans that would make them meet. Rates of any
-    /// partitions always share a decision (refunded across slots).
-    ///
-    /// ```
-    /// use rate_tier_storage::{MemoryStorage, Storage};
-    /// assert!(MemoryStorage::new().spans_partitions());
-    /// ```
-    fn spans_partitions(&self) -> bool {
-        true
-    }
-
-    /// Reserves, all or nothing, the earliest slot at which every rate
-    /// limit of `checks` passes, if it is at most `max_wait` away:
-    /// [`gcra_core::reserve_all`] on the store's clock, atomically. The
-    /// caller waits [`Decided::wait_us`] and then goes; each bucket's
-    /// [`Decision`] is its charge at that slot. Not reserved (the wait
-    /// longer than `max_wait`, or than a quota's
-    /// [`max_wait_us`](gcra_core::Quota::max_wait_us)), nothing is
-    /// charged and `wait_us` is the wait it would have needed.
-    ///
-    /// Only rates reserve: a window, period or concurrency check is
-    /// [`StorageError::Unsupported`]. A store that does not reserve says so
-    /// in [`Storage::reserves`] and answers `Unsupported` (the default).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use std::time::Duration;
-    /// use rate_tier_storage::{BucketCheck, Decision, LimitName, MemoryStorage, Quota, Storage};
-    /// use rate_tier_storage::clock::FakeClock;
-    /// let store = MemoryStorage::with_clock(FakeClock::at_us(0));
-    /// let name = LimitName::new("provider")?;
-    /// // 10 a second, evenly: one call every 100 ms; callers wait up to 1 s.
-    /// let quota = Quota::per_second(10).allow_burst(1).allow_debt(Duration::from_secs(1));
-    /// let check = [BucketCheck::new(&name, "", quota, 1)?];
-    /// let mut out = [Decision::default()];
-    /// let first = store.reserve(&check, Duration::from_secs(1), &mut out).await?;
-    /// let second = store.reserve(&check, Duration::from_secs(1), &mut out).await?;
-    /// assert!(first.verdict.allowed && second.verdict.allowed);
-    /// assert_eq!((first.wait_us, second.wait_us), (0, 100_000));
-    /// # Ok(())
-    /// # }
-    /// ```
-    async fn reserve(
-        &self,
-        checks: &[BucketCheck<'_>],
-        max_wait: Duration,
-        out: &mut [Decision],
-    ) -> Result<Decided, StorageError> {
-        let _ = (checks, max_wait, out);
-        Err(StorageError::Unsupported("reservations"))
-    }
-
-    /// [`Storage::reserve`] without awaiting, for a store that can do it
-    /// synchronously; `None` when the store needs I/O (the default).
-    fn reserve_local(
-        &self,
-        checks: &[BucketCheck<'_>],
-        max_wait: Duration,
-        out: &mut [Decision],
-    ) -> Option<Result<Decided, StorageError>> {
-        let _ = (checks, max_wait, out);
-        None
-    }
-
-    /// Gives back reservations whose callers went away before their slot
-    /// came ([`gcra_core::Quota::cancel`] for each bucket): exact while no
-    /// later reservation or pass was made in the bucket, else the slot is
-    /// lost (never handed out twice). Each bucket on its own.
-    async fn cancel(
-        &self,
-        reserved: &[BucketCancel<'_>],
-    ) -> Result<(), StorageError> {
-        let _ = reserved;
-        Err(StorageError::Unsupported("reservations"))
-    }
-
-    /// [`Storage::cancel`] without awaiting, for a store that can do it
-    /// synchronously; `None` when the store needs I/O (the default).
-    fn cancel_local(
-        &self,
-        reserved: &[BucketCancel<'_>],
-    ) -> Option<Result<(), StorageError>> {
-        let _ = reserved;
-        None
+    /// Changes what earlier decisions left: see [`Adjustment`]. The
+    /// default settles, cancels and releases nothing
+    /// ([`StorageError::Unsupported`]) and renews as a no-op (a store
+    /// whose slots have no lease).
+    fn adjust<'a>(&'a self, adjustment: Adjustment<'a>) -> Answer<'a, ()> {
+        Answer::Ready(match adjustment {
+            Adjustment::Renew(_) => Ok(()),
+            Adjustment::Settle(_) => Err(StorageError::Unsupported("settle")),
+            Adjustment::Cancel(_) => {
+                Err(StorageError::Unsupported("reservations"))
+            }
+            Adjustment::Release(_) => {
+                Err(StorageError::Unsupported("concurrency limits"))
+            }
+        })
     }
 
     /// Puts `buckets` back to full, as if they had never been charged: a
     /// customer's "I upgraded, why am I still blocked?". Rates, windows and
     /// periods are cleared; a concurrency limit's slots are left as they
     /// are (their requests still run, and give them back when they end).
-    /// All of the set at once where the store can (one command on Redis,
-    /// one statement on PostgreSQL, the shards' write locks in memory; on
-    /// a Redis Cluster, at once per hash slot: one user's buckets share
-    /// theirs). A store that cannot reset answers
-    /// [`StorageError::Unsupported`] (the default).
+    /// All of the set at once where the store can. A store that cannot
+    /// reset answers [`StorageError::Unsupported`] (the default).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use rate_tier_storage::{BucketCheck, Decision, LimitName, MemoryStorage, Quota, Storage};
+    /// use rate_tier_storage::{BucketCheck, Decision, LimitName, MemoryStorage, Quota, Storage, StorageExt};
     /// let store = MemoryStorage::new();
     /// let pro = LimitName::new("pro")?;
     /// let check = [BucketCheck::new(&pro, "key_ada", Quota::per_minute(2), 2)?];
@@ -304,23 +124,32 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
     /// # Ok(())
     /// # }
     /// ```
-    async fn reset(
-        &self,
-        buckets: &[BucketCheck<'_>],
-    ) -> Result<(), StorageError> {
+    fn reset<'a>(&'a self, buckets: &'a [BucketCheck<'a>]) -> Answer<'a, ()> {
         let _ = buckets;
-        Err(StorageError::Unsupported("reset"))
+        Answer::Ready(Err(StorageError::Unsupported("reset")))
     }
 
-    /// Whether this store answers [`Storage::reserve`]; a layer that waits
-    /// refuses to be built on one that does not (false by default).
+    /// What the store decides and how: see [`Capabilities`].
     ///
     /// ```
-    /// use rate_tier_storage::{MemoryStorage, Storage};
-    /// assert!(MemoryStorage::new().reserves());
+    /// use rate_tier_storage::{MemoryStorage, RuleKind, Storage};
+    /// let memory = MemoryStorage::new().capabilities();
+    /// assert_eq!(memory.label, "memory");
+    /// assert!(memory.supports(RuleKind::Window) && memory.reserves);
     /// ```
-    fn reserves(&self) -> bool {
-        false
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new("custom")
+    }
+
+    /// The part of the store that holds `check`'s bucket, for a store made
+    /// of parts that fail independently (the nodes of a Redis Cluster):
+    /// a [`FallbackStorage`](crate::FallbackStorage) keeps a circuit
+    /// breaker per part, so that one part's failure sends only its own
+    /// buckets to the local fallback. `None` (the default): the store is
+    /// one part.
+    fn failure_domain(&self, check: &BucketCheck<'_>) -> Option<Arc<str>> {
+        let _ = check;
+        None
     }
 
     /// Adds a listener for what the store does by itself (a circuit
@@ -333,7 +162,267 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
     }
 }
 
-/// A store's answer to [`Storage::check`], beside each bucket's
+/// How a [`Storage::decide`] decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Charges every bucket now, or none.
+    Check,
+    /// Reserves the earliest slot at most `max_wait` away, or nothing.
+    Reserve {
+        /// The longest the caller will wait.
+        max_wait: Duration,
+    },
+}
+
+/// A change to what earlier decisions left, for [`Storage::adjust`].
+#[derive(Debug, Clone, Copy)]
+pub enum Adjustment<'a> {
+    /// Corrects the charges of served requests whose cost was known only
+    /// then ([`gcra_core::Quota::settle`]), atomically per bucket.
+    Settle(&'a [BucketSettle<'a>]),
+    /// Gives back reservations whose callers went away before their slot.
+    Cancel(&'a [BucketCancel<'a>]),
+    /// Gives back the concurrency slots ([`Rule::Concurrency`]) a passed
+    /// decision took, once its request ended: each check's cost.
+    Release(&'a [BucketCheck<'a>]),
+    /// Extends the lease of slots still held (see
+    /// [`Capabilities::lease`]).
+    Renew(&'a [BucketCheck<'a>]),
+}
+
+/// A store's answer: ready when it decided without I/O, pending when it
+/// must wait on a backend. Either is a future: `.await` it.
+///
+/// ```
+/// use rate_tier_storage::{Answer, StorageError};
+/// let ready: Answer<'_, u32> = Answer::Ready(Ok(7));
+/// assert!(matches!(ready.ready(), Some(Ok(7))));
+/// # let pending: Answer<'_, u32> = Answer::pending(async { Ok(7) });
+/// # assert!(pending.ready().is_none());
+/// ```
+pub enum Answer<'a, T> {
+    /// Decided without I/O.
+    Ready(Result<T, StorageError>),
+    /// Decided when the future completes.
+    Pending(Pin<Box<dyn Future<Output = Result<T, StorageError>> + Send + 'a>>),
+}
+
+impl<'a, T> Answer<'a, T> {
+    /// An answer that waits on `future`.
+    pub fn pending(
+        future: impl Future<Output = Result<T, StorageError>> + Send + 'a,
+    ) -> Self {
+        Answer::Pending(Box::pin(future))
+    }
+
+    /// The answer if the store decided without I/O; `None` (the pending
+    /// future dropped, which a store must bear) otherwise.
+    #[inline]
+    pub fn ready(self) -> Option<Result<T, StorageError>> {
+        match self {
+            Answer::Ready(result) => Some(result),
+            Answer::Pending(_) => None,
+        }
+    }
+
+    /// Whether the store decided without I/O.
+    pub fn is_ready(&self) -> bool {
+        matches!(self, Answer::Ready(_))
+    }
+}
+
+// The result is moved out whole, never pinned in place.
+impl<T> Unpin for Answer<'_, T> {}
+
+impl<T> Future for Answer<'_, T> {
+    type Output = Result<T, StorageError>;
+
+    fn poll(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = self.get_mut();
+        if let Answer::Pending(future) = this {
+            return future.as_mut().poll(cx);
+        }
+        let done = StorageError::Protocol(
+            "an answer polled after it was ready".into(),
+        );
+        match std::mem::replace(this, Answer::Ready(Err(done))) {
+            Answer::Ready(result) => std::task::Poll::Ready(result),
+            Answer::Pending(_) => unreachable!("matched above"),
+        }
+    }
+}
+
+impl<T> fmt::Debug for Answer<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Answer::Ready(_) => "Answer::Ready",
+            Answer::Pending(_) => "Answer::Pending",
+        })
+    }
+}
+
+/// What a store decides and how, as [`Storage::capabilities`] says.
+///
+/// ```
+/// use rate_tier_storage::{Capabilities, RuleKind};
+/// let custom = Capabilities::new("dynamodb").with(RuleKind::Window);
+/// assert!(custom.supports(RuleKind::Rate) && custom.supports(RuleKind::Window));
+/// assert!(!custom.supports(RuleKind::Period) && !custom.reserves);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// A short label for metrics and logs, e.g. `"memory"` or `"redis"`.
+    pub label: &'static str,
+    /// The kinds decided, one bit per [`RuleKind`] (see
+    /// [`Capabilities::supports`]); rates always.
+    kinds: u8,
+    /// Whether one decision may hold windows, periods or concurrency
+    /// limits of different partitions (a user's beside a global bucket).
+    /// False on a Redis Cluster, where each partition's buckets live in a
+    /// hash slot of their own and a window's or a period's charge cannot
+    /// be refunded: a layer refuses to be built with limits that could
+    /// meet so on such a store. Rates of any partitions always share a
+    /// decision.
+    pub spans_partitions: bool,
+    /// Whether the store answers [`Mode::Reserve`]; a layer that waits
+    /// refuses to be built on one that does not.
+    pub reserves: bool,
+    /// How long a concurrency slot outlives its holder if it is never
+    /// released (its holder's process died): the holder renews it
+    /// ([`Adjustment::Renew`]) well before. `None`: slots are held until
+    /// released.
+    pub lease: Option<Duration>,
+}
+
+impl Capabilities {
+    /// A store labelled `label` that decides rates, within one place
+    /// (spanning partitions), without reservations or leases.
+    pub const fn new(label: &'static str) -> Self {
+        Capabilities {
+            label,
+            kinds: Self::bit(RuleKind::Rate),
+            spans_partitions: true,
+            reserves: false,
+            lease: None,
+        }
+    }
+
+    /// The same, also deciding `kind`.
+    #[must_use]
+    pub const fn with(mut self, kind: RuleKind) -> Self {
+        self.kinds |= Self::bit(kind);
+        self
+    }
+
+    /// The same, deciding every kind.
+    #[must_use]
+    pub const fn with_every_kind(self) -> Self {
+        self.with(RuleKind::Window)
+            .with(RuleKind::Period)
+            .with(RuleKind::Concurrency)
+    }
+
+    /// Whether the store decides limits of `kind`; a layer refuses to be
+    /// built with a limit its store does not decide.
+    pub const fn supports(&self, kind: RuleKind) -> bool {
+        self.kinds & Self::bit(kind) != 0
+    }
+
+    const fn bit(kind: RuleKind) -> u8 {
+        match kind {
+            RuleKind::Rate => 1,
+            RuleKind::Window => 2,
+            RuleKind::Period => 4,
+            RuleKind::Concurrency => 8,
+        }
+    }
+}
+
+/// The short forms of [`Storage`]'s calls, for every store.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use rate_tier_storage::{BucketCheck, Decision, LimitName, MemoryStorage, Quota, StorageExt};
+/// use rate_tier_storage::clock::FakeClock;
+/// let store = MemoryStorage::with_clock(FakeClock::at_us(0));
+/// let name = LimitName::new("provider")?;
+/// // 10 a second, evenly: one call every 100 ms; callers wait up to 1 s.
+/// let quota = Quota::per_second(10).allow_burst(1).allow_debt(Duration::from_secs(1));
+/// let check = [BucketCheck::new(&name, "", quota, 1)?];
+/// let mut out = [Decision::default()];
+/// let first = store.reserve(&check, Duration::from_secs(1), &mut out).await?;
+/// let second = store.reserve(&check, Duration::from_secs(1), &mut out).await?;
+/// assert!(first.verdict.allowed && second.verdict.allowed);
+/// assert_eq!((first.wait_us, second.wait_us), (0, 100_000));
+/// // In process, the answer is ready without polling.
+/// assert!(store.check(&check, &mut out).ready().is_some());
+/// # Ok(())
+/// # }
+/// ```
+pub trait StorageExt: Storage {
+    /// [`Storage::decide`] in [`Mode::Check`].
+    #[inline]
+    fn check<'a>(
+        &'a self,
+        checks: &'a [BucketCheck<'a>],
+        out: &'a mut [Decision],
+    ) -> Answer<'a, Decided> {
+        self.decide(checks, Mode::Check, out)
+    }
+
+    /// [`Storage::decide`] in [`Mode::Reserve`].
+    fn reserve<'a>(
+        &'a self,
+        checks: &'a [BucketCheck<'a>],
+        max_wait: Duration,
+        out: &'a mut [Decision],
+    ) -> Answer<'a, Decided> {
+        self.decide(checks, Mode::Reserve { max_wait }, out)
+    }
+
+    /// [`Adjustment::Settle`].
+    fn settle<'a>(&'a self, settles: &'a [BucketSettle<'a>]) -> Answer<'a, ()> {
+        self.adjust(Adjustment::Settle(settles))
+    }
+
+    /// [`Adjustment::Cancel`].
+    fn cancel<'a>(
+        &'a self,
+        reserved: &'a [BucketCancel<'a>],
+    ) -> Answer<'a, ()> {
+        self.adjust(Adjustment::Cancel(reserved))
+    }
+
+    /// [`Adjustment::Release`].
+    fn release<'a>(&'a self, slots: &'a [BucketCheck<'a>]) -> Answer<'a, ()> {
+        self.adjust(Adjustment::Release(slots))
+    }
+
+    /// [`Adjustment::Renew`].
+    fn renew<'a>(&'a self, slots: &'a [BucketCheck<'a>]) -> Answer<'a, ()> {
+        self.adjust(Adjustment::Renew(slots))
+    }
+
+    /// [`Capabilities::label`].
+    fn kind(&self) -> &'static str {
+        self.capabilities().label
+    }
+
+    /// [`Capabilities::supports`].
+    fn supports(&self, kind: RuleKind) -> bool {
+        self.capabilities().supports(kind)
+    }
+}
+
+impl<S: Storage + ?Sized> StorageExt for S {}
+
+/// A store's answer to [`StorageExt::check`], beside each bucket's
 /// [`Decision`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -343,7 +432,7 @@ pub struct Decided {
     /// The store's clock, in µs, when it decided; `None` when the time was
     /// another machine's (Redis's `TIME`).
     pub now_us: Option<u64>,
-    /// Which store decided: its [`Storage::kind`], or `"fallback"` when a
+    /// Which store decided: its [`Capabilities::label`], or `"fallback"` when a
     /// [`FallbackStorage`](crate::FallbackStorage) decided some of the
     /// buckets locally.
     pub by: &'static str,
@@ -362,7 +451,7 @@ pub struct Decided {
     /// [`REMEMBERED`](crate::REMEMBERED) refusal): it says nothing of the
     /// backend's health, so a breaker neither closes nor counts it.
     pub reached_backend: bool,
-    /// For a reservation ([`Storage::reserve`]): how long the caller waits
+    /// For a reservation ([`StorageExt::reserve`]): how long the caller waits
     /// before it goes, or, not reserved, the wait it would have needed. 0
     /// for a check.
     pub wait_us: u64,
@@ -400,7 +489,7 @@ impl Decided {
         self
     }
 
-    /// A reservation's answer ([`Storage::reserve`](crate::Storage::reserve))
+    /// A reservation's answer ([`StorageExt::reserve`](crate::StorageExt::reserve))
     /// from [`gcra_core::reserve_all`]'s summary: its verdict and wait.
     ///
     /// ```
@@ -436,7 +525,7 @@ impl Decided {
     }
 
     /// The same decision, with the wait of a reservation
-    /// ([`Storage::reserve`]).
+    /// ([`StorageExt::reserve`]).
     #[must_use]
     pub fn with_wait(mut self, wait_us: u64) -> Self {
         self.wait_us = wait_us;

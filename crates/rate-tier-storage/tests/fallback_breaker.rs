@@ -2,6 +2,8 @@
 //! primary that fails on command: per node, like the nodes of a cluster.
 #![allow(clippy::unwrap_used)]
 
+use rate_tier_storage::StorageExt;
+use rate_tier_storage::{Adjustment, Answer, Capabilities, Mode};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -89,9 +91,8 @@ impl Flaky {
     }
 }
 
-#[async_trait::async_trait]
-impl Storage for Flaky {
-    async fn check(
+impl Flaky {
+    async fn check_buckets(
         &self,
         checks: &[BucketCheck<'_>],
         out: &mut [Decision],
@@ -122,11 +123,11 @@ impl Storage for Flaky {
         Ok(Decided::new(decided.verdict, decided.now_us, "flaky"))
     }
 
-    fn supports(&self, _kind: RuleKind) -> bool {
+    fn decides(&self, _kind: RuleKind) -> bool {
         true
     }
 
-    async fn release(
+    async fn release_slots(
         &self,
         slots: &[BucketCheck<'_>],
     ) -> Result<(), StorageError> {
@@ -145,11 +146,11 @@ impl Storage for Flaky {
         Ok(())
     }
 
-    fn lease(&self) -> Option<Duration> {
+    fn slot_lease(&self) -> Option<Duration> {
         Some(Duration::from_secs(30))
     }
 
-    async fn renew(
+    async fn renew_slots(
         &self,
         slots: &[BucketCheck<'_>],
     ) -> Result<(), StorageError> {
@@ -158,7 +159,7 @@ impl Storage for Flaky {
         Ok(())
     }
 
-    async fn settle(
+    async fn settle_buckets(
         &self,
         settles: &[BucketSettle<'_>],
     ) -> Result<(), StorageError> {
@@ -166,11 +167,7 @@ impl Storage for Flaky {
         self.store.settle(settles).await
     }
 
-    fn failure_domain(&self, check: &BucketCheck<'_>) -> Option<Arc<str>> {
-        self.domains.then(|| Arc::from(NODES[self.node(check)]))
-    }
-
-    async fn reserve(
+    async fn reserve_buckets(
         &self,
         checks: &[BucketCheck<'_>],
         max_wait: Duration,
@@ -189,7 +186,7 @@ impl Storage for Flaky {
             .with_wait(decided.wait_us))
     }
 
-    async fn cancel(
+    async fn cancel_reservations(
         &self,
         reserved: &[BucketCancel<'_>],
     ) -> Result<(), StorageError> {
@@ -197,12 +194,62 @@ impl Storage for Flaky {
         self.store.cancel(reserved).await
     }
 
-    fn reserves(&self) -> bool {
+    fn can_reserve(&self) -> bool {
         true
     }
 
-    fn kind(&self) -> &'static str {
+    fn label(&self) -> &'static str {
         "flaky"
+    }
+}
+
+impl Storage for Flaky {
+    fn decide<'a>(
+        &'a self,
+        checks: &'a [BucketCheck<'a>],
+        mode: Mode,
+        out: &'a mut [Decision],
+    ) -> Answer<'a, Decided> {
+        match mode {
+            Mode::Check => Answer::pending(self.check_buckets(checks, out)),
+            Mode::Reserve { max_wait } => {
+                Answer::pending(self.reserve_buckets(checks, max_wait, out))
+            }
+        }
+    }
+
+    fn adjust<'a>(&'a self, adjustment: Adjustment<'a>) -> Answer<'a, ()> {
+        match adjustment {
+            Adjustment::Settle(settles) => {
+                Answer::pending(self.settle_buckets(settles))
+            }
+            Adjustment::Cancel(reserved) => {
+                Answer::pending(self.cancel_reservations(reserved))
+            }
+            Adjustment::Release(slots) => {
+                Answer::pending(self.release_slots(slots))
+            }
+            Adjustment::Renew(slots) => {
+                Answer::pending(self.renew_slots(slots))
+            }
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut capabilities = Capabilities::new(self.label());
+        for kind in [RuleKind::Window, RuleKind::Period, RuleKind::Concurrency]
+        {
+            if self.decides(kind) {
+                capabilities = capabilities.with(kind);
+            }
+        }
+        capabilities.reserves = self.can_reserve();
+        capabilities.lease = self.slot_lease();
+        capabilities
+    }
+
+    fn failure_domain(&self, check: &BucketCheck<'_>) -> Option<Arc<str>> {
+        self.domains.then(|| Arc::from(NODES[self.node(check)]))
     }
 }
 
@@ -368,7 +415,8 @@ async fn while_open_the_primary_is_not_called_and_limits_hold_locally() {
         // The memory-speed path answers synchronously while open.
         let checks = [s.bucket("ana", 1)];
         let mut out = [Decision::default()];
-        let decided = s.store.check_local(&checks, &mut out).unwrap().unwrap();
+        let decided =
+            s.store.check(&checks, &mut out).ready().unwrap().unwrap();
         assert_eq!(decided.by, "fallback");
         allowed += usize::from(decided.verdict.allowed);
     }
@@ -388,7 +436,7 @@ async fn while_closed_check_local_leaves_the_decision_to_the_primary() {
     let s = setup(1);
     let checks = [s.bucket("ana", 1)];
     let mut out = [Decision::default()];
-    assert!(s.store.check_local(&checks, &mut out).is_none());
+    assert!(s.store.check(&checks, &mut out).ready().is_none());
     assert_eq!(s.primary.calls(), 0);
 }
 
@@ -682,7 +730,7 @@ async fn a_cost_above_the_local_share_is_a_transient_error() {
     assert!(matches!(error, StorageError::AboveLocalShare { .. }));
     let checks = [s.bucket("eva", 6)];
     let mut out = [Decision::default()];
-    let local = s.store.check_local(&checks, &mut out).unwrap();
+    let local = s.store.check(&checks, &mut out).ready().unwrap();
     assert!(matches!(
         local,
         Err(StorageError::AboveLocalShare { cost: 6, burst: 5 })
@@ -1132,7 +1180,7 @@ async fn a_slot_taken_on_the_primary_is_released_there() {
         s.store.supports(RuleKind::Concurrency),
         "the primary's kinds"
     );
-    assert_eq!(s.store.lease(), Some(Duration::from_secs(30)));
+    assert_eq!(s.store.capabilities().lease, Some(Duration::from_secs(30)));
     assert_eq!(s.take("ana", 1).await, (true, "flaky"));
     assert_eq!(s.in_flight(&s.primary.store, "ana"), 1);
     assert_eq!(s.store.local_slots(), 0);
@@ -1157,7 +1205,7 @@ async fn during_an_outage_slots_are_taken_and_released_locally_by_id() {
     s.store.renew(&[s.slot("ana", 1)]).await.unwrap();
     assert!(s.primary.renewed.lock().unwrap().is_empty());
     assert_eq!(
-        s.store.release_local(&[s.slot("ana", 1)]).map(Result::ok),
+        s.store.release(&[s.slot("ana", 1)]).ready().map(Result::ok),
         Some(Some(()))
     );
     assert_eq!(s.in_flight(s.store.local(), "ana"), 1);
@@ -1196,7 +1244,7 @@ async fn a_slot_taken_on_the_primary_stays_there_when_the_breaker_opens() {
     assert_eq!(s.in_flight(&s.primary.store, "ana"), 1);
     assert_eq!(s.in_flight(s.store.local(), "ana"), 0);
     assert!(
-        s.store.release_local(&[s.slot("ana", 1)]).is_none(),
+        s.store.release(&[s.slot("ana", 1)]).ready().is_none(),
         "needs I/O"
     );
 }
@@ -1279,7 +1327,7 @@ impl Setup {
 #[tokio::test]
 async fn reservations_are_made_on_the_primary_while_it_answers() {
     let s = setup(2);
-    assert!(s.store.reserves());
+    assert!(s.store.capabilities().reserves);
     let (first, _) = s.reserve("ana").await;
     let (second, decision) = s.reserve("ana").await;
     assert_eq!((first.by, second.by), ("flaky", "flaky"));
@@ -1318,7 +1366,7 @@ async fn while_the_primary_is_down_reservations_are_local_under_the_share() {
     let cancel = check
         .cancel(decision.store.unwrap().tat_us)
         .charged(decided.charged(0));
-    s.store.cancel_local(&[cancel]).unwrap().unwrap();
+    s.store.cancel(&[cancel]).ready().unwrap().unwrap();
     assert_eq!(s.reserve("ana").await.0.wait_us, 600_000);
     assert_eq!(s.primary.calls(), calls);
     assert_eq!(s.primary.cancels.load(Ordering::SeqCst), 0);
@@ -1350,9 +1398,8 @@ async fn a_reservation_over_an_open_node_is_local_whole() {
 async fn a_fallback_over_a_store_that_does_not_reserve_refuses_at_once() {
     #[derive(Debug)]
     struct Plain(MemoryStorage);
-    #[async_trait::async_trait]
-    impl Storage for Plain {
-        async fn check(
+    impl Plain {
+        async fn check_buckets(
             &self,
             checks: &[BucketCheck<'_>],
             out: &mut [Decision],
@@ -1360,9 +1407,25 @@ async fn a_fallback_over_a_store_that_does_not_reserve_refuses_at_once() {
             self.0.check(checks, out).await
         }
     }
+
+    impl Storage for Plain {
+        fn decide<'a>(
+            &'a self,
+            checks: &'a [BucketCheck<'a>],
+            mode: Mode,
+            out: &'a mut [Decision],
+        ) -> Answer<'a, Decided> {
+            match mode {
+                Mode::Check => Answer::pending(self.check_buckets(checks, out)),
+                Mode::Reserve { .. } => Answer::Ready(Err(
+                    StorageError::Unsupported("reservations"),
+                )),
+            }
+        }
+    }
     let store =
         FallbackStorage::builder(Arc::new(Plain(MemoryStorage::new()))).build();
-    assert!(!store.reserves());
+    assert!(!store.capabilities().reserves);
     let name = LimitName::new("free").unwrap();
     let checks = [BucketCheck::new(&name, "ana", even(), 1).unwrap()];
     let mut out = [Decision::default()];

@@ -4,6 +4,7 @@
 //! decide them say so.
 #![allow(clippy::unwrap_used)]
 
+use rate_tier_storage::StorageExt;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -11,7 +12,7 @@ use std::thread;
 use rate_tier_storage::clock::FakeClock;
 use rate_tier_storage::{
     BucketCheck, Concurrency, Decision, LimitName, MemoryStorage, Quota,
-    RuleKind, Storage, StorageError,
+    RuleKind, StorageError,
 };
 
 const START_US: u64 = 1_790_947_094_000_000;
@@ -64,7 +65,7 @@ fn never_more_in_flight_than_the_limit_under_threads() {
         )
         .unwrap()
     };
-    store.release_local(&[slot(3)]).unwrap().unwrap();
+    store.release(&[slot(3)]).ready().unwrap().unwrap();
     let mut out = [Decision::default()];
     let decided = store.check_sync(&[slot(2)], &mut out).unwrap();
     assert!(decided.verdict.allowed);
@@ -81,12 +82,12 @@ fn never_more_in_flight_than_the_limit_under_threads() {
     assert_eq!(refused.verdict.retry_after_us, gcra_core::RETRY_HINT_US);
     // Everything given back: the count at 0 is dead (kept for the next
     // take, no insert per request), and a sweep forgets it.
-    store.release_local(&[slot(5)]).unwrap().unwrap();
+    store.release(&[slot(5)]).ready().unwrap().unwrap();
     assert_eq!(store.len(), 1);
     store.sweep();
     assert_eq!(store.len(), 0);
     // A release of more than is held stops at 0.
-    store.release_local(&[slot(2)]).unwrap().unwrap();
+    store.release(&[slot(2)]).ready().unwrap().unwrap();
     assert!(
         store
             .check_sync(&[slot(5)], &mut out)
@@ -116,7 +117,7 @@ fn a_decision_refused_by_a_rate_takes_no_slot() {
     let mut out = [Decision::default(); 2];
     assert!(store.check_sync(&checks, &mut out).unwrap().verdict.allowed);
     // Given back; the plan's one is spent.
-    store.release_local(&checks[1..]).unwrap().unwrap();
+    store.release(&checks[1..]).ready().unwrap().unwrap();
     let refused = store.check_sync(&checks, &mut out).unwrap();
     assert_eq!(refused.verdict.refused_by, Some(0));
     // The slot is free: the refusal took none.
@@ -136,7 +137,7 @@ fn only_slots_are_released_and_the_fallback_claims_its_primarys_kinds() {
     let free = LimitName::new("free").unwrap();
     let rate = BucketCheck::new(&free, "ana", Quota::per_minute(1), 1).unwrap();
     assert!(matches!(
-        store.release_local(&[rate]),
+        store.release(&[rate]).ready(),
         Some(Err(StorageError::Unsupported(_)))
     ));
     assert!(store.supports(RuleKind::Concurrency));
@@ -252,7 +253,7 @@ fn takes_and_releases_racing_on_threads_never_exceed_the_limit_nor_go_below_zero
                         let now = running.fetch_add(1, Ordering::SeqCst) + 1;
                         most.fetch_max(now, Ordering::SeqCst);
                         running.fetch_sub(1, Ordering::SeqCst);
-                        store.release_local(&[check]).unwrap().unwrap();
+                        store.release(&[check]).ready().unwrap().unwrap();
                     }
                 }
             });
@@ -272,7 +273,8 @@ fn a_release_of_a_slot_never_taken_changes_nothing() {
     let uploads = LimitName::of_limit("uploads").unwrap();
     // No bucket yet: nothing is made.
     store
-        .release_local(&[slot_of(&uploads, "ana", 2)])
+        .release(&[slot_of(&uploads, "ana", 2)])
+        .ready()
         .unwrap()
         .unwrap();
     assert_eq!(store.len(), 0);
@@ -281,14 +283,16 @@ fn a_release_of_a_slot_never_taken_changes_nothing() {
     // the limit is still 2, not 3.
     for _ in 0..3 {
         store
-            .release_local(&[slot_of(&uploads, "ana", 2)])
+            .release(&[slot_of(&uploads, "ana", 2)])
+            .ready()
             .unwrap()
             .unwrap();
     }
     assert_eq!(takes(&store, &slot_of(&uploads, "ana", 2), 5), 2);
     // A refused take took nothing: one release frees exactly one.
     store
-        .release_local(&[slot_of(&uploads, "ana", 2)])
+        .release(&[slot_of(&uploads, "ana", 2)])
+        .ready()
         .unwrap()
         .unwrap();
     assert_eq!(takes(&store, &slot_of(&uploads, "ana", 2), 5), 1);
@@ -325,7 +329,8 @@ fn a_limit_reloaded_to_another_kind_and_back_reads_each_kind_fresh() {
     // back.
     assert_eq!(takes(&store, &slot_of(&uploads, "ana", 2), 1), 0);
     store
-        .release_local(&[slot_of(&uploads, "ana", 2)])
+        .release(&[slot_of(&uploads, "ana", 2)])
+        .ready()
         .unwrap()
         .unwrap();
     assert_eq!(takes(&store, &slot_of(&uploads, "ana", 2), 2), 1);
@@ -349,7 +354,7 @@ fn a_slot_in_a_joint_decision_is_taken_only_if_the_whole_decision_passes() {
     let mut out = [Decision::default(); 2];
     assert!(store.check_sync(&checks, &mut out).unwrap().verdict.allowed);
     assert_eq!(out[1].remaining, 0);
-    store.release_local(&checks[1..]).unwrap().unwrap();
+    store.release(&checks[1..]).ready().unwrap().unwrap();
     let refused = store.check_sync(&checks, &mut out).unwrap();
     assert_eq!(refused.verdict.refused_by, Some(0));
     assert_eq!((out[1].allowed, out[1].remaining), (true, 1), "{out:?}");
@@ -391,7 +396,7 @@ fn joint_decisions_and_takes_alone_racing_on_one_slot_never_exceed_it() {
                         let now = running.fetch_add(1, Ordering::SeqCst) + 1;
                         most.fetch_max(now, Ordering::SeqCst);
                         running.fetch_sub(1, Ordering::SeqCst);
-                        store.release_local(&checks[1..]).unwrap().unwrap();
+                        store.release(&checks[1..]).ready().unwrap().unwrap();
                     }
                 }
             });

@@ -167,7 +167,7 @@ fn only_rates_reserve() {
         .unwrap_err();
     assert!(matches!(error, StorageError::Unsupported(_)), "{error}");
     assert!(!error.is_failure());
-    assert!(store.reserves());
+    assert!(store.capabilities().reserves);
 }
 
 /// Threads reserving at one instant get every slot once: the waits are

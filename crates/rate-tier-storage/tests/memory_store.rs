@@ -8,6 +8,7 @@
 //! livelock) run under a watchdog that fails them instead.
 #![allow(clippy::unwrap_used)]
 
+use rate_tier_storage::StorageExt;
 use std::future::Future;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Barrier, Mutex};
@@ -781,7 +782,7 @@ fn duplicate_buckets_are_refused_and_store_nothing() {
         Err(StorageError::DuplicateBucket)
     ));
     assert!(matches!(
-        store.check_local(&twice, &mut out),
+        store.check(&twice, &mut out).ready(),
         Some(Err(StorageError::DuplicateBucket))
     ));
     assert!(matches!(
@@ -886,7 +887,7 @@ fn the_store_is_memory_and_decides_without_io() {
     assert_eq!(store.kind(), "memory");
     let checks = [BucketCheck::new(&plan, "ana", free(), 1).unwrap()];
     let mut out = [Decision::default()];
-    let local = store.check_local(&checks, &mut out).unwrap().unwrap();
+    let local = store.check(&checks, &mut out).ready().unwrap().unwrap();
     assert_eq!(local.now_us, Some(START_US), "the store's clock");
     assert_eq!((local.by, local.share), ("memory", 1));
     assert!(local.verdict.allowed);

@@ -23,6 +23,7 @@
 //! throwaway PostgreSQL and sets `TRT_POSTGRES_URL`.
 #![allow(clippy::unwrap_used)]
 
+use rate_tier_storage::StorageExt;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -33,6 +33,7 @@ mod cases;
 mod lua_support;
 mod postgres_support;
 
+use rate_tier_storage::StorageExt;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -2047,7 +2048,7 @@ async fn postgres_supports_every_kind() {
     ] {
         assert!(store.supports(kind), "{kind}");
     }
-    assert_eq!(store.lease(), Some(Duration::from_secs(30)));
+    assert_eq!(store.capabilities().lease, Some(Duration::from_secs(30)));
     let slots = name("slots");
     let window = name("window");
     let concurrency = Concurrency::new(3).unwrap();

@@ -26,6 +26,7 @@ mod cases;
 mod lua_support;
 mod postgres_support;
 
+use rate_tier_storage::StorageExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -624,7 +625,7 @@ async fn two_instances_reserve_100_slots_of_a_burst_of_1_each_t_apart() {
     let url = env::postgres_url();
     let first = Arc::new(migrated(&url).await);
     let second = Arc::new(instance(&url, first.table()).await);
-    assert!(first.reserves() && second.reserves());
+    assert!(first.capabilities().reserves && second.capabilities().reserves);
     let provider = Arc::new(name("provider"));
     // One a minute: 100 slots are 99 minutes ahead, and no two callers
     // can be a minute apart, so every one of them waits.

@@ -13,6 +13,7 @@
 mod lua_support;
 mod postgres_support;
 
+use rate_tier_storage::StorageExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

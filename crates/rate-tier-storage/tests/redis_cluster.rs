@@ -13,6 +13,7 @@
 
 mod redis_support;
 
+use rate_tier_storage::StorageExt;
 use std::time::{Duration, Instant};
 
 use rate_tier_storage::key::{KeySecret, bucket_key, cluster_bucket_key};

@@ -9,10 +9,11 @@
 
 mod redis_support;
 
+use rate_tier_storage::StorageExt;
 use std::time::Duration;
 
 use rate_tier_storage::{
-    BucketCheck, Concurrency, Decision, LimitName, Quota, Rule, Storage,
+    BucketCheck, Concurrency, Decision, LimitName, Quota, Rule,
 };
 use rate_tier_test_support::unique;
 use redis_support::{cluster_store, cluster_urls};

@@ -21,6 +21,7 @@
 
 mod redis_support;
 
+use rate_tier_storage::StorageExt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -194,9 +195,9 @@ async fn redis_supports_every_kind_and_leases_slots_for_30_s() {
     ] {
         assert!(store.supports(kind), "{kind}");
     }
-    assert_eq!(Storage::lease(&store), Some(Duration::from_secs(30)));
+    assert_eq!(store.capabilities().lease, Some(Duration::from_secs(30)));
     let store = store.lease(SHORT_LEASE);
-    assert_eq!(Storage::lease(&store), Some(SHORT_LEASE));
+    assert_eq!(store.capabilities().lease, Some(SHORT_LEASE));
     assert_eq!(store.lease_duration(), SHORT_LEASE);
 }
 

@@ -5,6 +5,7 @@
 //! the waits are the real network timeouts and failovers under test.
 #![allow(clippy::unwrap_used)]
 
+use rate_tier_storage::StorageExt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 

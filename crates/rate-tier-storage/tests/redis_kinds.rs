@@ -19,6 +19,7 @@
 
 mod redis_support;
 
+use rate_tier_storage::StorageExt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,5 @@
 #![cfg(feature = "redis")]
-//! Reservations ([`Storage::reserve`], [`Storage::cancel`]) of
+//! Reservations ([`StorageExt::reserve`], [`StorageExt::cancel`]) of
 //! `RedisStorage` on a real Redis and a real Redis Cluster.
 //!
 //! Run with `cargo xtask test-redis` (the single-node tests) and `cargo
@@ -14,6 +14,7 @@
 
 mod redis_support;
 
+use rate_tier_storage::StorageExt;
 use std::time::{Duration, Instant};
 
 use rate_tier_storage::{
@@ -86,7 +87,7 @@ fn written(out: &[Decision], i: usize) -> u64 {
 
 #[tokio::test]
 async fn reserves_answers_yes() {
-    assert!(store().await.reserves());
+    assert!(store().await.capabilities().reserves);
 }
 
 /// Nothing to reserve: the slot is now, and no call is made.

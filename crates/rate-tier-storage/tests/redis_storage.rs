@@ -15,6 +15,7 @@
 
 mod redis_support;
 
+use rate_tier_storage::StorageExt;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::TcpStream as StdTcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -1467,7 +1468,7 @@ async fn the_store_is_redis_and_needs_io() {
     let one =
         [BucketCheck::new(&plan, "ana", Quota::per_minute(10), 1).unwrap()];
     let mut out = [Decision::default()];
-    assert!(store.check_local(&one, &mut out).is_none());
+    assert!(store.check(&one, &mut out).ready().is_none());
     assert_eq!(
         store.failure_domain(&one[0]),
         None,

@@ -8,6 +8,7 @@
 //! them they fail, never pass silently.
 #![allow(clippy::unwrap_used)]
 
+use rate_tier_storage::StorageExt;
 use std::sync::Arc;
 use std::time::Duration;
 

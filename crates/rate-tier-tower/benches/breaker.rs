@@ -6,9 +6,10 @@
 //! cool-down, so no probe happens during the run). After that every check is
 //! decided by the local store, with no call to Redis: what it adds over a
 //! `MemoryStorage` of its own is the breaker's bookkeeping. Measured at the
-//! store (`Storage::check`) and through the whole `RateTier::check`.
+//! store (`StorageExt::check`) and through the whole `RateTier::check`.
 #![allow(clippy::unwrap_used, clippy::result_large_err, missing_docs)]
 
+use rate_tier_storage::StorageExt;
 use std::future::Future;
 use std::hint::black_box;
 use std::pin::pin;

@@ -5,7 +5,7 @@
 //!
 //! Ours: `--tasks` (64) Tokio tasks on a runtime with `--client-threads` (1)
 //! worker, all on one multiplexed connection (`RedisStorage::from_url`, a
-//! connection manager), each running `Storage::check` in a loop over
+//! connection manager), each running `StorageExt::check` in a loop over
 //! `--keys` (1000) users for `--seconds`. The peer: `redis-benchmark -c 64
 //! -r 1000` (single-threaded, like our client) with
 //! `EVALSHA <sha> 1 trt:bench:__rand_int__ <T> <tau> 1` for about as many
@@ -28,6 +28,7 @@
 
 mod support;
 
+use rate_tier_storage::StorageExt;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -36,9 +37,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rate_tier_bench_results::{RedisLimits, RedisResults};
-use rate_tier_storage::{
-    BucketCheck, Decision, LimitName, RedisStorage, Storage,
-};
+use rate_tier_storage::{BucketCheck, Decision, LimitName, RedisStorage};
 use support::{Args, mean, median, write_results};
 use tower_rate_tier::{Limit, LimitRequest, Quota, RateTier};
 

@@ -24,6 +24,7 @@
 //! lifts it for all at once (a Redis store that remembers refusals forgets
 //! them on every instance: see `RedisStorage::remember_refusals`).
 
+use rate_tier_storage::StorageExt;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -208,7 +209,7 @@ impl Bans {
     /// within W, a ban. Returns how long the ban lasts, if one began.
     pub(crate) async fn refused(
         &self,
-        store: &rate_tier_storage::Store,
+        store: &std::sync::Arc<dyn rate_tier_storage::Storage>,
         user: &str,
         secret: Option<&KeySecret>,
     ) -> Result<Option<Duration>, rate_tier_storage::StorageError> {

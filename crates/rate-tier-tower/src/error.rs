@@ -41,7 +41,7 @@ pub enum ConfigError {
     #[error(transparent)]
     EmptyKeySecret(#[from] EmptySecret),
     /// A limit's rule is of a kind the limiter's store does not decide
-    /// (see [`Storage::supports`](rate_tier_storage::Storage::supports)):
+    /// (see [`Capabilities::supports`](rate_tier_storage::Capabilities::supports)):
     /// it would never be enforced as written.
     #[error(
         "limit {limit:?} is {}, which the {store} store does not decide",
@@ -52,13 +52,13 @@ pub enum ConfigError {
         limit: String,
         /// Its rule's kind.
         kind: RuleKind,
-        /// The store's [`kind`](rate_tier_storage::Storage::kind).
+        /// The store's [`kind`](rate_tier_storage::Capabilities::label).
         store: &'static str,
     },
     /// Two windows, periods or concurrency limits of different partitions
     /// may meet in one decision, on a store that cannot decide them
     /// together
-    /// ([`Storage::spans_partitions`](rate_tier_storage::Storage::spans_partitions)
+    /// ([`Capabilities::spans_partitions`](rate_tier_storage::Capabilities::spans_partitions)
     /// is false: a Redis Cluster, where each partition has a hash slot of
     /// its own). Every request in which they met would fail. Refused by
     /// [`TierLimitLayer::try_limit`](crate::TierLimitLayer::try_limit), and
@@ -117,7 +117,7 @@ pub enum ConfigError {
         partitions: [&'static str; 2],
         /// A tier whose requests may meet both.
         tier: String,
-        /// The store's [`kind`](rate_tier_storage::Storage::kind).
+        /// The store's [`kind`](rate_tier_storage::Capabilities::label).
         store: &'static str,
     },
     /// A [`ShapeLayer`](crate::ShapeLayer) without a quota.
@@ -127,7 +127,7 @@ pub enum ConfigError {
     NoQuota,
     /// Waiting for a slot ([`ShapeLayer`](crate::ShapeLayer),
     /// `wait_up_to`) needs a store that reserves
-    /// ([`Storage::reserves`](rate_tier_storage::Storage::reserves)).
+    /// ([`Capabilities::reserves`](rate_tier_storage::Capabilities::reserves)).
     #[error(
         "the {store} store cannot reserve slots, so requests cannot wait on it"
     )]

@@ -4,13 +4,13 @@
 //! quota shared through the store, then goes out. Seed 004's leaky bucket:
 //! calls leave at the quota's rate however they arrive.
 //!
-//! Each call reserves its slot ([`Storage::reserve`]) in every quota of the
+//! Each call reserves its slot ([`StorageExt::reserve`]) in every quota of the
 //! shaper at once, waits until it, and goes. Every instance that shapes
 //! through the same store and account shares the quota, so together they
 //! never exceed it. A call whose wait would be longer than the shaper's
 //! maximum fails at once with [`ShapeError::WaitTooLong`], which says how
 //! long it would have waited, and takes nothing. A call dropped while it
-//! waits gives its slot back ([`Storage::cancel`]): exactly, when no later
+//! waits gives its slot back ([`StorageExt::cancel`]): exactly, when no later
 //! call reserved after it; else the slot is lost, never handed out twice.
 //!
 //! Slots are exact on the store's clock. A call leaves at its slot plus
@@ -43,6 +43,7 @@
 //! # }
 //! ```
 
+use rate_tier_storage::StorageExt;
 use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
@@ -340,7 +341,7 @@ impl Drop for Slot {
         self.shaper.emit(ShapeEvent::GaveBack);
         let cancels = self.shaper.cancels(self.cost, &written);
         // A failed give-back loses the slot: never handed out twice.
-        if self.shaper.store.cancel_local(&cancels).is_some() {
+        if self.shaper.store.cancel(&cancels).ready().is_some() {
             return;
         }
         drop(cancels);
@@ -541,7 +542,7 @@ impl<C> ShapeLayerBuilder<C> {
         if self.quotas.is_empty() {
             return Err(ConfigError::NoQuota);
         }
-        if !self.store.reserves() {
+        if !self.store.capabilities().reserves {
             return Err(ConfigError::CannotWait {
                 store: self.store.kind(),
             });

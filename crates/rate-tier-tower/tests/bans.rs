@@ -6,6 +6,10 @@
 
 mod support;
 
+use rate_tier_storage::{
+    Adjustment, Answer, BucketCheck, Capabilities, Decided, Decision, Mode,
+    RuleKind, StorageError, StorageExt,
+};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -282,9 +286,8 @@ impl Gated {
     }
 }
 
-#[async_trait::async_trait]
-impl Storage for Gated {
-    async fn check(
+impl Gated {
+    async fn check_buckets(
         &self,
         checks: &[tower_rate_tier::BucketCheck<'_>],
         out: &mut [tower_rate_tier::Decision],
@@ -292,7 +295,7 @@ impl Storage for Gated {
         self.store.check(checks, out).await
     }
 
-    async fn settle(
+    async fn settle_buckets(
         &self,
         settles: &[tower_rate_tier::BucketSettle<'_>],
     ) -> Result<(), tower_rate_tier::StorageError> {
@@ -305,19 +308,65 @@ impl Storage for Gated {
         settled
     }
 
-    async fn reset(
+    async fn reset_buckets(
         &self,
         buckets: &[tower_rate_tier::BucketCheck<'_>],
     ) -> Result<(), tower_rate_tier::StorageError> {
         self.store.reset(buckets).await
     }
 
-    fn supports(&self, kind: tower_rate_tier::RuleKind) -> bool {
+    fn decides(&self, kind: tower_rate_tier::RuleKind) -> bool {
         self.store.supports(kind)
     }
 
-    fn kind(&self) -> &'static str {
+    fn label(&self) -> &'static str {
         "gated"
+    }
+}
+
+impl Storage for Gated {
+    fn decide<'a>(
+        &'a self,
+        checks: &'a [BucketCheck<'a>],
+        mode: Mode,
+        out: &'a mut [Decision],
+    ) -> Answer<'a, Decided> {
+        match mode {
+            Mode::Check => Answer::pending(self.check_buckets(checks, out)),
+            Mode::Reserve { .. } => {
+                Answer::Ready(Err(StorageError::Unsupported("reservations")))
+            }
+        }
+    }
+
+    fn adjust<'a>(&'a self, adjustment: Adjustment<'a>) -> Answer<'a, ()> {
+        match adjustment {
+            Adjustment::Settle(settles) => {
+                Answer::pending(self.settle_buckets(settles))
+            }
+            Adjustment::Cancel(_) => {
+                Answer::Ready(Err(StorageError::Unsupported("reservations")))
+            }
+            Adjustment::Release(_) => Answer::Ready(Err(
+                StorageError::Unsupported("concurrency limits"),
+            )),
+            Adjustment::Renew(_) => Answer::Ready(Ok(())),
+        }
+    }
+
+    fn reset<'a>(&'a self, buckets: &'a [BucketCheck<'a>]) -> Answer<'a, ()> {
+        Answer::pending(self.reset_buckets(buckets))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut capabilities = Capabilities::new(self.label());
+        for kind in [RuleKind::Window, RuleKind::Period, RuleKind::Concurrency]
+        {
+            if self.decides(kind) {
+                capabilities = capabilities.with(kind);
+            }
+        }
+        capabilities
     }
 }
 

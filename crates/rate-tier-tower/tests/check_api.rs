@@ -7,6 +7,7 @@
 
 mod support;
 
+use rate_tier_storage::StorageExt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -20,7 +21,7 @@ use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::{
     Adjust, Checked, Error, FallbackStorage, Limit, LimitEvent, LimitReason,
     LimitRequest, MemoryStorage, Observer, OnStorageError, OnUnknownTier,
-    Outcome, Quota, RateTier, Settle, Storage, StorageError,
+    Outcome, Quota, RateTier, Settle, StorageError,
 };
 
 fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {

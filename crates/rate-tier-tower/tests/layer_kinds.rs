@@ -7,6 +7,10 @@
 
 mod support;
 
+use rate_tier_storage::{
+    Adjustment, Answer, BucketCheck, Capabilities, Decided, Decision, Mode,
+    StorageExt,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -530,9 +534,8 @@ struct Leasing {
     released: std::sync::Mutex<Vec<u64>>,
 }
 
-#[async_trait::async_trait]
-impl Storage for Leasing {
-    async fn check(
+impl Leasing {
+    async fn check_buckets(
         &self,
         checks: &[tower_rate_tier::BucketCheck<'_>],
         out: &mut [tower_rate_tier::Decision],
@@ -540,22 +543,22 @@ impl Storage for Leasing {
         self.memory.check(checks, out).await
     }
 
-    async fn settle(
+    async fn settle_buckets(
         &self,
         settles: &[tower_rate_tier::BucketSettle<'_>],
     ) -> Result<(), StorageError> {
         self.memory.settle(settles).await
     }
 
-    fn supports(&self, _kind: RuleKind) -> bool {
+    fn decides(&self, _kind: RuleKind) -> bool {
         true
     }
 
-    fn lease(&self) -> Option<Duration> {
+    fn slot_lease(&self) -> Option<Duration> {
         Some(Duration::from_millis(30))
     }
 
-    async fn renew(
+    async fn renew_slots(
         &self,
         slots: &[tower_rate_tier::BucketCheck<'_>],
     ) -> Result<(), StorageError> {
@@ -566,7 +569,7 @@ impl Storage for Leasing {
         Ok(())
     }
 
-    async fn release(
+    async fn release_slots(
         &self,
         slots: &[tower_rate_tier::BucketCheck<'_>],
     ) -> Result<(), StorageError> {
@@ -575,6 +578,51 @@ impl Storage for Leasing {
             .unwrap()
             .extend(slots.iter().map(|s| s.lease()));
         self.memory.release(slots).await
+    }
+}
+
+impl Storage for Leasing {
+    fn decide<'a>(
+        &'a self,
+        checks: &'a [BucketCheck<'a>],
+        mode: Mode,
+        out: &'a mut [Decision],
+    ) -> Answer<'a, Decided> {
+        match mode {
+            Mode::Check => Answer::pending(self.check_buckets(checks, out)),
+            Mode::Reserve { .. } => {
+                Answer::Ready(Err(StorageError::Unsupported("reservations")))
+            }
+        }
+    }
+
+    fn adjust<'a>(&'a self, adjustment: Adjustment<'a>) -> Answer<'a, ()> {
+        match adjustment {
+            Adjustment::Settle(settles) => {
+                Answer::pending(self.settle_buckets(settles))
+            }
+            Adjustment::Cancel(_) => {
+                Answer::Ready(Err(StorageError::Unsupported("reservations")))
+            }
+            Adjustment::Release(slots) => {
+                Answer::pending(self.release_slots(slots))
+            }
+            Adjustment::Renew(slots) => {
+                Answer::pending(self.renew_slots(slots))
+            }
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut capabilities = Capabilities::new("custom");
+        for kind in [RuleKind::Window, RuleKind::Period, RuleKind::Concurrency]
+        {
+            if self.decides(kind) {
+                capabilities = capabilities.with(kind);
+            }
+        }
+        capabilities.lease = self.slot_lease();
+        capabilities
     }
 }
 

@@ -6,7 +6,7 @@
 //! and the same configurations accepted, and decided, in memory.
 //!
 //! The store here is memory saying what a cluster says
-//! (`Storage::spans_partitions` false: `support::stores::Narrow`); `redis_cluster_limit.rs` does the
+//! (`Capabilities::spans_partitions` false: `support::stores::Narrow`); `redis_cluster_limit.rs` does the
 //! same on a real cluster, and `redis_limits.rs` on one Redis.
 #![allow(clippy::unwrap_used, missing_docs)]
 

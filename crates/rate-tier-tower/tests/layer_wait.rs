@@ -7,6 +7,9 @@
 
 mod support;
 
+use rate_tier_storage::{
+    Answer, BucketCheck, Decided, Decision, Mode, StorageError,
+};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -218,15 +221,30 @@ async fn a_client_that_goes_away_while_waiting_gives_its_slot_back() {
 fn waiting_needs_a_store_that_reserves() {
     #[derive(Debug)]
     struct Plain;
-    #[async_trait::async_trait]
-    impl Storage for Plain {
-        async fn check(
+    impl Plain {
+        async fn check_buckets(
             &self,
             _: &[tower_rate_tier::BucketCheck<'_>],
             _: &mut [tower_rate_tier::Decision],
         ) -> Result<tower_rate_tier::Decided, tower_rate_tier::StorageError>
         {
             unreachable!("never asked")
+        }
+    }
+
+    impl Storage for Plain {
+        fn decide<'a>(
+            &'a self,
+            checks: &'a [BucketCheck<'a>],
+            mode: Mode,
+            out: &'a mut [Decision],
+        ) -> Answer<'a, Decided> {
+            match mode {
+                Mode::Check => Answer::pending(self.check_buckets(checks, out)),
+                Mode::Reserve { .. } => Answer::Ready(Err(
+                    StorageError::Unsupported("reservations"),
+                )),
+            }
         }
     }
     let error = RateTier::builder()

@@ -13,6 +13,7 @@
 //! cannot (per address, global) are checked slot by slot with an exact
 //! refund when a later one refuses.
 
+use rate_tier_storage::StorageExt;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -10,6 +10,7 @@
 
 mod support;
 
+use rate_tier_storage::StorageExt;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

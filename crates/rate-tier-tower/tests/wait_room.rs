@@ -7,6 +7,7 @@
 //! Tokio's paused clock; the stores' clock stands still.
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use rate_tier_storage::{Adjustment, Answer, Capabilities, Mode, StorageExt};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -54,9 +55,8 @@ impl Counted {
     }
 }
 
-#[async_trait::async_trait]
-impl Storage for Counted {
-    async fn check(
+impl Counted {
+    async fn check_buckets(
         &self,
         checks: &[BucketCheck<'_>],
         out: &mut [Decision],
@@ -65,7 +65,7 @@ impl Storage for Counted {
         self.memory.check(checks, out).await
     }
 
-    async fn reserve(
+    async fn reserve_buckets(
         &self,
         checks: &[BucketCheck<'_>],
         max_wait: Duration,
@@ -79,42 +79,92 @@ impl Storage for Counted {
         Ok(decided)
     }
 
-    fn reserves(&self) -> bool {
+    fn can_reserve(&self) -> bool {
         true
     }
 
-    async fn cancel(
+    async fn cancel_reservations(
         &self,
         reserved: &[BucketCancel<'_>],
     ) -> Result<(), StorageError> {
         self.memory.cancel(reserved).await
     }
 
-    fn cancel_local(
+    fn cancel_in_process(
         &self,
         reserved: &[BucketCancel<'_>],
     ) -> Option<Result<(), StorageError>> {
         (!self.io)
-            .then(|| self.memory.cancel_local(reserved))
+            .then(|| self.memory.cancel(reserved).ready())
             .flatten()
     }
 
-    async fn settle(
+    async fn settle_buckets(
         &self,
         settles: &[BucketSettle<'_>],
     ) -> Result<(), StorageError> {
         self.memory.settle(settles).await
     }
 
-    async fn reset(
+    async fn reset_buckets(
         &self,
         buckets: &[BucketCheck<'_>],
     ) -> Result<(), StorageError> {
         self.memory.reset(buckets).await
     }
 
-    fn supports(&self, kind: RuleKind) -> bool {
+    fn decides(&self, kind: RuleKind) -> bool {
         self.memory.supports(kind)
+    }
+}
+
+impl Storage for Counted {
+    fn decide<'a>(
+        &'a self,
+        checks: &'a [BucketCheck<'a>],
+        mode: Mode,
+        out: &'a mut [Decision],
+    ) -> Answer<'a, Decided> {
+        match mode {
+            Mode::Check => Answer::pending(self.check_buckets(checks, out)),
+            Mode::Reserve { max_wait } => {
+                Answer::pending(self.reserve_buckets(checks, max_wait, out))
+            }
+        }
+    }
+
+    fn adjust<'a>(&'a self, adjustment: Adjustment<'a>) -> Answer<'a, ()> {
+        match adjustment {
+            Adjustment::Settle(settles) => {
+                Answer::pending(self.settle_buckets(settles))
+            }
+            Adjustment::Cancel(reserved) => {
+                match self.cancel_in_process(reserved) {
+                    Some(done) => Answer::Ready(done),
+                    None => Answer::pending(self.cancel_reservations(reserved)),
+                }
+            }
+            Adjustment::Release(_) => Answer::Ready(Err(
+                StorageError::Unsupported("concurrency limits"),
+            )),
+            Adjustment::Renew(_) => Answer::Ready(Ok(())),
+        }
+    }
+
+    fn reset<'a>(&'a self, buckets: &'a [BucketCheck<'a>]) -> Answer<'a, ()> {
+        Answer::pending(self.reset_buckets(buckets))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut capabilities = Capabilities::new("custom");
+        for kind in [RuleKind::Window, RuleKind::Period, RuleKind::Concurrency]
+        {
+            if self.decides(kind) {
+                capabilities = capabilities.with(kind);
+            }
+        }
+        capabilities.reserves = self.can_reserve();
+        capabilities
     }
 }
 

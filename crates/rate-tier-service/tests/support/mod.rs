@@ -37,6 +37,7 @@ macro_rules! every_semantic {
 
 pub mod semantics;
 
+use rate_tier_storage::{Adjustment, Answer, Capabilities, Mode, StorageExt};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -90,9 +91,8 @@ impl Counting {
     }
 }
 
-#[async_trait::async_trait]
-impl Storage for Counting {
-    async fn check(
+impl Counting {
+    async fn check_buckets(
         &self,
         checks: &[BucketCheck<'_>],
         out: &mut [Decision],
@@ -101,27 +101,66 @@ impl Storage for Counting {
         self.inner.check(checks, out).await
     }
 
-    fn check_local(
+    fn check_in_process(
         &self,
         checks: &[BucketCheck<'_>],
         out: &mut [Decision],
     ) -> Option<Result<Decided, StorageError>> {
-        let result = self.inner.check_local(checks, out);
+        let result = self.inner.check(checks, out).ready();
         if result.is_some() {
             self.checks.fetch_add(1, Ordering::SeqCst);
         }
         result
     }
 
-    async fn settle(
+    async fn settle_buckets(
         &self,
         settles: &[BucketSettle<'_>],
     ) -> Result<(), StorageError> {
         self.inner.settle(settles).await
     }
 
-    fn kind(&self) -> &'static str {
+    fn label(&self) -> &'static str {
         self.inner.kind()
+    }
+}
+
+impl Storage for Counting {
+    fn decide<'a>(
+        &'a self,
+        checks: &'a [BucketCheck<'a>],
+        mode: Mode,
+        out: &'a mut [Decision],
+    ) -> Answer<'a, Decided> {
+        match mode {
+            Mode::Check => match self.check_in_process(checks, out) {
+                Some(decided) => Answer::Ready(decided),
+                None => Answer::pending(self.check_buckets(checks, out)),
+            },
+            Mode::Reserve { .. } => {
+                Answer::Ready(Err(StorageError::Unsupported("reservations")))
+            }
+        }
+    }
+
+    fn adjust<'a>(&'a self, adjustment: Adjustment<'a>) -> Answer<'a, ()> {
+        match adjustment {
+            Adjustment::Settle(settles) => {
+                Answer::pending(self.settle_buckets(settles))
+            }
+            Adjustment::Cancel(_) => {
+                Answer::Ready(Err(StorageError::Unsupported("reservations")))
+            }
+            Adjustment::Release(_) => Answer::Ready(Err(
+                StorageError::Unsupported("concurrency limits"),
+            )),
+            Adjustment::Renew(_) => Answer::Ready(Ok(())),
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let capabilities = Capabilities::new(self.label());
+        capabilities
     }
 
     fn subscribe(&self, listener: StorageListener) -> Subscription {

@@ -25,7 +25,7 @@ use super::{Inner, LOCAL, ProbeGuard};
 use crate::bucket::BucketCheck;
 use crate::event::StorageEvent;
 use crate::rule::Rule;
-use crate::storage::{Decided, StorageError};
+use crate::storage::{Decided, StorageError, StorageExt};
 
 /// The breakers a decision passes through, each with its domain.
 pub(super) type Breakers = SmallVec<[(Option<Arc<str>>, Arc<Breaker>); 2]>;

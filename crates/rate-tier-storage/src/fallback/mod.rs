@@ -61,7 +61,7 @@
 //! # Concurrency limits
 //!
 //! A slot of a concurrency limit goes back to the store that took it: one
-//! taken on the primary is released (and renewed, see [`Storage::lease`])
+//! taken on the primary is released (and renewed, see [`Capabilities::lease`])
 //! there, even after the breaker opened (a release that fails leaves it
 //! to its lease); one taken locally during an outage is remembered by its
 //! lease id ([`BucketCheck::lease_id`], required for a slot behind a
@@ -94,12 +94,15 @@ use gcra_core::Decision;
 use self::breaker::{Breaker, Timing, Transition};
 use self::decide::Breakers;
 pub use self::settle::PENDING_MAX;
-use crate::bucket::{BucketCancel, BucketCheck, BucketSettle};
+use crate::bucket::BucketCheck;
 use crate::clock::{Clock, MonotonicClock, SharedClock};
 pub use crate::event::BreakerState;
 use crate::event::{Listeners, StorageEvent, StorageListener, Subscription};
 use crate::memory::MemoryStorage;
-use crate::storage::{Decided, Storage, StorageError, micros, validate};
+use crate::storage::{
+    Adjustment, Answer, Capabilities, Decided, Mode, Storage, StorageError,
+    StorageExt, micros, validate,
+};
 
 /// What [`Decided::by`] says of a decision made by the local store.
 pub const LOCAL: &str = "fallback";
@@ -109,7 +112,7 @@ pub const LOCAL: &str = "fallback";
 /// ```
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use rate_tier_storage::{BreakerState, BucketCheck, FallbackStorage, LimitName, MemoryStorage, Storage};
+/// use rate_tier_storage::{BreakerState, BucketCheck, FallbackStorage, LimitName, MemoryStorage, Storage, StorageExt};
 /// use gcra_core::{Decision, Quota};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -385,197 +388,147 @@ impl Drop for ProbeGuard<'_> {
     }
 }
 
-#[async_trait::async_trait]
+/// Decides locally, without I/O, while every breaker of a decision is open
+/// and not yet due for a probe (a memory-speed answer), else on the
+/// primary; see the [module docs](self) for settlements, slots and
+/// reservations.
 impl Storage for FallbackStorage {
-    async fn check(
-        &self,
-        checks: &[BucketCheck<'_>],
-        out: &mut [Decision],
-    ) -> Result<Decided, StorageError> {
-        validate(checks, out)?;
-        self.inner.decide(checks, out).await
+    fn decide<'a>(
+        &'a self,
+        checks: &'a [BucketCheck<'a>],
+        mode: Mode,
+        out: &'a mut [Decision],
+    ) -> Answer<'a, Decided> {
+        let inner = &*self.inner;
+        match mode {
+            Mode::Check => {
+                let now = inner.clock.now_us();
+                let local = inner
+                    .routing(checks)
+                    .breakers
+                    .iter()
+                    .all(|(_, breaker)| breaker.is_local(now));
+                if local {
+                    Answer::Ready(
+                        validate(checks, out)
+                            .and_then(|()| inner.decide_locally(checks, out)),
+                    )
+                } else {
+                    Answer::pending(async move {
+                        validate(checks, out)?;
+                        inner.decide(checks, out).await
+                    })
+                }
+            }
+            // On the primary while every breaker of the reservation is
+            // closed (or due for a probe), else locally, whole, under the
+            // local share: a reservation is one instant for every limit,
+            // never split between two clocks.
+            Mode::Reserve { max_wait } => {
+                if !inner.primary.capabilities().reserves {
+                    return Answer::Ready(Err(StorageError::Unsupported(
+                        "reservations",
+                    )));
+                }
+                if inner.reserves_here(checks) {
+                    Answer::Ready(validate(checks, out).and_then(|()| {
+                        inner.reserve_locally(checks, max_wait, out)
+                    }))
+                } else {
+                    Answer::pending(async move {
+                        validate(checks, out)?;
+                        inner.reserve(checks, max_wait, out).await
+                    })
+                }
+            }
+        }
     }
 
-    fn check_local(
-        &self,
-        checks: &[BucketCheck<'_>],
-        out: &mut [Decision],
-    ) -> Option<Result<Decided, StorageError>> {
-        // Every breaker open and not yet due for a probe: a memory-speed
-        // decision.
+    /// Each settlement, slot and reservation goes back to the store that
+    /// took it: locally, on the primary, or, for a settlement while the
+    /// primary's breaker is open, once it answers again (see the
+    /// [module docs](self#settlements)). The local store's slots do not
+    /// expire: only the primary's are renewed.
+    fn adjust<'a>(&'a self, adjustment: Adjustment<'a>) -> Answer<'a, ()> {
         let inner = &*self.inner;
-        let now = inner.clock.now_us();
-        let local = inner
-            .routing(checks)
-            .breakers
-            .iter()
-            .all(|(_, breaker)| breaker.is_local(now));
-        local.then(|| {
-            validate(checks, out)?;
-            inner.decide_locally(checks, out)
+        match adjustment {
+            Adjustment::Settle(settles) => match inner.settle_now(settles) {
+                Some(settled) => Answer::Ready(settled),
+                None => Answer::pending(inner.settle(settles)),
+            },
+            Adjustment::Release(slots) => match inner.not_here(slots).len() {
+                0 => Answer::Ready(inner.release_here(slots).map(drop)),
+                n if n == slots.len() => inner.primary.release(slots),
+                _ => Answer::pending(async move {
+                    let primary = inner.release_here(slots)?;
+                    inner.primary.release(&primary).await
+                }),
+            },
+            Adjustment::Renew(slots) => {
+                let primary = inner.not_here(slots);
+                if primary.is_empty() {
+                    return Answer::Ready(Ok(()));
+                }
+                Answer::pending(
+                    async move { inner.primary.renew(&primary).await },
+                )
+            }
+            Adjustment::Cancel(reserved) => {
+                let local = reserved.iter().all(|cancel| {
+                    matches!(cancel.charged, crate::Charged::Local { .. })
+                });
+                if local {
+                    return Answer::Ready(
+                        inner.cancel_here(reserved).map(drop),
+                    );
+                }
+                Answer::pending(async move {
+                    let primary = inner.cancel_here(reserved)?;
+                    if primary.is_empty() {
+                        return Ok(());
+                    }
+                    inner.primary.cancel(&primary).await
+                })
+            }
+        }
+    }
+
+    /// Both stores: the local one (what this instance decided during an
+    /// outage), then the primary; a primary that cannot be reached is the
+    /// error (the shared buckets were not reset), the local part done.
+    fn reset<'a>(&'a self, buckets: &'a [BucketCheck<'a>]) -> Answer<'a, ()> {
+        let inner = &*self.inner;
+        Answer::pending(async move {
+            let share = inner.local_share;
+            let local: smallvec::SmallVec<[BucketCheck<'_>; 4]> = buckets
+                .iter()
+                .map(|bucket| bucket.with_rule(bucket.rule().divided(share)))
+                .collect();
+            inner.local.reset(&local).await?;
+            inner.primary.reset(buckets).await
         })
     }
 
-    /// Settles each bucket where its estimate was charged (see
-    /// [`BucketSettle::charged`]): locally, on the primary, or, while the
-    /// primary's breaker is open, once it answers again (see the
-    /// [module docs](self#settlements)).
-    async fn settle(
-        &self,
-        settles: &[BucketSettle<'_>],
-    ) -> Result<(), StorageError> {
-        self.inner.settle(settles).await
-    }
-
-    fn settle_local(
-        &self,
-        settles: &[BucketSettle<'_>],
-    ) -> Option<Result<(), StorageError>> {
-        self.inner.settle_now(settles)
-    }
-
-    fn kind(&self) -> &'static str {
-        self.inner.primary.kind()
-    }
-
-    /// The primary's kinds (the local store decides every kind).
-    fn supports(&self, kind: crate::RuleKind) -> bool {
-        self.inner.primary.supports(kind)
-    }
-
-    /// The primary's answer (the local store spans every partition): a
-    /// decision the primary cannot take must not depend on an outage.
+    /// The primary's: the local store decides every kind, spans every
+    /// partition and reserves, and a decision the primary cannot take must
+    /// not depend on an outage.
     ///
     /// ```
     /// # #[cfg(not(feature = "redis"))] fn main() {}
     /// # #[cfg(feature = "redis")]
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use std::sync::Arc;
-    /// use rate_tier_storage::{FallbackStorage, MemoryStorage, RedisStorage, Storage};
+    /// use rate_tier_storage::{FallbackStorage, MemoryStorage, RedisStorage, Storage, StorageExt};
     /// // A cluster store connects on its first call: none here.
     /// let cluster = RedisStorage::from_cluster_urls(["redis://127.0.0.1:7000/"])?;
-    /// assert!(!FallbackStorage::builder(Arc::new(cluster)).build().spans_partitions());
-    /// assert!(FallbackStorage::builder(Arc::new(MemoryStorage::new())).build().spans_partitions());
+    /// let fallback = FallbackStorage::builder(Arc::new(cluster)).build();
+    /// assert!(!fallback.capabilities().spans_partitions);
+    /// let fallback = FallbackStorage::builder(Arc::new(MemoryStorage::new())).build();
+    /// assert!(fallback.capabilities().spans_partitions);
     /// # Ok(()) }
     /// ```
-    fn spans_partitions(&self) -> bool {
-        self.inner.primary.spans_partitions()
-    }
-
-    /// Each slot goes back to the store that took it: see the
-    /// [module docs](self#concurrency-limits).
-    async fn release(
-        &self,
-        slots: &[BucketCheck<'_>],
-    ) -> Result<(), StorageError> {
-        let primary = self.inner.release_here(slots)?;
-        if primary.is_empty() {
-            return Ok(());
-        }
-        self.inner.primary.release(&primary).await
-    }
-
-    /// Without I/O when every slot was taken locally (or the primary
-    /// needs none).
-    fn release_local(
-        &self,
-        slots: &[BucketCheck<'_>],
-    ) -> Option<Result<(), StorageError>> {
-        match self.inner.not_here(slots).len() {
-            0 => Some(self.inner.release_here(slots).map(drop)),
-            n if n == slots.len() => self.inner.primary.release_local(slots),
-            _ => None,
-        }
-    }
-
-    /// The primary's lease: the local store's slots do not expire.
-    fn lease(&self) -> Option<Duration> {
-        self.inner.primary.lease()
-    }
-
-    /// Renews the primary's slots (the local ones do not expire).
-    async fn renew(
-        &self,
-        slots: &[BucketCheck<'_>],
-    ) -> Result<(), StorageError> {
-        let primary = self.inner.not_here(slots);
-        if primary.is_empty() {
-            return Ok(());
-        }
-        self.inner.primary.renew(&primary).await
-    }
-
-    /// On the primary while every breaker of the reservation is closed (or
-    /// due for a probe), else locally, whole, under the local share: a
-    /// reservation is one instant for every limit, never split between
-    /// two clocks.
-    async fn reserve(
-        &self,
-        checks: &[BucketCheck<'_>],
-        max_wait: Duration,
-        out: &mut [Decision],
-    ) -> Result<Decided, StorageError> {
-        validate(checks, out)?;
-        if !self.inner.primary.reserves() {
-            return Err(StorageError::Unsupported("reservations"));
-        }
-        self.inner.reserve(checks, max_wait, out).await
-    }
-
-    fn reserve_local(
-        &self,
-        checks: &[BucketCheck<'_>],
-        max_wait: Duration,
-        out: &mut [Decision],
-    ) -> Option<Result<Decided, StorageError>> {
-        let inner = &*self.inner;
-        (inner.primary.reserves() && inner.reserves_here(checks)).then(|| {
-            validate(checks, out)?;
-            inner.reserve_locally(checks, max_wait, out)
-        })
-    }
-
-    /// Each reservation is given back where it was made.
-    async fn cancel(
-        &self,
-        reserved: &[BucketCancel<'_>],
-    ) -> Result<(), StorageError> {
-        let primary = self.inner.cancel_here(reserved)?;
-        if primary.is_empty() {
-            return Ok(());
-        }
-        self.inner.primary.cancel(&primary).await
-    }
-
-    fn cancel_local(
-        &self,
-        reserved: &[BucketCancel<'_>],
-    ) -> Option<Result<(), StorageError>> {
-        let local = reserved.iter().all(|cancel| {
-            matches!(cancel.charged, crate::Charged::Local { .. })
-        });
-        local.then(|| self.inner.cancel_here(reserved).map(drop))
-    }
-
-    /// Both stores: the local one (what this instance decided during an
-    /// outage), then the primary; a primary that cannot be reached is the
-    /// error (the shared buckets were not reset), the local part done.
-    async fn reset(
-        &self,
-        buckets: &[BucketCheck<'_>],
-    ) -> Result<(), StorageError> {
-        let share = self.inner.local_share;
-        let local: smallvec::SmallVec<[BucketCheck<'_>; 4]> = buckets
-            .iter()
-            .map(|bucket| bucket.with_rule(bucket.rule().divided(share)))
-            .collect();
-        Storage::reset(&self.inner.local, &local).await?;
-        self.inner.primary.reset(buckets).await
-    }
-
-    /// The primary's answer: a fallback reserves when its primary does.
-    fn reserves(&self) -> bool {
-        self.inner.primary.reserves()
+    fn capabilities(&self) -> Capabilities {
+        self.inner.primary.capabilities()
     }
 
     fn subscribe(&self, listener: StorageListener) -> Subscription {

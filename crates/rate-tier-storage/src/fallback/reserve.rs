@@ -18,7 +18,7 @@ use super::breaker::Route;
 use super::decide::{Primary, Routing, locally};
 use crate::bucket::{BucketCancel, BucketCheck, Charged};
 use crate::event::StorageEvent;
-use crate::storage::{Decided, StorageError};
+use crate::storage::{Decided, StorageError, StorageExt};
 
 impl Inner {
     pub(super) async fn reserve(

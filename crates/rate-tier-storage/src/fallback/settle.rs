@@ -26,7 +26,7 @@ use crate::bucket::Charged;
 use crate::bucket::{BucketCheck, BucketSettle, LimitName};
 use crate::event::StorageEvent;
 use crate::key::KeySecret;
-use crate::storage::StorageError;
+use crate::storage::{StorageError, StorageExt};
 
 /// The most settlements kept for a primary that is down.
 pub const PENDING_MAX: usize = 10_000;

@@ -12,12 +12,16 @@ use gcra_core::{Adjust, Concurrency, Decision, Quota};
 
 use super::breaker::{Breaker, Route};
 use super::{BreakerState, FallbackStorage, PENDING_MAX};
-use crate::bucket::{BucketCheck, BucketSettle, Charged, LimitName};
+use crate::bucket::{BucketCheck, Charged, LimitName};
 use crate::clock::{Clock, FakeClock};
 use crate::event::{StorageEvent, Subscription};
 use crate::memory::MemoryStorage;
 use crate::rule::{Rule, RuleKind};
-use crate::storage::{Decided, Storage, StorageError};
+
+use crate::storage::{
+    Adjustment, Answer, Capabilities, Decided, Mode, Storage, StorageError,
+    StorageExt,
+};
 
 const START_US: u64 = 1_000_000_000;
 const SECOND: u64 = 1_000_000;
@@ -63,74 +67,61 @@ impl Nodes {
     }
 }
 
-#[async_trait::async_trait]
 impl Storage for Nodes {
-    async fn check(
-        &self,
-        checks: &[BucketCheck<'_>],
-        out: &mut [Decision],
-    ) -> Result<Decided, StorageError> {
-        self.checks.fetch_add(1, Ordering::SeqCst);
-        let failure = *self.failure.lock().unwrap();
-        if let Some((on, error)) = failure
-            && on.is_none_or(|on| checks.iter().any(|c| node(c) == on))
-        {
-            return Err(error());
+    fn decide<'a>(
+        &'a self,
+        checks: &'a [BucketCheck<'a>],
+        mode: Mode,
+        out: &'a mut [Decision],
+    ) -> Answer<'a, Decided> {
+        if let Mode::Reserve { .. } = mode {
+            return Answer::pending(self.store.decide(checks, mode, out));
         }
-        let decided = self.store.check(checks, out).await?;
-        Ok(if self.from_memory.load(Ordering::SeqCst) {
-            decided.without_backend()
-        } else {
-            decided
+        Answer::pending(async move {
+            self.checks.fetch_add(1, Ordering::SeqCst);
+            let failure = *self.failure.lock().unwrap();
+            if let Some((on, error)) = failure
+                && on.is_none_or(|on| checks.iter().any(|c| node(c) == on))
+            {
+                return Err(error());
+            }
+            let decided = self.store.check(checks, out).await?;
+            Ok(if self.from_memory.load(Ordering::SeqCst) {
+                decided.without_backend()
+            } else {
+                decided
+            })
         })
+    }
+
+    fn adjust<'a>(&'a self, adjustment: Adjustment<'a>) -> Answer<'a, ()> {
+        match adjustment {
+            Adjustment::Settle(settles) => Answer::pending(async move {
+                let now = self.settling.fetch_add(1, Ordering::SeqCst) + 1;
+                self.most_settling.fetch_max(now, Ordering::SeqCst);
+                if let Some(gate) = &self.gate {
+                    drop(gate.acquire().await);
+                }
+                self.settling.fetch_sub(1, Ordering::SeqCst);
+                self.store.settle(settles).await
+            }),
+            Adjustment::Release(_) => self.store.adjust(adjustment),
+            Adjustment::Renew(_) => Answer::Ready(Ok(())),
+            Adjustment::Cancel(_) => {
+                Answer::Ready(Err(StorageError::Unsupported("reservations")))
+            }
+        }
     }
 
     fn failure_domain(&self, check: &BucketCheck<'_>) -> Option<Arc<str>> {
         Some(Arc::from(node(check)))
     }
 
-    fn spans_partitions(&self) -> bool {
-        false
-    }
-
-    async fn settle(
-        &self,
-        settles: &[BucketSettle<'_>],
-    ) -> Result<(), StorageError> {
-        let now = self.settling.fetch_add(1, Ordering::SeqCst) + 1;
-        self.most_settling.fetch_max(now, Ordering::SeqCst);
-        if let Some(gate) = &self.gate {
-            drop(gate.acquire().await);
-        }
-        self.settling.fetch_sub(1, Ordering::SeqCst);
-        self.store.settle(settles).await
-    }
-
-    async fn release(
-        &self,
-        slots: &[BucketCheck<'_>],
-    ) -> Result<(), StorageError> {
-        self.store.release(slots).await
-    }
-
-    fn release_local(
-        &self,
-        slots: &[BucketCheck<'_>],
-    ) -> Option<Result<(), StorageError>> {
-        self.store.release_local(slots)
-    }
-
-    async fn reserve(
-        &self,
-        checks: &[BucketCheck<'_>],
-        max_wait: Duration,
-        out: &mut [Decision],
-    ) -> Result<Decided, StorageError> {
-        self.store.reserve(checks, max_wait, out).await
-    }
-
-    fn reserves(&self) -> bool {
-        true
+    fn capabilities(&self) -> Capabilities {
+        let mut nodes = Capabilities::new("custom");
+        nodes.spans_partitions = false;
+        nodes.reserves = true;
+        nodes
     }
 }
 
@@ -309,11 +300,14 @@ fn the_fallback_claims_its_primarys_kinds_and_partitions() {
     let s = setup(1);
     assert!(s.store.supports(RuleKind::Rate));
     assert!(!s.store.supports(RuleKind::Window), "the primary's kinds");
-    assert!(!s.store.spans_partitions(), "the primary's partitions");
+    assert!(
+        !s.store.capabilities().spans_partitions,
+        "the primary's partitions"
+    );
     let over_memory =
         FallbackStorage::builder(Arc::new(MemoryStorage::new())).build();
     assert!(over_memory.supports(RuleKind::Window));
-    assert!(over_memory.spans_partitions());
+    assert!(over_memory.capabilities().spans_partitions);
 }
 
 // ---------------------------------------------------------------------------
@@ -325,19 +319,22 @@ async fn settle_local_settles_without_io_what_needs_none() {
     let local = Charged::Local { share: 2 };
     // Charged locally: settled in the local store, under the share.
     let debt = s.bucket("ana", 1).settle(Adjust::Charge(3)).charged(local);
-    assert!(matches!(s.store.settle_local(&[debt]), Some(Ok(()))));
+    assert!(matches!(s.store.settle(&[debt]).ready(), Some(Ok(()))));
     let divided = s
         .bucket("ana", 1)
         .with_quota(Quota::per_minute(10).divided(2));
     assert_eq!(s.read(s.store.local(), divided).remaining, 2);
     // Charged by the primary, its breaker closed: it needs the primary.
     let on_primary = s.bucket("ana", 1).settle(Adjust::Charge(3));
-    assert!(s.store.settle_local(&[on_primary]).is_none());
-    assert!(s.store.settle_local(&[debt, on_primary]).is_none());
+    assert!(s.store.settle(&[on_primary]).ready().is_none());
+    assert!(s.store.settle(&[debt, on_primary]).ready().is_none());
     assert_eq!(s.primary.settling.load(Ordering::SeqCst), 0);
     // Its breaker open: kept for the primary, without I/O.
     s.open("node-a");
-    assert!(matches!(s.store.settle_local(&[on_primary]), Some(Ok(()))));
+    assert!(matches!(
+        s.store.settle(&[on_primary]).ready(),
+        Some(Ok(()))
+    ));
     assert_eq!(s.store.pending_settlements(), 1);
 }
 
@@ -349,7 +346,7 @@ async fn release_local_releases_without_io_only_what_one_store_holds() {
     assert_eq!(decided.charged(0), Charged::Primary);
     assert_eq!(s.read(&s.primary.store, s.slot("ana", 1)).remaining, 1);
     assert!(matches!(
-        s.store.release_local(&[s.slot("ana", 1)]),
+        s.store.release(&[s.slot("ana", 1)]).ready(),
         Some(Ok(()))
     ));
     assert_eq!(s.read(&s.primary.store, s.slot("ana", 1)).remaining, 2);
@@ -361,14 +358,14 @@ async fn release_local_releases_without_io_only_what_one_store_holds() {
     let (decided, _) = s.decide(&[s.slot("bea", 3)]).await;
     assert_eq!(decided.charged(0), Charged::Local { share: 1 });
     let both = [s.slot("bea", 3), s.slot("ana", 2)];
-    assert!(s.store.release_local(&both).is_none());
+    assert!(s.store.release(&both).ready().is_none());
     assert_eq!(s.store.local_slots(), 1);
     assert_eq!(s.read(s.store.local(), s.slot("bea", 3)).remaining, 1);
     assert_eq!(s.read(&s.primary.store, s.slot("ana", 2)).remaining, 1);
     // Each alone: at once, each in its own store.
-    assert!(matches!(s.store.release_local(&both[..1]), Some(Ok(()))));
+    assert!(matches!(s.store.release(&both[..1]).ready(), Some(Ok(()))));
     assert_eq!(s.read(s.store.local(), s.slot("bea", 3)).remaining, 2);
-    assert!(matches!(s.store.release_local(&both[1..]), Some(Ok(()))));
+    assert!(matches!(s.store.release(&both[1..]).ready(), Some(Ok(()))));
     assert_eq!(s.read(&s.primary.store, s.slot("ana", 2)).remaining, 2);
 }
 
@@ -382,19 +379,20 @@ async fn reserve_local_reserves_without_io_only_behind_an_open_breaker() {
     let wait = Duration::from_secs(1);
     let mut out = [Decision::default()];
     // Closed: the primary reserves.
-    assert!(s.store.reserve_local(&ana, wait, &mut out).is_none());
+    assert!(s.store.reserve(&ana, wait, &mut out).ready().is_none());
     // Open and not due: here, at once, and said so.
     s.open("node-a");
     let decided = s
         .store
-        .reserve_local(&ana, wait, &mut out)
+        .reserve(&ana, wait, &mut out)
+        .ready()
         .unwrap()
         .unwrap();
     assert_eq!((decided.by, decided.verdict.allowed), ("fallback", true));
     assert_eq!(decided.charged(0), Charged::Local { share: 1 });
     // Due for a probe: the primary's call to make.
     s.clock.advance(Duration::from_secs(1));
-    assert!(s.store.reserve_local(&ana, wait, &mut out).is_none());
+    assert!(s.store.reserve(&ana, wait, &mut out).ready().is_none());
 }
 
 #[tokio::test]
@@ -408,7 +406,8 @@ async fn check_local_decides_at_once_while_another_check_probes() {
     let mut out = [Decision::default()];
     let decided = s
         .store
-        .check_local(&[s.bucket("ana", 1)], &mut out)
+        .check(&[s.bucket("ana", 1)], &mut out)
+        .ready()
         .unwrap()
         .unwrap();
     assert_eq!(decided.by, "fallback");
@@ -651,14 +650,14 @@ async fn kept_settlements_are_replayed_one_replay_at_a_time() {
     // A first outage's settlement, kept (without I/O, so never held at
     // the gate here); its replay is held at the gate.
     s.open("node-a");
-    assert!(matches!(s.store.settle_local(&settle), Some(Ok(()))));
+    assert!(matches!(s.store.settle(&settle).ready(), Some(Ok(()))));
     s.clock.advance(Duration::from_secs(1));
     s.decide(&[bucket]).await;
     let_tasks_run().await;
     assert_eq!(s.primary.settling.load(Ordering::SeqCst), 1);
     // A second outage's, while the first replay is still out: it waits.
     s.open("node-a");
-    assert!(matches!(s.store.settle_local(&settle), Some(Ok(()))));
+    assert!(matches!(s.store.settle(&settle).ready(), Some(Ok(()))));
     s.clock.advance(Duration::from_secs(1));
     s.decide(&[bucket]).await;
     let_tasks_run().await;

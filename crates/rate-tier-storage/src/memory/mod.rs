@@ -76,11 +76,13 @@ use gcra_core::{Decision, Verdict, Write};
 
 use self::sip::SipKey;
 use self::table::{LOCKED, NO_TAT, Table};
-use crate::bucket::{BucketCancel, BucketCheck, BucketSettle};
+use crate::bucket::{BucketCheck, BucketSettle};
 use crate::clock::{Clock, MonotonicClock, SharedClock};
 use crate::event::{Listeners, StorageEvent, StorageListener, Subscription};
-use crate::rule::{Rule, RuleKind};
-use crate::storage::{Decided, Storage, StorageError};
+use crate::rule::Rule;
+use crate::storage::{
+    Adjustment, Answer, Capabilities, Decided, Mode, Storage, StorageError,
+};
 
 const SHARDS: usize = 64;
 const DEFAULT_CAPACITY: usize = 1 << 22;
@@ -238,7 +240,7 @@ impl MemoryStorage {
         }
     }
 
-    /// The same decision as [`Storage::check`], synchronously.
+    /// The same decision as [`StorageExt::check`], synchronously.
     ///
     /// A single check is decided inline in the caller (the hot path of a
     /// limiter that holds the store itself).
@@ -283,7 +285,7 @@ impl MemoryStorage {
         Ok((out, decided.now_us.unwrap_or_default()))
     }
 
-    /// The same as [`Storage::settle`], synchronously.
+    /// The same as [`StorageExt::settle`], synchronously.
     pub fn settle_sync(
         &self,
         settles: &[BucketSettle<'_>],
@@ -294,7 +296,7 @@ impl MemoryStorage {
             .try_for_each(|settle| self.inner.settle(settle, now))
     }
 
-    /// The same as [`Storage::release`], synchronously.
+    /// The same as [`StorageExt::release`], synchronously.
     pub(crate) fn release_sync(
         &self,
         slots: &[BucketCheck<'_>],
@@ -727,101 +729,39 @@ fn write(lock: &RwLock<Table>) -> RwLockWriteGuard<'_, Table> {
     lock.write().unwrap_or_else(PoisonError::into_inner)
 }
 
-#[async_trait::async_trait]
 impl Storage for MemoryStorage {
-    async fn check(
-        &self,
-        checks: &[BucketCheck<'_>],
-        out: &mut [Decision],
-    ) -> Result<Decided, StorageError> {
-        self.inner.check(checks, out)
+    #[inline]
+    fn decide<'a>(
+        &'a self,
+        checks: &'a [BucketCheck<'a>],
+        mode: Mode,
+        out: &'a mut [Decision],
+    ) -> Answer<'a, Decided> {
+        Answer::Ready(match mode {
+            Mode::Check => self.inner.check(checks, out),
+            Mode::Reserve { max_wait } => {
+                self.reserve_sync(checks, max_wait, out)
+            }
+        })
     }
 
-    fn check_local(
-        &self,
-        checks: &[BucketCheck<'_>],
-        out: &mut [Decision],
-    ) -> Option<Result<Decided, StorageError>> {
-        Some(self.inner.check(checks, out))
+    fn adjust<'a>(&'a self, adjustment: Adjustment<'a>) -> Answer<'a, ()> {
+        Answer::Ready(match adjustment {
+            Adjustment::Settle(settles) => self.settle_sync(settles),
+            Adjustment::Cancel(reserved) => self.cancel_sync(reserved),
+            Adjustment::Release(slots) => self.inner.release(slots),
+            Adjustment::Renew(_) => Ok(()),
+        })
     }
 
-    async fn settle(
-        &self,
-        settles: &[BucketSettle<'_>],
-    ) -> Result<(), StorageError> {
-        self.settle_sync(settles)
+    fn reset<'a>(&'a self, buckets: &'a [BucketCheck<'a>]) -> Answer<'a, ()> {
+        Answer::Ready(self.reset_sync(buckets))
     }
 
-    fn settle_local(
-        &self,
-        settles: &[BucketSettle<'_>],
-    ) -> Option<Result<(), StorageError>> {
-        Some(self.settle_sync(settles))
-    }
-
-    fn kind(&self) -> &'static str {
-        "memory"
-    }
-
-    fn supports(&self, _kind: RuleKind) -> bool {
-        true
-    }
-
-    async fn release(
-        &self,
-        slots: &[BucketCheck<'_>],
-    ) -> Result<(), StorageError> {
-        self.inner.release(slots)
-    }
-
-    fn release_local(
-        &self,
-        slots: &[BucketCheck<'_>],
-    ) -> Option<Result<(), StorageError>> {
-        Some(self.inner.release(slots))
-    }
-
-    async fn reserve(
-        &self,
-        checks: &[BucketCheck<'_>],
-        max_wait: Duration,
-        out: &mut [Decision],
-    ) -> Result<Decided, StorageError> {
-        self.reserve_sync(checks, max_wait, out)
-    }
-
-    fn reserve_local(
-        &self,
-        checks: &[BucketCheck<'_>],
-        max_wait: Duration,
-        out: &mut [Decision],
-    ) -> Option<Result<Decided, StorageError>> {
-        Some(self.reserve_sync(checks, max_wait, out))
-    }
-
-    async fn cancel(
-        &self,
-        reserved: &[BucketCancel<'_>],
-    ) -> Result<(), StorageError> {
-        self.cancel_sync(reserved)
-    }
-
-    fn cancel_local(
-        &self,
-        reserved: &[BucketCancel<'_>],
-    ) -> Option<Result<(), StorageError>> {
-        Some(self.cancel_sync(reserved))
-    }
-
-    fn reserves(&self) -> bool {
-        true
-    }
-
-    async fn reset(
-        &self,
-        buckets: &[BucketCheck<'_>],
-    ) -> Result<(), StorageError> {
-        self.reset_sync(buckets)
+    fn capabilities(&self) -> Capabilities {
+        let mut memory = Capabilities::new("memory").with_every_kind();
+        memory.reserves = true;
+        memory
     }
 
     fn subscribe(&self, listener: StorageListener) -> Subscription {

@@ -1,4 +1,4 @@
-//! Reservations ([`Storage::reserve`](crate::Storage::reserve)): the same
+//! Reservations ([`StorageExt::reserve`](crate::StorageExt::reserve)): the same
 //! buckets and locks as a check, judged by [`gcra_core::reserve_all`].
 //!
 //! One bucket is reserved by a compare-and-swap loop on its TAT, as a check
@@ -17,7 +17,7 @@ use crate::storage::{Decided, StorageError, micros, only_rates, validate};
 use crate::sync::AtomicU64;
 
 impl MemoryStorage {
-    /// The same as [`Storage::reserve`](crate::Storage::reserve),
+    /// The same as [`StorageExt::reserve`](crate::StorageExt::reserve),
     /// synchronously.
     ///
     /// ```
@@ -48,7 +48,7 @@ impl MemoryStorage {
         self.inner.reservation(checks, max_wait, out)
     }
 
-    /// The same as [`Storage::cancel`](crate::Storage::cancel),
+    /// The same as [`StorageExt::cancel`](crate::StorageExt::cancel),
     /// synchronously.
     pub fn cancel_sync(
         &self,

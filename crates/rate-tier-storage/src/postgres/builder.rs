@@ -94,7 +94,7 @@ impl PostgresStorageBuilder {
     }
 
     /// How long a slot of a concurrency limit is held unless it is renewed
-    /// (30 s by default): what [`Storage::lease`](crate::Storage::lease)
+    /// (30 s by default): what [`Capabilities::lease`](crate::Capabilities::lease)
     /// answers. A request holds its slots for as long as it runs, as the
     /// limiter renews them every third of the lease; the slots of an
     /// instance that died (never released nor renewed) are free once it

@@ -22,10 +22,12 @@ use self::job::{Call, Layout};
 use self::migrate::AutoMigrate;
 pub use self::schema::InvalidTable;
 use self::schema::{MissingSchema, Schema};
-use crate::bucket::{BucketCancel, BucketCheck, BucketSettle};
+use crate::bucket::{BucketCheck, BucketSettle};
 use crate::key::KeyLayout;
-use crate::rule::RuleKind;
-use crate::storage::{Decided, Storage, StorageError, validate};
+use crate::storage::{
+    Adjustment, Answer, Capabilities, Decided, Mode, Storage, StorageError,
+    validate,
+};
 
 /// GCRA buckets in PostgreSQL, shared by every instance that uses the same
 /// database: for the services that run PostgreSQL and no Redis.
@@ -62,19 +64,19 @@ use crate::storage::{Decided, Storage, StorageError, validate};
 ///   [`Concurrency::acquire`](gcra_core::Concurrency::acquire)'s rules. A
 ///   pass that stands takes its cost under the request's id, for the
 ///   store's [`lease`](PostgresStorageBuilder::lease) (30 s by default);
-///   [`release`](Storage::release) gives back that id's slots and
-///   [`renew`](Storage::renew) sets their expiry to now + the lease (the
+///   [`release`](StorageExt::release) gives back that id's slots and
+///   [`renew`](StorageExt::renew) sets their expiry to now + the lease (the
 ///   limiter renews them every third of it while the request runs), both
 ///   under the same locks. Slots an instance never releases nor renews (it
 ///   died) are free once their lease ends, and their row goes by the
 ///   cleanup. A check without an id (0) takes anonymous slots: a release
 ///   gives back its cost of them, a renewal renews them all.
-/// - **Reservations** of rates ([`Storage::reserve`]): the earliest slot
+/// - **Reservations** of rates ([`StorageExt::reserve`]): the earliest slot
 ///   at which every rate passes, by [`gcra_core::reserve_all`]'s rules, in
 ///   one call of `<table>_reserve` under the locks of a check, in the same
 ///   order, the clock read once they are held (so the reservations of one
 ///   bucket are in turn, each slot after the last); all or nothing, and a
-///   wait too long writes nothing. [`Storage::cancel`] gives them back
+///   wait too long writes nothing. [`StorageExt::cancel`] gives them back
 ///   (`<table>_cancel`, [`Quota::cancel`](gcra_core::Quota::cancel) per
 ///   bucket: exact while last, else the slot stays taken). A reservation is
 ///   sent once and never retried: a reply lost after it ran leaves at most
@@ -111,7 +113,7 @@ use crate::storage::{Decided, Storage, StorageError, validate};
 ///   missing.
 ///
 /// ```no_run
-/// use rate_tier_storage::{BucketCheck, LimitName, PostgresStorage, Storage};
+/// use rate_tier_storage::{BucketCheck, LimitName, PostgresStorage, Storage, StorageExt};
 /// use gcra_core::{Decision, Quota};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -516,9 +518,8 @@ fn backend(error: tokio_postgres::Error) -> StorageError {
     StorageError::Backend(Box::new(error))
 }
 
-#[async_trait::async_trait]
-impl Storage for PostgresStorage {
-    async fn check(
+impl PostgresStorage {
+    async fn check_buckets(
         &self,
         checks: &[BucketCheck<'_>],
         out: &mut [Decision],
@@ -564,7 +565,7 @@ impl Storage for PostgresStorage {
         Ok(Decided::new(Verdict::of(shadows, out), None, "postgres"))
     }
 
-    async fn settle(
+    async fn settle_buckets(
         &self,
         settles: &[BucketSettle<'_>],
     ) -> Result<(), StorageError> {
@@ -583,16 +584,12 @@ impl Storage for PostgresStorage {
         job::settle(&self.inner, keys, args).await
     }
 
-    fn kind(&self) -> &'static str {
-        "postgres"
-    }
-
     /// Gives back each check's slots: at most its cost of the slots its id
     /// ([`BucketCheck::lease`]) holds on its bucket, in one statement under
     /// the buckets' locks; run to its end once sent, whether or not the
     /// caller waits. Slots already expired are dropped with them. A check
     /// that is not a concurrency limit's is [`StorageError::Unsupported`].
-    async fn release(
+    async fn release_slots(
         &self,
         slots: &[BucketCheck<'_>],
     ) -> Result<(), StorageError> {
@@ -605,17 +602,11 @@ impl Storage for PostgresStorage {
             .map(drop)
     }
 
-    /// The builder's [`lease`](PostgresStorageBuilder::lease): 30 s by
-    /// default.
-    fn lease(&self) -> Option<Duration> {
-        Some(Duration::from_micros(self.inner.lease.lease_us()))
-    }
-
     /// Sets the expiry of each check's live slots (those of its id) to the
     /// lease from now, at the database's clock, in one statement under the
     /// buckets' locks. An expired slot is not taken again: its request
     /// lost it (a limit that another request may now hold).
-    async fn renew(
+    async fn renew_slots(
         &self,
         slots: &[BucketCheck<'_>],
     ) -> Result<(), StorageError> {
@@ -629,68 +620,49 @@ impl Storage for PostgresStorage {
             .await
             .map(drop)
     }
+}
 
-    /// [`gcra_core::reserve_all`] in one call of `<table>_reserve`, on the
-    /// database's clock, bounded by the store's
-    /// [`timeout`](PostgresStorageBuilder::timeout) (see
-    /// [`PostgresStorage`]); rates only.
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    /// use rate_tier_storage::{BucketCheck, Decision, LimitName, PostgresStorage, Quota, Storage};
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let store = PostgresStorage::builder("postgres://app@127.0.0.1/app")?.connect().await?;
-    /// let provider = LimitName::new("provider")?;
-    /// // One call every 100 ms, across every instance; callers wait up to 1 s.
-    /// let quota = Quota::per_second(10).allow_burst(1).allow_debt(Duration::from_secs(1));
-    /// let check = [BucketCheck::new(&provider, "", quota, 1)?];
-    /// let mut out = [Decision::default()];
-    /// let slot = store.reserve(&check, Duration::from_secs(1), &mut out).await?;
-    /// if let (true, Some(written)) = (slot.verdict.allowed, out[0].store) {
-    ///     // The caller gave up before its slot came: give it back.
-    ///     store.cancel(&[check[0].cancel(written.tat_us)]).await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    async fn reserve(
-        &self,
-        checks: &[BucketCheck<'_>],
-        max_wait: Duration,
-        out: &mut [Decision],
-    ) -> Result<Decided, StorageError> {
-        self.reserve_rates(checks, max_wait, out).await
+impl Storage for PostgresStorage {
+    fn decide<'a>(
+        &'a self,
+        checks: &'a [BucketCheck<'a>],
+        mode: Mode,
+        out: &'a mut [Decision],
+    ) -> Answer<'a, Decided> {
+        match mode {
+            Mode::Check => Answer::pending(self.check_buckets(checks, out)),
+            Mode::Reserve { max_wait } => {
+                Answer::pending(self.reserve_rates(checks, max_wait, out))
+            }
+        }
     }
 
-    /// Each bucket compared and moved back on its own, in one call of
-    /// `<table>_cancel` under the buckets' locks; run to its end once sent.
-    async fn cancel(
-        &self,
-        reserved: &[BucketCancel<'_>],
-    ) -> Result<(), StorageError> {
-        self.cancel_rates(reserved).await
+    fn adjust<'a>(&'a self, adjustment: Adjustment<'a>) -> Answer<'a, ()> {
+        Answer::pending(async move {
+            match adjustment {
+                Adjustment::Settle(settles) => {
+                    self.settle_buckets(settles).await
+                }
+                Adjustment::Cancel(reserved) => {
+                    self.cancel_rates(reserved).await
+                }
+                Adjustment::Release(slots) => self.release_slots(slots).await,
+                Adjustment::Renew(slots) => self.renew_slots(slots).await,
+            }
+        })
     }
 
-    /// Rates are reserved: see [`Storage::reserve`].
-    fn reserves(&self) -> bool {
-        true
+    fn reset<'a>(&'a self, buckets: &'a [BucketCheck<'a>]) -> Answer<'a, ()> {
+        Answer::pending(self.reset_buckets(buckets))
     }
 
-    /// The buckets' rows deleted in one transaction, under their locks.
-    async fn reset(
-        &self,
-        buckets: &[BucketCheck<'_>],
-    ) -> Result<(), StorageError> {
-        self.reset_buckets(buckets).await
-    }
-
-    /// Every kind: rates, windows, periods and concurrency limits.
-    fn supports(&self, kind: RuleKind) -> bool {
-        matches!(
-            kind,
-            RuleKind::Rate
-                | RuleKind::Window
-                | RuleKind::Period
-                | RuleKind::Concurrency
-        )
+    /// Every kind, reservations, and slots with the store's lease (see
+    /// [`PostgresStorageBuilder::lease`]).
+    fn capabilities(&self) -> Capabilities {
+        let mut postgres = Capabilities::new("postgres").with_every_kind();
+        postgres.reserves = true;
+        postgres.lease =
+            Some(Duration::from_micros(self.inner.lease.lease_us()));
+        postgres
     }
 }

@@ -1,5 +1,5 @@
-//! Reservations on PostgreSQL ([`Storage::reserve`](crate::Storage::reserve),
-//! [`Storage::cancel`](crate::Storage::cancel)): `<table>_reserve` and
+//! Reservations on PostgreSQL ([`StorageExt::reserve`](crate::StorageExt::reserve),
+//! [`StorageExt::cancel`](crate::StorageExt::cancel)): `<table>_reserve` and
 //! `<table>_cancel` (migration.sql), one call each.
 //!
 //! A reservation is [`gcra_core::reserve_all`] in one function call, on
@@ -170,7 +170,7 @@ impl PostgresStorage {
         Ok((joint, now_us))
     }
 
-    /// [`Storage::reserve`](crate::Storage::reserve): one call of the
+    /// [`StorageExt::reserve`](crate::StorageExt::reserve): one call of the
     /// reservation function.
     pub(super) async fn reserve_rates(
         &self,
@@ -196,7 +196,7 @@ impl PostgresStorage {
             .with_store_clock(now))
     }
 
-    /// [`Storage::cancel`](crate::Storage::cancel): one call of the cancel
+    /// [`StorageExt::cancel`](crate::StorageExt::cancel): one call of the cancel
     /// function, every bucket compared and moved back on its own.
     pub(super) async fn cancel_rates(
         &self,

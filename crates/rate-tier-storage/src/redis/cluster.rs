@@ -16,7 +16,7 @@
 //! slots no order would keep the decision all or nothing: it is refused
 //! with [`StorageError::Unsupported`] ([`one_slot_of_kinds`]) before any
 //! call. That is the last guard: the store says it cannot take such
-//! decisions ([`Storage::spans_partitions`](crate::Storage::spans_partitions)),
+//! decisions ([`Capabilities::spans_partitions`](crate::Capabilities::spans_partitions)),
 //! so a layer whose limits could meet so is refused when it is built.
 //! Releases and renewals of slots are one call per slot of the
 //! cluster ([`slots`]).
@@ -66,7 +66,7 @@ impl RedisStorage {
     ///
     /// ```no_run
     /// use std::sync::Arc;
-    /// use rate_tier_storage::{BucketCheck, LimitName, RedisStorage, Storage};
+    /// use rate_tier_storage::{BucketCheck, LimitName, RedisStorage, Storage, StorageExt};
     /// use gcra_core::{Decision, Quota};
     ///
     /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {

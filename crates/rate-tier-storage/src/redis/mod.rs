@@ -68,7 +68,7 @@ const DEFAULT_LEASE: Lease = match Lease::new(RedisStorage::DEFAULT_LEASE) {
 /// ```no_run
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use rate_tier_storage::{BucketCheck, LimitName, RedisStorage, Storage};
+/// use rate_tier_storage::{BucketCheck, LimitName, RedisStorage, Storage, StorageExt};
 /// use gcra_core::{Decision, Quota};
 ///
 /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -100,7 +100,7 @@ const DEFAULT_LEASE: Lease = match Lease::new(RedisStorage::DEFAULT_LEASE) {
 ///
 /// A decision with a window, a period or a concurrency limit
 /// ([`Rule::Window`], [`Rule::Period`], [`Rule::Concurrency`];
-/// [`Storage::supports`] says so) is one `EVALSHA` of `decide_mixed.lua`, which decides its rates,
+/// [`Capabilities::supports`] says so) is one `EVALSHA` of `decide_mixed.lua`, which decides its rates,
 /// windows, periods and concurrency limits as gcra-core does, all or
 /// nothing in one step: if a window, a period or a concurrency limit
 /// refuses, no rate is charged; if a rate refuses, no window or period is
@@ -110,7 +110,7 @@ const DEFAULT_LEASE: Lease = match Lease::new(RedisStorage::DEFAULT_LEASE) {
 ///
 /// # Concurrency limits and leases
 ///
-/// A concurrency limit's slots are leased ([`Storage::lease`]): a slot
+/// A concurrency limit's slots are leased ([`Capabilities::lease`]): a slot
 /// taken at `now` is held until `now + lease` ([`gcra_core::Lease`]), and
 /// free from then on, as if released, so that the slots of an instance
 /// that died holding them come back by themselves. The lease is
@@ -120,9 +120,9 @@ const DEFAULT_LEASE: Lease = match Lease::new(RedisStorage::DEFAULT_LEASE) {
 /// rules (a refusal waits [`gcra_core::RETRY_HINT_US`]); a pass that stands
 /// takes its cost's slots under the request's id ([`BucketCheck::lease_id`],
 /// required: a check that takes slots without one is
-/// [`StorageError::Unsupported`]). [`Storage::release`] gives back exactly
+/// [`StorageError::Unsupported`]). [`StorageExt::release`] gives back exactly
 /// the slots of that id (a plain `ZREM` of their members for one limit's
-/// few slots, else `release.lua`); [`Storage::renew`] sets the expiry
+/// few slots, else `release.lua`); [`StorageExt::renew`] sets the expiry
 /// of those still live to now + the lease (`renew.lua`; an expired slot is
 /// not taken again): a limiter renews them every third of the lease while
 /// its request runs, and releases them when it ends.
@@ -133,13 +133,13 @@ const DEFAULT_LEASE: Lease = match Lease::new(RedisStorage::DEFAULT_LEASE) {
 ///
 /// # Reservations
 ///
-/// [`Storage::reserve`] is one `EVALSHA` of `reserve.lua`, the same as
+/// [`StorageExt::reserve`] is one `EVALSHA` of `reserve.lua`, the same as
 /// [`gcra_core::reserve_all`] on Redis's `TIME`: the earliest slot every
 /// enforced rate passes at, reserved in every bucket or in none, in one
 /// step, so that reservations from any number of instances are exactly the
 /// passes of each quota, each at its slot. Unlike a check's, a
 /// reservation's decisions carry the TAT the script wrote (`store`): what
-/// [`Storage::cancel`] (`cancel.lua`, [`gcra_core::Quota::cancel`]) compares
+/// [`StorageExt::cancel`] (`cancel.lua`, [`gcra_core::Quota::cancel`]) compares
 /// with the stored one, giving the slot back only while no later one was
 /// made. Only rates reserve. A reservation is sent as a check is, in a task
 /// of its own, and retried only when the connection was refused: a reply
@@ -154,7 +154,7 @@ const DEFAULT_LEASE: Lease = match Lease::new(RedisStorage::DEFAULT_LEASE) {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use rate_tier_storage::{BucketCheck, Decision, LimitName, Quota, RedisStorage, Storage};
+/// use rate_tier_storage::{BucketCheck, Decision, LimitName, Quota, RedisStorage, Storage, StorageExt};
 ///
 /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let store = RedisStorage::from_url("redis://127.0.0.1:6379/")?;
@@ -315,7 +315,7 @@ const DEFAULT_LEASE: Lease = match Lease::new(RedisStorage::DEFAULT_LEASE) {
 ///   periods and concurrency limits of one decision in two slots of a Redis
 ///   Cluster"), before anything is sent: a window's or a period's charge
 ///   cannot be refunded, so no order would keep the decision all or
-///   nothing. The store says so ([`Storage::spans_partitions`] is false),
+///   nothing. The store says so ([`Capabilities::spans_partitions`] is false),
 ///   and a layer whose limits could meet so is refused when it is built
 ///   (`tower-rate-tier`'s `ConfigError::KindsInTwoPartitions`). A release
 ///   or a renewal is one call per slot.
@@ -597,7 +597,7 @@ impl RedisStorage {
 
     /// Sets how long a slot of a concurrency limit is held unless it is
     /// renewed or released (default [`RedisStorage::DEFAULT_LEASE`], 30 s):
-    /// what [`Storage::lease`] answers. A limiter renews the slots of a
+    /// what [`Capabilities::lease`] answers. A limiter renews the slots of a
     /// request every third of the lease while it runs, so a request may run
     /// longer than the lease; the slots of an instance that died (never
     /// released nor renewed) are free once it ends. A shorter lease frees
@@ -605,16 +605,13 @@ impl RedisStorage {
     /// shares the limits should use the same lease. Clamped to 1 ms ..
     /// 2^50 µs ([`gcra_core::MAX_WINDOW_US`], about 35.7 years).
     ///
-    /// The trait's getter has the same name: on a `RedisStorage` value, call
-    /// it as `Storage::lease(&store)`, or use [`RedisStorage::lease_duration`].
-    ///
     /// ```
     /// use std::time::Duration;
-    /// use rate_tier_storage::{RedisStorage, Storage};
+    /// use rate_tier_storage::{RedisStorage, Storage, StorageExt};
     ///
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let store = RedisStorage::from_url("redis://127.0.0.1:6390/")?;
-    /// assert_eq!(Storage::lease(&store), Some(Duration::from_secs(30)));
+    /// assert_eq!(store.capabilities().lease, Some(Duration::from_secs(30)));
     /// let store = store.lease(Duration::from_secs(10));
     /// assert_eq!(store.lease_duration(), Duration::from_secs(10));
     /// assert_eq!(store.lease(Duration::ZERO).lease_duration(), Duration::from_millis(1));

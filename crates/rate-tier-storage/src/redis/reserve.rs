@@ -1,5 +1,5 @@
-//! Reservations on Redis ([`Storage::reserve`](crate::Storage::reserve),
-//! [`Storage::cancel`](crate::Storage::cancel)): `reserve.lua` and
+//! Reservations on Redis ([`StorageExt::reserve`](crate::StorageExt::reserve),
+//! [`StorageExt::cancel`](crate::StorageExt::cancel)): `reserve.lua` and
 //! `cancel.lua`, one call each on a single Redis, one per slot on a
 //! cluster.
 //!

@@ -373,12 +373,12 @@ pub(super) fn read_decisions(
 
 /// The reply of `reserve.lua` into `out` (5 non-negative integers per
 /// key, then 5 for the reservation), and the reservation. Each decision's
-/// `store` is the TAT the script wrote (what [`Storage::cancel`] compares,
+/// `store` is the TAT the script wrote (what [`StorageExt::cancel`] compares,
 /// its expiry from the script's now), `None` where it wrote nothing.
 /// `max_wait_us` is the caller's wait, before [`Call::reserve`] capped it.
 /// Also Redis's `TIME` when the script ran, in µs.
 ///
-/// [`Storage::cancel`]: crate::Storage::cancel
+/// [`StorageExt::cancel`]: crate::StorageExt::cancel
 pub(super) fn read_reservation(
     lua: &Lua,
     reply: Value,

@@ -16,9 +16,10 @@ use super::{REMEMBERED, RedisStorage, cluster, reserve, reset};
 use crate::bucket::{BucketCancel, BucketCheck, BucketSettle};
 use crate::event::{StorageEvent, StorageListener, Subscription};
 use crate::key;
-use crate::rule::{Rule, RuleKind};
+use crate::rule::Rule;
 use crate::storage::{
-    Decided, Storage, StorageError, micros, only_rates, validate,
+    Adjustment, Answer, Capabilities, Decided, Mode, Storage, StorageError,
+    micros, only_rates, validate,
 };
 
 impl RedisStorage {
@@ -57,8 +58,8 @@ impl RedisStorage {
     }
 
     /// Releases (`renew` `None`) or renews for a lease the slots of
-    /// `slots`, each within the store's timeout: see [`Storage::release`]
-    /// and [`Storage::renew`].
+    /// `slots`, each within the store's timeout: see [`StorageExt::release`]
+    /// and [`StorageExt::renew`].
     async fn slot_call(
         &self,
         slots: &[BucketCheck<'_>],
@@ -183,8 +184,7 @@ pub(super) async fn run_single(
     }
 }
 
-#[async_trait::async_trait]
-impl Storage for RedisStorage {
+impl RedisStorage {
     /// Runs `gcra.lua` (one bucket) or `gcra_all.lua` (several, a peek, a
     /// shadow limit) on the buckets of rates, and `decide_mixed.lua` on a
     /// decision with a window, a period or a concurrency limit.
@@ -197,7 +197,7 @@ impl Storage for RedisStorage {
     /// without an id ([`BucketCheck::lease_id`]), and on a cluster for
     /// windows, periods and concurrency limits of one decision in two
     /// slots.
-    async fn check(
+    async fn check_buckets(
         &self,
         checks: &[BucketCheck<'_>],
         out: &mut [Decision],
@@ -250,7 +250,7 @@ impl Storage for RedisStorage {
     }
 
     /// Runs `gcra_settle.lua` on the buckets, within the timeout.
-    async fn settle(
+    async fn settle_buckets(
         &self,
         settles: &[BucketSettle<'_>],
     ) -> Result<(), StorageError> {
@@ -258,51 +258,6 @@ impl Storage for RedisStorage {
         let keys: Vec<String> =
             settles.iter().map(|s| s.bucket.key(layout)).collect();
         self.bounded(self.settle_all(&keys, settles)).await
-    }
-
-    /// On a Redis Cluster, the master that owns the bucket's slot
-    /// (`host:port`), once the slot map is read: a
-    /// [`FallbackStorage`](crate::FallbackStorage) keeps a breaker per
-    /// node. On one Redis, `None`: one domain.
-    fn failure_domain(&self, check: &BucketCheck<'_>) -> Option<Arc<str>> {
-        let slots = self.shared.slots.as_ref()?;
-        slots.owner(key::cluster_slot(check.partition(), check.secret()))
-    }
-
-    fn kind(&self) -> &'static str {
-        "redis"
-    }
-
-    /// Every kind: rates, windows, periods and concurrency limits
-    /// (`decide_mixed.lua`). On a Redis Cluster the windows, periods and
-    /// concurrency limits of one decision must share a slot (one user's do:
-    /// see [`RedisStorage`]).
-    fn supports(&self, kind: RuleKind) -> bool {
-        matches!(
-            kind,
-            RuleKind::Rate
-                | RuleKind::Window
-                | RuleKind::Period
-                | RuleKind::Concurrency
-        )
-    }
-
-    /// On one Redis, yes: a decision is one script. On a Redis Cluster,
-    /// no: windows, periods and concurrency limits of one decision must
-    /// share a slot, and only one partition's buckets do (see
-    /// [Redis Cluster](RedisStorage#redis-cluster)); a decision that has them in two
-    /// slots is answered [`StorageError::Unsupported`].
-    ///
-    /// ```
-    /// use rate_tier_storage::{RedisStorage, Storage};
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// // Neither connects before its first call.
-    /// assert!(RedisStorage::from_url("redis://127.0.0.1:6390/")?.spans_partitions());
-    /// assert!(!RedisStorage::from_cluster_urls(["redis://127.0.0.1:6390/"])?.spans_partitions());
-    /// # Ok(()) }
-    /// ```
-    fn spans_partitions(&self) -> bool {
-        !self.shared.cluster
     }
 
     /// Gives back the slots each check's request took under its id
@@ -313,22 +268,17 @@ impl Storage for RedisStorage {
     /// holds none of them and releases nothing. A check
     /// without an id or a cost took nothing, and is skipped; a bucket that
     /// is not a concurrency limit is [`StorageError::Unsupported`].
-    async fn release(
+    async fn release_slots(
         &self,
         slots: &[BucketCheck<'_>],
     ) -> Result<(), StorageError> {
         self.slot_call(slots, None).await
     }
 
-    /// [`RedisStorage::lease`]: a slot not renewed is free after it.
-    fn lease(&self) -> Option<Duration> {
-        Some(self.lease_duration())
-    }
-
     /// Sets the expiry of the slots each check's request still holds to
     /// now + the lease (Redis's `TIME`): `renew.lua`, within the timeout. A
     /// slot already expired is not taken again.
-    async fn renew(
+    async fn renew_slots(
         &self,
         slots: &[BucketCheck<'_>],
     ) -> Result<(), StorageError> {
@@ -338,13 +288,13 @@ impl Storage for RedisStorage {
     /// Runs `reserve.lua` ([`gcra_core::reserve_all`] on Redis's `TIME`)
     /// on the buckets, within the timeout, in a task of its own as a check
     /// is (see [Reservations](RedisStorage#reservations)). Each decision's
-    /// `store` is the TAT the script wrote, what [`Storage::cancel`]
+    /// `store` is the TAT the script wrote, what [`StorageExt::cancel`]
     /// compares (a reservation is the allowed decisions with a cost; a
     /// refused shadow limit's `store` is only a capped TAT); `now_us` is
     /// `None` (Redis's clock). Errors as for a check,
     /// and [`StorageError::Unsupported`] for a window, a period or a
     /// concurrency limit, and on a cluster for buckets in two slots.
-    async fn reserve(
+    async fn reserve_buckets(
         &self,
         checks: &[BucketCheck<'_>],
         max_wait: Duration,
@@ -378,7 +328,7 @@ impl Storage for RedisStorage {
     /// cluster. Not retried inside the call; a cancel is safe to send
     /// again (once moved back, the stored TAT is no longer the reserved
     /// one, and a second cancel keeps it).
-    async fn cancel(
+    async fn cancel_reservations(
         &self,
         reserved: &[BucketCancel<'_>],
     ) -> Result<(), StorageError> {
@@ -397,20 +347,83 @@ impl Storage for RedisStorage {
         self.bounded(call).await
     }
 
-    /// Yes: `reserve.lua` and `cancel.lua`.
-    fn reserves(&self) -> bool {
-        true
-    }
-
     /// One `DEL` of the buckets' keys (per hash slot on a cluster); their
     /// remembered refusals forgotten here.
-    async fn reset(
+    async fn reset_buckets(
         &self,
         buckets: &[BucketCheck<'_>],
     ) -> Result<(), StorageError> {
         let call =
             reset::reset(&self.shared, buckets, self.layout(), self.timeout);
         self.bounded(call).await
+    }
+}
+
+impl Storage for RedisStorage {
+    fn decide<'a>(
+        &'a self,
+        checks: &'a [BucketCheck<'a>],
+        mode: Mode,
+        out: &'a mut [Decision],
+    ) -> Answer<'a, Decided> {
+        match mode {
+            Mode::Check => Answer::pending(self.check_buckets(checks, out)),
+            Mode::Reserve { max_wait } => {
+                Answer::pending(self.reserve_buckets(checks, max_wait, out))
+            }
+        }
+    }
+
+    fn adjust<'a>(&'a self, adjustment: Adjustment<'a>) -> Answer<'a, ()> {
+        Answer::pending(async move {
+            match adjustment {
+                Adjustment::Settle(settles) => {
+                    self.settle_buckets(settles).await
+                }
+                Adjustment::Cancel(reserved) => {
+                    self.cancel_reservations(reserved).await
+                }
+                Adjustment::Release(slots) => self.release_slots(slots).await,
+                Adjustment::Renew(slots) => self.renew_slots(slots).await,
+            }
+        })
+    }
+
+    fn reset<'a>(&'a self, buckets: &'a [BucketCheck<'a>]) -> Answer<'a, ()> {
+        Answer::pending(self.reset_buckets(buckets))
+    }
+
+    /// Every kind (`decide_mixed.lua`), reservations (`reserve.lua`,
+    /// `cancel.lua`) and slots with a lease (a slot not renewed is free
+    /// after it). On one Redis a decision spans partitions (it is one
+    /// script); on a Redis Cluster it does not: windows, periods and
+    /// concurrency limits of one decision must share a hash slot, and only
+    /// one partition's buckets do (see
+    /// [Redis Cluster](RedisStorage#redis-cluster)).
+    ///
+    /// ```
+    /// use rate_tier_storage::{RedisStorage, Storage};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // Neither connects before its first call.
+    /// assert!(RedisStorage::from_url("redis://127.0.0.1:6390/")?.capabilities().spans_partitions);
+    /// assert!(!RedisStorage::from_cluster_urls(["redis://127.0.0.1:6390/"])?.capabilities().spans_partitions);
+    /// # Ok(()) }
+    /// ```
+    fn capabilities(&self) -> Capabilities {
+        let mut redis = Capabilities::new("redis").with_every_kind();
+        redis.spans_partitions = !self.shared.cluster;
+        redis.reserves = true;
+        redis.lease = Some(self.lease_duration());
+        redis
+    }
+
+    /// On a Redis Cluster, the master that owns the bucket's slot
+    /// (`host:port`), once the slot map is read: a
+    /// [`FallbackStorage`](crate::FallbackStorage) keeps a breaker per
+    /// node. On one Redis, `None`: one domain.
+    fn failure_domain(&self, check: &BucketCheck<'_>) -> Option<Arc<str>> {
+        let slots = self.shared.slots.as_ref()?;
+        slots.owner(key::cluster_slot(check.partition(), check.secret()))
     }
 
     fn subscribe(&self, listener: StorageListener) -> Subscription {

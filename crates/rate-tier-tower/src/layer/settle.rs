@@ -2,6 +2,7 @@
 //! charged (a debt) or refunded, one more atomic call on the store, when
 //! the response body ends (or is dropped): see `body.rs`.
 
+use rate_tier_storage::StorageExt;
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -183,7 +184,7 @@ impl Finish {
         let storage = config.tiers.storage().clone();
         {
             let settles = self.plan.settles(&config, &adjusted);
-            if let Some(result) = storage.settle_local(&settles) {
+            if let Some(result) = storage.settle(&settles).ready() {
                 report(&config, result);
                 return None;
             }

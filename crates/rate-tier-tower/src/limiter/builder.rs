@@ -8,7 +8,7 @@ use arc_swap::ArcSwap;
 use rate_tier_storage::clock::{Clock, MonotonicClock, SharedClock};
 use rate_tier_storage::event::Listeners;
 use rate_tier_storage::key::KeySecret;
-use rate_tier_storage::{MemoryStorage, Rule, Storage, Store};
+use rate_tier_storage::{MemoryStorage, Rule, Storage, StorageExt};
 
 use super::wait::{DEFAULT_MAX_WAITING, WaitRoom};
 use super::{Inner, RateTier};
@@ -165,7 +165,7 @@ impl RateTierBuilder {
     ///
     /// Only decisions of rate limits alone wait (a window, period or
     /// concurrency limit in the decision: checked as without waiting), on a
-    /// store that reserves ([`Storage::reserves`]; else
+    /// store that reserves ([`Capabilities::reserves`]; else
     /// [`ConfigError::CannotWait`] at build). At most
     /// [`max_waiting`](Self::max_waiting) requests wait at once; beyond
     /// that they are refused rather than queued. A request whose client
@@ -319,9 +319,9 @@ impl RateTierBuilder {
     pub fn try_build(self) -> Result<RateTier, ConfigError> {
         let plans = self.plans.build()?;
         let key_secret = self.key_secret.map(KeySecret::new).transpose()?;
-        let store = match self.storage {
-            Some(storage) => Store::Other(storage),
-            None => Store::Memory(match &self.clock {
+        let store: Arc<dyn Storage> = match self.storage {
+            Some(storage) => storage,
+            None => Arc::new(match &self.clock {
                 Some(clock) => {
                     MemoryStorage::builder().shared_clock(clock.clone()).build()
                 }
@@ -329,6 +329,9 @@ impl RateTierBuilder {
                 None => MemoryStorage::new(),
             }),
         };
+        let memory = (store.as_ref() as &dyn std::any::Any)
+            .downcast_ref::<MemoryStorage>()
+            .cloned();
         check_kinds(&plans, &store)?;
         if let Some(ratio) = self.near_limit
             && !(ratio > 0.0 && ratio <= 1.0)
@@ -343,7 +346,7 @@ impl RateTierBuilder {
             None => None,
         };
         let waiting = match self.wait_up_to {
-            Some(_) if !store.reserves() => {
+            Some(_) if !store.capabilities().reserves => {
                 return Err(ConfigError::CannotWait {
                     store: store.kind(),
                 });
@@ -374,6 +377,7 @@ impl RateTierBuilder {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             generation: AtomicU64::new(0),
             store,
+            memory,
             clock,
             key_secret,
             listeners,
@@ -398,7 +402,7 @@ impl RateTierBuilder {
 /// place.
 pub(super) fn check_kinds(
     plans: &Plans,
-    store: &Store,
+    store: &Arc<dyn Storage>,
 ) -> Result<(), ConfigError> {
     plans
         .kinds()
@@ -408,7 +412,7 @@ pub(super) fn check_kinds(
 /// `limit` (a tier or a limit of its own) is of `kind`, which `store` must
 /// decide.
 pub(crate) fn decided_by(
-    store: &Store,
+    store: &Arc<dyn Storage>,
     limit: &str,
     kind: rate_tier_storage::RuleKind,
 ) -> Result<(), ConfigError> {

@@ -30,7 +30,10 @@ use gcra_core::{Adjust, Quota};
 use rate_tier_storage::clock::SharedClock;
 use rate_tier_storage::event::Listeners;
 use rate_tier_storage::key::KeySecret;
-use rate_tier_storage::{BucketCheck, Rule, StorageError, Store, Subscription};
+use rate_tier_storage::{
+    BucketCheck, MemoryStorage, Rule, Storage, StorageError, StorageExt,
+    Subscription,
+};
 
 pub use ask::LimitRequest;
 pub use builder::RateTierBuilder;
@@ -75,8 +78,11 @@ pub(crate) struct Inner {
     pub(crate) id: u64,
     /// Bumped after every reload: a thread's copy of older plans is stale.
     pub(crate) generation: AtomicU64,
-    /// The memory store by value (its decision inlined), or any other.
-    pub(crate) store: Store,
+    /// The store.
+    pub(crate) store: Arc<dyn Storage>,
+    /// The same store when it is the memory store: its decision inlined
+    /// (no virtual call, nothing boxed).
+    pub(crate) memory: Option<MemoryStorage>,
     pub(crate) clock: SharedClock,
     pub(crate) key_secret: Option<KeySecret>,
     /// Who hears every event, the store's included, each once.
@@ -137,9 +143,9 @@ impl RateTier {
     /// ```
     /// use tower_rate_tier::{Quota, RateTier};
     /// let limiter = RateTier::builder().tier("free", Quota::per_minute(10)).build();
-    /// assert_eq!(limiter.storage().kind(), "memory");
+    /// assert_eq!(limiter.storage().capabilities().label, "memory");
     /// ```
-    pub fn storage(&self) -> &Store {
+    pub fn storage(&self) -> &Arc<dyn Storage> {
         &self.inner.store
     }
 

@@ -1,16 +1,16 @@
 //! Windows, periods and concurrency limits of one decision in different
 //! partitions, on a store that cannot decide them together
-//! ([`Storage::spans_partitions`] false: a Redis Cluster, one hash slot per
+//! ([`Capabilities::spans_partitions`] false: a Redis Cluster, one hash slot per
 //! partition). Such a decision would be refused at run time, for every
 //! request that makes it; here it is refused at build time instead
 //! ([`ConfigError::KindsInTwoPartitions`]): when a layer takes a limit,
 //! and when plans are reloaded under live layers.
 //!
-//! [`Storage::spans_partitions`]: rate_tier_storage::Storage::spans_partitions
+//! [`Capabilities::spans_partitions`]: rate_tier_storage::Capabilities::spans_partitions
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use rate_tier_storage::{RuleKind, Store};
+use rate_tier_storage::{RuleKind, Storage, StorageExt};
 
 use super::RateTier;
 use crate::error::ConfigError;
@@ -37,7 +37,7 @@ impl RateTier {
         let rates_only = limits
             .iter()
             .all(|limit| limit.kinds().all(|kind| kind == RuleKind::Rate));
-        if store.spans_partitions() || rates_only {
+        if store.capabilities().spans_partitions || rates_only {
             return Ok(None);
         }
         let mut layers = self.inner.layers.lock();
@@ -77,11 +77,11 @@ impl Layers {
 /// (the plan's, per user, and `limits`') meet. Every limit is taken to
 /// apply to every request (a `when` is not known before one).
 pub(crate) fn check(
-    store: &Store,
+    store: &Arc<dyn Storage>,
     plans: &Plans,
     limits: &[Limit],
 ) -> Result<(), ConfigError> {
-    if store.spans_partitions() {
+    if store.capabilities().spans_partitions {
         return Ok(());
     }
     for tier in &plans.tiers {

@@ -3,11 +3,12 @@
 //! [`RateLimitInfo`](crate::RateLimitInfo) dropped by a caller of
 //! [`RateTier::check`](crate::RateTier::check) and friends.
 //!
-//! On a store that leases slots ([`Storage::lease`](rate_tier_storage::Storage::lease)),
+//! On a store that leases slots ([`Capabilities::lease`](rate_tier_storage::Capabilities::lease)),
 //! a task renews them every third of the lease while they are held, so a
 //! long request keeps its slots and an instance that dies loses them when
 //! the lease runs out.
 
+use rate_tier_storage::StorageExt;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,7 +63,8 @@ impl Slots {
         }
         let renewing = inner
             .store
-            .lease()
+            .capabilities()
+            .lease
             .and_then(|lease| renew(inner, &slots, lease));
         Some(Arc::new(Slots {
             inner: Arc::clone(inner),
@@ -113,7 +115,7 @@ impl Drop for Slots {
                 .iter()
                 .filter_map(|slot| slot.check(secret))
                 .collect();
-            self.inner.store.release_local(&checks)
+            self.inner.store.release(&checks).ready()
         };
         let lost = |inner: &Inner, error: String| {
             inner

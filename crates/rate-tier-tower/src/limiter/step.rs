@@ -8,6 +8,7 @@
 //! [`RateTier::decide`]: crate::RateTier::decide
 //! [`RateTier::peek`]: crate::RateTier::peek
 
+use rate_tier_storage::StorageExt;
 use std::borrow::Cow;
 use std::time::Duration;
 
@@ -341,10 +342,12 @@ impl RateTier {
             .ok()?
             .key_secret(inner.key_secret.as_ref());
         let mut out = [Decision::default()];
-        let decided = match inner
-            .store
-            .check_local(std::slice::from_ref(&check), &mut out)?
-        {
+        let checks = std::slice::from_ref(&check);
+        let decided = match &inner.memory {
+            Some(memory) => memory.check_sync(checks, &mut out),
+            None => inner.store.check(checks, &mut out).ready()?,
+        };
+        let decided = match decided {
             Ok(decided) => decided,
             Err(error) => return Some(Err(Failed { error, policy })),
         };
@@ -397,7 +400,7 @@ impl RateTier {
             // Only shadow limits that can never pass: nothing to ask.
             Ok(Decided::new(Verdict::of([], &[]), None, "none"))
         } else {
-            self.inner.store.check_local(checks, &mut out)?
+            self.inner.store.check(checks, &mut out).ready()?
         };
         Some(self.conclude(prepared, decided, &out, None, events))
     }

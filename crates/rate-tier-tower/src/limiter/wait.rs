@@ -1,6 +1,6 @@
 //! Waiting instead of refusing, for incoming requests
 //! ([`RateTierBuilder::wait_up_to`](crate::RateTierBuilder::wait_up_to)):
-//! a request of rate limits alone reserves its slot ([`Store::reserve`]),
+//! a request of rate limits alone reserves its slot ([`StorageExt::reserve`]),
 //! waits for it, and is served; one that would wait longer is checked, and
 //! refused, as without waiting.
 //!
@@ -22,8 +22,8 @@ use std::time::Duration;
 use gcra_core::Decision;
 use rate_tier_storage::key::KeySecret;
 use rate_tier_storage::{
-    BucketCancel, BucketCheck, Charged, Decided, LimitName, Rule, StorageError,
-    Store,
+    BucketCancel, BucketCheck, Charged, Decided, LimitName, Rule, Storage,
+    StorageError, StorageExt,
 };
 use smallvec::SmallVec;
 
@@ -94,7 +94,7 @@ impl WaitRoom {
     /// wait at all is checked, and takes no seat.
     pub(crate) async fn decide(
         &self,
-        store: &Store,
+        store: &Arc<dyn Storage>,
         secret: Option<&KeySecret>,
         checks: &[BucketCheck<'_>],
         max_wait: Duration,
@@ -163,14 +163,14 @@ fn read_refused(checks: &[BucketCheck<'_>], out: &[Decision]) -> bool {
 
 /// A reservation to give back if the request goes away while it waits.
 struct GiveBack<'a> {
-    store: &'a Store,
+    store: &'a Arc<dyn Storage>,
     secret: Option<&'a KeySecret>,
     cancels: SmallVec<[BucketCancel<'a>; INLINE]>,
 }
 
 impl<'a> GiveBack<'a> {
     fn armed(
-        store: &'a Store,
+        store: &'a Arc<dyn Storage>,
         secret: Option<&'a KeySecret>,
         checks: &[BucketCheck<'a>],
         out: &[Decision],
@@ -205,7 +205,7 @@ impl<'a> GiveBack<'a> {
 impl Drop for GiveBack<'_> {
     fn drop(&mut self) {
         if self.cancels.is_empty()
-            || self.store.cancel_local(&self.cancels).is_some()
+            || self.store.cancel(&self.cancels).ready().is_some()
         {
             // A failed give-back loses the slot: never handed out twice.
             return;

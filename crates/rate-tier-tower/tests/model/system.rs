@@ -2,6 +2,7 @@
 //! driver that runs a scenario's operations on it and on the reference
 //! model side by side.
 
+use rate_tier_storage::{Adjustment, Answer, Capabilities, Mode, StorageExt};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
@@ -213,9 +214,8 @@ impl Switch {
     }
 }
 
-#[async_trait::async_trait]
-impl Storage for Switch {
-    async fn check(
+impl Switch {
+    async fn check_buckets(
         &self,
         checks: &[BucketCheck<'_>],
         out: &mut [Decision],
@@ -224,7 +224,7 @@ impl Storage for Switch {
         self.memory.check(checks, out).await
     }
 
-    async fn settle(
+    async fn settle_buckets(
         &self,
         settles: &[BucketSettle<'_>],
     ) -> Result<(), StorageError> {
@@ -232,7 +232,7 @@ impl Storage for Switch {
         self.memory.settle(settles).await
     }
 
-    async fn reserve(
+    async fn reserve_buckets(
         &self,
         checks: &[BucketCheck<'_>],
         max_wait: Duration,
@@ -242,7 +242,7 @@ impl Storage for Switch {
         self.memory.reserve(checks, max_wait, out).await
     }
 
-    async fn cancel(
+    async fn cancel_reservations(
         &self,
         reserved: &[BucketCancel<'_>],
     ) -> Result<(), StorageError> {
@@ -250,7 +250,7 @@ impl Storage for Switch {
         self.memory.cancel(reserved).await
     }
 
-    async fn reset(
+    async fn reset_buckets(
         &self,
         buckets: &[BucketCheck<'_>],
     ) -> Result<(), StorageError> {
@@ -258,16 +258,63 @@ impl Storage for Switch {
         self.memory.reset(buckets).await
     }
 
-    fn supports(&self, kind: RuleKind) -> bool {
+    fn decides(&self, kind: RuleKind) -> bool {
         self.memory.supports(kind)
     }
 
-    fn reserves(&self) -> bool {
+    fn can_reserve(&self) -> bool {
         true
     }
 
-    fn kind(&self) -> &'static str {
+    fn label(&self) -> &'static str {
         "switch"
+    }
+}
+
+impl Storage for Switch {
+    fn decide<'a>(
+        &'a self,
+        checks: &'a [BucketCheck<'a>],
+        mode: Mode,
+        out: &'a mut [Decision],
+    ) -> Answer<'a, Decided> {
+        match mode {
+            Mode::Check => Answer::pending(self.check_buckets(checks, out)),
+            Mode::Reserve { max_wait } => {
+                Answer::pending(self.reserve_buckets(checks, max_wait, out))
+            }
+        }
+    }
+
+    fn adjust<'a>(&'a self, adjustment: Adjustment<'a>) -> Answer<'a, ()> {
+        match adjustment {
+            Adjustment::Settle(settles) => {
+                Answer::pending(self.settle_buckets(settles))
+            }
+            Adjustment::Cancel(reserved) => {
+                Answer::pending(self.cancel_reservations(reserved))
+            }
+            Adjustment::Release(_) => Answer::Ready(Err(
+                StorageError::Unsupported("concurrency limits"),
+            )),
+            Adjustment::Renew(_) => Answer::Ready(Ok(())),
+        }
+    }
+
+    fn reset<'a>(&'a self, buckets: &'a [BucketCheck<'a>]) -> Answer<'a, ()> {
+        Answer::pending(self.reset_buckets(buckets))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut capabilities = Capabilities::new(self.label());
+        for kind in [RuleKind::Window, RuleKind::Period, RuleKind::Concurrency]
+        {
+            if self.decides(kind) {
+                capabilities = capabilities.with(kind);
+            }
+        }
+        capabilities.reserves = self.can_reserve();
+        capabilities
     }
 }
 

@@ -1,5 +1,6 @@
 //! Stores that misbehave on purpose.
 
+use rate_tier_storage::{Adjustment, Answer, Capabilities, Mode, StorageExt};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -41,9 +42,8 @@ impl TimingOut {
     }
 }
 
-#[async_trait::async_trait]
-impl Storage for TimingOut {
-    async fn check(
+impl TimingOut {
+    async fn check_buckets(
         &self,
         _checks: &[BucketCheck<'_>],
         _out: &mut [Decision],
@@ -52,7 +52,7 @@ impl Storage for TimingOut {
         Err(StorageError::Timeout(Duration::from_millis(100)))
     }
 
-    async fn settle(
+    async fn settle_buckets(
         &self,
         _settles: &[BucketSettle<'_>],
     ) -> Result<(), StorageError> {
@@ -60,20 +60,62 @@ impl Storage for TimingOut {
         Err(StorageError::Timeout(Duration::from_millis(100)))
     }
 
-    fn kind(&self) -> &'static str {
+    fn label(&self) -> &'static str {
         self.kind
     }
 
-    fn supports(&self, kind: RuleKind) -> bool {
+    fn decides(&self, kind: RuleKind) -> bool {
         self.every_kind || kind == RuleKind::Rate
     }
 
-    async fn release(
+    async fn release_slots(
         &self,
         _slots: &[BucketCheck<'_>],
     ) -> Result<(), StorageError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         Err(StorageError::Timeout(Duration::from_millis(100)))
+    }
+}
+
+impl Storage for TimingOut {
+    fn decide<'a>(
+        &'a self,
+        checks: &'a [BucketCheck<'a>],
+        mode: Mode,
+        out: &'a mut [Decision],
+    ) -> Answer<'a, Decided> {
+        match mode {
+            Mode::Check => Answer::pending(self.check_buckets(checks, out)),
+            Mode::Reserve { .. } => {
+                Answer::Ready(Err(StorageError::Unsupported("reservations")))
+            }
+        }
+    }
+
+    fn adjust<'a>(&'a self, adjustment: Adjustment<'a>) -> Answer<'a, ()> {
+        match adjustment {
+            Adjustment::Settle(settles) => {
+                Answer::pending(self.settle_buckets(settles))
+            }
+            Adjustment::Cancel(_) => {
+                Answer::Ready(Err(StorageError::Unsupported("reservations")))
+            }
+            Adjustment::Release(slots) => {
+                Answer::pending(self.release_slots(slots))
+            }
+            Adjustment::Renew(_) => Answer::Ready(Ok(())),
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut capabilities = Capabilities::new(self.label());
+        for kind in [RuleKind::Window, RuleKind::Period, RuleKind::Concurrency]
+        {
+            if self.decides(kind) {
+                capabilities = capabilities.with(kind);
+            }
+        }
+        capabilities
     }
 }
 
@@ -125,9 +167,8 @@ impl Flaky {
     }
 }
 
-#[async_trait::async_trait]
-impl Storage for Flaky {
-    async fn check(
+impl Flaky {
+    async fn check_buckets(
         &self,
         checks: &[BucketCheck<'_>],
         out: &mut [Decision],
@@ -142,7 +183,7 @@ impl Storage for Flaky {
         }
     }
 
-    async fn settle(
+    async fn settle_buckets(
         &self,
         settles: &[BucketSettle<'_>],
     ) -> Result<(), StorageError> {
@@ -154,8 +195,44 @@ impl Storage for Flaky {
         }
     }
 
-    fn kind(&self) -> &'static str {
+    fn label(&self) -> &'static str {
         "flaky"
+    }
+}
+
+impl Storage for Flaky {
+    fn decide<'a>(
+        &'a self,
+        checks: &'a [BucketCheck<'a>],
+        mode: Mode,
+        out: &'a mut [Decision],
+    ) -> Answer<'a, Decided> {
+        match mode {
+            Mode::Check => Answer::pending(self.check_buckets(checks, out)),
+            Mode::Reserve { .. } => {
+                Answer::Ready(Err(StorageError::Unsupported("reservations")))
+            }
+        }
+    }
+
+    fn adjust<'a>(&'a self, adjustment: Adjustment<'a>) -> Answer<'a, ()> {
+        match adjustment {
+            Adjustment::Settle(settles) => {
+                Answer::pending(self.settle_buckets(settles))
+            }
+            Adjustment::Cancel(_) => {
+                Answer::Ready(Err(StorageError::Unsupported("reservations")))
+            }
+            Adjustment::Release(_) => Answer::Ready(Err(
+                StorageError::Unsupported("concurrency limits"),
+            )),
+            Adjustment::Renew(_) => Answer::Ready(Ok(())),
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let capabilities = Capabilities::new(self.label());
+        capabilities
     }
 }
 
@@ -164,9 +241,8 @@ impl Storage for Flaky {
 #[derive(Debug, Clone)]
 pub struct Remote(pub MemoryStorage);
 
-#[async_trait::async_trait]
-impl Storage for Remote {
-    async fn check(
+impl Remote {
+    async fn check_buckets(
         &self,
         checks: &[BucketCheck<'_>],
         out: &mut [Decision],
@@ -175,7 +251,7 @@ impl Storage for Remote {
         self.0.check(checks, out).await
     }
 
-    async fn settle(
+    async fn settle_buckets(
         &self,
         settles: &[BucketSettle<'_>],
     ) -> Result<(), StorageError> {
@@ -183,8 +259,44 @@ impl Storage for Remote {
         self.0.settle(settles).await
     }
 
-    fn kind(&self) -> &'static str {
+    fn label(&self) -> &'static str {
         "remote"
+    }
+}
+
+impl Storage for Remote {
+    fn decide<'a>(
+        &'a self,
+        checks: &'a [BucketCheck<'a>],
+        mode: Mode,
+        out: &'a mut [Decision],
+    ) -> Answer<'a, Decided> {
+        match mode {
+            Mode::Check => Answer::pending(self.check_buckets(checks, out)),
+            Mode::Reserve { .. } => {
+                Answer::Ready(Err(StorageError::Unsupported("reservations")))
+            }
+        }
+    }
+
+    fn adjust<'a>(&'a self, adjustment: Adjustment<'a>) -> Answer<'a, ()> {
+        match adjustment {
+            Adjustment::Settle(settles) => {
+                Answer::pending(self.settle_buckets(settles))
+            }
+            Adjustment::Cancel(_) => {
+                Answer::Ready(Err(StorageError::Unsupported("reservations")))
+            }
+            Adjustment::Release(_) => Answer::Ready(Err(
+                StorageError::Unsupported("concurrency limits"),
+            )),
+            Adjustment::Renew(_) => Answer::Ready(Ok(())),
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let capabilities = Capabilities::new(self.label());
+        capabilities
     }
 }
 
@@ -221,9 +333,8 @@ impl Narrow {
     }
 }
 
-#[async_trait::async_trait]
-impl Storage for Narrow {
-    async fn check(
+impl Narrow {
+    async fn check_buckets(
         &self,
         checks: &[BucketCheck<'_>],
         out: &mut [Decision],
@@ -231,30 +342,73 @@ impl Storage for Narrow {
         self.memory.check(checks, out).await
     }
 
-    async fn settle(
+    async fn settle_buckets(
         &self,
         settles: &[BucketSettle<'_>],
     ) -> Result<(), StorageError> {
         self.memory.settle(settles).await
     }
 
-    async fn release(
+    async fn release_slots(
         &self,
         slots: &[BucketCheck<'_>],
     ) -> Result<(), StorageError> {
         self.memory.release(slots).await
     }
 
-    fn supports(&self, kind: RuleKind) -> bool {
+    fn decides(&self, kind: RuleKind) -> bool {
         kind == RuleKind::Rate
             || (!self.rates_only && self.memory.supports(kind))
     }
 
-    fn spans_partitions(&self) -> bool {
+    fn can_span_partitions(&self) -> bool {
         self.rates_only
     }
 
-    fn kind(&self) -> &'static str {
+    fn label(&self) -> &'static str {
         self.kind
+    }
+}
+
+impl Storage for Narrow {
+    fn decide<'a>(
+        &'a self,
+        checks: &'a [BucketCheck<'a>],
+        mode: Mode,
+        out: &'a mut [Decision],
+    ) -> Answer<'a, Decided> {
+        match mode {
+            Mode::Check => Answer::pending(self.check_buckets(checks, out)),
+            Mode::Reserve { .. } => {
+                Answer::Ready(Err(StorageError::Unsupported("reservations")))
+            }
+        }
+    }
+
+    fn adjust<'a>(&'a self, adjustment: Adjustment<'a>) -> Answer<'a, ()> {
+        match adjustment {
+            Adjustment::Settle(settles) => {
+                Answer::pending(self.settle_buckets(settles))
+            }
+            Adjustment::Cancel(_) => {
+                Answer::Ready(Err(StorageError::Unsupported("reservations")))
+            }
+            Adjustment::Release(slots) => {
+                Answer::pending(self.release_slots(slots))
+            }
+            Adjustment::Renew(_) => Answer::Ready(Ok(())),
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut capabilities = Capabilities::new(self.label());
+        for kind in [RuleKind::Window, RuleKind::Period, RuleKind::Concurrency]
+        {
+            if self.decides(kind) {
+                capabilities = capabilities.with(kind);
+            }
+        }
+        capabilities.spans_partitions = self.can_span_partitions();
+        capabilities
     }
 }
