@@ -1,6 +1,6 @@
 //! A reservation (`Storage::reserve`) against a check (`Storage::check`)
-//! of the same buckets, in memory and on Redis, side by side in one run
-//! (issue 23, "Speed").
+//! of the same buckets, in memory and on Redis, side by side in one run:
+//! what a shaped call costs over a limited one.
 //!
 //! Every reservation measured never waits: the quota is roomy (1 per µs
 //! with a burst of about 71 minutes, limits.rs's quota), the most the

@@ -385,7 +385,7 @@ mod tests {
 
     #[test]
     fn the_other_buckets_are_answered_as_they_stood_or_not_at_all() {
-        // Issue 19, 11: the other buckets of a remembered refusal used to be
+        // Regression: the other buckets of a remembered refusal must not be
         // reported passing with 0 remaining and a reset of 0.
         let refusals = Refusals::default();
         let (plan, ip) = (
