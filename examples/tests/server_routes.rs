@@ -222,9 +222,9 @@ fn routes_scenario(a: &Server, b: &Server, counted: &[&str]) {
             ]
         )
     );
-    // Issue 19, 2: 1,000,000 tokens on free (1000 a minute) are a debt of
-    // about 1000 minutes, waited for whole on every server (it was capped
-    // at two bursts: the next generation waited 61 s).
+    // Regression: 1,000,000 tokens on free (1000 a minute) are a debt of
+    // about 1000 minutes, waited for whole on every server (not capped at
+    // two bursts, where the next generation would wait 61 s).
     let r = a.get("/generate?tokens=1000000", Some("key_eva"));
     assert_eq!(r.status, 200, "{r:?}");
     for server in [b, a] {

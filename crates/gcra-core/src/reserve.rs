@@ -1,6 +1,6 @@
 //! Waiting instead of refusing: a reservation of the next slot a request
-//! may go at, for a caller that prefers to wait (shaping, seed 004's leaky
-//! bucket: requests leave at the quota's rate however they arrive).
+//! may go at, for a caller that prefers to wait (shaping, a leaky bucket:
+//! requests leave at the quota's rate however they arrive).
 
 use crate::decision::store_for;
 use crate::{CheckError, Quota, StoreTat, Write};

@@ -1,6 +1,7 @@
 //! [`RlsStorage`]: a [`Storage`] that asks a central rate limit service for
 //! the decision, over Envoy's RLS v3 gRPC API: this service, or
-//! envoyproxy/ratelimit itself (seed 004's "dedicated microservice").
+//! envoyproxy/ratelimit itself, when limits are decided by a dedicated
+//! service rather than by a store each instance talks to.
 //!
 //! A Tower layer (`tower_rate_tier::RateTier`) uses it like any store; wrap
 //! it in a [`FallbackStorage`](rate_tier_storage::FallbackStorage) and the

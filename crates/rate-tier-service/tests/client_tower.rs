@@ -198,9 +198,9 @@ async fn the_fallback_limits_while_the_service_is_unreachable() {
     );
 }
 
-/// Issue 19, 10: the shadow checks were charged even when the enforced
-/// call refused, and a failure of their call, after the enforced call had
-/// charged, failed the decision, so a fallback charged it again locally.
+/// Regression: the shadow checks must not be charged when the enforced call
+/// refuses, and a failure of their call, after the enforced call charged,
+/// must not fail the decision (a fallback would charge it again locally).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shadow_checks_follow_the_decision_and_never_fail_it() {
     let svc = service().await;

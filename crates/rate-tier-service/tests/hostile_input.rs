@@ -191,12 +191,12 @@ async fn json_errors_are_400_and_charge_nothing() {
     still_serving_and_uncharged(&svc).await;
 }
 
-/// Issue 19, 1: a descriptor value over 4096 bytes (or a 65th descriptor,
-/// or a value that is not UTF-8) made the whole call an error, so nothing
-/// was charged, the request's other descriptors included; behind Envoy with
-/// `failure_mode_deny: false` the request passed unlimited. Now values are
-/// hashed into keys whatever their length or bytes, and a request beyond a
-/// bound is refused, never an error.
+/// Regression: a descriptor value over 4096 bytes (or a 65th descriptor, or
+/// a value that is not UTF-8) must not make the whole call an error: nothing
+/// would be charged, the request's other descriptors included, and behind
+/// Envoy with `failure_mode_deny: false` the request would pass unlimited.
+/// Values are hashed into keys whatever their length or bytes, and a
+/// request beyond a bound is refused, never an error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_input_a_gateways_client_controls_turns_a_limit_off() {
     const RULES: &str = "  - key: remote_address\n    rate_limit: {unit: hour, requests_per_unit: 5}\n  - key: path\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n";

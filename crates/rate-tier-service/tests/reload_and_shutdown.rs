@@ -408,9 +408,9 @@ async fn shutdown_lets_requests_in_flight_finish() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_steady_stream_of_events_starves_neither_the_reload_nor_the_shutdown()
 {
-    // Issue 19, 13: the quiet period waited for a pause in the events; a
-    // file written beside the config every few ms never gave one, so the
-    // reload never came, and the task never saw the shutdown.
+    // Regression: a quiet period that waits for a pause in the events never
+    // ends while a file beside the config is written every few ms: the
+    // reload would never come, and the task would never see the shutdown.
     let dir = TempDir::new();
     let domain = unique("stream");
     let file = dir.write("config.yaml", &rules(&domain, "a", "first"));

@@ -1,7 +1,7 @@
 //! The kinds of limit beside the GCRA rate, in memory and on Redis: one
 //! decision with one window (N = 100), with one calendar period, and a
 //! concurrency slot taken then given back, each against one GCRA rate
-//! check of the same store (issue 22).
+//! check of the same store: what each kind costs over a rate.
 //!
 //! # Memory
 //!

@@ -1,6 +1,6 @@
 //! A reservation (`StorageExt::reserve`) against a check (`StorageExt::check`)
-//! of the same buckets, in memory and on Redis, side by side in one run
-//! (issue 23, "Speed").
+//! of the same buckets, in memory and on Redis, side by side in one run:
+//! what a shaped call costs over a limited one.
 //!
 //! Every reservation measured never waits: the quota is roomy (1 per µs
 //! with a burst of about 71 minutes, limits.rs's quota), the most the
@@ -267,11 +267,11 @@ criterion_main!(benches);
 /// The Redis groups (see the module docs).
 #[cfg(feature = "redis")]
 mod redis {
-    use rate_tier_storage::StorageExt;
     use std::hint::black_box;
     use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
     use criterion::Criterion;
+    use rate_tier_storage::StorageExt;
     use rate_tier_storage::{
         BucketCheck, Decision, LimitName, RedisStorage, Storage,
     };
@@ -439,6 +439,7 @@ mod redis {
 #[cfg(not(feature = "redis"))]
 mod redis {
     use criterion::Criterion;
+    use rate_tier_storage::StorageExt;
 
     pub(super) fn reserve(_: &mut Criterion, _: &[String]) {
         if std::env::var_os("TRT_REDIS_URL").is_some() {

@@ -908,11 +908,11 @@ async fn settle_goes_to_the_primary_when_closed_and_to_the_local_store_when_open
 
 #[tokio::test]
 async fn a_settlement_goes_to_the_store_that_charged_its_estimate() {
-    // Issue 19, 3: a settlement went to whichever store the breaker pointed
-    // at when the response ended. Charged locally during an outage and
-    // refunded after it, the primary was credited tokens it never charged;
-    // charged on the primary and settled during an outage, the debt was
-    // lost.
+    // Regression: a settlement must not go to whichever store the breaker
+    // points at when the response ends. Charged locally during an outage
+    // and refunded after it, the primary would be credited tokens it never
+    // charged; charged on the primary and settled during an outage, the
+    // debt would be lost.
     let s = setup(1);
     let tokens = LimitName::new("tokens").unwrap();
     let quota = Quota::per_minute(1000);

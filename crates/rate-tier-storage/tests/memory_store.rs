@@ -1319,12 +1319,12 @@ fn a_joint_decision_wider_than_the_store_finishes() {
 
 #[test]
 fn refused_decisions_of_new_partitions_evict_no_one() {
-    // Issue 19, 7: a client whose plan is exhausted sends requests that each
+    // Regression: a client whose plan is exhausted sends requests that each
     // name a new partition of a keyed limit (a header it controls). Each is
-    // refused by the plan; before the fix, each still made an entry for its
-    // new partition first, and in a full store every entry evicted an
-    // honest user's exhausted bucket (485 evictions for 500 requests, 36 of
-    // 48 users reset). A refused decision must leave the store as it found
+    // refused by the plan; if each still made an entry for its new
+    // partition first, in a full store every entry would evict an honest
+    // user's exhausted bucket (485 evictions for 500 requests, 36 of 48
+    // users reset). A refused decision must leave the store as it found
     // it.
     let (plan, per_key) = (limit("free"), limit("per-key"));
     let capacity = 64;
@@ -1359,10 +1359,10 @@ fn refused_decisions_of_new_partitions_evict_no_one() {
 
 #[test]
 fn new_buckets_in_a_full_store_find_room_under_contention() {
-    // Issue 19, 13: eight attempts to find room used to end in an error
-    // (a 503, and UNAVAILABLE to Envoy, which lets the request pass) when
-    // other threads kept taking every freed place. An evicted bucket's
-    // place now goes to the bucket that evicted it: every new bucket is
+    // Regression: a bounded number of attempts to find room would end in an
+    // error (a 503, and UNAVAILABLE to Envoy, which lets the request pass)
+    // when other threads kept taking every freed place. An evicted bucket's
+    // place goes to the bucket that evicted it: every new bucket is
     // answered, whatever the contention.
     let plan = limit("free");
     let search = limit("search");

@@ -364,7 +364,7 @@ async fn slot_map(store: &RedisStorage, name: &LimitName) {
     }
 }
 
-/// Issue 19, 8: a decision over two slots whose second node stops answering.
+/// Regression: a decision over two slots whose second node stops answering.
 /// The first slot was charged; the caller's timeout fires (or its future is
 /// dropped) and it answers without Redis. The charge must not stay: the
 /// decision finishes in a task of its own and refunds it. And a refusal by
@@ -448,11 +448,11 @@ async fn cluster_a_decision_its_caller_gave_up_on_charges_nothing() {
         .unwrap();
 }
 
-/// Issue 19, 9: losing the master of an address limit's slot opened the
-/// breakers of healthy masters too (a cross-slot failure counted against
-/// every node in it), so every user went local. Only the lost node's
-/// breaker opens now, and a decision over a healthy node's bucket and the
-/// lost node's is mixed: the healthy bucket stays shared.
+/// Regression: losing the master of an address limit's slot must not open
+/// the breakers of healthy masters too (a cross-slot failure counted
+/// against every node in it would send every user local). Only the lost
+/// node's breaker opens, and a decision over a healthy node's bucket and
+/// the lost node's is mixed: the healthy bucket stays shared.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_a_lost_address_master_keeps_every_plan_shared() {
     let (mut cluster, slots, redis) = three_masters().await;
@@ -513,9 +513,9 @@ async fn cluster_a_lost_address_master_keeps_every_plan_shared() {
         .unwrap();
 }
 
-/// Issue 19, 4 and 5: an instance's own refund forgets the refusal it
-/// remembered for the bucket (it used to stay refused from memory, with no
-/// Redis call, while Redis held a full bucket); and a refusal is remembered
+/// Regression: an instance's own refund forgets the refusal it remembered
+/// for the bucket (else it stays refused from memory, with no Redis call,
+/// while Redis holds a full bucket); and a refusal is remembered
 /// under the bucket's real key, so that two limiters sharing one store with
 /// different key secrets never answer each other's users from memory.
 #[tokio::test]

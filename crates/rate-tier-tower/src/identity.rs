@@ -63,7 +63,15 @@ impl<'a> TierIdentity<'a> {
     /// never unlimited. Metrics still label the request by its plan.
     ///
     /// It comes from where the plan comes from (the header function, the
-    /// async lookup, cached by [`CachedIdentifier`](crate::CachedIdentifier)
+    /// async lookup, cached by
+    #[cfg_attr(
+        feature = "identity-cache",
+        doc = "[`CachedIdentifier`](crate::CachedIdentifier)"
+    )]
+    #[cfg_attr(
+        not(feature = "identity-cache"),
+        doc = "`CachedIdentifier` (feature `identity-cache`)"
+    )]
     /// with it): no second store.
     ///
     /// ```

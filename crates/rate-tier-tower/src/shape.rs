@@ -1,8 +1,8 @@
 //! Waiting instead of refusing, for outgoing calls: [`ShapeLayer`] wraps a
 //! client (any [`Service`]: a hyper client, reqwest through its tower
 //! adapter, a tonic channel) so that every call waits for its slot in a
-//! quota shared through the store, then goes out. Seed 004's leaky bucket:
-//! calls leave at the quota's rate however they arrive.
+//! quota shared through the store, then goes out. A leaky bucket: calls
+//! leave at the quota's rate however they arrive.
 //!
 //! Each call reserves its slot ([`StorageExt::reserve`]) in every quota of the
 //! shaper at once, waits until it, and goes. Every instance that shapes

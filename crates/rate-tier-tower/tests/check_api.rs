@@ -406,9 +406,9 @@ async fn a_refusal_in_any_position_charges_nothing_in_memory() {
 
 #[tokio::test]
 async fn a_huge_settled_debt_is_waited_for_whole() {
-    // Issue 19, 2: 1,000,000 tokens on 1000 per minute waited 61 s: the
-    // debt was capped at about two bursts. A settled limit carries its
-    // debt whole: about 1000 minutes.
+    // Regression: 1,000,000 tokens on 1000 per minute must wait about 1000
+    // minutes, not 61 s (a debt capped at about two bursts). A settled
+    // limit carries its debt whole.
     let clock = FakeClock::new();
     let limiter = RateTier::builder()
         .clock(clock.clone())

@@ -877,10 +877,10 @@ async fn no_event_and_no_identity_prints_the_user_in_debug() {
 
 #[tokio::test]
 async fn a_limit_per_client_ip_cannot_be_escaped_or_aimed_by_the_client() {
-    // Issue 19, 12: the docs' example keyed a per-address limit on the raw
-    // X-Forwarded-For: rotating it escaped the limit, and naming a victim's
-    // address spent theirs. The proxy appends the real address on the
-    // right; only that one is read.
+    // Regression: a per-address limit keyed on the raw X-Forwarded-For is
+    // escaped by rotating it, and spends a victim's quota by naming their
+    // address. The proxy appends the real address on the right; only that
+    // one is read.
     let clock = FakeClock::new();
     let tiers = RateTier::builder()
         .clock(clock.clone())

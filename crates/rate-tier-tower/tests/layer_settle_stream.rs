@@ -75,8 +75,8 @@ fn request() -> Request<()> {
 
 #[tokio::test]
 async fn a_streamed_answer_is_settled_from_its_meter_when_the_body_ends() {
-    // Issue 19, 13: settle read only the response head, so a streamed
-    // answer kept its estimate.
+    // Regression: a settlement that read only the response head would
+    // leave a streamed answer charged its estimate.
     let tiers = tiers();
     let limit = tokens(Settle::from_usage());
     let layer = TierLimitLayer::new(tiers.clone())

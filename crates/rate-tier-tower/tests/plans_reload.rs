@@ -261,10 +261,10 @@ async fn a_reload_keeps_the_policies_it_does_not_set() {
 
 #[tokio::test]
 async fn a_reload_may_add_a_tier_named_like_a_limit() {
-    // Issue 19, 6: a reload that added tier `search` made its users' plan
-    // bucket the `search` limit's bucket: every /search of theirs was a 503
-    // (the same bucket twice in one decision). Tiers and limits now live in
-    // separate namespaces.
+    // Regression: a reload that adds tier `search` must not make its users'
+    // plan bucket the `search` limit's bucket (every /search of theirs would
+    // be a 503: the same bucket twice in one decision). Tiers and limits
+    // live in separate namespaces.
     let clock = FakeClock::new();
     let tiers = limiter(&clock);
     let layer = TierLimitLayer::new(tiers.clone())

@@ -387,12 +387,11 @@ mod tests {
             GoalId::RedisRoundTrips.entry().goal.to_string(),
             "commands ≤ 1.0 per decision"
         );
-        // Issue 22's goals for the kinds beside the rate.
+        // The goals of the kinds beside the rate.
         let kinds = [GoalId::PeriodVsRate, GoalId::WindowVsRate];
         let kinds = kinds.map(|id| id.entry().goal.to_string());
         assert_eq!(kinds, ["≤ 1.2", "≤ 3.0"]);
-        // Issue 23's: a reservation against a check, shaping against the
-        // quota.
+        // A reservation against a check, shaping against the quota.
         let shaping = [GoalId::ReserveVsCheck, GoalId::ShapedVsQuota];
         let shaping = shaping.map(|id| id.entry().goal.to_string());
         assert_eq!(shaping, ["≤ 1.2", "≥ 0.98"]);

@@ -460,9 +460,9 @@ const RESERVE_GROUPS: [ReserveStore; 2] = [
     },
 ];
 
-/// A reservation that does not wait against a check of the same buckets
-/// (issue 23): of one bucket, judged; of two limits of one user in one
-/// call, for information.
+/// A reservation that does not wait against a check of the same buckets:
+/// of one bucket, judged; of two limits of one user in one call, for
+/// information.
 fn reserve(results: &Results) -> Vec<Row> {
     let criterion = &results.criterion;
     let mut rows = Vec::new();

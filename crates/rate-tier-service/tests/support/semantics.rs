@@ -493,9 +493,9 @@ pub async fn replaces(backend: &Backend) {
         "the replaced rule was not charged"
     );
 
-    // Issue 19, 11: an unlimited rule that is replaced stays unlimited
-    // (upstream marks unlimited descriptors before it applies `replaces`):
-    // it used to report no limit and 0 remaining.
+    // Regression: an unlimited rule that is replaced stays unlimited
+    // (upstream marks unlimited descriptors before it applies `replaces`),
+    // rather than reporting no limit and 0 remaining.
     let svc = Svc::start(
         backend,
         concat!(

@@ -1,53 +1,15 @@
 //! The in-process store: a sharded hash table of atomic TATs.
 //!
-//! A check of one known bucket takes a shard's read lock and runs one
-//! compare-and-swap loop on the bucket's `AtomicU64` (governor's design): no
-//! allocation, one hash, one clock read. Only a new bucket takes the write
-//! lock. A calendar period is one word of the same table (`period.rs`): its
-//! count and its place on the calendar, decided by the same loop; only a
-//! new period needs the calendar. Counts in flight are words of tables of
-//! their own, beside the capacity (`slots.rs`); windows are kept in a map
-//! beside the table (`kinds.rs`).
-//!
-//! A decision over several buckets locks each of them (a bit of its TAT
-//! word, taken in one global order, so two decisions never wait on each
-//! other in a cycle), decides them all with [`gcra_core::check_all`], and
-//! writes them all before unlocking: atomic across the buckets, with no
-//! lock wider than the buckets themselves. A bucket not held yet is a full
-//! one: a refusal or a peek is decided without making it, and only a
-//! decision that charges it takes the write locks of its shards to insert.
-//! A refused decision, or a peek, never inserts, so it never evicts.
-//!
-//! A bucket is named by a 64-bit SipHash-1-3 of (limit, partition) under a
-//! 128-bit key drawn at random per store: the id is not kept in clear even
-//! in memory, an entry is 16 bytes whatever the id's length (huge ids cannot
-//! inflate memory, and there is no allocation per bucket to leave behind),
-//! and the one hash identifies the bucket and picks its slot. The shard is
-//! picked by the partition's hash alone (before the limit's tweak): every
-//! bucket of one user sits in one shard, and a decision over a user's
-//! limits takes one read lock.
-//!
-//! Why 64 bits is enough: without the key (never exposed, not even by
-//! `Debug`) a chosen id lands on a given bucket's name with probability
-//! 2^-64 per try, on any of n live buckets with n * 2^-64: with a full
-//! default store (2^22 buckets) and 2^30 requests, 2^-12, and the prize is
-//! sharing one unknown user's bucket. Two honest ids share a name with
-//! probability below n^2 * 2^-65 over the whole store (2^-21 when full).
-//!
-//! Entries whose TAT has passed are dead (GCRA treats them as absent) and are
-//! swept, at most once per sweep interval per shard: from the insert path,
-//! and by a background task (when built inside a Tokio runtime). Memory
-//! therefore follows the live buckets, not every user ever seen.
-//!
-//! # A full store
-//!
-//! The capacity is an exact bound. When a new bucket finds the store full,
-//! room is made by evicting, from a sample of a shard, the bucket nearest to
-//! full (a dead one first): it carries the least debt, so forgetting it
-//! gives the least away. The new user is answered like any other (never an
-//! error, never unlimited), existing buckets with a debt are kept, and each
-//! eviction is a [`StorageEvent::Evicted`]. A flood of one-shot ids costs an
-//! eviction per new id, never a sweep of the store.
+//! One bucket is one compare-and-swap loop on its `AtomicU64` under its
+//! shard's read lock (governor's design): no allocation, one hash, one
+//! clock read. A decision over several buckets takes each one's lock bit
+//! in one global order and decides them with [`gcra_core::check_all`].
+//! Periods are words of the same table (`period.rs`), counts in flight
+//! tables of their own (`slots.rs`), windows a map beside it (`kinds.rs`).
+//! Buckets are named by a keyed 64-bit SipHash of (limit, partition): no id
+//! in clear, 16 bytes an entry. Dead entries are swept; a full store evicts
+//! the bucket nearest to full among a sample ([`StorageEvent::Evicted`]).
+//! Why each choice: "Memory store" in ARCHITECTURE.md.
 
 mod joint;
 mod kinds;

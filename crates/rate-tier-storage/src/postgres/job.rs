@@ -1,40 +1,10 @@
 //! A call sent to PostgreSQL, owned and run to its end in a task of its own,
-//! whatever its caller does.
-//!
-//! A caller that stops waiting (its timeout fired, or its future was
-//! dropped) answered without PostgreSQL: a fallback decided locally, or a
-//! policy did. What the database then decides for it must not stay charged,
-//! or the request is charged twice. So the decision runs in a task: its
-//! caller waits for it within the store's timeout, and when the caller is
-//! gone by the time the answer comes, the task refunds every charge the
-//! decision made, as the Redis store does. A settlement is run to its end
-//! the same way: once sent, it is applied whether or not anyone waits, and
-//! so are a release and a renewal of slots.
-//!
-//! The task waits [`LATE_ANSWER`] at most: a database that never answers
-//! leaves a decision unknown (it may have been charged, and nothing can
-//! tell).
-//!
-//! A reservation is run the same way, and never sent twice: a reply lost
-//! after the function ran (a broken connection) is a failure for its
-//! caller, and the slot it may have taken stays taken (lost, never a second
-//! one charged by a retry). One that comes after its caller left is given
-//! back by the cancel function, bucket by bucket: exactly while no later
-//! reservation or pass was made in the bucket (its TAT is still the one
-//! the reservation wrote), else the slot stays taken, never handed out
-//! twice.
-//!
-//! Rates are refunded (the settle function gives a TAT back), and the
-//! slots of concurrency limits given back (the release function, by the
-//! id they were taken under: exactly those, never another request's). A
-//! decision with a window or a period that came back late has its rates
-//! and slots given back as any other, and its windows and periods left
-//! charged: a window's entry or a period's count cannot be taken back
-//! without maybe forgiving a request that another decision was refused for
-//! (gcra-core has no settlement for them), so they over-charge by this
-//! request, until its entry leaves the window or the period ends, and never
-//! forgive one. A decision that never came back (past [`LATE_ANSWER`]) may
-//! hold slots nobody will release: they are free when their lease ends.
+//! whatever its caller does: a caller that gave up was answered without
+//! the database, so what it charges late is refunded here (rates by the
+//! settle function, slots by the release function; windows and periods
+//! stay charged), and a reservation that comes back late is cancelled,
+//! never sent twice. The task waits [`LATE_ANSWER`] at most. Why: "Late
+//! answers" in ARCHITECTURE.md.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,23 +3,11 @@
 //! how they answer `NOSCRIPT` (an `EVAL` routed by the keys, not a `SCRIPT
 //! LOAD` sent to every node), and in decisions over buckets of several
 //! slots (slot by slot, with refunds, in the decision's own task: see
-//! `job.rs`). The scripts, their arguments and replies are shared with the
-//! single-node store (`script.rs`).
-//!
-//! A decision with windows, periods or concurrency limits
-//! (`decide_mixed.lua`) is decided so only when they are all in one slot
-//! (one user's buckets are: they share the user's hash tag): that slot's
-//! call is the last, after the rates-only slots, whose charges a refusal
-//! there refunds, so that what it takes (entries, counts, slots) stands. A
-//! window's or a period's charge cannot be refunded, and slots taken in one
-//! slot of the cluster could be refused in another, so with them in two
-//! slots no order would keep the decision all or nothing: it is refused
-//! with [`StorageError::Unsupported`] ([`one_slot_of_kinds`]) before any
-//! call. That is the last guard: the store says it cannot take such
-//! decisions ([`Capabilities::spans_partitions`](crate::Capabilities::spans_partitions)),
-//! so a layer whose limits could meet so is refused when it is built.
-//! Releases and renewals of slots are one call per slot of the
-//! cluster ([`slots`]).
+//! `job.rs`). Windows, periods and concurrency limits must share one slot,
+//! decided last, since their charges cannot be refunded
+//! ([`one_slot_of_kinds`] refuses the rest before any call). The scripts
+//! are shared with the single-node store (`script.rs`); releases and
+//! renewals are one call per slot ([`slots`]).
 
 use std::sync::Arc;
 use std::time::Duration;

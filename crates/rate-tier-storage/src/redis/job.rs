@@ -1,34 +1,11 @@
 //! A decision sent to Redis, owned and run to its end in a task of its
-//! own, whatever its caller does.
-//!
-//! A caller that stops waiting (its timeout fired, or its future was
-//! dropped) answered without Redis: a fallback decided locally, or a policy
-//! did. Whatever Redis then decides for it must not stay charged, or the
-//! request is charged twice (locally and in Redis) or charged for a
-//! decision nobody saw. So the decision runs in a task: its caller waits for
-//! it within the store's timeout, and when the caller is gone by the time
-//! the answer comes, the task refunds every charge it made. On a Redis
-//! Cluster the slots a decision charged are refunded when a later slot
-//! refuses or fails, in the same task, so that a caller going away cannot
-//! cut that in half either.
-//!
-//! The task waits [`LATE_ANSWER`] at most for each answer. A connection
-//! that never answers leaves a decision unknown: it may have been charged
-//! (the request was sent), and nothing can tell.
-//!
-//! Rates are refunded (`gcra_settle.lua` gives a TAT back) and the slots of
-//! concurrency limits released (`release.lua`, by the id they were taken
-//! under: exactly those, never another request's). A decision with a
-//! window or a period (`decide_mixed.lua`) that came back late has its
-//! rates refunded and its slots released as any other, and its windows
-//! and periods left charged: a window's entry or a period's count cannot
-//! be taken back without forgiving a request another instance may have
-//! been refused for, so they over-charge (never forgive), and each is
-//! reported as [`StorageEvent::Unrefunded`], as is a slot whose release
-//! failed (it is free when its lease ends). On a cluster the slot of the
-//! windows, periods and concurrency limits is decided last, after every
-//! rates-only slot, so that a refusal there is undone by refunds of rates
-//! alone, and a pass there is the decision's.
+//! own, whatever its caller does: a caller that gave up was answered
+//! without Redis, so what Redis charges for it late is refunded here
+//! (rates by `gcra_settle.lua`, slots by `release.lua`, windows and
+//! periods reported [`StorageEvent::Unrefunded`]). On a Redis Cluster the
+//! refunds of a decision over several slots run in the same task, so a
+//! caller going away cannot cut them in half. Why: "Late answers" in
+//! ARCHITECTURE.md.
 
 use std::sync::Arc;
 use std::time::Duration;

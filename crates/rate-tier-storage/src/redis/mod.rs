@@ -1,7 +1,7 @@
-//! Redis storage: one atomic Lua script per decision shared by every instance, on a single
-//! Redis or on a Redis Cluster. Everything about it (keys, time, expiry, the
-//! script, timeouts, what redis-rs does) is documented on [`RedisStorage`],
-//! the one public item; what is particular to a cluster is in `cluster.rs`.
+//! Redis storage: one atomic Lua script per decision, shared by every
+//! instance, on a single Redis or on a Redis Cluster. [`RedisStorage`] is
+//! the one public item; what is particular to a cluster is in `cluster.rs`,
+//! the scripts' arguments and replies in `script.rs`.
 
 mod cluster;
 mod job;
@@ -48,20 +48,30 @@ const DEFAULT_LEASE: Lease = match Lease::new(RedisStorage::DEFAULT_LEASE) {
     Err(_) => panic!("30 s is a lease"),
 };
 
-/// GCRA buckets in Redis, shared by every instance that uses the same Redis
-/// (or the same Redis Cluster).
+/// GCRA rates, windows, periods and concurrency slots ([`Rule`]) in Redis,
+/// shared by every instance that uses the same Redis (or Redis Cluster).
 ///
-/// Cheap to clone: clones share the connection.
+/// Each decision is one `EVALSHA` of a Lua script that applies gcra-core's
+/// rules to all of its buckets as one atomic step, on Redis's own clock
+/// (`TIME`): instances with skewed clocks still share one limit, and two
+/// instances never both take the last request. The [`Decision`]s it returns
+/// from a check have `store: None`: the script has already written them.
+/// Keys never hold a user id in clear ([`BucketCheck::key`]) and expire
+/// when their bucket is full again, so nothing needs cleaning up. Every
+/// call is bounded by [`RedisStorage::timeout`] (default 100 ms); a call
+/// whose caller gave up is refunded when its late answer comes, and what
+/// cannot be is reported [`StorageEvent::Unrefunded`]. A check that takes
+/// concurrency slots needs a [`BucketCheck::lease_id`] of its own per
+/// request (else [`StorageError::Unsupported`]); the slots are leased
+/// ([`RedisStorage::lease`]) so that a dead instance's slots come back.
+/// A check needs a Tokio runtime with the time driver enabled.
 ///
-/// One type for both deployments: [`RedisStorage::new`] and
-/// [`RedisStorage::from_url`] for a single Redis, [`RedisStorage::cluster`]
-/// and [`RedisStorage::from_cluster_urls`] for a Redis Cluster. Everything
-/// below holds for both, except where it says otherwise; the section
-/// [Redis Cluster](#redis-cluster) says what differs.
-///
-/// The [`Decision`]s it returns have `store: None`: the script has already
-/// written the new TATs in Redis, there is nothing left for the caller to
-/// store.
+/// Cheap to clone: clones share the connection. [`RedisStorage::new`] and
+/// [`RedisStorage::from_url`] are for a single Redis,
+/// [`RedisStorage::cluster`] and [`RedisStorage::from_cluster_urls`] for a
+/// Redis Cluster. Which script serves which call, the keys' layout and how
+/// timeouts and late answers are handled are described in the repository's
+/// `ARCHITECTURE.md`.
 ///
 /// # Example
 ///
@@ -86,71 +96,15 @@ const DEFAULT_LEASE: Lease = match Lease::new(RedisStorage::DEFAULT_LEASE) {
 /// # Ok(()) }
 /// ```
 ///
-/// # The scripts
-///
-/// A check of one bucket is one `EVALSHA` of `gcra.lua`, the same rules as
-/// [`gcra_core::Quota::check`] run by Redis as one atomic step: no other
-/// command touches the bucket between the read of its TAT and the write of
-/// the new one, so two instances can never both accept the last request.
-/// A decision over several buckets (a plan and an endpoint limit), a peek or
-/// a shadow limit is one `EVALSHA` of `gcra_all.lua`, the same as
-/// [`gcra_core::check_all`]: every bucket is charged or none is, in one
-/// step. A settlement is one `EVALSHA` of `gcra_settle.lua`
-/// ([`gcra_core::Quota::settle`]).
-///
-/// A decision with a window, a period or a concurrency limit
-/// ([`Rule::Window`], [`Rule::Period`], [`Rule::Concurrency`];
-/// [`Capabilities::supports`] says so) is one `EVALSHA` of `decide_mixed.lua`, which decides its rates,
-/// windows, periods and concurrency limits as gcra-core does, all or
-/// nothing in one step: if a window, a period or a concurrency limit
-/// refuses, no rate is charged; if a rate refuses, no window or period is
-/// written (but a refusing bucket's repair) and no slot is taken, and a
-/// bucket that passed in a refused decision answers with a read of it.
-/// Decisions of rates only never send it.
-///
-/// # Concurrency limits and leases
-///
-/// A concurrency limit's slots are leased ([`Capabilities::lease`]): a slot
-/// taken at `now` is held until `now + lease` ([`gcra_core::Lease`]), and
-/// free from then on, as if released, so that the slots of an instance
-/// that died holding them come back by themselves. The lease is
-/// [`RedisStorage::lease`] (default [`RedisStorage::DEFAULT_LEASE`], 30 s),
-/// the same on every instance that shares the limits. A decision counts
-/// the live slots and decides by [`gcra_core::Concurrency::acquire`]'s
-/// rules (a refusal waits [`gcra_core::RETRY_HINT_US`]); a pass that stands
-/// takes its cost's slots under the request's id ([`BucketCheck::lease_id`],
-/// required: a check that takes slots without one is
-/// [`StorageError::Unsupported`]). [`StorageExt::release`] gives back exactly
-/// the slots of that id (a plain `ZREM` of their members for one limit's
-/// few slots, else `release.lua`); [`StorageExt::renew`] sets the expiry
-/// of those still live to now + the lease (`renew.lua`; an expired slot is
-/// not taken again): a limiter renews them every third of the lease while
-/// its request runs, and releases them when it ends.
-///
-/// Each request's id must be its own (a random 64-bit number, as the
-/// limiter draws): two requests under one id would share their slots' names
-/// and count as one.
-///
 /// # Reservations
 ///
-/// [`StorageExt::reserve`] is one `EVALSHA` of `reserve.lua`, the same as
-/// [`gcra_core::reserve_all`] on Redis's `TIME`: the earliest slot every
-/// enforced rate passes at, reserved in every bucket or in none, in one
-/// step, so that reservations from any number of instances are exactly the
-/// passes of each quota, each at its slot. Unlike a check's, a
-/// reservation's decisions carry the TAT the script wrote (`store`): what
-/// [`StorageExt::cancel`] (`cancel.lua`, [`gcra_core::Quota::cancel`]) compares
-/// with the stored one, giving the slot back only while no later one was
-/// made. Only rates reserve. A reservation is sent as a check is, in a task
-/// of its own, and retried only when the connection was refused: a reply
-/// lost after the script ran is a failure, never sent again (a second call
-/// would reserve a second slot). When its reply comes after its caller
-/// left, the task cancels it (what stays taken is reported
-/// [`StorageEvent::Unrefunded`]). On a cluster a reservation's buckets
-/// must share a slot (one user's do); over two it is
-/// [`StorageError::Unsupported`], before anything is sent: the slot is one
-/// instant on one node's clock, and a reservation could not be undone
-/// exactly in one slot when another refuses.
+/// [`StorageExt::reserve`] reserves the earliest slot every rate passes at, in
+/// every bucket or in none, in one step (`reserve.lua`); only rates
+/// reserve. Its decisions carry the TAT written (`store`), which
+/// [`StorageExt::cancel`] compares to give a slot back only while no later one
+/// was made. A reservation whose reply is lost is never sent again (that
+/// would reserve a second slot). On a cluster a reservation's buckets must
+/// share a slot (one user's do), else [`StorageError::Unsupported`].
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -176,179 +130,21 @@ const DEFAULT_LEASE: Lease = match Lease::new(RedisStorage::DEFAULT_LEASE) {
 /// # Ok(()) }
 /// ```
 ///
-/// # Keys and values
-///
-/// One string key per (limit, user) bucket, [`BucketCheck::key`]:
-/// `trt:<limit>:<sha1_hex(user)>`, or `trt:<limit>:<hmac_sha1_hex(secret, user)>`
-/// with a [`KeySecret`](crate::key::KeySecret). The user id is never sent to
-/// Redis in clear. The value is the TAT (theoretical arrival time) in µs on
-/// Redis's clock, as an integer string, for example `1790947155000000`.
-///
-/// A window's key (same name) is a list of the counted requests' times
-/// (µs on Redis's clock, oldest first), expiring a window after the last
-/// write (`PEXPIRE`); a period's is a string `<start>:<count>` (the
-/// period's first instant in µs, and its count), expiring when the next
-/// period starts (`SET .. PX`). A concurrency limit's is a sorted set, one
-/// member `<id>:<k>` per unit of cost a request holds (`k` from 1 to the
-/// cost, `id` the request's slot id in decimal), scored by its expiry (µs on
-/// Redis's clock), expiring when its latest slot does (`PEXPIRE`).
-///
-/// A key of another type, or a value that is not an integer string, counts
-/// as no value: the bucket starts fresh (the script never fails on it).
-///
-/// On a Redis Cluster the user part is a hash tag,
-/// `trt:<tier>:{<sha1_hex(user)>}` (see
-/// [`key::cluster_bucket_key`](crate::key::cluster_bucket_key)), so that
-/// every bucket of one user is in one slot.
-///
-/// # Time and expiry
-///
-/// The time is Redis's `TIME`, read inside the script, never the instances'
-/// clocks: instances with skewed clocks still share one limit. Each write is
-/// `SET key tat PX ceil((tat - now) / 1000)`: the key expires when the bucket
-/// is full again, rounded *up* to the millisecond (a key that vanished a
-/// millisecond early would give requests away). Nothing needs cleaning up.
-///
-/// # Loading the scripts
-///
-/// Each `Script` is built once per process. redis-rs's
-/// `ScriptInvocation::invoke_async` sends `EVALSHA`, and on a `NOSCRIPT`
-/// error (the script cache was flushed, or Redis restarted or failed over)
-/// sends `SCRIPT LOAD` and the `EVALSHA` again, so no retry is needed here.
-///
-/// # Timeouts
-///
-/// Every check, including a `NOSCRIPT` reload and the wait for a connection,
-/// runs under [`tokio::time::timeout`]: past [`RedisStorage::timeout`]
-/// (default [`RedisStorage::DEFAULT_TIMEOUT`], 100 ms) it fails with
-/// [`StorageError::Timeout`].
-///
-/// A check runs in a task of its own, and its caller waits for it within
-/// the timeout. A caller that stops waiting (its timeout, or its future
-/// dropped) answered without Redis (a fallback decided locally, or a
-/// policy did), so whatever Redis decides for it must not stay charged:
-/// when the answer comes after the caller left (within 1 s), every charge
-/// it made is refunded (`gcra_settle.lua`), and what cannot be refunded is
-/// reported as [`StorageEvent::Unrefunded`]. A call whose answer never
-/// comes (the connection died after sending it) may have been charged,
-/// and nothing can tell (a slot it took is free when its lease ends). Rates
-/// are refunded and slots released (by their id: exactly those the late
-/// decision took); of a late decision with windows and periods, the rates
-/// are refunded, the slots released, and the windows and periods stay
-/// charged, each reported [`StorageEvent::Unrefunded`] (over-charged, never
-/// forgiven).
-///
-/// A check needs a Tokio runtime with the time driver enabled (as
-/// `#[tokio::main]` builds it).
-///
-/// # Connecting: what redis-rs does
-///
-/// redis-rs 1.x's own timeouts and retries (read in its source, 1.8, and
-/// measured): `ConnectionManagerConfig` defaults to a connection
-/// timeout of 1 s per attempt (it covers the TCP connect *and* the
-/// handshake: `AUTH`, `SELECT`, `CLIENT SETINFO`), 6 retries with
-/// exponential back-off from 100 ms, and a response timeout of 500 ms. So
-/// `Client::get_connection_manager().await` does not hang forever, but it
-/// does not return quickly either: against a server that accepts
-/// connections and never answers it failed after about 16 s ("timed out"),
-/// against a closed port after about 9.5 s ("connection refused"). A lazy
-/// manager whose connection fails makes each check wait out those same
-/// retries. Hence [`RedisStorage::from_url`] builds its manager lazily
-/// (`ConnectionManager::new_lazy_with_config`, no I/O until the first
-/// check) and with no retries: a check against a Redis that is down fails at
-/// once with [`StorageError::Backend`], and one against a Redis that does
-/// not answer fails at the timeout, never later. The next check after a
-/// failed connection reconnects (redis-rs starts a new connection after an
-/// I/O error). A redis-rs response timeout does not make the manager
-/// reconnect either (only a dropped connection does), so `from_url` turns
-/// it off, leaving [`RedisStorage::timeout`] as the one limit. When you
-/// build the manager yourself for [`RedisStorage::new`], the same settings
-/// are a good choice:
-///
-/// ```no_run
-/// use rate_tier_storage::RedisStorage;
-/// use redis::aio::ConnectionManagerConfig;
-///
-/// # #[tokio::main] async fn main() -> Result<(), redis::RedisError> {
-/// let config = ConnectionManagerConfig::new()
-///     .set_number_of_retries(0)
-///     .set_response_timeout(None);
-/// let conn = redis::Client::open("redis://127.0.0.1:6379/")?
-///     .get_connection_manager_lazy(config)?;
-/// let store = RedisStorage::new(conn);
-/// # Ok(()) }
-/// ```
-///
 /// # Redis Cluster
 ///
-/// On a cluster ([`RedisStorage::cluster`], [`RedisStorage::from_cluster_urls`])
-/// the script, its arguments, its reply, the time and the expiry are the
-/// same; what differs:
-///
-/// - **Keys** carry a hash tag: `trt:<tier>:{<sha1_hex(user)>}`
-///   ([`key::cluster_bucket_key`](crate::key::cluster_bucket_key), which
-///   says why). A store on a single Redis and one on a cluster never share
-///   buckets.
-/// - **Several buckets**: the buckets of one user share the user's hash tag,
-///   so their decision is one script call on one node, all or nothing, as
-///   on a single Redis. Buckets that cannot share a slot (a limit per
-///   address, a global limit) are decided slot by slot, in the order they
-///   are given: when a later slot refuses or fails, each bucket already
-///   charged gets back exactly what it was charged (`gcra_settle.lua`,
-///   never below a full bucket, tried three times, and reported as
-///   [`StorageEvent::Unrefunded`] if it cannot be), and after a refusal the
-///   slots after it are only read (a read that fails leaves the decision a
-///   refusal). The sequence runs in the decision's task: a caller that
-///   gives up cannot cut it in half. Between the charge and the refund
-///   another request may see the charge: such a decision is all or nothing
-///   in what it leaves, not in what others see meanwhile. A failure names
-///   the node that failed ([`StorageError::InDomain`]), so that a fallback
-///   counts it against that node alone.
-/// - **Windows, periods and concurrency limits** of one decision must be
-///   in one slot (one user's are, by the hash tag): that slot is decided
-///   last, by `decide_mixed.lua` (with the rates of that slot), after the
-///   rates-only slots, so that a refusal there is undone by refunds of
-///   rates alone, and what it takes stands; after a refusal in an earlier
-///   slot it is only read (a window's wait is then reported as the time
-///   until all of its counted requests leave: at least the real one). In
-///   two slots or more they are [`StorageError::Unsupported`] ("windows,
-///   periods and concurrency limits of one decision in two slots of a Redis
-///   Cluster"), before anything is sent: a window's or a period's charge
-///   cannot be refunded, so no order would keep the decision all or
-///   nothing. The store says so ([`Capabilities::spans_partitions`] is false),
-///   and a layer whose limits could meet so is refused when it is built
-///   (`tower-rate-tier`'s `ConfigError::KindsInTwoPartitions`). A release
-///   or a renewal is one call per slot.
-/// - **Routing**: redis-rs's cluster connection sends each `EVALSHA` to the
-///   master that owns the key's slot (it reads the key after the key count),
-///   whichever node the connection was seeded with; it follows `MOVED` and
-///   `ASK` redirects (within its retries) and refreshes its slot map. Two
-///   instances seeded with different nodes therefore run the check of one
-///   bucket on the same node, atomically, and share one limit exactly.
-/// - **`NOSCRIPT`**: redis-rs's `invoke_async` would answer it with a
-///   `SCRIPT LOAD`, which its cluster connection sends to *every* node it
-///   knows and then waits for all of their answers. One node that does not
-///   answer (stopped, overloaded, cut off) then stalls the reload of a key
-///   on a healthy node: measured with one node stopped (`SIGSTOP`), that
-///   reload had not returned after 3 s. Here a `NOSCRIPT` is answered with
-///   `EVAL` of the script instead, routed by the key like the `EVALSHA`: one
-///   round trip to the one node that needs the script (which caches it for
-///   the next `EVALSHA`), about 1 ms in the same setting. A node that is
-///   down elsewhere in the cluster does not touch checks of keys that are
-///   not on it.
-/// - **Time** is the `TIME` of the node that owns the key. Every bucket is
-///   on one node, so only that node's clock matters for it.
-/// - **Timeouts** are the same: one limit, [`RedisStorage::timeout`], around
-///   everything a check waits for (the slot map, connections, redirects, a
-///   `NOSCRIPT` reload). redis-rs's cluster client has no response timeout
-///   of its own by default, and by default it waits at least 1.28 s before
-///   retrying after a `TRYAGAIN` or `CLUSTERDOWN`: a check against a node
-///   that does not answer ends at [`RedisStorage::timeout`]. Measured with
-///   [`RedisStorage::from_cluster_urls`]: while no seed node accepts
-///   connections, a check fails at once with [`StorageError::Backend`]
-///   ("No connections found"), while the cluster is forming with
-///   `CLUSTERDOWN`, and the first check after the cluster is up passes (the
-///   connection reconnects and reads the slot map by itself).
+/// Keys carry the user's hash as a hash tag
+/// ([`key::cluster_bucket_key`](crate::key::cluster_bucket_key)), so every
+/// bucket of one user is in one slot and decided in one call on one node,
+/// all or nothing, as on a single Redis; a store on a single Redis and one
+/// on a cluster never share buckets. Buckets in several slots (a limit per
+/// address, a global limit) are decided slot by slot, each charge refunded
+/// when a later slot refuses or fails: all or nothing in what the decision
+/// leaves, not in what others see meanwhile. Windows, periods and
+/// concurrency limits of one decision must share a slot, else
+/// [`StorageError::Unsupported`] before anything is sent
+/// ([`Capabilities::spans_partitions`] is false). A failure names the node
+/// ([`StorageError::InDomain`]), so that a fallback counts it against that
+/// node alone.
 #[derive(Clone)]
 pub struct RedisStorage {
     shared: Arc<Shared>,
@@ -408,10 +204,15 @@ impl RedisStorage {
 
     /// A store on `conn`, with the default timeout of 100 ms.
     ///
-    /// Building the manager with `get_connection_manager().await` connects
-    /// first and waits out redis-rs's retries if the server does not answer
-    /// (see [`RedisStorage`]). To start without waiting for
-    /// Redis, build it lazily:
+    /// redis-rs's `ConnectionManagerConfig` defaults to 6 retries with
+    /// back-off from 100 ms, 1 s per attempt and a response timeout of
+    /// 500 ms: `get_connection_manager().await` against a Redis that does
+    /// not answer fails only after about 16 s, and a lazy manager makes each
+    /// check wait out the same retries. Built lazily with no retries and no
+    /// response timeout, as [`RedisStorage::from_url`] builds it, a check
+    /// against a Redis that is down fails at once, one against a Redis that
+    /// does not answer at [`RedisStorage::timeout`], and the next check
+    /// reconnects:
     ///
     /// ```no_run
     /// use rate_tier_storage::RedisStorage;
@@ -425,8 +226,11 @@ impl RedisStorage {
     /// let store = RedisStorage::new(conn);
     ///
     /// // Connects on the first check, under that check's timeout:
+    /// let config = ConnectionManagerConfig::new()
+    ///     .set_number_of_retries(0)
+    ///     .set_response_timeout(None);
     /// let lazy = redis::Client::open("redis://127.0.0.1:6379/")?
-    ///     .get_connection_manager_lazy(ConnectionManagerConfig::new())?;
+    ///     .get_connection_manager_lazy(config)?;
     /// let store = RedisStorage::new(lazy);
     /// # Ok(()) }
     /// ```
@@ -463,7 +267,7 @@ impl RedisStorage {
     /// once, without any I/O, and the connection is made during the first
     /// checks, each bounded by [`RedisStorage::timeout`]. The connection is
     /// not retried within a check (a refused connection fails the check at
-    /// once); a later check reconnects. See [`RedisStorage`].
+    /// once); a later check reconnects. See [`RedisStorage::new`] for why.
     ///
     /// The URL is read by redis-rs:
     /// `redis://[<user>][:<password>@]<host>[:<port>][/<db>]`, so `AUTH`
@@ -607,7 +411,7 @@ impl RedisStorage {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use rate_tier_storage::{RedisStorage, Storage, StorageExt};
+    /// use rate_tier_storage::{RedisStorage, Storage};
     ///
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let store = RedisStorage::from_url("redis://127.0.0.1:6390/")?;

@@ -1,41 +1,13 @@
 //! Refusals remembered in process: a client hammering past its limit costs
-//! no Redis call until GCRA says it could pass.
-//!
-//! A refusal with `retry_after = r` means the bucket's TAT is at least
-//! `r` too far ahead for that cost. Other instances can only push the TAT
-//! further (they charge), never back (a refund, rare, is the exception:
-//! see below), so until `sent + r` (`sent`: when the refused call left,
-//! on the local clock, never later than when Redis decided) the same
-//! request, or a costlier one, on the same bucket under the same quota is
-//! refused again, exactly: it is answered from here, a costlier one told
-//! to wait `T` longer per unit of cost more, as Redis would tell it. A
-//! cheaper request is sent (it may fit). The memory is bounded: a fixed number of entries per
-//! shard, the oldest replaced when full.
-//!
-//! A refusal is remembered under the bucket's real key (the one sent to
-//! Redis, so a key secret is part of it): two limiters that share a store
-//! but not a secret never answer each other's users. A refund this store
-//! makes (a settlement, or the undoing of a charge on a Redis Cluster)
-//! forgets the bucket's refusal at once. A refund made by another instance
-//! can let a bucket pass before the remembered time: the memory then
-//! refuses for at most the time left of that refusal's wait.
-//!
-//! A peek's refusal (a bucket in debt: a ban's end) is remembered alike:
-//! until its end every request on the bucket is refused, each told `T`
-//! longer per unit of cost. A charge's refusal in a decision that also
-//! reads such a state is not answered from memory: the state may have
-//! changed since (that refusal may itself have led to a ban). A reset
-//! through any instance voids the memory of every one (see `resets.rs`).
-//!
-//! Only a rate's refusal is remembered, and only a rate answers from
-//! memory: the reasoning above is GCRA's. A window's or a period's refusal
-//! (windows and periods are counted by `decide_mixed.lua`) always goes to
-//! Redis, and so does any request whose refusing bucket was one. The
-//! refusal of a rate in a decision with windows and periods is
-//! remembered: until it ends the same decision is refused by that rate,
-//! and a refused decision charges no window or period, so the answer from
-//! memory is the one Redis would give; the windows and periods are
-//! reported as they stood, as every other bucket is.
+//! no Redis call until GCRA says it could pass. Other instances only push a
+//! bucket's TAT further, so until the refused call's send time plus its
+//! `retry_after` the same request, or a costlier one, is refused again
+//! exactly; it is answered from here, as Redis would answer it. Only a
+//! rate's refusal is remembered (the reasoning is GCRA's). Refunds are the
+//! exception: this store's own forget the refusal at once, another
+//! instance's can make a bucket pass at most that refusal's wait early, and
+//! a reset through any instance voids every memory (`resets.rs`). Entries
+//! are keyed by the bucket's real key and bounded per shard.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -385,7 +357,7 @@ mod tests {
 
     #[test]
     fn the_other_buckets_are_answered_as_they_stood_or_not_at_all() {
-        // Issue 19, 11: the other buckets of a remembered refusal used to be
+        // Regression: the other buckets of a remembered refusal must not be
         // reported passing with 0 remaining and a reset of 0.
         let refusals = Refusals::default();
         let (plan, ip) = (

@@ -139,8 +139,16 @@ impl<R> TierLimitLayer<R> {
     }
 
     /// Identifies requests with an async [`TierIdentifier`] (a database
-    /// lookup); see [`CachedIdentifier`](crate::CachedIdentifier) to cache
-    /// it. A failed lookup follows the
+    /// lookup); see
+    #[cfg_attr(
+        feature = "identity-cache",
+        doc = "[`CachedIdentifier`](crate::CachedIdentifier)"
+    )]
+    #[cfg_attr(
+        not(feature = "identity-cache"),
+        doc = "`CachedIdentifier` (feature `identity-cache`)"
+    )]
+    /// to cache it. A failed lookup follows the
     /// [`OnIdentityError`](crate::OnIdentityError) policy.
     pub fn identifier(self, identifier: impl TierIdentifier) -> Self {
         self.map(|c| c.identifier = Identifier::Async(Arc::new(identifier)))

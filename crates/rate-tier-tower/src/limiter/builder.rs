@@ -159,9 +159,9 @@ impl RateTierBuilder {
     }
 
     /// Lets a request that would be refused for its rate wait up to
-    /// `max_wait` for its slot instead, and then be served (seed 004's
-    /// leaky bucket: a short burst delayed by a few hundred milliseconds
-    /// rather than answered 429). Longer waits are refused as without it.
+    /// `max_wait` for its slot instead, and then be served (a leaky
+    /// bucket: a short burst delayed by a few hundred milliseconds rather
+    /// than answered 429). Longer waits are refused as without it.
     ///
     /// Only decisions of rate limits alone wait (a window, period or
     /// concurrency limit in the decision: checked as without waiting), on a

@@ -631,8 +631,8 @@ fn state(
 /// concurrency limit the instant its request may retry (the k-th oldest
 /// counted request leaves the window; the retry hint of a slot), not when
 /// it is full again, which a window reaches later and a concurrency limit
-/// cannot foresee. A rate (the seed's contract) and a period, whose two
-/// instants coincide on a refusal, keep the store's.
+/// cannot foresee. A rate and a period, whose two instants coincide on a
+/// refusal, keep the store's.
 fn reset_after_us(applied: Rule, decision: &Decision) -> u64 {
     match applied {
         Rule::Window(_) | Rule::Concurrency(_) if !decision.allowed => {
