@@ -29,56 +29,12 @@ use gcra_core::{Decision, Quota};
 use rate_tier_bench_results::{PostgresResults, ResultsFile};
 use rate_tier_storage::{BucketCheck, KeyLayout, LimitName, PostgresStorage};
 use rate_tier_test_support::PostgresServer;
-use rate_tier_test_support::bench::{Args, median};
+use rate_tier_test_support::bench::{
+    Args, median, own_cpu_secs, process_tree_cpu_secs as server_cpu_secs,
+};
 
 const CLIENTS: usize = 64;
 const USERS: usize = 10_000;
-
-/// CPU seconds (user + system) of the postmaster `pid` and its children,
-/// the ones that exited included (their time is the postmaster's
-/// `cutime`/`cstime` once it reaped them).
-fn server_cpu_secs(pid: u32) -> f64 {
-    let ticks = 100.0; // USER_HZ on Linux
-    let mut total = 0u64;
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat"))
-        else {
-            continue;
-        };
-        // After the command's closing parenthesis: state, ppid, ...
-        let Some(rest) = stat.rsplit_once(')').map(|(_, rest)| rest) else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let own = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok());
-        let parent = fields.get(1).and_then(|p| p.parse::<u32>().ok());
-        let field = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|f| f.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        if parent == Some(pid) {
-            total += field(11) + field(12);
-        }
-        if own == Some(pid) {
-            total += field(11) + field(12) + field(13) + field(14);
-        }
-    }
-    total as f64 / ticks
-}
-
-/// CPU seconds (user + system) of this process: the client's.
-fn own_cpu_secs() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
-    let rest = stat.rsplit_once(')').unwrap().1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |i: usize| fields[i].parse::<u64>().unwrap();
-    (field(11) + field(12)) as f64 / 100.0
-}
 
 /// pgbench with `script` (one statement, `:k` a random user), 64 clients,
 /// prepared statements: (transactions per second, server CPU µs per

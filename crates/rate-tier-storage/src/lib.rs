@@ -45,6 +45,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod bucket;
+pub mod cells;
 pub mod clock;
 pub mod event;
 pub mod fallback;

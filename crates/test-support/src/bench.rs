@@ -93,3 +93,53 @@ pub fn median(mut values: Vec<f64>) -> f64 {
         values[mid]
     }
 }
+
+/// CPU seconds (user + system) of process `pid` and of its children, those
+/// that exited included (their time is `pid`'s `cutime`/`cstime` once it
+/// reaped them): a server's whole cost, a postmaster's and its backends'.
+/// Read from `/proc` (0 where there is none).
+pub fn process_tree_cpu_secs(pid: u32) -> f64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    let mut ticks = 0;
+    for entry in entries.flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat"))
+        else {
+            continue;
+        };
+        let own = entry.file_name().to_str().and_then(|n| n.parse().ok());
+        let fields = stat_fields(&stat);
+        let parent = fields.get(1).and_then(|p| p.parse::<u32>().ok());
+        if parent == Some(pid) {
+            ticks += stat_ticks(&fields, 11..13);
+        }
+        if own == Some(pid) {
+            ticks += stat_ticks(&fields, 11..15);
+        }
+    }
+    ticks as f64 / USER_HZ
+}
+
+/// CPU seconds (user + system) of this process.
+pub fn own_cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    stat_ticks(&stat_fields(&stat), 11..13) as f64 / USER_HZ
+}
+
+/// Clock ticks per second of `/proc/<pid>/stat` on Linux.
+const USER_HZ: f64 = 100.0;
+
+/// The fields of a `/proc/<pid>/stat` after the command's closing
+/// parenthesis: state, ppid, ...
+fn stat_fields(stat: &str) -> Vec<&str> {
+    stat.rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default()
+}
+
+fn stat_ticks(fields: &[&str], range: std::ops::Range<usize>) -> u64 {
+    range
+        .filter_map(|i| fields.get(i)?.parse::<u64>().ok())
+        .sum()
+}
