@@ -32,6 +32,7 @@
 //! exactly 2,000 checks must pass on each store.
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use rate_tier_storage::StorageExt;
 use std::io::Write as _;
 use std::process::Command;
 use std::sync::Arc;

@@ -13,7 +13,7 @@
 //! most [`CellStorageBuilder::attempts`] times, then [`Contended`].
 //!
 //! ```
-//! use rate_tier_storage::{BucketCheck, Decision, LimitName, Quota, Storage};
+//! use rate_tier_storage::{BucketCheck, Decision, LimitName, Quota, Storage, StorageExt};
 //! use rate_tier_storage::cells::{CellStorage, MemoryCells};
 //! use rate_tier_storage::clock::FakeClock;
 //!
@@ -56,7 +56,8 @@ use crate::clock::{Clock, SharedClock, SystemClock};
 use crate::key::KeyLayout;
 use crate::rule::{Rule, RuleKind};
 use crate::storage::{
-    Decided, Storage, StorageError, micros, only_rates, validate,
+    Adjustment, Answer, Capabilities, Decided, Mode, Storage, StorageError,
+    micros, only_rates, validate,
 };
 
 /// A cell as read: its bytes and its version.
@@ -166,7 +167,7 @@ pub trait Cells: Send + Sync + fmt::Debug + 'static {
         writes: &[CellWrite<'_>],
     ) -> Result<bool, StorageError>;
 
-    /// A short label for metrics and logs ([`Storage::kind`] of a
+    /// A short label for metrics and logs ([`Capabilities::label`] of a
     /// [`CellStorage`] over it).
     fn kind(&self) -> &'static str {
         "cells"
@@ -220,14 +221,14 @@ pub struct Contended {
 /// that share the cells decide at their own times, so their clocks must
 /// agree (NTP); a TAT written by an instance ahead of the others is read as
 /// a little debt by them. Concurrency slots are leased
-/// ([`Storage::lease`], [`CellStorage::DEFAULT_LEASE`]).
+/// ([`Capabilities::lease`], [`CellStorage::DEFAULT_LEASE`]).
 ///
 /// ```
 /// use rate_tier_storage::cells::{CellStorage, MemoryCells};
-/// use rate_tier_storage::{RuleKind, Storage};
+/// use rate_tier_storage::{RuleKind, Storage, StorageExt};
 /// let store = CellStorage::new(MemoryCells::new());
-/// assert!(store.supports(RuleKind::Window) && store.reserves());
-/// assert_eq!(store.lease(), Some(CellStorage::<MemoryCells>::DEFAULT_LEASE));
+/// assert!(store.supports(RuleKind::Window) && store.capabilities().reserves);
+/// assert_eq!(store.capabilities().lease, Some(CellStorage::<MemoryCells>::DEFAULT_LEASE));
 /// ```
 #[derive(Debug, Clone)]
 pub struct CellStorage<C> {
@@ -243,13 +244,13 @@ pub struct CellStorage<C> {
 /// use std::time::Duration;
 /// use rate_tier_storage::cells::{CellStorage, MemoryCells};
 /// use rate_tier_storage::clock::FakeClock;
-/// use rate_tier_storage::Storage;
+/// use rate_tier_storage::{Storage, StorageExt};
 /// let store = CellStorage::builder(MemoryCells::new())
 ///     .clock(FakeClock::new())
 ///     .lease(Some(Duration::from_secs(10)))
 ///     .attempts(8)
 ///     .build();
-/// assert_eq!(store.lease(), Some(Duration::from_secs(10)));
+/// assert_eq!(store.capabilities().lease, Some(Duration::from_secs(10)));
 /// ```
 #[derive(Debug)]
 #[must_use]
@@ -268,7 +269,7 @@ impl<C: Cells> CellStorageBuilder<C> {
     }
 
     /// How long a concurrency slot lives unless renewed
-    /// ([`Storage::renew`]); `None`: until released. At most 2^50 µs;
+    /// ([`StorageExt::renew`]); `None`: until released. At most 2^50 µs;
     /// below 1 µs, 1 µs.
     pub fn lease(mut self, lease: Option<Duration>) -> Self {
         self.lease = lease;
@@ -314,7 +315,7 @@ impl<C: Cells> CellStorage<C> {
     ///
     /// ```
     /// use rate_tier_storage::cells::{CellStorage, MemoryCells};
-    /// use rate_tier_storage::Storage;
+    /// use rate_tier_storage::{Storage, StorageExt};
     /// assert_eq!(CellStorage::new(MemoryCells::new()).kind(), "memory-cells");
     /// ```
     pub fn new(cells: C) -> Self {
@@ -338,9 +339,9 @@ impl<C: Cells> CellStorage<C> {
     ///
     /// ```
     /// use rate_tier_storage::cells::{CellStorage, MemoryCells};
-    /// use rate_tier_storage::Storage;
+    /// use rate_tier_storage::{Storage, StorageExt};
     /// let store = CellStorage::builder(MemoryCells::new()).lease(None).build();
-    /// assert_eq!(store.lease(), None);
+    /// assert_eq!(store.capabilities().lease, None);
     /// ```
     pub fn builder(cells: C) -> CellStorageBuilder<C> {
         CellStorageBuilder {
@@ -361,7 +362,7 @@ impl<C: Cells> CellStorage<C> {
         &self.cells
     }
 
-    /// [`Storage::check`]: one decision over `checks`, every kind, all or
+    /// [`StorageExt::check`]: one decision over `checks`, every kind, all or
     /// nothing; a refused decision writes no charge.
     ///
     /// A plan and a window of logins, one decision: the third login in a
@@ -392,7 +393,7 @@ impl<C: Cells> CellStorage<C> {
     ///
     /// # Errors
     ///
-    /// As [`Storage::check`]; [`Contended`] (in [`StorageError::Backend`])
+    /// As [`StorageExt::check`]; [`Contended`] (in [`StorageError::Backend`])
     /// when every attempt lost its race; the [`Cells`]' own errors, with
     /// nothing charged.
     pub async fn check(
@@ -417,7 +418,7 @@ impl<C: Cells> CellStorage<C> {
         Ok(Decided::new(verdict, Some(now), self.cells.kind()))
     }
 
-    /// [`Storage::reserve`]: [`gcra_core::reserve_all`] over rates' cells.
+    /// [`StorageExt::reserve`]: [`gcra_core::reserve_all`] over rates' cells.
     ///
     /// ```
     /// use rate_tier_storage::cells::{CellStorage, MemoryCells};
@@ -459,7 +460,7 @@ impl<C: Cells> CellStorage<C> {
         )
     }
 
-    /// [`Storage::settle`]: [`gcra_core::Quota::settle`] of each rate, all
+    /// [`StorageExt::settle`]: [`gcra_core::Quota::settle`] of each rate, all
     /// in one write.
     ///
     /// ```
@@ -500,7 +501,7 @@ impl<C: Cells> CellStorage<C> {
         .map(drop)
     }
 
-    /// [`Storage::cancel`]: [`gcra_core::Quota::cancel`] of each
+    /// [`StorageExt::cancel`]: [`gcra_core::Quota::cancel`] of each
     /// reservation, all in one write.
     ///
     /// ```
@@ -538,7 +539,7 @@ impl<C: Cells> CellStorage<C> {
         .map(drop)
     }
 
-    /// [`Storage::release`]: each check's cost of slots, held under its
+    /// [`StorageExt::release`]: each check's cost of slots, held under its
     /// [`BucketCheck::lease_id`], given back.
     ///
     /// ```
@@ -574,7 +575,7 @@ impl<C: Cells> CellStorage<C> {
         .map(drop)
     }
 
-    /// [`Storage::renew`]: the live slots each check's id holds expire a
+    /// [`StorageExt::renew`]: the live slots each check's id holds expire a
     /// lease from now. Nothing to do without a lease.
     ///
     /// ```
@@ -744,74 +745,52 @@ fn only_slots(slots: &[BucketCheck<'_>]) -> Result<(), StorageError> {
     }
 }
 
-#[async_trait::async_trait]
 impl<C: Cells> Storage for CellStorage<C> {
-    async fn check(
-        &self,
-        checks: &[BucketCheck<'_>],
-        out: &mut [Decision],
-    ) -> Result<Decided, StorageError> {
-        CellStorage::check(self, checks, out).await
+    fn decide<'a>(
+        &'a self,
+        checks: &'a [BucketCheck<'a>],
+        mode: Mode,
+        out: &'a mut [Decision],
+    ) -> Answer<'a, Decided> {
+        match mode {
+            Mode::Check => {
+                Answer::pending(CellStorage::check(self, checks, out))
+            }
+            Mode::Reserve { max_wait } => Answer::pending(
+                CellStorage::reserve(self, checks, max_wait, out),
+            ),
+        }
     }
 
-    async fn settle(
-        &self,
-        settles: &[BucketSettle<'_>],
-    ) -> Result<(), StorageError> {
-        CellStorage::settle(self, settles).await
+    fn adjust<'a>(&'a self, adjustment: Adjustment<'a>) -> Answer<'a, ()> {
+        match adjustment {
+            Adjustment::Settle(settles) => {
+                Answer::pending(CellStorage::settle(self, settles))
+            }
+            Adjustment::Cancel(reserved) => {
+                Answer::pending(CellStorage::cancel(self, reserved))
+            }
+            Adjustment::Release(slots) => {
+                Answer::pending(CellStorage::release(self, slots))
+            }
+            Adjustment::Renew(slots) => {
+                Answer::pending(CellStorage::renew(self, slots))
+            }
+        }
     }
 
-    fn kind(&self) -> &'static str {
-        self.cells.kind()
+    fn reset<'a>(&'a self, buckets: &'a [BucketCheck<'a>]) -> Answer<'a, ()> {
+        Answer::pending(CellStorage::reset(self, buckets))
     }
 
-    async fn release(
-        &self,
-        slots: &[BucketCheck<'_>],
-    ) -> Result<(), StorageError> {
-        CellStorage::release(self, slots).await
-    }
-
-    fn lease(&self) -> Option<Duration> {
-        self.lease
-            .map(|lease| Duration::from_micros(lease.lease_us()))
-    }
-
-    async fn renew(
-        &self,
-        slots: &[BucketCheck<'_>],
-    ) -> Result<(), StorageError> {
-        CellStorage::renew(self, slots).await
-    }
-
-    fn supports(&self, _kind: RuleKind) -> bool {
-        true
-    }
-
-    async fn reserve(
-        &self,
-        checks: &[BucketCheck<'_>],
-        max_wait: Duration,
-        out: &mut [Decision],
-    ) -> Result<Decided, StorageError> {
-        CellStorage::reserve(self, checks, max_wait, out).await
-    }
-
-    async fn cancel(
-        &self,
-        reserved: &[BucketCancel<'_>],
-    ) -> Result<(), StorageError> {
-        CellStorage::cancel(self, reserved).await
-    }
-
-    async fn reset(
-        &self,
-        buckets: &[BucketCheck<'_>],
-    ) -> Result<(), StorageError> {
-        CellStorage::reset(self, buckets).await
-    }
-
-    fn reserves(&self) -> bool {
-        true
+    /// Every kind and reservations, the cells' label, and the lease of
+    /// slots ([`CellStorage::lease`]).
+    fn capabilities(&self) -> Capabilities {
+        let mut cells = Capabilities::new(self.cells.kind()).with_every_kind();
+        cells.reserves = true;
+        cells.lease = self
+            .lease
+            .map(|lease| Duration::from_micros(lease.lease_us()));
+        cells
     }
 }

@@ -18,6 +18,7 @@
 //! `MemoryCells` never waits, so its futures are polled once.
 #![allow(clippy::unwrap_used)]
 
+use rate_tier_storage::StorageExt;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicU32, Ordering};
