@@ -89,7 +89,8 @@ use tower_rate_tier::metrics::{self, RateLimitMetrics};
 use tower_rate_tier::{
     Ban, Concurrency, FallbackStorage, Limit, LimitEvent, OnMissing, Period,
     PeriodUnit, Plans, PlansBuilder, PostgresStorage, Quota, RateTier,
-    RedisStorage, Settle, StorageEvent, TierIdentity, TierLimitLayer, Window,
+    RedisStorage, Settle, TierIdentity, TierLimitLayer, Window,
+    storage::StorageEvent,
 };
 
 // In a real service, this would come from the database.

@@ -38,7 +38,9 @@ use rate_tier_bench_results::{ResultsFile, ShaperResults};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tower::{Service, ServiceExt, service_fn};
-use tower_rate_tier::{Quota, RedisStorage, ShapeError, ShapeLayer};
+use tower_rate_tier::{
+    Quota, RedisStorage, shape::ShapeError, shape::ShapeLayer,
+};
 
 struct Args {
     redis: Option<String>,

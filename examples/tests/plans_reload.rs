@@ -184,7 +184,8 @@ fn on_redis_a_reload_that_changes_a_tiers_kind_starts_its_buckets_fresh() {
         .unwrap()
         .get_connection()
         .unwrap();
-    let key = tower_rate_tier::key::bucket_key("free", "key_ana", None);
+    let key =
+        tower_rate_tier::storage::key::bucket_key("free", "key_ana", None);
     let _: () = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
     let file = TempFile::new("kind-redis", &plans(10));
     let server = on_store(&["--redis", &url], &file);

@@ -141,7 +141,8 @@ fn on_redis_a_reset_on_one_server_refills_for_both() {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let url = redis_url();
-    let key = tower_rate_tier::key::bucket_key("free", "key_ana", None);
+    let key =
+        tower_rate_tier::storage::key::bucket_key("free", "key_ana", None);
     let mut conn = redis::Client::open(url.as_str())
         .unwrap()
         .get_connection()
@@ -185,7 +186,9 @@ fn a_key_that_keeps_going_is_banned_and_a_reset_lifts_it() {
 fn clear_anas_buckets(url: &str) {
     let keys: Vec<String> = ["free", "ban/until", "ban/refusals", "ban/level"]
         .iter()
-        .map(|name| tower_rate_tier::key::bucket_key(name, "key_ana", None))
+        .map(|name| {
+            tower_rate_tier::storage::key::bucket_key(name, "key_ana", None)
+        })
         .collect();
     let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
     let _: () = redis::cmd("DEL").arg(&keys).query(&mut conn).unwrap();

@@ -546,7 +546,9 @@ fn two_servers_on_one_redis_share_the_window_the_period_and_the_uploads_exactly(
         .unwrap();
     let keys: Vec<String> = SHARED_BUCKETS
         .iter()
-        .map(|(name, user)| tower_rate_tier::key::bucket_key(name, user, None))
+        .map(|(name, user)| {
+            tower_rate_tier::storage::key::bucket_key(name, user, None)
+        })
         .collect();
     let _: () = redis::cmd("DEL").arg(&keys).query(&mut conn).unwrap();
     let a =
@@ -577,7 +579,7 @@ fn two_servers_on_one_redis_cluster_share_the_window_the_period_and_the_uploads_
     let keys: Vec<String> = SHARED_BUCKETS
         .iter()
         .map(|(name, user)| {
-            tower_rate_tier::key::cluster_bucket_key(name, user, None)
+            tower_rate_tier::storage::key::cluster_bucket_key(name, user, None)
         })
         .collect();
     let clear = |conn: &mut redis::cluster::ClusterConnection| {
@@ -619,7 +621,7 @@ fn two_servers_on_one_postgres_share_the_window_the_period_and_the_uploads_exact
     // What the table holds: ada's 5 logins in her window's log, and each
     // month's exports counted in the period's row.
     let read = |column: &str, (name, user): (&str, &str)| {
-        let key = tower_rate_tier::key::bucket_key(name, user, None);
+        let key = tower_rate_tier::storage::key::bucket_key(name, user, None);
         postgres
             .psql(&format!(
                 "SELECT {column} FROM rate_tier_buckets WHERE key = '{key}'"

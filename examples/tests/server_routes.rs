@@ -19,7 +19,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use prometheus_parse::{Scrape, Value};
 use rate_tier_test_support::{cluster_urls, redis_url};
 use support::{Response, Server};
-use tower_rate_tier::key::{bucket_key, cluster_bucket_key};
+use tower_rate_tier::storage::key::{bucket_key, cluster_bucket_key};
 
 fn now_secs() -> u64 {
     SystemTime::now()

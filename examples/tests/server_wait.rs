@@ -86,7 +86,7 @@ fn in_memory_a_short_wait_is_served_and_a_long_one_refused() {
 fn two_servers_on_one_redis_wait_in_one_queue() {
     let url = redis_url();
     // Bea's plan bucket, fresh (the test binaries run one at a time).
-    let key = tower_rate_tier::key::bucket_key("pro", "key_bea", None);
+    let key = tower_rate_tier::storage::key::bucket_key("pro", "key_bea", None);
     let mut conn = redis::Client::open(url.as_str())
         .unwrap()
         .get_connection()

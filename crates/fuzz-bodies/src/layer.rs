@@ -9,8 +9,8 @@ use http::{HeaderName, HeaderValue, Request, Response};
 use http_body::Body;
 use tower::{Layer, ServiceExt, service_fn};
 use tower_rate_tier::{
-    ClientIp, Limit, OnMissing, Quota, RateTier, Settle, TierIdentity,
-    TierLimitLayer,
+    Limit, OnMissing, Quota, RateTier, Settle, TierIdentity, TierLimitLayer,
+    client_ip::ClientIp,
 };
 
 use crate::{Bytes, now};

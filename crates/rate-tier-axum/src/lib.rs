@@ -203,10 +203,13 @@ where
 /// parts.extensions.insert(ConnectInfo("203.0.113.7:41000".parse::<SocketAddr>().unwrap()));
 /// assert_eq!(CONNECT_INFO.partition(&parts), "203.0.113.7");
 /// ```
-pub const CONNECT_INFO: tower_rate_tier::ClientIp =
-    tower_rate_tier::ClientIp::from_connection("axum ConnectInfo", |parts| {
-        parts
-            .extensions
-            .get::<ConnectInfo<std::net::SocketAddr>>()
-            .map(|ConnectInfo(peer)| peer.ip())
-    });
+pub const CONNECT_INFO: tower_rate_tier::client_ip::ClientIp =
+    tower_rate_tier::client_ip::ClientIp::from_connection(
+        "axum ConnectInfo",
+        |parts| {
+            parts
+                .extensions
+                .get::<ConnectInfo<std::net::SocketAddr>>()
+                .map(|ConnectInfo(peer)| peer.ip())
+        },
+    );

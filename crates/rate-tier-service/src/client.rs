@@ -23,7 +23,7 @@
 //!
 //! # The mapping
 //!
-//! One [`StorageExt::check`] is **one** `ShouldRateLimit` call in the
+//! One [`StorageExt::check`](rate_tier_storage::StorageExt::check) is **one** `ShouldRateLimit` call in the
 //! configured domain, one descriptor per bucket, in order:
 //!
 //! | bucket check | descriptor |
@@ -46,7 +46,7 @@
 //!
 //! What cannot be expressed:
 //!
-//! - **settle and refunds** ([`StorageExt::settle`]): the RLS API has no
+//! - **settle and refunds** ([`StorageExt::settle`](rate_tier_storage::StorageExt::settle)): the RLS API has no
 //!   reliable way to give units back (`is_negative_hits` is ignored by
 //!   envoyproxy/ratelimit): `StorageError::Unsupported`.
 //! - **shadow checks**: RLS has no per-descriptor shadow flag. Shadow

@@ -287,7 +287,7 @@ struct Outcome {
 }
 
 fn ceil_secs(us: u64) -> u64 {
-    tower_rate_tier::ceil_secs(Duration::from_micros(us))
+    tower_rate_tier::headers::ceil_secs(Duration::from_micros(us))
 }
 
 impl Decider {

@@ -71,7 +71,7 @@ impl LimitName {
     }
 
     /// The name of a shaper's quota (an outgoing call's, see
-    /// `tower_rate_tier::ShapeLayer`): keyed apart from plans and limits,
+    /// `tower_rate_tier::shape::ShapeLayer`): keyed apart from plans and limits,
     /// so a quota `search` of a shaper is never the limit `search`.
     ///
     /// ```

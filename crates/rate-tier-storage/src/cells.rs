@@ -269,7 +269,7 @@ impl<C: Cells> CellStorageBuilder<C> {
     }
 
     /// How long a concurrency slot lives unless renewed
-    /// ([`StorageExt::renew`]); `None`: until released. At most 2^50 µs;
+    /// ([`StorageExt::renew`](crate::StorageExt::renew)); `None`: until released. At most 2^50 µs;
     /// below 1 µs, 1 µs.
     pub fn lease(mut self, lease: Option<Duration>) -> Self {
         self.lease = lease;
@@ -362,7 +362,7 @@ impl<C: Cells> CellStorage<C> {
         &self.cells
     }
 
-    /// [`StorageExt::check`]: one decision over `checks`, every kind, all or
+    /// [`StorageExt::check`](crate::StorageExt::check): one decision over `checks`, every kind, all or
     /// nothing; a refused decision writes no charge.
     ///
     /// A plan and a window of logins, one decision: the third login in a
@@ -393,7 +393,7 @@ impl<C: Cells> CellStorage<C> {
     ///
     /// # Errors
     ///
-    /// As [`StorageExt::check`]; [`Contended`] (in [`StorageError::Backend`])
+    /// As [`StorageExt::check`](crate::StorageExt::check); [`Contended`] (in [`StorageError::Backend`])
     /// when every attempt lost its race; the [`Cells`]' own errors, with
     /// nothing charged.
     pub async fn check(
@@ -418,7 +418,7 @@ impl<C: Cells> CellStorage<C> {
         Ok(Decided::new(verdict, Some(now), self.cells.kind()))
     }
 
-    /// [`StorageExt::reserve`]: [`gcra_core::reserve_all`] over rates' cells.
+    /// [`StorageExt::reserve`](crate::StorageExt::reserve): [`gcra_core::reserve_all`] over rates' cells.
     ///
     /// ```
     /// use rate_tier_storage::cells::{CellStorage, MemoryCells};
@@ -460,7 +460,7 @@ impl<C: Cells> CellStorage<C> {
         )
     }
 
-    /// [`StorageExt::settle`]: [`gcra_core::Quota::settle`] of each rate, all
+    /// [`StorageExt::settle`](crate::StorageExt::settle): [`gcra_core::Quota::settle`] of each rate, all
     /// in one write.
     ///
     /// ```
@@ -501,7 +501,7 @@ impl<C: Cells> CellStorage<C> {
         .map(drop)
     }
 
-    /// [`StorageExt::cancel`]: [`gcra_core::Quota::cancel`] of each
+    /// [`StorageExt::cancel`](crate::StorageExt::cancel): [`gcra_core::Quota::cancel`] of each
     /// reservation, all in one write.
     ///
     /// ```
@@ -539,7 +539,7 @@ impl<C: Cells> CellStorage<C> {
         .map(drop)
     }
 
-    /// [`StorageExt::release`]: each check's cost of slots, held under its
+    /// [`StorageExt::release`](crate::StorageExt::release): each check's cost of slots, held under its
     /// [`BucketCheck::lease_id`], given back.
     ///
     /// ```
@@ -575,7 +575,7 @@ impl<C: Cells> CellStorage<C> {
         .map(drop)
     }
 
-    /// [`StorageExt::renew`]: the live slots each check's id holds expire a
+    /// [`StorageExt::renew`](crate::StorageExt::renew): the live slots each check's id holds expire a
     /// lease from now. Nothing to do without a lease.
     ///
     /// ```
@@ -784,7 +784,7 @@ impl<C: Cells> Storage for CellStorage<C> {
     }
 
     /// Every kind and reservations, the cells' label, and the lease of
-    /// slots ([`CellStorage::lease`]).
+    /// slots ([`CellStorageBuilder::lease`]).
     fn capabilities(&self) -> Capabilities {
         let mut cells = Capabilities::new(self.cells.kind()).with_every_kind();
         cells.reserves = true;

@@ -22,7 +22,7 @@ use rate_tier_storage::{
     BucketCheck, Decision, FallbackStorage, LimitName, MemoryStorage,
     RedisStorage, Storage,
 };
-use tower_rate_tier::{BreakerState, Quota, RateTier};
+use tower_rate_tier::{Quota, RateTier, storage::BreakerState};
 
 const KEYS: usize = 1000;
 

@@ -20,7 +20,7 @@ type KeyFn<K> = dyn Fn(&Parts) -> Option<K> + Send + Sync;
 /// for a shorter time ([`CachedIdentifier::negative_ttl`], 5 s by default):
 /// a key created a moment ago should not wait the whole TTL. A lookup that
 /// *failed* (`Err`: the database is down) is never cached: the next request
-/// asks again, and the [`OnIdentityError`](crate::OnIdentityError) policy
+/// asks again, and the [`OnIdentityError`](crate::policy::OnIdentityError) policy
 /// answers this one. A request for which `cache_key` returns `None` is
 /// looked up every time.
 ///

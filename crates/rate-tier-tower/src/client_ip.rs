@@ -34,7 +34,7 @@ use http::request::Parts;
 ///
 /// ```
 /// use http::Request;
-/// use tower_rate_tier::ClientIp;
+/// use tower_rate_tier::client_ip::ClientIp;
 ///
 /// let (parts, ()) = Request::get("/")
 ///     .header("x-forwarded-for", "6.6.6.6, 203.0.113.7")
@@ -127,7 +127,7 @@ impl ClientIp {
     /// A source of your own, named `name` (for `Debug`).
     ///
     /// ```
-    /// use tower_rate_tier::ClientIp;
+    /// use tower_rate_tier::client_ip::ClientIp;
     /// let from_extension = ClientIp::from_fn("my proxy", |parts| {
     ///     parts.extensions.get::<std::net::IpAddr>().copied()
     /// });
@@ -149,7 +149,7 @@ impl ClientIp {
     /// mistake, answered 500 by a limit per address, never a shared bucket.
     ///
     /// ```
-    /// use tower_rate_tier::ClientIp;
+    /// use tower_rate_tier::client_ip::ClientIp;
     /// let peer = ClientIp::from_connection("my server", |parts| {
     ///     parts.extensions.get::<std::net::SocketAddr>().map(|a| a.ip())
     /// });
@@ -186,7 +186,7 @@ impl ClientIp {
     ///
     /// ```
     /// use http::Request;
-    /// use tower_rate_tier::ClientIp;
+    /// use tower_rate_tier::client_ip::ClientIp;
     /// let ask = |xff: &str| {
     ///     let (parts, ()) = Request::get("/").header("x-forwarded-for", xff).body(()).unwrap().into_parts();
     ///     ClientIp::RIGHTMOST_X_FORWARDED_FOR.partition(&parts)

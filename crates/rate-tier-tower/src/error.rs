@@ -120,12 +120,12 @@ pub enum ConfigError {
         /// The store's [`kind`](rate_tier_storage::Capabilities::label).
         store: &'static str,
     },
-    /// A [`ShapeLayer`](crate::ShapeLayer) without a quota.
+    /// A [`ShapeLayer`](crate::shape::ShapeLayer) without a quota.
     #[error(
         "a shaper needs at least one quota: add one with .quota(name, quota)"
     )]
     NoQuota,
-    /// Waiting for a slot ([`ShapeLayer`](crate::ShapeLayer),
+    /// Waiting for a slot ([`ShapeLayer`](crate::shape::ShapeLayer),
     /// `wait_up_to`) needs a store that reserves
     /// ([`Capabilities::reserves`](rate_tier_storage::Capabilities::reserves)).
     #[error(

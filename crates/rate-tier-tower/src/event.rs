@@ -125,7 +125,7 @@ pub enum LimitEvent {
     /// request was answered 500.
     InvalidCost,
     /// A limit per client address reads the connection's address
-    /// ([`ClientIp::reads_connection`](crate::ClientIp::reads_connection))
+    /// ([`ClientIp::reads_connection`](crate::client_ip::ClientIp::reads_connection))
     /// and the request had none: the server was not set up to give it
     /// (axum: serve the app with
     /// `into_make_service_with_connect_info::<SocketAddr>()`). The request

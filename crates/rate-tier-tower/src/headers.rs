@@ -14,6 +14,8 @@ use std::str::FromStr;
 
 use http::HeaderName;
 
+pub use crate::outcome::ceil_secs;
+
 /// `x-ratelimit-limit`: the burst of the most constraining limit.
 pub const X_RATELIMIT_LIMIT: HeaderName =
     HeaderName::from_static("x-ratelimit-limit");
@@ -22,7 +24,7 @@ pub const X_RATELIMIT_REMAINING: HeaderName =
     HeaderName::from_static("x-ratelimit-remaining");
 /// `x-ratelimit-reset`: Unix seconds (rounded up) when the bucket is full
 /// again; on a refusal by a window or a concurrency limit, when the request
-/// may be retried ([`LimitState::reset_after`](crate::LimitState::reset_after)).
+/// may be retried ([`LimitState::reset_after`](crate::observe::LimitState::reset_after)).
 pub const X_RATELIMIT_RESET: HeaderName =
     HeaderName::from_static("x-ratelimit-reset");
 

@@ -214,7 +214,7 @@ impl fmt::Debug for Redacted<'_> {
 
 /// Why an identity lookup failed: its source is down or answered nonsense.
 /// Not "no identity" (that is `Ok(None)`): the
-/// [`OnIdentityError`](crate::OnIdentityError) policy applies.
+/// [`OnIdentityError`](crate::policy::OnIdentityError) policy applies.
 ///
 /// ```
 /// use tower_rate_tier::IdentityError;
@@ -238,7 +238,7 @@ impl IdentityError {
 /// `Ok(None)` means "no identity": the limiter's
 /// [`OnMissing`](crate::OnMissing) policy applies. `Err` means the lookup
 /// failed (the database is down): the
-/// [`OnIdentityError`](crate::OnIdentityError) policy applies, failing
+/// [`OnIdentityError`](crate::policy::OnIdentityError) policy applies, failing
 /// closed by default. For a synchronous rule over the headers,
 /// [`TierLimitLayer::identifier_fn`](crate::TierLimitLayer::identifier_fn)
 /// is shorter.

@@ -87,11 +87,11 @@
 //!
 //! - An unknown tier never means unlimited: with a default tier, the default
 //!   quota in the user's own bucket and a [`LimitEvent::UnknownTier`] per
-//!   request; without one, 403. [`OnUnknownTier`] chooses explicitly.
+//!   request; without one, 403. [`OnUnknownTier`](crate::policy::OnUnknownTier) chooses explicitly.
 //! - A request that can never pass (cost above a burst) gets 403, not 429,
 //!   and does not touch the store.
 //! - No identity: [`OnMissing`]; a failed identity lookup:
-//!   [`OnIdentityError`]; a store failure: [`OnStorageError`] (both fail
+//!   [`OnIdentityError`](crate::policy::OnIdentityError); a store failure: [`OnStorageError`](crate::policy::OnStorageError) (both fail
 //!   closed with 503 and `retry-after` unless you choose otherwise: a
 //!   transient failure is never answered as a permanent refusal).
 //! - User ids never reach a shared store in clear (keys hold their SHA-1,
@@ -101,10 +101,11 @@
 //!
 //! # A store of your own
 //!
-//! Every type a custom [`Storage`] needs is re-exported here:
-//! [`BucketCheck`], [`BucketSettle`], [`Decided`], [`Decision`],
-//! [`Verdict`], [`StorageError`], [`Subscription`]; the contract is on
-//! [`Storage`].
+//! Every type a custom [`Storage`] needs is in [`storage`]: the contract,
+//! its arguments ([`storage::BucketCheck`], [`storage::BucketSettle`]) and
+//! answers ([`storage::Answer`], [`storage::Decided`]), and
+//! [`storage::cells`], where two methods over a compare-and-swap store get
+//! every kind of limit.
 //!
 //! # Feature flags
 //!
@@ -136,10 +137,10 @@ mod limiter;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
-mod observe;
+pub mod observe;
 mod outcome;
 mod plans;
-mod policy;
+pub mod policy;
 pub mod shape;
 
 /// Time sources: fast monotonic (the default), wall, and [`FakeClock`](clock::FakeClock) for tests.
@@ -147,45 +148,62 @@ pub mod clock {
     pub use rate_tier_storage::clock::*;
 }
 
+/// The rules a limit can have, and their errors: [`Quota`] (a
+/// rate), [`Window`], [`Period`],
+/// [`Concurrency`], as one [`Rule`](crate::rules::Rule).
+pub mod rules {
+    pub use gcra_core::{
+        Adjust, Concurrency, ConcurrencyError, Period, PeriodError, PeriodUnit,
+        Quota, QuotaError, Window, WindowError,
+    };
+    pub use rate_tier_storage::{Rule, RuleKind};
+}
+
+/// What a store of your own needs: the [`Storage`]
+/// contract, its arguments and answers, and the stores' events.
+pub mod storage {
+    pub use gcra_core::{Decision, Verdict};
+    #[cfg(feature = "postgres")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+    pub use rate_tier_storage::PostgresStorageBuilder;
+    pub use rate_tier_storage::cells;
+    pub use rate_tier_storage::fallback::{self, BreakerState};
+    pub use rate_tier_storage::{
+        Adjustment, Answer, BucketCancel, BucketCheck, BucketSettle,
+        Capabilities, Charged, Decided, LimitName, Mode, Storage, StorageError,
+        StorageEvent, StorageExt, StorageListener, Subscription, key,
+    };
+}
+
 pub use ban::Ban;
 #[cfg(feature = "identity-cache")]
 #[cfg_attr(docsrs, doc(cfg(feature = "identity-cache")))]
 pub use cache::CachedIdentifier;
-pub use client_ip::ClientIp;
 pub use error::{ConfigError, Error};
 pub use event::LimitEvent;
-pub use gcra_core::{
-    Adjust, Concurrency, ConcurrencyError, Decision, Period, PeriodError,
-    PeriodUnit, Quota, QuotaError, Verdict, Window, WindowError,
-};
+pub use gcra_core::{Concurrency, Period, PeriodUnit, Quota, Window};
 pub use identity::{
     IdentityError, OwnQuota, TierIdentifier, TierIdentity, UserId,
 };
 #[cfg(feature = "grpc")]
 #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
-pub use layer::{GrpcTierLimit, GrpcTierLimitLayer};
-pub use layer::{TierLimit, TierLimitLayer, tier_cost};
+pub use layer::GrpcTierLimitLayer;
+pub use layer::{TierLimitLayer, tier_cost};
 pub use limit::{ActualCost, Limit, Settle, Usage};
-pub use limiter::{
-    CheckFuture, DEFAULT_MAX_WAITING, LimitRequest, RateTier, RateTierBuilder,
-};
-pub use observe::{Checked, Observer, Outcome};
-pub use outcome::{LimitReason, LimitState, Limited, RateLimitInfo, ceil_secs};
+pub use limiter::{CheckFuture, LimitRequest, RateTier, RateTierBuilder};
+pub use observe::Observer;
+pub use outcome::{LimitReason, Limited, RateLimitInfo};
 #[cfg(feature = "plans-toml")]
 #[cfg_attr(docsrs, doc(cfg(feature = "plans-toml")))]
 pub use plans::PlansError;
 pub use plans::{Plans, PlansBuilder};
-pub use policy::{OnIdentityError, OnMissing, OnStorageError, OnUnknownTier};
+pub use policy::OnMissing;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use rate_tier_storage::PostgresStorage;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use rate_tier_storage::RedisStorage;
-pub use rate_tier_storage::fallback::{self, BreakerState};
 pub use rate_tier_storage::{
-    BucketCancel, BucketCheck, BucketSettle, Decided, FallbackStorage,
-    LimitName, MemoryStorage, Rule, RuleKind, Storage, StorageError,
-    StorageEvent, Subscription, key,
+    FallbackStorage, MemoryStorage, Storage, StorageError,
 };
-#[cfg(feature = "postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use rate_tier_storage::{PostgresStorage, PostgresStorageBuilder};
-pub use shape::{Shape, ShapeError, ShapeLayer};

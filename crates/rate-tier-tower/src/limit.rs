@@ -40,7 +40,7 @@ type RefundFn = dyn Fn(StatusCode) -> bool + Send + Sync;
 /// per endpoint for expensive operations) as one decision:
 ///
 /// ```
-/// use tower_rate_tier::{ClientIp, Limit, Quota, RateTier, TierIdentity, TierLimitLayer};
+/// use tower_rate_tier::{client_ip::ClientIp, Limit, Quota, RateTier, TierIdentity, TierLimitLayer};
 ///
 /// let tiers = RateTier::builder()
 ///     .tier("free", Quota::per_minute(60))
@@ -235,7 +235,7 @@ impl Limit {
     /// (a server not set up to give it: never one bucket for everyone).
     ///
     /// ```
-    /// use tower_rate_tier::{ClientIp, Limit, Quota};
+    /// use tower_rate_tier::{client_ip::ClientIp, Limit, Quota};
     /// let per_address = Limit::new("ip", Quota::per_minute(1000))
     ///     .per_client_ip(ClientIp::RIGHTMOST_X_FORWARDED_FOR);
     /// # let _ = per_address;
@@ -365,7 +365,7 @@ impl Limit {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_rate_tier::{Limit, Quota, Rule, Window};
+    /// use tower_rate_tier::{Limit, Quota, rules::Rule, Window};
     /// let window = Window::new(5, Duration::from_secs(60))?;
     /// let login = Limit::new("login", window).tier("pro", Quota::per_minute(60));
     /// assert_eq!(login.rule_for("free"), Rule::Window(window));

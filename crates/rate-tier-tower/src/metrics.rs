@@ -9,12 +9,12 @@
 //!
 //! | metric | type | labels | counts |
 //! |---|---|---|---|
-//! | `rate_tier_checks_total` | counter | `tier`, `outcome` | every request that reached the limiter; `outcome` is [`Outcome::as_str`](crate::Outcome::as_str) (`shadow_limited`: passed, but a limit in shadow mode would have refused), `tier` the configured tier whose quota applied, or `none` |
+//! | `rate_tier_checks_total` | counter | `tier`, `outcome` | every request that reached the limiter; `outcome` is [`Outcome::as_str`](crate::observe::Outcome::as_str) (`shadow_limited`: passed, but a limit in shadow mode would have refused), `tier` the configured tier whose quota applied, or `none` |
 //! | `rate_tier_check_duration_seconds` | histogram | `storage` | time spent deciding (identity, cost, store), 1 µs .. 100 ms buckets; `storage` is the store that decided (`memory`, `redis`, `fallback` for a fallback's local decisions) |
 //! | `rate_tier_shadow_limited_total` | counter | `limit` | would-be refusals of limits in shadow mode, by limit |
-//! | `rate_tier_unknown_tier_total` | counter | `policy` | requests with a tier that is not configured, by [`OnUnknownTier`](crate::OnUnknownTier) policy (`use_default`, `deny`, `allow`) |
+//! | `rate_tier_unknown_tier_total` | counter | `policy` | requests with a tier that is not configured, by [`OnUnknownTier`](crate::policy::OnUnknownTier) policy (`use_default`, `deny`, `allow`) |
 //! | `rate_tier_missing_identity_total` | counter | | requests without an identity, whatever [`OnMissing`](crate::OnMissing) did |
-//! | `rate_tier_storage_errors_total` | counter | `storage` | store failures that reached the [`OnStorageError`](crate::OnStorageError) policy |
+//! | `rate_tier_storage_errors_total` | counter | `storage` | store failures that reached the [`OnStorageError`](crate::policy::OnStorageError) policy |
 //! | `rate_tier_fallback_decisions_total` | counter | `allowed` | checks decided by the local fallback of a [`FallbackStorage`](crate::FallbackStorage) (`true`, `false`) |
 //! | `rate_tier_breaker_state` | gauge | `domain` | each circuit breaker: 0 closed, 1 open, 2 half-open; `domain` is `all`, or a Redis Cluster node |
 //! | `rate_tier_breaker_transitions_total` | counter | `to` | changes of a breaker's state, by new state (`closed`, `open`, `half_open`) |
@@ -24,7 +24,7 @@
 //! | `rate_tier_near_limit_total` | counter | `tier`, `limit` | customers brought near the end of a limit ([`near_limit`](crate::RateTierBuilder::near_limit)), once per crossing |
 //! | `rate_tier_wait_refused_total` | counter | `tier` | requests that would have waited longer than allowed, or found the waiting room full: refused |
 //!
-//! A [`ShapeLayer`](crate::ShapeLayer)'s calls have [`ShapeMetrics`]:
+//! A [`ShapeLayer`](crate::shape::ShapeLayer)'s calls have [`ShapeMetrics`]:
 //!
 //! | metric | type | labels | counts |
 //! |---|---|---|---|
@@ -424,7 +424,7 @@ fn breaker_value(state: BreakerState) -> i64 {
     }
 }
 
-/// A [`ShapeLayer`](crate::ShapeLayer)'s metrics (see the [module
+/// A [`ShapeLayer`](crate::shape::ShapeLayer)'s metrics (see the [module
 /// docs](self)): give it to
 /// [`ShapeLayerBuilder::observe`](crate::shape::ShapeLayerBuilder::observe).
 /// Cheap to clone; clones update the same metrics.

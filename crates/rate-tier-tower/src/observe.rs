@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::event::LimitEvent;
+pub use crate::outcome::LimitState;
 
 /// What the middleware did with one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,7 +41,7 @@ impl Outcome {
     /// A stable lower-case label, e.g. for a metric.
     ///
     /// ```
-    /// assert_eq!(tower_rate_tier::Outcome::CostExceedsBurst.as_str(), "cost_exceeds_burst");
+    /// assert_eq!(tower_rate_tier::observe::Outcome::CostExceedsBurst.as_str(), "cost_exceeds_burst");
     /// ```
     pub fn as_str(self) -> &'static str {
         match self {
@@ -90,7 +91,7 @@ pub struct Checked {
 ///
 /// ```
 /// use std::sync::atomic::{AtomicU64, Ordering};
-/// use tower_rate_tier::{Checked, Observer, Outcome};
+/// use tower_rate_tier::{observe::Checked, Observer, observe::Outcome};
 ///
 /// #[derive(Default)]
 /// struct Refusals(AtomicU64);

@@ -317,7 +317,7 @@ pub enum LimitReason {
         cost: u32,
     },
     /// The tier is unknown and the policy is
-    /// [`OnUnknownTier::Deny`](crate::OnUnknownTier::Deny) (HTTP 403).
+    /// [`OnUnknownTier::Deny`](crate::policy::OnUnknownTier::Deny) (HTTP 403).
     UnknownTier,
 }
 
@@ -441,8 +441,8 @@ impl Limited {
 ///
 /// ```
 /// # use std::time::Duration;
-/// assert_eq!(tower_rate_tier::ceil_secs(Duration::from_millis(5_001)), 6);
-/// assert_eq!(tower_rate_tier::ceil_secs(Duration::from_secs(6)), 6);
+/// assert_eq!(tower_rate_tier::headers::ceil_secs(Duration::from_millis(5_001)), 6);
+/// assert_eq!(tower_rate_tier::headers::ceil_secs(Duration::from_secs(6)), 6);
 /// ```
 pub fn ceil_secs(duration: Duration) -> u64 {
     let secs = duration.as_secs();

@@ -44,7 +44,7 @@ impl OnUnknownTier {
     /// A stable lower-case label, e.g. for a metric.
     ///
     /// ```
-    /// assert_eq!(tower_rate_tier::OnUnknownTier::UseDefault.as_str(), "use_default");
+    /// assert_eq!(tower_rate_tier::policy::OnUnknownTier::UseDefault.as_str(), "use_default");
     /// ```
     pub fn as_str(self) -> &'static str {
         match self {

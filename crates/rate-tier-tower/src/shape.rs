@@ -29,7 +29,7 @@
 //! use std::sync::Arc;
 //! use std::time::Duration;
 //! use tower::{Service, ServiceExt, service_fn};
-//! use tower_rate_tier::{MemoryStorage, Quota, ShapeLayer};
+//! use tower_rate_tier::{MemoryStorage, Quota, shape::ShapeLayer};
 //!
 //! // The provider allows 100 calls a second, evenly, for the whole account.
 //! let layer = ShapeLayer::builder(Arc::new(MemoryStorage::new()), "provider")
@@ -411,7 +411,7 @@ impl<C> ShapeLayerBuilder<C> {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use tower_rate_tier::{MemoryStorage, Quota, ShapeLayer};
+    /// use tower_rate_tier::{MemoryStorage, Quota, shape::ShapeLayer};
     /// let layer = ShapeLayer::builder(Arc::new(MemoryStorage::new()), "llm")
     ///     .quota("per-second", Quota::per_second(50).allow_burst(1))?
     ///     .quota("per-day", Quota::per_day(100_000))?
@@ -442,7 +442,7 @@ impl<C> ShapeLayerBuilder<C> {
     /// use std::sync::Arc;
     /// use std::time::Duration;
     /// use tower::{Service, ServiceExt, service_fn};
-    /// use tower_rate_tier::{MemoryStorage, Quota, ShapeError, ShapeLayer};
+    /// use tower_rate_tier::{MemoryStorage, Quota, shape::ShapeError, shape::ShapeLayer};
     ///
     /// // One call a second; a caller that waits at most 10 ms.
     /// let layer = ShapeLayer::builder(Arc::new(MemoryStorage::new()), "provider")
@@ -473,7 +473,7 @@ impl<C> ShapeLayerBuilder<C> {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use tower_rate_tier::{MemoryStorage, Quota, ShapeLayer};
+    /// use tower_rate_tier::{MemoryStorage, Quota, shape::ShapeLayer};
     /// // A batch of n items is n calls of the provider's quota.
     /// let layer = ShapeLayer::builder(Arc::new(MemoryStorage::new()), "provider")
     ///     .quota("per-second", Quota::per_second(100))?
@@ -502,7 +502,7 @@ impl<C> ShapeLayerBuilder<C> {
     /// use std::time::Duration;
     /// use tower::{Service, ServiceExt, service_fn};
     /// use tower_rate_tier::shape::ShapeEvent;
-    /// use tower_rate_tier::{MemoryStorage, Quota, ShapeLayer};
+    /// use tower_rate_tier::{MemoryStorage, Quota, shape::ShapeLayer};
     ///
     /// let events = Arc::new(Mutex::new(Vec::new()));
     /// let sink = events.clone();
@@ -532,7 +532,7 @@ impl<C> ShapeLayerBuilder<C> {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use tower_rate_tier::{ConfigError, MemoryStorage, ShapeLayer};
+    /// use tower_rate_tier::{ConfigError, MemoryStorage, shape::ShapeLayer};
     /// let error = ShapeLayer::builder(Arc::new(MemoryStorage::new()), "provider")
     ///     .build()
     ///     .unwrap_err();

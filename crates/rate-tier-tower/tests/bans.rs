@@ -289,15 +289,16 @@ impl Gated {
 impl Gated {
     async fn check_buckets(
         &self,
-        checks: &[tower_rate_tier::BucketCheck<'_>],
-        out: &mut [tower_rate_tier::Decision],
-    ) -> Result<tower_rate_tier::Decided, tower_rate_tier::StorageError> {
+        checks: &[tower_rate_tier::storage::BucketCheck<'_>],
+        out: &mut [tower_rate_tier::storage::Decision],
+    ) -> Result<tower_rate_tier::storage::Decided, tower_rate_tier::StorageError>
+    {
         self.store.check(checks, out).await
     }
 
     async fn settle_buckets(
         &self,
-        settles: &[tower_rate_tier::BucketSettle<'_>],
+        settles: &[tower_rate_tier::storage::BucketSettle<'_>],
     ) -> Result<(), tower_rate_tier::StorageError> {
         if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
             self.entered.notify_one();
@@ -310,12 +311,12 @@ impl Gated {
 
     async fn reset_buckets(
         &self,
-        buckets: &[tower_rate_tier::BucketCheck<'_>],
+        buckets: &[tower_rate_tier::storage::BucketCheck<'_>],
     ) -> Result<(), tower_rate_tier::StorageError> {
         self.store.reset(buckets).await
     }
 
-    fn decides(&self, kind: tower_rate_tier::RuleKind) -> bool {
+    fn decides(&self, kind: tower_rate_tier::rules::RuleKind) -> bool {
         self.store.supports(kind)
     }
 

@@ -19,9 +19,10 @@ use support::http::Events;
 use support::stores::{Remote, TimingOut};
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::{
-    Adjust, Checked, Error, FallbackStorage, Limit, LimitEvent, LimitReason,
-    LimitRequest, MemoryStorage, Observer, OnStorageError, OnUnknownTier,
-    Outcome, Quota, RateTier, Settle, StorageError,
+    Error, FallbackStorage, Limit, LimitEvent, LimitReason, LimitRequest,
+    MemoryStorage, Observer, Quota, RateTier, Settle, StorageError,
+    observe::Checked, observe::Outcome, policy::OnStorageError,
+    policy::OnUnknownTier, rules::Adjust,
 };
 
 fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
@@ -260,15 +261,15 @@ async fn a_fallbacks_local_decisions_are_labelled_fallback() {
         ]
     );
     // The store says so itself.
-    let name = tower_rate_tier::LimitName::new("free").unwrap();
-    let checks = [tower_rate_tier::BucketCheck::new(
+    let name = tower_rate_tier::storage::LimitName::new("free").unwrap();
+    let checks = [tower_rate_tier::storage::BucketCheck::new(
         &name,
         "bea",
         Quota::per_minute(2),
         1,
     )
     .unwrap()];
-    let mut out = [tower_rate_tier::Decision::default()];
+    let mut out = [tower_rate_tier::storage::Decision::default()];
     let decided = fallback.check(&checks, &mut out).await.unwrap();
     assert_eq!(decided.by, "fallback");
     // An in-memory limiter's decisions are "memory"'s; no store, "none".

@@ -11,8 +11,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tower_rate_tier::clock::{Clock, FakeClock};
 use tower_rate_tier::{
-    Adjust, Ban, Error, Limit, LimitReason, LimitRequest, MemoryStorage, Quota,
-    RateTier, Settle, Storage, Window,
+    Ban, Error, Limit, LimitReason, LimitRequest, MemoryStorage, Quota,
+    RateTier, Settle, Storage, Window, rules::Adjust,
 };
 
 /// Tokio's clock, paused in these tests: waits take no real time.

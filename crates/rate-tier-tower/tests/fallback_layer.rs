@@ -18,8 +18,9 @@ use tower::ServiceExt;
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::layer::HeaderStyle;
 use tower_rate_tier::{
-    Concurrency, FallbackStorage, Limit, LimitEvent, OnStorageError, Quota,
-    RateTier, StorageEvent, TierIdentity, TierLimitLayer,
+    Concurrency, FallbackStorage, Limit, LimitEvent, Quota, RateTier,
+    TierIdentity, TierLimitLayer, policy::OnStorageError,
+    storage::StorageEvent,
 };
 
 /// 2026-10-02 13:17:14 UTC, on a whole second.

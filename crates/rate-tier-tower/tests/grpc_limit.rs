@@ -29,8 +29,8 @@ use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::layer::HeaderStyle;
 use tower_rate_tier::{
     FallbackStorage, GrpcTierLimitLayer, IdentityError, Limit, LimitEvent,
-    OnStorageError, OnUnknownTier, Quota, RateTier, TierIdentifier,
-    TierIdentity, TierLimitLayer, Window,
+    Quota, RateTier, TierIdentifier, TierIdentity, TierLimitLayer, Window,
+    policy::OnStorageError, policy::OnUnknownTier,
 };
 
 const START_SECS: u64 = 1_790_947_094;

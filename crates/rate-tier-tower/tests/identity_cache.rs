@@ -13,8 +13,8 @@ use http::request::Parts;
 use tower::ServiceExt;
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::{
-    CachedIdentifier, IdentityError, Quota, RateTier, Rule, TierIdentifier,
-    TierIdentity, TierLimitLayer, Window,
+    CachedIdentifier, IdentityError, Quota, RateTier, TierIdentifier,
+    TierIdentity, TierLimitLayer, Window, rules::Rule,
 };
 
 /// A "database" that counts its lookups, takes a while to answer, and is

@@ -15,9 +15,9 @@ use http::request::Parts;
 use support::http::{Events, get_as};
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::{
-    Checked, IdentityError, LimitEvent, MemoryStorage, Observer,
-    OnIdentityError, OnMissing, Outcome, Quota, RateTier, TierIdentifier,
-    TierIdentity, TierLimitLayer,
+    IdentityError, LimitEvent, MemoryStorage, Observer, OnMissing, Quota,
+    RateTier, TierIdentifier, TierIdentity, TierLimitLayer, observe::Checked,
+    observe::Outcome, policy::OnIdentityError,
 };
 
 /// Keys `key_*` are free users; no key is no identity; while `down` is

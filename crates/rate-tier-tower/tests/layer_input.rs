@@ -15,10 +15,10 @@ use http_body_util::BodyExt;
 use support::fixtures::{plan_of, post_plans};
 use tower::ServiceExt;
 use tower_rate_tier::clock::FakeClock;
-use tower_rate_tier::key::{KeySecret, bucket_key};
+use tower_rate_tier::storage::key::{KeySecret, bucket_key};
 use tower_rate_tier::{
-    Error, LimitEvent, LimitReason, MemoryStorage, OnMissing, OnUnknownTier,
-    Quota, QuotaError, RateTier, TierIdentity, TierLimitLayer,
+    Error, LimitEvent, LimitReason, MemoryStorage, OnMissing, Quota, RateTier,
+    TierIdentity, TierLimitLayer, policy::OnUnknownTier, rules::QuotaError,
 };
 
 type Events = Arc<Mutex<Vec<LimitEvent>>>;

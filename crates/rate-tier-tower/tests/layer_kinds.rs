@@ -25,8 +25,8 @@ use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::layer::HeaderStyle;
 use tower_rate_tier::{
     Concurrency, ConfigError, Limit, Period, PeriodUnit, Quota, RateTier,
-    RuleKind, Settle, Storage, StorageError, TierIdentity, TierLimitLayer,
-    Window,
+    Settle, Storage, StorageError, TierIdentity, TierLimitLayer, Window,
+    rules::RuleKind,
 };
 
 const SECOND: u64 = 1_000_000;
@@ -505,7 +505,12 @@ async fn only_a_rate_is_settled() {
         tower_rate_tier::LimitRequest::new("ana", "free", 1).limit(&login, 1);
     let info = tiers.decide(&request).await.unwrap().unwrap();
     let error = tiers
-        .settle("ana", &info, &login, tower_rate_tier::Adjust::Refund(1))
+        .settle(
+            "ana",
+            &info,
+            &login,
+            tower_rate_tier::rules::Adjust::Refund(1),
+        )
         .await
         .unwrap_err();
     assert!(
@@ -537,15 +542,15 @@ struct Leasing {
 impl Leasing {
     async fn check_buckets(
         &self,
-        checks: &[tower_rate_tier::BucketCheck<'_>],
-        out: &mut [tower_rate_tier::Decision],
-    ) -> Result<tower_rate_tier::Decided, StorageError> {
+        checks: &[tower_rate_tier::storage::BucketCheck<'_>],
+        out: &mut [tower_rate_tier::storage::Decision],
+    ) -> Result<tower_rate_tier::storage::Decided, StorageError> {
         self.memory.check(checks, out).await
     }
 
     async fn settle_buckets(
         &self,
-        settles: &[tower_rate_tier::BucketSettle<'_>],
+        settles: &[tower_rate_tier::storage::BucketSettle<'_>],
     ) -> Result<(), StorageError> {
         self.memory.settle(settles).await
     }
@@ -560,7 +565,7 @@ impl Leasing {
 
     async fn renew_slots(
         &self,
-        slots: &[tower_rate_tier::BucketCheck<'_>],
+        slots: &[tower_rate_tier::storage::BucketCheck<'_>],
     ) -> Result<(), StorageError> {
         self.renewed
             .lock()
@@ -571,7 +576,7 @@ impl Leasing {
 
     async fn release_slots(
         &self,
-        slots: &[tower_rate_tier::BucketCheck<'_>],
+        slots: &[tower_rate_tier::storage::BucketCheck<'_>],
     ) -> Result<(), StorageError> {
         self.released
             .lock()

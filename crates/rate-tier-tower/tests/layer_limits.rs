@@ -23,8 +23,8 @@ use support::http::{Events, get, get_as};
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::layer::HeaderStyle;
 use tower_rate_tier::{
-    ClientIp, Limit, LimitEvent, Quota, RateLimitInfo, RateTier, Settle,
-    TierIdentity, TierLimitLayer,
+    Limit, LimitEvent, Quota, RateLimitInfo, RateTier, Settle, TierIdentity,
+    TierLimitLayer, client_ip::ClientIp,
 };
 
 fn path_is(path: &'static str) -> impl Fn(&http::request::Parts) -> bool {

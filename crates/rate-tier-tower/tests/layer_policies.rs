@@ -19,12 +19,13 @@ use support::stores::TimingOut;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_rate_tier::RateTierBuilder;
 use tower_rate_tier::clock::FakeClock;
-use tower_rate_tier::key::InvalidTierName;
 use tower_rate_tier::layer::LimitBody;
+use tower_rate_tier::storage::key::InvalidTierName;
 use tower_rate_tier::{
-    ConfigError, LimitEvent, MemoryStorage, OnIdentityError, OnMissing,
-    OnStorageError, OnUnknownTier, Plans, Quota, RateLimitInfo, RateTier,
-    TierIdentity, TierLimitLayer, tier_cost,
+    ConfigError, LimitEvent, MemoryStorage, OnMissing, Plans, Quota,
+    RateLimitInfo, RateTier, TierIdentity, TierLimitLayer,
+    policy::OnIdentityError, policy::OnStorageError, policy::OnUnknownTier,
+    tier_cost,
 };
 
 type Events = Arc<Mutex<Vec<LimitEvent>>>;
@@ -373,7 +374,7 @@ fn an_empty_key_secret_is_refused_at_build() {
         .unwrap_err();
     assert!(matches!(err, ConfigError::EmptyKeySecret(_)), "{err:?}");
     assert!(err.to_string().contains("empty"), "{err}");
-    assert!(tower_rate_tier::key::KeySecret::new("").is_err());
+    assert!(tower_rate_tier::storage::key::KeySecret::new("").is_err());
     // One byte is a secret.
     assert!(
         RateTier::builder()

@@ -25,8 +25,8 @@ use support::fixtures::{START_US, plan_of, post_plans};
 use tower::ServiceExt;
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::{
-    LimitEvent, MemoryStorage, OnUnknownTier, RateTier, TierIdentity,
-    TierLimitLayer,
+    LimitEvent, MemoryStorage, RateTier, TierIdentity, TierLimitLayer,
+    policy::OnUnknownTier,
 };
 
 type Events = Arc<Mutex<Vec<LimitEvent>>>;
@@ -676,11 +676,17 @@ async fn works_on_a_plain_service_fn_with_a_string_body() {
 
 /// `Layer::layer`, spelled as a method for readability above.
 trait LayerService {
-    fn layer_service<S>(&self, inner: S) -> tower_rate_tier::TierLimit<S>;
+    fn layer_service<S>(
+        &self,
+        inner: S,
+    ) -> tower_rate_tier::layer::TierLimit<S>;
 }
 
 impl LayerService for TierLimitLayer {
-    fn layer_service<S>(&self, inner: S) -> tower_rate_tier::TierLimit<S> {
+    fn layer_service<S>(
+        &self,
+        inner: S,
+    ) -> tower_rate_tier::layer::TierLimit<S> {
         tower::Layer::layer(self, inner)
     }
 }

@@ -224,10 +224,12 @@ fn waiting_needs_a_store_that_reserves() {
     impl Plain {
         async fn check_buckets(
             &self,
-            _: &[tower_rate_tier::BucketCheck<'_>],
-            _: &mut [tower_rate_tier::Decision],
-        ) -> Result<tower_rate_tier::Decided, tower_rate_tier::StorageError>
-        {
+            _: &[tower_rate_tier::storage::BucketCheck<'_>],
+            _: &mut [tower_rate_tier::storage::Decision],
+        ) -> Result<
+            tower_rate_tier::storage::Decided,
+            tower_rate_tier::StorageError,
+        > {
             unreachable!("never asked")
         }
     }

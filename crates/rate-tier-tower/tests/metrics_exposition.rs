@@ -22,8 +22,9 @@ use tower_rate_tier::metrics::RateLimitMetrics;
 use tower_rate_tier::metrics::prometheus_client::encoding::text::encode;
 use tower_rate_tier::metrics::prometheus_client::registry::Registry;
 use tower_rate_tier::{
-    FallbackStorage, Limit, MemoryStorage, OnMissing, OnStorageError,
-    OnUnknownTier, Quota, RateTier, TierIdentity, TierLimitLayer,
+    FallbackStorage, Limit, MemoryStorage, OnMissing, Quota, RateTier,
+    TierIdentity, TierLimitLayer, policy::OnStorageError,
+    policy::OnUnknownTier,
 };
 
 // ---------------------------------------------------------------------------

@@ -17,9 +17,9 @@ use support::http::{Events, get_as};
 use support::stores::TimingOut;
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::{
-    BreakerState, Checked, FallbackStorage, LimitEvent, Observer, Outcome,
-    Plans, Quota, RateTier, RateTierBuilder, StorageEvent, TierIdentity,
-    TierLimitLayer,
+    FallbackStorage, LimitEvent, Observer, Plans, Quota, RateTier,
+    RateTierBuilder, TierIdentity, TierLimitLayer, observe::Checked,
+    observe::Outcome, storage::BreakerState, storage::StorageEvent,
 };
 
 /// Counts reloads, checks and refusals.

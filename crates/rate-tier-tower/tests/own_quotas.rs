@@ -14,8 +14,8 @@ use http::StatusCode;
 use support::http::get_as;
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::{
-    Adjust, Error, Limit, LimitEvent, LimitRequest, Quota, RateTier, Settle,
-    TierIdentity, TierLimitLayer, Window,
+    Error, Limit, LimitEvent, LimitRequest, Quota, RateTier, Settle,
+    TierIdentity, TierLimitLayer, Window, rules::Adjust,
 };
 
 /// Pro is 100 a minute; `search` 3 a minute. Ada negotiated 500 a minute

@@ -22,8 +22,8 @@ use http::StatusCode;
 use rate_tier_test_support::unique;
 use support::http::get_as;
 use tower_rate_tier::{
-    Adjust, Error, Limit, LimitRequest, Quota, RateTier, Settle, TierIdentity,
-    TierLimitLayer, Window,
+    Error, Limit, LimitRequest, Quota, RateTier, Settle, TierIdentity,
+    TierLimitLayer, Window, rules::Adjust,
 };
 
 /// The plan `tier` allows 10 an hour (one each 6 min).

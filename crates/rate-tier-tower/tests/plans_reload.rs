@@ -216,7 +216,9 @@ per = "minute"
 #[tokio::test]
 async fn a_reload_keeps_the_policies_it_does_not_set() {
     use http::StatusCode;
-    use tower_rate_tier::{OnIdentityError, OnMissing, OnStorageError};
+    use tower_rate_tier::{
+        OnMissing, policy::OnIdentityError, policy::OnStorageError,
+    };
 
     let tiers = RateTier::builder()
         .clock(FakeClock::new())

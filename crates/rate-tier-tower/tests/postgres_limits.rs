@@ -15,7 +15,8 @@ use std::sync::Arc;
 
 use rate_tier_test_support::{TEST_TIMEOUT, env, unique};
 use tower_rate_tier::{
-    Adjust, Limit, LimitRequest, PostgresStorage, Quota, RateTier, Settle,
+    Limit, LimitRequest, PostgresStorage, Quota, RateTier, Settle,
+    rules::Adjust,
 };
 
 /// The store, its table migrated (once is enough; again changes nothing).

@@ -20,11 +20,11 @@ use std::time::Duration;
 use axum::{Router, routing::get};
 use http::StatusCode;
 use support::http::get_as;
-use tower_rate_tier::key::cluster_bucket_key;
+use tower_rate_tier::storage::key::cluster_bucket_key;
 use tower_rate_tier::{
-    Adjust, Concurrency, ConfigError, Error, Limit, LimitReason, LimitRequest,
-    Plans, Quota, RateTier, RedisStorage, Settle, StorageError, TierIdentity,
-    TierLimitLayer, Window,
+    Concurrency, ConfigError, Error, Limit, LimitReason, LimitRequest, Plans,
+    Quota, RateTier, RedisStorage, Settle, StorageError, TierIdentity,
+    TierLimitLayer, Window, rules::Adjust,
 };
 
 mod support;

@@ -24,11 +24,11 @@ use rate_tier_test_support::{
 };
 use redis::aio::ConnectionManager;
 use support::http::{Events, get_as};
-use tower_rate_tier::key::bucket_key;
+use tower_rate_tier::storage::key::bucket_key;
 use tower_rate_tier::{
-    Adjust, Concurrency, Limit, LimitEvent, LimitRequest, Plans, Quota,
-    RateLimitInfo, RateTier, RedisStorage, Settle, TierIdentity,
-    TierLimitLayer, Window,
+    Concurrency, Limit, LimitEvent, LimitRequest, Plans, Quota, RateLimitInfo,
+    RateTier, RedisStorage, Settle, TierIdentity, TierLimitLayer, Window,
+    rules::Adjust,
 };
 
 async fn connect() -> ConnectionManager {

@@ -22,11 +22,12 @@ use axum::routing::get;
 use http::{Request, StatusCode};
 use tokio::task::JoinHandle;
 use tower::ServiceExt;
-use tower_rate_tier::key::bucket_key;
+use tower_rate_tier::storage::key::bucket_key;
 use tower_rate_tier::{
-    BreakerState, BucketCheck, Decision, FallbackStorage, LimitEvent,
-    LimitName, LimitReason, Quota, RateTier, RedisStorage, Storage,
-    StorageError, StorageEvent, Subscription, TierIdentity, TierLimitLayer,
+    FallbackStorage, LimitEvent, LimitReason, Quota, RateTier, RedisStorage,
+    Storage, StorageError, TierIdentity, TierLimitLayer, storage::BreakerState,
+    storage::BucketCheck, storage::Decision, storage::LimitName,
+    storage::StorageEvent, storage::Subscription,
 };
 
 use rate_tier_test_support::RedisServer;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
-use tower_rate_tier::key::{KeySecret, bucket_key};
+use tower_rate_tier::storage::key::{KeySecret, bucket_key};
 use tower_rate_tier::{
     Error, LimitReason, Quota, RateTier, RedisStorage, StorageError,
 };

@@ -15,7 +15,8 @@ use tower::{Service, ServiceExt, service_fn};
 use tower_rate_tier::clock::Clock;
 use tower_rate_tier::shape::ShapeEvent;
 use tower_rate_tier::{
-    ConfigError, MemoryStorage, Quota, ShapeError, ShapeLayer, Storage,
+    ConfigError, MemoryStorage, Quota, Storage, shape::ShapeError,
+    shape::ShapeLayer,
 };
 
 /// The store's clock is Tokio's: paused, it moves only as timers fire.
@@ -106,7 +107,7 @@ async fn calls_at_once_go_out_one_interval_apart() {
 fn layer_service<C: Clone>(
     layer: &ShapeLayer<C>,
     upstream: &Upstream,
-) -> tower_rate_tier::Shape<
+) -> tower_rate_tier::shape::Shape<
     impl Service<u32, Response = u32, Error = std::io::Error, Future = impl Send>
     + Clone
     + Send
@@ -251,10 +252,12 @@ async fn a_shaper_needs_a_quota_and_a_store_that_reserves() {
     impl Plain {
         async fn check_buckets(
             &self,
-            _: &[tower_rate_tier::BucketCheck<'_>],
-            _: &mut [tower_rate_tier::Decision],
-        ) -> Result<tower_rate_tier::Decided, tower_rate_tier::StorageError>
-        {
+            _: &[tower_rate_tier::storage::BucketCheck<'_>],
+            _: &mut [tower_rate_tier::storage::Decision],
+        ) -> Result<
+            tower_rate_tier::storage::Decided,
+            tower_rate_tier::StorageError,
+        > {
             unreachable!("never asked")
         }
     }

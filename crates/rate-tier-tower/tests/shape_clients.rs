@@ -23,7 +23,9 @@ use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_rate_tier::clock::Clock;
-use tower_rate_tier::{MemoryStorage, Quota, ShapeError, ShapeLayer};
+use tower_rate_tier::{
+    MemoryStorage, Quota, shape::ShapeError, shape::ShapeLayer,
+};
 
 /// The store's clock is Tokio's: paused, it moves only as timers fire.
 #[derive(Debug)]

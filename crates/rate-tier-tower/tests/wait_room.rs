@@ -15,9 +15,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::{
-    Ban, BucketCancel, BucketCheck, BucketSettle, Decided, Decision, Limit,
-    LimitEvent, LimitReason, LimitRequest, MemoryStorage, Quota, RateTier,
-    RateTierBuilder, RuleKind, Storage, StorageError,
+    Ban, Limit, LimitEvent, LimitReason, LimitRequest, MemoryStorage, Quota,
+    RateTier, RateTierBuilder, Storage, StorageError, rules::RuleKind,
+    storage::BucketCancel, storage::BucketCheck, storage::BucketSettle,
+    storage::Decided, storage::Decision,
 };
 
 const SECOND: Duration = Duration::from_secs(1);

@@ -38,7 +38,7 @@
 //! # Settlements
 //!
 //! A settlement goes to the store that charged its estimate
-//! ([`BucketSettle::charged`], from [`Decided::charged`]), not to whichever
+//! ([`BucketSettle::charged`](crate::BucketSettle::charged), from [`Decided::charged`]), not to whichever
 //! the breaker points at when the response ends: charged locally, it is
 //! settled locally; charged by the primary, it is sent there, or, while the
 //! primary's breaker is open, kept (at most [`PENDING_MAX`]) and sent once

@@ -202,7 +202,7 @@ impl MemoryStorage {
         }
     }
 
-    /// The same decision as [`StorageExt::check`], synchronously.
+    /// The same decision as [`StorageExt::check`](crate::StorageExt::check), synchronously.
     ///
     /// A single check is decided inline in the caller (the hot path of a
     /// limiter that holds the store itself).
@@ -247,7 +247,7 @@ impl MemoryStorage {
         Ok((out, decided.now_us.unwrap_or_default()))
     }
 
-    /// The same as [`StorageExt::settle`], synchronously.
+    /// The same as [`StorageExt::settle`](crate::StorageExt::settle), synchronously.
     pub fn settle_sync(
         &self,
         settles: &[BucketSettle<'_>],

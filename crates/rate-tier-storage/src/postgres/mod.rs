@@ -64,19 +64,19 @@ use crate::storage::{
 ///   [`Concurrency::acquire`](gcra_core::Concurrency::acquire)'s rules. A
 ///   pass that stands takes its cost under the request's id, for the
 ///   store's [`lease`](PostgresStorageBuilder::lease) (30 s by default);
-///   [`release`](StorageExt::release) gives back that id's slots and
-///   [`renew`](StorageExt::renew) sets their expiry to now + the lease (the
+///   [`release`](crate::StorageExt::release) gives back that id's slots and
+///   [`renew`](crate::StorageExt::renew) sets their expiry to now + the lease (the
 ///   limiter renews them every third of it while the request runs), both
 ///   under the same locks. Slots an instance never releases nor renews (it
 ///   died) are free once their lease ends, and their row goes by the
 ///   cleanup. A check without an id (0) takes anonymous slots: a release
 ///   gives back its cost of them, a renewal renews them all.
-/// - **Reservations** of rates ([`StorageExt::reserve`]): the earliest slot
+/// - **Reservations** of rates ([`StorageExt::reserve`](crate::StorageExt::reserve)): the earliest slot
 ///   at which every rate passes, by [`gcra_core::reserve_all`]'s rules, in
 ///   one call of `<table>_reserve` under the locks of a check, in the same
 ///   order, the clock read once they are held (so the reservations of one
 ///   bucket are in turn, each slot after the last); all or nothing, and a
-///   wait too long writes nothing. [`StorageExt::cancel`] gives them back
+///   wait too long writes nothing. [`StorageExt::cancel`](crate::StorageExt::cancel) gives them back
 ///   (`<table>_cancel`, [`Quota::cancel`](gcra_core::Quota::cancel) per
 ///   bucket: exact while last, else the slot stays taken). A reservation is
 ///   sent once and never retried: a reply lost after it ran leaves at most

@@ -98,10 +98,10 @@ const DEFAULT_LEASE: Lease = match Lease::new(RedisStorage::DEFAULT_LEASE) {
 ///
 /// # Reservations
 ///
-/// [`StorageExt::reserve`] reserves the earliest slot every rate passes at, in
+/// [`StorageExt::reserve`](crate::StorageExt::reserve) reserves the earliest slot every rate passes at, in
 /// every bucket or in none, in one step (`reserve.lua`); only rates
 /// reserve. Its decisions carry the TAT written (`store`), which
-/// [`StorageExt::cancel`] compares to give a slot back only while no later one
+/// [`StorageExt::cancel`](crate::StorageExt::cancel) compares to give a slot back only while no later one
 /// was made. A reservation whose reply is lost is never sent again (that
 /// would reserve a second slot). On a cluster a reservation's buckets must
 /// share a slot (one user's do), else [`StorageError::Unsupported`].
@@ -142,7 +142,7 @@ const DEFAULT_LEASE: Lease = match Lease::new(RedisStorage::DEFAULT_LEASE) {
 /// leaves, not in what others see meanwhile. Windows, periods and
 /// concurrency limits of one decision must share a slot, else
 /// [`StorageError::Unsupported`] before anything is sent
-/// ([`Capabilities::spans_partitions`] is false). A failure names the node
+/// ([`Capabilities::spans_partitions`](crate::Capabilities::spans_partitions) is false). A failure names the node
 /// ([`StorageError::InDomain`]), so that a fallback counts it against that
 /// node alone.
 #[derive(Clone)]
@@ -401,7 +401,7 @@ impl RedisStorage {
 
     /// Sets how long a slot of a concurrency limit is held unless it is
     /// renewed or released (default [`RedisStorage::DEFAULT_LEASE`], 30 s):
-    /// what [`Capabilities::lease`] answers. A limiter renews the slots of a
+    /// what [`Capabilities::lease`](crate::Capabilities::lease) answers. A limiter renews the slots of a
     /// request every third of the lease while it runs, so a request may run
     /// longer than the lease; the slots of an instance that died (never
     /// released nor renewed) are free once it ends. A shorter lease frees

@@ -241,7 +241,8 @@ fn ceil_millis(wait: Duration) -> Duration {
 mod tests {
     use super::*;
     use crate::clock::FakeClock;
-    use crate::{OnUnknownTier, Quota, RateTier};
+    use crate::policy::OnUnknownTier;
+    use crate::{Quota, RateTier};
 
     /// A refusal from a real limiter: `cost` after `spent` in 3/s.
     async fn refused(spent: u32, cost: u32) -> Limited {

@@ -149,7 +149,7 @@ impl<R> TierLimitLayer<R> {
         doc = "`CachedIdentifier` (feature `identity-cache`)"
     )]
     /// to cache it. A failed lookup follows the
-    /// [`OnIdentityError`](crate::OnIdentityError) policy.
+    /// [`OnIdentityError`](crate::policy::OnIdentityError) policy.
     pub fn identifier(self, identifier: impl TierIdentifier) -> Self {
         self.map(|c| c.identifier = Identifier::Async(Arc::new(identifier)))
     }

@@ -51,6 +51,14 @@ impl std::fmt::Debug for RateTierBuilder {
 }
 
 impl RateTierBuilder {
+    /// How many requests of one limiter may wait at once unless
+    /// [`max_waiting`](Self::max_waiting) says otherwise.
+    ///
+    /// ```
+    /// assert_eq!(tower_rate_tier::RateTierBuilder::DEFAULT_MAX_WAITING, 1024);
+    /// ```
+    pub const DEFAULT_MAX_WAITING: usize = DEFAULT_MAX_WAITING;
+
     /// Adds a tier (plan): a name of 1 to 64 `[A-Za-z0-9_.-]` and its quota.
     pub fn tier(
         mut self,
@@ -139,7 +147,7 @@ impl RateTierBuilder {
     /// channel). It lives as long as the limiter.
     ///
     /// ```
-    /// use tower_rate_tier::{LimitEvent, Quota, RateTier, StorageEvent};
+    /// use tower_rate_tier::{LimitEvent, Quota, RateTier, storage::StorageEvent};
     /// let tiers = RateTier::builder()
     ///     .tier("free", Quota::per_minute(10))
     ///     .on_event(|event| {
@@ -165,7 +173,7 @@ impl RateTierBuilder {
     ///
     /// Only decisions of rate limits alone wait (a window, period or
     /// concurrency limit in the decision: checked as without waiting), on a
-    /// store that reserves ([`Capabilities::reserves`]; else
+    /// store that reserves ([`Capabilities::reserves`](crate::storage::Capabilities::reserves); else
     /// [`ConfigError::CannotWait`] at build). At most
     /// [`max_waiting`](Self::max_waiting) requests wait at once; beyond
     /// that they are refused rather than queued. A request whose client
@@ -270,7 +278,7 @@ impl RateTierBuilder {
     /// ([`wait_up_to`](Self::wait_up_to)): [`DEFAULT_MAX_WAITING`] (1024)
     /// by default. Each waiting request holds its connection and a timer.
     ///
-    /// [`DEFAULT_MAX_WAITING`]: crate::DEFAULT_MAX_WAITING
+    /// [`DEFAULT_MAX_WAITING`]: Self::DEFAULT_MAX_WAITING
     pub fn max_waiting(mut self, requests: usize) -> Self {
         self.max_waiting = Some(requests);
         self

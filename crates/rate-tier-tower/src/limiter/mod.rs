@@ -38,7 +38,6 @@ use rate_tier_storage::{
 pub use ask::LimitRequest;
 pub use builder::RateTierBuilder;
 pub use future::CheckFuture;
-pub use wait::DEFAULT_MAX_WAITING;
 
 use self::ask::Ask;
 use self::ruling::Events;
@@ -256,11 +255,11 @@ impl RateTier {
     ///
     /// The outer `Result` is an error of the store or of the input (cost 0);
     /// the inner one is the decision. An unknown tier follows the
-    /// [`OnUnknownTier`](crate::OnUnknownTier) policy (an explicit `Allow`
+    /// [`OnUnknownTier`](crate::policy::OnUnknownTier) policy (an explicit `Allow`
     /// yields an `info` with `u64::MAX` remaining); a cost above the burst is
     /// [`LimitReason::CostExceedsBurst`](crate::LimitReason::CostExceedsBurst),
     /// decided without touching the store; a store that fails follows the
-    /// [`OnStorageError`](crate::OnStorageError) policy (`Allow`: passed;
+    /// [`OnStorageError`](crate::policy::OnStorageError) policy (`Allow`: passed;
     /// `Deny`: the error). Every such case is reported to the limiter's
     /// listeners.
     ///
@@ -381,7 +380,7 @@ impl RateTier {
     /// debt accepted and then forgiven.
     ///
     /// ```
-    /// use tower_rate_tier::{Adjust, Limit, LimitRequest, Quota, RateTier, Settle, clock::FakeClock};
+    /// use tower_rate_tier::{rules::Adjust, Limit, LimitRequest, Quota, RateTier, Settle, clock::FakeClock};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let limiter = RateTier::builder()
     ///     .clock(FakeClock::new())

@@ -30,7 +30,7 @@ use smallvec::SmallVec;
 use super::prepare::INLINE;
 
 /// How many requests of one limiter may wait at once by default.
-pub const DEFAULT_MAX_WAITING: usize = 1024;
+pub(crate) const DEFAULT_MAX_WAITING: usize = 1024;
 
 /// The waiting room: the longest wait, and how many wait now.
 #[derive(Debug)]

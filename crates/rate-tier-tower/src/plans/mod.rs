@@ -82,7 +82,7 @@ impl Plans {
     /// What a configured tier enforces: a rate, a window or a period.
     ///
     /// ```
-    /// use tower_rate_tier::{Period, PeriodUnit, Plans, Quota, Rule};
+    /// use tower_rate_tier::{Period, PeriodUnit, Plans, Quota, rules::Rule};
     /// let monthly = Period::new(1000, PeriodUnit::Month, 0)?;
     /// let plans = Plans::builder()
     ///     .tier("free", monthly)

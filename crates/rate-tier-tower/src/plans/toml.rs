@@ -313,7 +313,7 @@ impl PlansBuilder {
     /// let typo = Plans::builder().from_toml("[tiers.free]\nlimit = 10\nper = \"minute\"\nbrust = 5\n");
     /// assert_eq!(typo.unwrap_err().line(), 4);
     ///
-    /// use tower_rate_tier::{Period, PeriodUnit, Rule};
+    /// use tower_rate_tier::{Period, PeriodUnit, rules::Rule};
     /// let monthly = Plans::builder()
     ///     .from_toml("[tiers.hobby]\nkind = \"period\"\nlimit = 1000\nper = \"month\"\n")?
     ///     .build()?;

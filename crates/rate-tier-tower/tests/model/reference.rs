@@ -11,7 +11,7 @@ use std::time::Duration;
 use gcra_core::{
     Adjust, Charge, Decision, Quota, Reservation, Write, reserve_all,
 };
-use tower_rate_tier::{Rule, Window};
+use tower_rate_tier::{Window, rules::Rule};
 
 /// Where a bucket lives: the shared store, or an instance's own memory (a
 /// fallback's local store during an outage, or a store per instance).

@@ -17,10 +17,11 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tower_rate_tier::clock::Clock;
 use tower_rate_tier::{
-    Ban, BucketCancel, BucketCheck, BucketSettle, Decided, FallbackStorage,
-    Limit, LimitReason, LimitRequest, MemoryStorage, Plans, PostgresStorage,
-    RateLimitInfo, RateTier, RedisStorage, Rule, RuleKind, Settle, Storage,
-    StorageError, Window,
+    Ban, FallbackStorage, Limit, LimitReason, LimitRequest, MemoryStorage,
+    Plans, PostgresStorage, RateLimitInfo, RateTier, RedisStorage, Settle,
+    Storage, StorageError, Window, rules::Rule, rules::RuleKind,
+    storage::BucketCancel, storage::BucketCheck, storage::BucketSettle,
+    storage::Decided,
 };
 
 use crate::reference::{BanRule, Bucket, Expected, Place, Reserved, Table};

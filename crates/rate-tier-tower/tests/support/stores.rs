@@ -5,8 +5,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tower_rate_tier::{
-    BucketCheck, BucketSettle, Decided, Decision, MemoryStorage, RuleKind,
-    Storage, StorageError,
+    MemoryStorage, Storage, StorageError, rules::RuleKind,
+    storage::BucketCheck, storage::BucketSettle, storage::Decided,
+    storage::Decision,
 };
 
 /// Every check times out (after no time at all). Counts its calls.
