@@ -63,9 +63,9 @@
 //!   cost)`), and is the reset itself when that is not positive (a server
 //!   counting in fixed windows, whose reset is the end of the window).
 
-use rate_tier_storage::{Answer, Capabilities, Mode};
 use std::time::Duration;
 
+use rate_tier_storage::{Answer, Capabilities, Mode};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
     Entry, RateLimitOverride,

@@ -33,7 +33,6 @@
 //! 0 is `OK` with 0 remaining). `is_negative_hits` is ignored, as upstream
 //! ignores it (the hits are charged).
 
-use rate_tier_storage::StorageExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,6 +48,7 @@ use envoy_types::pb::google::protobuf::{
     Duration as ProtoDuration, UInt64Value,
 };
 use gcra_core::{Decision, Quota};
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::{
     BucketCheck, Decided, LimitName, Storage, StorageError,
 };

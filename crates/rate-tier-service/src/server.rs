@@ -1,12 +1,12 @@
 //! Running the service: the store, the two listeners (three with the
 //! [admin API](crate::admin)), the reload, and a graceful shutdown.
 
-use rate_tier_storage::StorageExt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::{
     FallbackStorage, MemoryStorage, PostgresStorage, RedisStorage, Storage,
     StorageError, StorageEvent,

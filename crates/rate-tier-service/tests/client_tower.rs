@@ -3,8 +3,6 @@
 //! `FallbackStorage` when the service is unreachable.
 
 mod support;
-
-use rate_tier_storage::StorageExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,6 +10,7 @@ use axum::Router;
 use axum::routing::get;
 use gcra_core::{Decision, Quota};
 use rate_tier_service::client::RlsStorage;
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::{
     BreakerState, BucketCheck, FallbackStorage, LimitName,
 };

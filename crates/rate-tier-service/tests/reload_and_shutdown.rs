@@ -6,8 +6,6 @@
 //! 5 s), the point of these tests.
 
 mod support;
-
-use rate_tier_storage::{Answer, Mode, StorageExt};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +13,7 @@ use std::time::Duration;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use gcra_core::Decision;
 use rate_tier_service::{Service, ServiceOptions, StoreChoice};
+use rate_tier_storage::{Answer, Mode, StorageExt};
 use rate_tier_storage::{
     BucketCheck, Decided, MemoryStorage, Storage, StorageError,
 };

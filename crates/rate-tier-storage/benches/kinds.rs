@@ -104,11 +104,11 @@
 //! The rows are read by xtask (`rows.rs`, `KINDS_STORES`).
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use rate_tier_storage::StorageExt;
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::clock::FakeClock;
 use rate_tier_storage::{
     BucketCheck, Concurrency, Decision, LimitName, MemoryStorage, Period,

@@ -18,7 +18,6 @@
 //! time).
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use rate_tier_storage::StorageExt;
 use std::io::Write as _;
 use std::process::Command;
 use std::sync::Arc;
@@ -27,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use gcra_core::{Decision, Quota};
 use rate_tier_bench_results::{PostgresResults, ResultsFile};
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::{BucketCheck, KeyLayout, LimitName, PostgresStorage};
 use rate_tier_test_support::PostgresServer;
 use rate_tier_test_support::bench::{

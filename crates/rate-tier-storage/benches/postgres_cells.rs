@@ -32,7 +32,6 @@
 //! exactly 2,000 checks must pass on each store.
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use rate_tier_storage::StorageExt;
 use std::io::Write as _;
 use std::process::Command;
 use std::sync::Arc;
@@ -42,6 +41,7 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::{
     GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod,
 };
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::cells::{
     CellStorage, CellWrite, Cells, Change, Contended, Snapshot,
 };

@@ -18,7 +18,6 @@
 //! `MemoryCells` never waits, so its futures are polled once.
 #![allow(clippy::unwrap_used)]
 
-use rate_tier_storage::StorageExt;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -29,6 +28,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::cells::{
     CellStorage, CellWrite, Cells, Change, Contended, MemoryCells, Snapshot,
 };

@@ -4,11 +4,11 @@
 //! decide them say so.
 #![allow(clippy::unwrap_used)]
 
-use rate_tier_storage::StorageExt;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};
 use std::thread;
 
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::clock::FakeClock;
 use rate_tier_storage::{
     BucketCheck, Concurrency, Decision, LimitName, MemoryStorage, Quota,

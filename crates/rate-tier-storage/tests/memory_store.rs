@@ -8,13 +8,13 @@
 //! livelock) run under a watchdog that fails them instead.
 #![allow(clippy::unwrap_used)]
 
-use rate_tier_storage::StorageExt;
 use std::future::Future;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::Duration;
 
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::clock::FakeClock;
 use rate_tier_storage::{
     Adjust, BucketCheck, BucketSettle, CheckError, Decided, Decision,

@@ -17,13 +17,12 @@
 
 mod lua_support;
 mod postgres_support;
-
-use rate_tier_storage::StorageExt;
 use std::slice;
 use std::time::{Duration, Instant};
 
 use gcra_core::{Adjust, Charge, Decision, Quota, Window, Write, check_all};
 use postgres_support::db_now;
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::{BucketCheck, KeyLayout, LimitName, PostgresStorage};
 use rate_tier_test_support::{env, unique};
 use tokio_postgres::Client;

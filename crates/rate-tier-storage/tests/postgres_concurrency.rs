@@ -23,12 +23,12 @@
 //! throwaway PostgreSQL and sets `TRT_POSTGRES_URL`.
 #![allow(clippy::unwrap_used)]
 
-use rate_tier_storage::StorageExt;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gcra_core::{Concurrency, Decision, Quota, RETRY_HINT_US, Window};
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::{
     BucketCheck, KeyLayout, LimitName, PostgresConfigError, PostgresStorage,
     Rule, Storage,

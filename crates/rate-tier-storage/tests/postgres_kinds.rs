@@ -32,8 +32,6 @@
 mod cases;
 mod lua_support;
 mod postgres_support;
-
-use rate_tier_storage::StorageExt;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -48,6 +46,7 @@ use lua_support::{START_US, advance_strategy, quota_strategy};
 use postgres_support::runtime;
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::{
     BucketCheck, KeyLayout, LimitName, PostgresStorage, Rule, RuleKind,
     Storage, StorageError,

@@ -25,8 +25,6 @@
 mod cases;
 mod lua_support;
 mod postgres_support;
-
-use rate_tier_storage::StorageExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,6 +36,7 @@ use lua_support::{Corrupt, START_US, advance_strategy, corrupt_strategy};
 use postgres_support::{Rows, runtime};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::{
     BucketCheck, KeyLayout, LimitName, PostgresStorage, Storage, StorageError,
     Window,

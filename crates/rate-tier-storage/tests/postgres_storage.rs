@@ -12,13 +12,12 @@
 
 mod lua_support;
 mod postgres_support;
-
-use rate_tier_storage::StorageExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gcra_core::{Adjust, Decision, Quota};
 use postgres_support::db_now;
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::fallback::FallbackStorage;
 use rate_tier_storage::{
     BucketCheck, BucketSettle, KeyLayout, LimitName, PostgresStorage, Storage,

@@ -26,9 +26,9 @@
 //! tests fail, never pass silently.
 #![allow(clippy::unwrap_used)]
 
-use rate_tier_storage::StorageExt;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::{
     BucketCheck, Decision, KeyLayout, LimitName, Period, PeriodUnit,
     RedisStorage,

@@ -12,10 +12,9 @@
 //! one cluster. Quotas are per hour where an exact count is checked.
 
 mod redis_support;
-
-use rate_tier_storage::StorageExt;
 use std::time::{Duration, Instant};
 
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::key::{KeySecret, bucket_key, cluster_bucket_key};
 use rate_tier_storage::{
     Adjust, BucketCheck, Decided, Decision, KeyLayout, LimitName, Quota,

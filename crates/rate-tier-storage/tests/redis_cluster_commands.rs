@@ -8,10 +8,9 @@
 //! Run with `cargo xtask test-cluster` (`TRT_REDIS_CLUSTER_URLS`).
 
 mod redis_support;
-
-use rate_tier_storage::StorageExt;
 use std::time::Duration;
 
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::{
     BucketCheck, Concurrency, Decision, LimitName, Quota, Rule,
 };

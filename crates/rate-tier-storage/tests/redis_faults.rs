@@ -5,11 +5,11 @@
 //! the waits are the real network timeouts and failovers under test.
 #![allow(clippy::unwrap_used)]
 
-use rate_tier_storage::StorageExt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gcra_core::{Decision, Quota};
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::clock::FakeClock;
 use rate_tier_storage::key::cluster_slot;
 use rate_tier_storage::{

@@ -18,11 +18,10 @@
 #![allow(clippy::unwrap_used)]
 
 mod redis_support;
-
-use rate_tier_storage::StorageExt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::key::cluster_slot;
 use rate_tier_storage::{
     BucketCheck, Concurrency, Decided, Decision, KeyLayout, LimitName, Period,

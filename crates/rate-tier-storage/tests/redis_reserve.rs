@@ -13,10 +13,9 @@
 //! so each reservation's slot is exact whatever Redis's clock does.
 
 mod redis_support;
-
-use rate_tier_storage::StorageExt;
 use std::time::{Duration, Instant};
 
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::{
     BucketCheck, Decided, Decision, KeyLayout, LimitName, Quota, RedisStorage,
     Storage, StorageError, Window,

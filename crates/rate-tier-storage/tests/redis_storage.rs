@@ -14,8 +14,6 @@
 //! interval is far longer than any test.
 
 mod redis_support;
-
-use rate_tier_storage::StorageExt;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::TcpStream as StdTcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,6 +22,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::key::KeySecret;
 use rate_tier_storage::{
     Adjust, BucketCheck, CheckError, Decided, Decision, KeyLayout, LimitName,

@@ -8,10 +8,10 @@
 //! them they fail, never pass silently.
 #![allow(clippy::unwrap_used)]
 
-use rate_tier_storage::StorageExt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::{
     BucketCheck, Concurrency, Decision, LimitName, MemoryStorage, Period,
     PeriodUnit, Quota, Rule, Storage, Window,

@@ -9,7 +9,6 @@
 //! store (`StorageExt::check`) and through the whole `RateTier::check`.
 #![allow(clippy::unwrap_used, clippy::result_large_err, missing_docs)]
 
-use rate_tier_storage::StorageExt;
 use std::future::Future;
 use std::hint::black_box;
 use std::pin::pin;
@@ -18,6 +17,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::{
     BucketCheck, Decision, FallbackStorage, LimitName, MemoryStorage,
     RedisStorage, Storage,

@@ -27,8 +27,6 @@
 #![allow(clippy::unwrap_used, missing_docs)]
 
 mod support;
-
-use rate_tier_storage::StorageExt;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -37,6 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rate_tier_bench_results::{RedisLimits, RedisResults};
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::{BucketCheck, Decision, LimitName, RedisStorage};
 use support::{Args, mean, median, write_results};
 use tower_rate_tier::{Limit, LimitRequest, Quota, RateTier};

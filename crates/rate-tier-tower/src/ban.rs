@@ -24,11 +24,11 @@
 //! lifts it for all at once (a Redis store that remembers refusals forgets
 //! them on every instance: see `RedisStorage::remember_refusals`).
 
-use rate_tier_storage::StorageExt;
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use gcra_core::{Adjust, Decision, Quota, saturating_micros};
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::key::KeySecret;
 use rate_tier_storage::{BucketCheck, LimitName, Rule, Window};
 

@@ -43,7 +43,6 @@
 //! # }
 //! ```
 
-use rate_tier_storage::StorageExt;
 use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
@@ -54,6 +53,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use gcra_core::{Decision, Quota, saturating_micros};
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::{
     BucketCancel, BucketCheck, Charged, Decided, LimitName, Storage,
     StorageError,

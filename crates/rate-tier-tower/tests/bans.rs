@@ -5,16 +5,15 @@
 #![allow(clippy::unwrap_used, missing_docs)]
 
 mod support;
-
-use rate_tier_storage::{
-    Adjustment, Answer, BucketCheck, Capabilities, Decided, Decision, Mode,
-    RuleKind, StorageError, StorageExt,
-};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
 use http::StatusCode;
+use rate_tier_storage::{
+    Adjustment, Answer, BucketCheck, Capabilities, Decided, Decision, Mode,
+    RuleKind, StorageError, StorageExt,
+};
 use support::http::get_as;
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::{

@@ -6,8 +6,6 @@
 #![allow(clippy::unwrap_used, missing_docs)]
 
 mod support;
-
-use rate_tier_storage::StorageExt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -15,6 +13,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use http::StatusCode;
+use rate_tier_storage::StorageExt;
 use support::http::Events;
 use support::stores::{Remote, TimingOut};
 use tower_rate_tier::clock::FakeClock;

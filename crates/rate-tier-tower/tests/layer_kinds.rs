@@ -6,16 +6,15 @@
 #![allow(clippy::unwrap_used, missing_docs)]
 
 mod support;
-
-use rate_tier_storage::{
-    Adjustment, Answer, BucketCheck, Capabilities, Decided, Decision, Mode,
-    StorageExt,
-};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use http::StatusCode;
+use rate_tier_storage::{
+    Adjustment, Answer, BucketCheck, Capabilities, Decided, Decision, Mode,
+    StorageExt,
+};
 use support::fixtures::{START_US, plan_of, post_plans};
 use support::http::get_as;
 use support::stores::Narrow;

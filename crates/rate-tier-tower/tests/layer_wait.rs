@@ -6,15 +6,14 @@
 #![allow(clippy::unwrap_used, missing_docs)]
 
 mod support;
-
-use rate_tier_storage::{
-    Answer, BucketCheck, Decided, Decision, Mode, StorageError,
-};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
 use http::StatusCode;
+use rate_tier_storage::{
+    Answer, BucketCheck, Decided, Decision, Mode, StorageError,
+};
 use support::http::get_as;
 use tokio::time::Instant;
 use tower_rate_tier::clock::Clock;

@@ -13,12 +13,12 @@
 //! cannot (per address, global) are checked slot by slot with an exact
 //! refund when a later one refuses.
 
-use rate_tier_storage::StorageExt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::{Router, routing::get};
 use http::StatusCode;
+use rate_tier_storage::StorageExt;
 use support::http::get_as;
 use tower_rate_tier::storage::key::cluster_bucket_key;
 use tower_rate_tier::{

@@ -9,8 +9,6 @@
 //! a 100 ms Redis timeout, a 200 ms cool-down growing to 800 ms.
 
 mod support;
-
-use rate_tier_storage::StorageExt;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,6 +18,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
 use http::{Request, StatusCode};
+use rate_tier_storage::StorageExt;
 use tokio::task::JoinHandle;
 use tower::ServiceExt;
 use tower_rate_tier::storage::key::bucket_key;

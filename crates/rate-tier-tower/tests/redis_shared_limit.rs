@@ -6,10 +6,10 @@
 //! silently, and they never use the shared Redis on port 6379. Each test
 //! uses its own tier names, so they can run in parallel on one server.
 
-use rate_tier_storage::StorageExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rate_tier_storage::StorageExt;
 use redis::aio::ConnectionManager;
 use tower_rate_tier::storage::key::{KeySecret, bucket_key};
 use tower_rate_tier::{

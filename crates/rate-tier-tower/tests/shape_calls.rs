@@ -4,12 +4,12 @@
 //! call giving its slot back, costs, several quotas, events, build errors.
 #![allow(clippy::unwrap_used)]
 
-use rate_tier_storage::{
-    Answer, BucketCheck, Decided, Decision, Mode, StorageError,
-};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rate_tier_storage::{
+    Answer, BucketCheck, Decided, Decision, Mode, StorageError,
+};
 use tokio::time::Instant;
 use tower::{Service, ServiceExt, service_fn};
 use tower_rate_tier::clock::Clock;

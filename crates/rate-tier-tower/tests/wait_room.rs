@@ -7,11 +7,11 @@
 //! Tokio's paused clock; the stores' clock stands still.
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use rate_tier_storage::{Adjustment, Answer, Capabilities, Mode, StorageExt};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use rate_tier_storage::{Adjustment, Answer, Capabilities, Mode, StorageExt};
 use tokio::time::Instant;
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::{

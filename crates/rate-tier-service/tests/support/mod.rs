@@ -36,14 +36,13 @@ macro_rules! every_semantic {
 }
 
 pub mod semantics;
-
-use rate_tier_storage::{Adjustment, Answer, Capabilities, Mode, StorageExt};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use rate_tier_storage::{Adjustment, Answer, Capabilities, Mode, StorageExt};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
     Entry, RateLimitOverride,
 };

@@ -2,11 +2,11 @@
 //! charged (a debt) or refunded, one more atomic call on the store, when
 //! the response body ends (or is dropped): see `body.rs`.
 
-use rate_tier_storage::StorageExt;
 use std::borrow::Cow;
 use std::sync::Arc;
 
 use gcra_core::Adjust;
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::{BucketCheck, BucketSettle, Charged, StorageError};
 use smallvec::SmallVec;
 

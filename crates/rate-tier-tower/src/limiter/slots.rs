@@ -8,11 +8,11 @@
 //! long request keeps its slots and an instance that dies loses them when
 //! the lease runs out.
 
-use rate_tier_storage::StorageExt;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::key::KeySecret;
 use rate_tier_storage::{BucketCheck, LimitName, Rule};
 use smallvec::SmallVec;

@@ -2,7 +2,6 @@
 //! driver that runs a scenario's operations on it and on the reference
 //! model side by side.
 
-use rate_tier_storage::{Adjustment, Answer, Capabilities, Mode, StorageExt};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
@@ -10,6 +9,7 @@ use std::time::Duration;
 
 use gcra_core::{Adjust, Decision, Quota};
 use proptest::prelude::*;
+use rate_tier_storage::{Adjustment, Answer, Capabilities, Mode, StorageExt};
 use rate_tier_test_support::{
     TEST_TIMEOUT, cluster_urls, postgres_url, redis_url, unique,
 };

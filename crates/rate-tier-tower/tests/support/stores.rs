@@ -1,9 +1,8 @@
 //! Stores that misbehave on purpose.
-
-use rate_tier_storage::{Adjustment, Answer, Capabilities, Mode, StorageExt};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use rate_tier_storage::{Adjustment, Answer, Capabilities, Mode, StorageExt};
 use tower_rate_tier::{
     MemoryStorage, Storage, StorageError, rules::RuleKind,
     storage::BucketCheck, storage::BucketSettle, storage::Decided,
