@@ -8,11 +8,11 @@
 //! [`RateTier::decide`]: crate::RateTier::decide
 //! [`RateTier::peek`]: crate::RateTier::peek
 
-use rate_tier_storage::StorageExt;
 use std::borrow::Cow;
 use std::time::Duration;
 
 use gcra_core::{CheckError, Decision, Verdict, saturating_micros};
+use rate_tier_storage::StorageExt;
 use rate_tier_storage::{
     BucketCheck, Charged, Decided, LimitName, Rule, StorageError,
 };
@@ -427,10 +427,15 @@ impl RateTier {
             .or(local_now)
             .unwrap_or_else(|| self.inner.clock.now_us());
         let mut limits: SmallVec<[LimitState; INLINE]> = SmallVec::new();
+        // The ban's bucket, read with the limits when bans are on.
+        let until: Option<&LimitName> =
+            self.inner.bans.is_some().then(|| &*crate::ban::UNTIL);
+        let is_until =
+            |key: &LimitName| until.is_some_and(|u| std::ptr::eq(key, u));
         let buckets = prepared.keys.iter().zip(&prepared.checks);
         for (i, ((&key, check), decision)) in buckets.zip(out).enumerate() {
             // The ban's bucket is no limit of the customer's to show.
-            if std::ptr::eq(key, &*crate::ban::UNTIL) {
+            if is_until(key) {
                 continue;
             }
             let shadow = check.is_shadow();
@@ -467,11 +472,7 @@ impl RateTier {
             ));
         }
         // A ban refuses whatever else would have, with its own end.
-        let ban = prepared
-            .keys
-            .iter()
-            .zip(out)
-            .find(|(key, _)| std::ptr::eq(**key, &*crate::ban::UNTIL));
+        let ban = prepared.keys.iter().zip(out).find(|(key, _)| is_until(key));
         if let Some((_, until)) = ban
             && !until.allowed
         {
@@ -520,17 +521,25 @@ impl RateTier {
                     now_us,
                     limits,
                     // A shadow limit that would have refused took no slot.
-                    slots: Held(Slots::held(
-                        &self.inner,
-                        prepared
-                            .keys
-                            .iter()
-                            .copied()
-                            .zip(&prepared.checks)
-                            .zip(states)
-                            .filter(|(_, state)| !state.shadow_limited)
-                            .map(|(taken, _)| taken),
-                    )),
+                    slots: Held(
+                        takes_slots(prepared)
+                            .then(|| {
+                                Slots::held(
+                                    &self.inner,
+                                    prepared
+                                        .keys
+                                        .iter()
+                                        .copied()
+                                        .zip(&prepared.checks)
+                                        .zip(states)
+                                        .filter(|(_, state)| {
+                                            !state.shadow_limited
+                                        })
+                                        .map(|(taken, _)| taken),
+                                )
+                            })
+                            .flatten(),
+                    ),
                 })
             }
             Some(index) => {
@@ -713,4 +722,14 @@ fn near_threshold(limit: u32, ratio: f64) -> u64 {
 
 fn same_name(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
+}
+
+/// Whether a decision has a concurrency limit to take slots of: the slots'
+/// bookkeeping is skipped for every other.
+#[inline]
+fn takes_slots(prepared: &Prepared<'_>) -> bool {
+    prepared
+        .checks
+        .iter()
+        .any(|check| matches!(check.rule(), Rule::Concurrency(_)))
 }
