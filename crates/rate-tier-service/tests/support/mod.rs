@@ -158,8 +158,7 @@ impl Storage for Counting {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let capabilities = Capabilities::new(self.label());
-        capabilities
+        Capabilities::new(self.label())
     }
 
     fn subscribe(&self, listener: StorageListener) -> Subscription {

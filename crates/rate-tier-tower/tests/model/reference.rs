@@ -33,6 +33,10 @@ pub struct Table {
     refusals: HashMap<String, (Vec<u64>, u64)>,
 }
 
+/// A reservation's wait, the TATs it writes (bucket, TAT) and what it
+/// reserved.
+type Reserving = (u64, Vec<(String, u64)>, Reserved);
+
 impl Table {
     /// Forgets what has expired at `now`, as a store may at any time once
     /// it has (a sweep): a rate whose TAT has passed, a log whose every
@@ -219,7 +223,7 @@ impl Table {
         now: u64,
         max_wait_us: u64,
         place: Place,
-    ) -> Option<(u64, Vec<(String, u64)>, Reserved)> {
+    ) -> Option<Reserving> {
         let quotas: Vec<Quota> = buckets
             .iter()
             .map(|b| match b.rule {

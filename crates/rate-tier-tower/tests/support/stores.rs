@@ -231,8 +231,7 @@ impl Storage for Flaky {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let capabilities = Capabilities::new(self.label());
-        capabilities
+        Capabilities::new(self.label())
     }
 }
 
@@ -295,8 +294,7 @@ impl Storage for Remote {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let capabilities = Capabilities::new(self.label());
-        capabilities
+        Capabilities::new(self.label())
     }
 }
 
