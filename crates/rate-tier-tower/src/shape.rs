@@ -64,6 +64,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::error::ConfigError;
+use crate::limiter::leftover::Leftover;
 
 /// The cost of a call in a shaper's quotas: [`EachCall`] (1), or a
 /// function of the request.
@@ -341,18 +342,7 @@ impl Drop for Slot {
         self.shaper.emit(ShapeEvent::GaveBack);
         let cancels = self.shaper.cancels(self.cost, &written);
         // A failed give-back loses the slot: never handed out twice.
-        if self.shaper.store.cancel(&cancels).ready().is_some() {
-            return;
-        }
-        drop(cancels);
-        // The store needs I/O: on the current runtime, if any.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (shaper, cost) = (self.shaper.clone(), self.cost);
-            runtime.spawn(async move {
-                let cancels = shaper.cancels(cost, &written);
-                let _ = shaper.store.cancel(&cancels).await;
-            });
-        }
+        Leftover::cancel(&self.shaper.store, &cancels).in_background(drop);
     }
 }
 

@@ -13,6 +13,7 @@ use smallvec::SmallVec;
 use super::config::Config;
 use crate::event::LimitEvent;
 use crate::limit::Usage;
+use crate::limiter::leftover::Leftover;
 use crate::outcome::RateLimitInfo;
 
 /// A boxed future of the layer's (a decision awaiting the store, a
@@ -181,20 +182,10 @@ impl Finish {
             return None;
         }
         let config = self.config.clone();
-        let storage = config.tiers.storage().clone();
-        {
-            let settles = self.plan.settles(&config, &adjusted);
-            if let Some(result) = storage.settle(&settles).ready() {
-                report(&config, result);
-                return None;
-            }
-        }
-        let plan = self.plan;
-        Some(Box::pin(async move {
-            let settles = plan.settles(&config, &adjusted);
-            let result = storage.settle(&settles).await;
-            report(&config, result);
-        }))
+        let settles = self.plan.settles(&config, &adjusted);
+        let leftover = Leftover::settle(config.tiers.storage(), &settles);
+        drop(settles);
+        leftover.made(move |result| report(&config, result))
     }
 
     /// The body was dropped before its end (the client went away): settle

@@ -13,6 +13,7 @@ pub(crate) mod ask;
 mod builder;
 pub(crate) use builder::decided_by;
 mod future;
+pub(crate) mod leftover;
 mod partitions;
 mod prepare;
 pub(crate) mod ruling;

@@ -19,6 +19,7 @@ use smallvec::SmallVec;
 use tokio::sync::oneshot;
 
 use super::Inner;
+use super::leftover::Leftover;
 use crate::event::LimitEvent;
 
 /// One slot held: its limit, partition, rule, cost and lease.
@@ -108,46 +109,23 @@ fn renew(
 
 impl Drop for Slots {
     fn drop(&mut self) {
-        let local = {
-            let secret = self.inner.key_secret.as_ref();
-            let checks: SmallVec<[BucketCheck<'_>; 1]> = self
-                .slots
-                .iter()
-                .filter_map(|slot| slot.check(secret))
-                .collect();
-            self.inner.store.release(&checks).ready()
-        };
-        let lost = |inner: &Inner, error: String| {
-            inner
-                .listeners
-                .emit_with(|| LimitEvent::SlotsLost { error });
-        };
-        match local {
-            Some(Ok(())) => {}
-            Some(Err(error)) => lost(&self.inner, error.to_string()),
-            // A store that needs I/O: released in a task of its own.
-            None => {
-                let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-                    lost(
-                        &self.inner,
-                        "no Tokio runtime to release them in".into(),
-                    );
-                    return;
-                };
-                let slots = std::mem::take(&mut self.slots);
-                let inner = Arc::clone(&self.inner);
-                runtime.spawn(async move {
-                    let secret = inner.key_secret.as_ref();
-                    let checks: Vec<BucketCheck<'_>> = slots
-                        .iter()
-                        .filter_map(|slot| slot.check(secret))
-                        .collect();
-                    if let Err(error) = inner.store.release(&checks).await {
-                        lost(&inner, error.to_string());
-                    }
-                });
-            }
-        }
+        let secret = self.inner.key_secret.as_ref();
+        let checks: SmallVec<[BucketCheck<'_>; 1]> = self
+            .slots
+            .iter()
+            .filter_map(|slot| slot.check(secret))
+            .collect();
+        let inner = Arc::clone(&self.inner);
+        Leftover::release(&self.inner.store, &checks).in_background(
+            move |released| {
+                if let Err(error) = released {
+                    let error = error.to_string();
+                    inner
+                        .listeners
+                        .emit_with(|| LimitEvent::SlotsLost { error });
+                }
+            },
+        );
     }
 }
 

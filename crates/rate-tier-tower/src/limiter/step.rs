@@ -78,11 +78,10 @@ impl Pending {
         let store = &tiers.inner.store;
         let decided = match &tiers.inner.waiting {
             Some(room) if prepared.may_wait() => {
-                let secret = tiers.inner.key_secret.as_ref();
                 // The room holds it to its own longest wait.
                 let max_wait = prepared.limits_wait.unwrap_or(room.max_wait);
                 let (decided, waited) = room
-                    .decide(store, secret, &prepared.checks, max_wait, &mut out)
+                    .decide(store, &prepared.checks, max_wait, &mut out)
                     .await;
                 let (user, tier) = (prepared.user, prepared.tier);
                 match waited {

@@ -20,13 +20,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use gcra_core::Decision;
-use rate_tier_storage::key::KeySecret;
 use rate_tier_storage::{
-    BucketCancel, BucketCheck, Charged, Decided, LimitName, Rule, Storage,
-    StorageError, StorageExt,
+    BucketCancel, BucketCheck, Decided, Storage, StorageError, StorageExt,
 };
 use smallvec::SmallVec;
 
+use super::leftover::Leftover;
 use super::prepare::INLINE;
 
 /// How many requests of one limiter may wait at once by default.
@@ -95,7 +94,6 @@ impl WaitRoom {
     pub(crate) async fn decide(
         &self,
         store: &Arc<dyn Storage>,
-        secret: Option<&KeySecret>,
         checks: &[BucketCheck<'_>],
         max_wait: Duration,
         out: &mut [Decision],
@@ -139,7 +137,7 @@ impl WaitRoom {
             return (Ok(decided), Waited::No);
         }
         let wait = Duration::from_micros(decided.wait_us);
-        let give_back = GiveBack::armed(store, secret, checks, out, &decided);
+        let give_back = GiveBack::armed(store, checks, out, &decided);
         tokio::time::sleep(wait).await;
         give_back.disarm();
         drop(seat);
@@ -164,14 +162,12 @@ fn read_refused(checks: &[BucketCheck<'_>], out: &[Decision]) -> bool {
 /// A reservation to give back if the request goes away while it waits.
 struct GiveBack<'a> {
     store: &'a Arc<dyn Storage>,
-    secret: Option<&'a KeySecret>,
     cancels: SmallVec<[BucketCancel<'a>; INLINE]>,
 }
 
 impl<'a> GiveBack<'a> {
     fn armed(
         store: &'a Arc<dyn Storage>,
-        secret: Option<&'a KeySecret>,
         checks: &[BucketCheck<'a>],
         out: &[Decision],
         decided: &Decided,
@@ -190,11 +186,7 @@ impl<'a> GiveBack<'a> {
                 Some(check.cancel(store.tat_us).charged(decided.charged(i)))
             })
             .collect();
-        GiveBack {
-            store,
-            secret,
-            cancels,
-        }
+        GiveBack { store, cancels }
     }
 
     fn disarm(mut self) {
@@ -204,72 +196,10 @@ impl<'a> GiveBack<'a> {
 
 impl Drop for GiveBack<'_> {
     fn drop(&mut self) {
-        if self.cancels.is_empty()
-            || self.store.cancel(&self.cancels).ready().is_some()
-        {
-            // A failed give-back loses the slot: never handed out twice.
+        if self.cancels.is_empty() {
             return;
         }
-        // The store needs I/O: owned, on the current runtime.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let owned = OwnedCancels::of(&self.cancels, self.secret);
-        let store = self.store.clone();
-        runtime.spawn(async move {
-            let cancels = owned.cancels();
-            let _ = store.cancel(&cancels).await;
-        });
-    }
-}
-
-/// [`BucketCancel`]s that own what they name, for a task.
-struct OwnedCancels {
-    secret: Option<Arc<KeySecret>>,
-    items: SmallVec<[OwnedCancel; INLINE]>,
-}
-
-struct OwnedCancel {
-    name: LimitName,
-    partition: String,
-    rule: Rule,
-    cost: u32,
-    tat_us: u64,
-    charged: Charged,
-}
-
-impl OwnedCancels {
-    fn of(cancels: &[BucketCancel<'_>], secret: Option<&KeySecret>) -> Self {
-        OwnedCancels {
-            secret: secret.map(|secret| Arc::new(secret.clone())),
-            items: cancels
-                .iter()
-                .map(|cancel| OwnedCancel {
-                    name: cancel.bucket.limit_name().clone(),
-                    partition: cancel.bucket.partition().to_owned(),
-                    rule: cancel.bucket.rule(),
-                    cost: cancel.bucket.cost(),
-                    tat_us: cancel.tat_us,
-                    charged: cancel.charged,
-                })
-                .collect(),
-        }
-    }
-
-    fn cancels(&self) -> SmallVec<[BucketCancel<'_>; INLINE]> {
-        self.items
-            .iter()
-            .filter_map(|item| {
-                let check = BucketCheck::of_rule(
-                    &item.name,
-                    &item.partition,
-                    item.rule,
-                    item.cost,
-                )
-                .ok()?
-                .key_secret(self.secret.as_deref());
-                Some(check.cancel(item.tat_us).charged(item.charged))
-            })
-            .collect()
+        // A failed give-back loses the slot: never handed out twice.
+        Leftover::cancel(self.store, &self.cancels).in_background(drop);
     }
 }
