@@ -43,7 +43,7 @@ use deadpool_postgres::{
 };
 use rate_tier_storage::StorageExt;
 use rate_tier_storage::cells::{
-    CellStorage, CellWrite, Cells, Change, Contended, Snapshot,
+    CellStorage, CellWrite, Cells, Change, Snapshot,
 };
 use rate_tier_storage::{
     BucketCheck, Decision, LimitName, PostgresStorage, Quota, Storage,
@@ -336,11 +336,7 @@ async fn drive(
                     let counted = match store.check(&check, &mut out).await {
                         Ok(decided) if decided.verdict.allowed => 0,
                         Ok(_) => 1,
-                        Err(StorageError::Backend(e))
-                            if e.downcast_ref::<Contended>().is_some() =>
-                        {
-                            2
-                        }
+                        Err(StorageError::Contended { .. }) => 2,
                         Err(e) => {
                             eprintln!("check failed: {e}");
                             3

@@ -10,7 +10,7 @@
 //! with reservations, settlements, releases, renewals and resets. A
 //! decision is one round of reads, gcra-core, and one conditional write of
 //! every cell it read: a lost race is decided again from a new read, at
-//! most [`CellStorageBuilder::attempts`] times, then [`Contended`].
+//! most [`CellStorageBuilder::attempts`] times, then [`StorageError::Contended`].
 //!
 //! ```
 //! use rate_tier_storage::{BucketCheck, Decision, LimitName, Quota, Storage, StorageExt};
@@ -195,25 +195,6 @@ impl<C: Cells + ?Sized> Cells for Arc<C> {
     }
 }
 
-/// Every attempt of a decision lost its compare-and-swap: others wrote the
-/// same cells between its read and its write each time. The source of the
-/// [`StorageError::Backend`] a [`CellStorage`] answers then: a decision is
-/// never made without its write, nor retried forever.
-///
-/// ```
-/// use rate_tier_storage::cells::Contended;
-/// assert_eq!(
-///     Contended { attempts: 64 }.to_string(),
-///     "64 attempts in a row lost their compare-and-swap"
-/// );
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("{attempts} attempts in a row lost their compare-and-swap")]
-pub struct Contended {
-    /// How many attempts were made.
-    pub attempts: u32,
-}
-
 /// A store that decides every kind of limit with gcra-core over
 /// [`Cells`]: see the [module docs](self).
 ///
@@ -276,7 +257,7 @@ impl<C: Cells> CellStorageBuilder<C> {
         self
     }
 
-    /// How many times one decision is tried before [`Contended`]: at least
+    /// How many times one decision is tried before [`StorageError::Contended`]: at least
     /// 1 (default 64).
     pub fn attempts(mut self, attempts: u32) -> Self {
         self.attempts = attempts.max(1);
@@ -393,7 +374,7 @@ impl<C: Cells> CellStorage<C> {
     ///
     /// # Errors
     ///
-    /// As [`StorageExt::check`](crate::StorageExt::check); [`Contended`] (in [`StorageError::Backend`])
+    /// As [`StorageExt::check`](crate::StorageExt::check); [`StorageError::Contended`]
     /// when every attempt lost its race; the [`Cells`]' own errors, with
     /// nothing charged.
     pub async fn check(
@@ -695,9 +676,9 @@ impl<C: Cells> CellStorage<C> {
                 return Ok((value, now));
             }
         }
-        Err(StorageError::Backend(Box::new(Contended {
+        Err(StorageError::Contended {
             attempts: self.attempts,
-        })))
+        })
     }
 }
 

@@ -654,6 +654,15 @@ pub enum StorageError {
     /// The store does not do this.
     #[error("this store does not support {0}")]
     Unsupported(&'static str),
+    /// Every attempt of a decision lost its compare-and-swap to other
+    /// writers of the same buckets (a [`CellStorage`](crate::cells::CellStorage)
+    /// under heavy contention): nothing was charged. Not a failure of the
+    /// store, which answered every call: a breaker does not count it.
+    #[error("{attempts} attempts in a row lost their compare-and-swap")]
+    Contended {
+        /// How many attempts were made.
+        attempts: u32,
+    },
     /// A store made of parts that fail independently (the nodes of a Redis
     /// Cluster, see [`Storage::failure_domain`]) failed in one of them: a
     /// fallback counts the failure against that part alone.
