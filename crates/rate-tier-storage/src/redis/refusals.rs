@@ -669,8 +669,10 @@ mod tests {
         let refusals = Refusals::default();
         let name = LimitName::new("free").unwrap();
         let quota = Quota::per_minute(10);
-        // Users whose refusals land in the first shard.
-        let users: Vec<String> = (0..)
+        // Users whose refusals land in the first shard: one in SHARDS of
+        // them, found among four times as many as that takes (a search
+        // that finds too few fails, never runs on).
+        let users: Vec<String> = (0..4 * SHARDS * (PER_SHARD + 2))
             .map(|i| format!("user-{i}"))
             .filter(|user| {
                 let check = BucketCheck::new(&name, user, quota, 1).unwrap();
@@ -679,6 +681,7 @@ mod tests {
             })
             .take(PER_SHARD + 2)
             .collect();
+        assert_eq!(users.len(), PER_SHARD + 2, "users of the first shard");
         let remember = |user: &str, retry_after_us, sent_us| {
             let check = BucketCheck::new(&name, user, quota, 1).unwrap();
             let key = key_of(&check);
