@@ -509,4 +509,26 @@ mod tests {
         let (decided, _) = decide(&daily, word, now + DAY, 0).expect("ok");
         assert_eq!(decided.remaining, 3);
     }
+
+    #[test]
+    fn a_word_of_another_unit_is_placed_by_the_calendar() {
+        // 2026-12-09T12:00Z, a Wednesday in the middle of its month.
+        const NOW: u64 = 1_796_817_600_000_000;
+        let [daily, weekly, monthly] =
+            [PeriodUnit::Day, PeriodUnit::Week, PeriodUnit::Month]
+                .map(|unit| Period::new(5, unit, 0).unwrap());
+        // A word each unit wrote, then read by a limit reloaded to another
+        // unit: as gcra-core places a stored start, never in the old
+        // word's bounds.
+        for (wrote, reads) in
+            [(daily, weekly), (daily, monthly), (monthly, daily)]
+        {
+            let (first, word) = decide(&wrote, 0, NOW, 1).unwrap();
+            let start = first.write.unwrap().start_us;
+            let (decided, _) =
+                decide(&reads, word.unwrap(), NOW + 1, 1).unwrap();
+            let calendar = reads.check(Some((start, 1)), NOW + 1, 1).unwrap();
+            assert_eq!(decided, calendar, "{wrote:?} read as {reads:?}");
+        }
+    }
 }
