@@ -531,4 +531,17 @@ mod tests {
             assert_eq!(decided, calendar, "{wrote:?} read as {reads:?}");
         }
     }
+
+    #[test]
+    fn a_month_begun_before_the_epoch_is_a_word_of_31_days() {
+        // At the epoch, an hour behind UTC: December 1969, local, its
+        // start clamped to 0; an hour ahead, January 1970, the same.
+        for offset_s in [-3600, 3600] {
+            let monthly = Period::new(5, PeriodUnit::Month, offset_s).unwrap();
+            let (decided, word) = decide(&monthly, 0, 0, 1).unwrap();
+            assert!(decided.allowed);
+            let word = PeriodWord::unpack(word.unwrap()).unwrap();
+            assert_eq!((word.days, word.count), (31, 1), "{offset_s}");
+        }
+    }
 }
