@@ -544,4 +544,19 @@ mod tests {
             assert_eq!((word.days, word.count), (31, 1), "{offset_s}");
         }
     }
+
+    #[test]
+    fn a_word_read_before_its_start_is_rewritten_as_the_decisions_period() {
+        // 2026-12-09T12:00Z, then the clock back a day.
+        const NOW: u64 = 1_796_817_600_000_000;
+        const DAY: u64 = 86_400_000_000;
+        let daily = Period::new(5, PeriodUnit::Day, 0).unwrap();
+        let (_, word) = decide(&daily, 0, NOW, 1).unwrap();
+        let (decided, word) =
+            decide(&daily, word.unwrap(), NOW - DAY, 1).unwrap();
+        let start = decided.write.unwrap().start_us;
+        let word = PeriodWord::unpack(word.unwrap()).unwrap();
+        assert_eq!(word.bounds(0).0, start);
+        assert_eq!(start, NOW - DAY - DAY / 2);
+    }
 }
