@@ -675,3 +675,37 @@ impl LogWrite {
         Some(new_len)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::{binary_search, search_from_back, search_from_front};
+
+    /// `search` on a thread of its own: one that never ends fails the test
+    /// after a second instead of hanging it.
+    fn ends(search: impl FnOnce() -> usize + Send + 'static) -> usize {
+        let (sent, got) = mpsc::channel();
+        std::thread::spawn(move || sent.send(search()));
+        got.recv_timeout(Duration::from_secs(1))
+            .expect("the search ends")
+    }
+
+    #[test]
+    fn each_search_finds_the_first_index_not_before_and_ends() {
+        const LOG: [u64; 5] = [10, 20, 30, 40, 50];
+        for cut in [0, 10, 25, 50, 60] {
+            let first = LOG.iter().filter(|&&at| at < cut).count();
+            let before = move |i: usize| LOG[i] < cut;
+            assert_eq!(ends(move || search_from_front(5, before)), first);
+            assert_eq!(ends(move || search_from_back(5, before)), first);
+            assert_eq!(ends(move || binary_search(0, 5, before)), first);
+        }
+        // An empty range asks nothing.
+        assert_eq!(ends(|| binary_search(3, 3, |_| unreachable!())), 3);
+        assert_eq!(ends(|| search_from_front(0, |_| unreachable!())), 0);
+    }
+}

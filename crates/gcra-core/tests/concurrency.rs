@@ -199,6 +199,22 @@ fn construction_bounds() {
 }
 
 #[test]
+fn error_messages() {
+    assert_eq!(
+        ConcurrencyError::ZeroLimit.to_string(),
+        "concurrency limit must be at least 1"
+    );
+    assert_eq!(
+        ConcurrencyError::ZeroLease.to_string(),
+        "lease must be at least 1 microsecond"
+    );
+    assert_eq!(
+        ConcurrencyError::LeaseOutOfRange.to_string(),
+        "lease exceeds 2^50 microseconds"
+    );
+}
+
+#[test]
 fn lease_expiry_and_ttl() {
     let lease = Lease::new(Duration::from_micros(1500)).unwrap();
     assert_eq!(lease.ttl_ms(), 2, "rounded up");

@@ -544,3 +544,15 @@ fn a_lowered_limit_refuses_until_the_next_period() {
         0
     );
 }
+
+#[test]
+fn error_messages() {
+    assert_eq!(
+        PeriodError::ZeroLimit.to_string(),
+        "period limit must be at least 1"
+    );
+    assert_eq!(
+        PeriodError::OffsetOutOfRange.to_string(),
+        "period offset from UTC exceeds 18 hours"
+    );
+}

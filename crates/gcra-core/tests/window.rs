@@ -481,3 +481,42 @@ fn garbage_is_dropped_by_a_pass_but_not_by_a_refusal() {
     let d = win.check(&[5, garbage], 15, 1).unwrap();
     assert_eq!(applied(&[5, garbage], &d.write.unwrap()), [15]);
 }
+
+#[test]
+fn error_messages() {
+    assert_eq!(
+        WindowError::ZeroLimit.to_string(),
+        "window limit must be at least 1"
+    );
+    assert_eq!(
+        WindowError::LimitTooLarge.to_string(),
+        "window limit exceeds 1024 (MAX_WINDOW_LIMIT)"
+    );
+    assert_eq!(
+        WindowError::ZeroWindow.to_string(),
+        "window must be at least 1 microsecond"
+    );
+    assert_eq!(
+        WindowError::OutOfRange.to_string(),
+        "window exceeds 2^50 microseconds"
+    );
+}
+
+/// A log in two parts whose older part ends after the newer one begins:
+/// a caller's bug, caught in debug builds.
+#[cfg(debug_assertions)]
+#[test]
+#[should_panic(expected = "check_sorted of an unsorted log")]
+fn check_sorted_parts_catches_parts_out_of_order() {
+    let window = Window::new(3, Duration::from_micros(100)).unwrap();
+    let _ = window.check_sorted_parts([&[50], &[40]], 60, 1);
+}
+
+/// An older part out of order in itself, beside an empty newer one.
+#[cfg(debug_assertions)]
+#[test]
+#[should_panic(expected = "check_sorted of an unsorted log")]
+fn check_sorted_parts_catches_a_part_out_of_order() {
+    let window = Window::new(3, Duration::from_micros(100)).unwrap();
+    let _ = window.check_sorted_parts([&[50, 40], &[]], 60, 1);
+}

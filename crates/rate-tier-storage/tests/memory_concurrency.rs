@@ -405,3 +405,29 @@ fn joint_decisions_and_takes_alone_racing_on_one_slot_never_exceed_it() {
     assert!(most.load(Ordering::SeqCst) <= 2, "{most:?}");
     assert_eq!(takes(&store, &slot_of(&uploads, "ana", 2), 5), 2);
 }
+
+#[test]
+fn a_slot_taken_in_a_joint_decision_is_held_for_every_later_one() {
+    let store = store();
+    let (plan, uploads) = (
+        LimitName::new("free").unwrap(),
+        LimitName::of_limit("uploads").unwrap(),
+    );
+    let joint = [
+        BucketCheck::new(&plan, "ana", Quota::per_minute(100), 1).unwrap(),
+        slot_of(&uploads, "ana", 2),
+    ];
+    let mut out = [Decision::default(); 2];
+    // The first slot, from no count at all, then the second, each held.
+    assert!(store.check_sync(&joint, &mut out).unwrap().verdict.allowed);
+    assert_eq!(out[1].remaining, 1);
+    assert!(store.check_sync(&joint, &mut out).unwrap().verdict.allowed);
+    assert_eq!(out[1].remaining, 0);
+    // Held for a take alone, and for the next joint decision.
+    assert_eq!(takes(&store, &slot_of(&uploads, "ana", 2), 1), 0);
+    store.release(&joint[1..]).ready().unwrap().unwrap();
+    assert_eq!(takes(&store, &slot_of(&uploads, "ana", 2), 1), 1);
+    let refused = store.check_sync(&joint, &mut out).unwrap();
+    assert_eq!(refused.verdict.refused_by, Some(1));
+    assert_eq!((out[1].allowed, out[1].remaining), (false, 0));
+}

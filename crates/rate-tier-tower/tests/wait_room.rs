@@ -332,6 +332,21 @@ async fn a_request_that_goes_away_gives_its_slot_back_at_once_without_io() {
     assert_eq!(took, SECOND);
 }
 
+/// The same, the request dropped in the test's own task: nothing else
+/// runs between its going away and the next request's reservation.
+#[tokio::test(start_paused = true)]
+async fn a_request_dropped_gives_its_slot_back_before_another_task_runs() {
+    let clock = FakeClock::new();
+    let refused = Arc::new(AtomicUsize::new(0));
+    let tiers = limiter(&clock, &refused).wait_up_to(5 * SECOND).build();
+    assert_eq!(served(&tiers, "ana").await.1, None);
+    let waited =
+        tokio::time::timeout(Duration::from_millis(10), served(&tiers, "ana"))
+            .await;
+    assert!(waited.is_err(), "dropped while it waited");
+    assert_eq!(served(&tiers, "ana").await, (SECOND, None));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_request_that_goes_away_gives_its_slot_back_through_a_store_with_io()
 {

@@ -509,4 +509,54 @@ mod tests {
         let (decided, _) = decide(&daily, word, now + DAY, 0).expect("ok");
         assert_eq!(decided.remaining, 3);
     }
+
+    #[test]
+    fn a_word_of_another_unit_is_placed_by_the_calendar() {
+        // 2026-12-09T12:00Z, a Wednesday in the middle of its month.
+        const NOW: u64 = 1_796_817_600_000_000;
+        let [daily, weekly, monthly] =
+            [PeriodUnit::Day, PeriodUnit::Week, PeriodUnit::Month]
+                .map(|unit| Period::new(5, unit, 0).unwrap());
+        // A word each unit wrote, then read by a limit reloaded to another
+        // unit: as gcra-core places a stored start, never in the old
+        // word's bounds.
+        for (wrote, reads) in
+            [(daily, weekly), (daily, monthly), (monthly, daily)]
+        {
+            let (first, word) = decide(&wrote, 0, NOW, 1).unwrap();
+            let start = first.write.unwrap().start_us;
+            let (decided, _) =
+                decide(&reads, word.unwrap(), NOW + 1, 1).unwrap();
+            let calendar = reads.check(Some((start, 1)), NOW + 1, 1).unwrap();
+            assert_eq!(decided, calendar, "{wrote:?} read as {reads:?}");
+        }
+    }
+
+    #[test]
+    fn a_month_begun_before_the_epoch_is_a_word_of_31_days() {
+        // At the epoch, an hour behind UTC: December 1969, local, its
+        // start clamped to 0; an hour ahead, January 1970, the same.
+        for offset_s in [-3600, 3600] {
+            let monthly = Period::new(5, PeriodUnit::Month, offset_s).unwrap();
+            let (decided, word) = decide(&monthly, 0, 0, 1).unwrap();
+            assert!(decided.allowed);
+            let word = PeriodWord::unpack(word.unwrap()).unwrap();
+            assert_eq!((word.days, word.count), (31, 1), "{offset_s}");
+        }
+    }
+
+    #[test]
+    fn a_word_read_before_its_start_is_rewritten_as_the_decisions_period() {
+        // 2026-12-09T12:00Z, then the clock back a day.
+        const NOW: u64 = 1_796_817_600_000_000;
+        const DAY: u64 = 86_400_000_000;
+        let daily = Period::new(5, PeriodUnit::Day, 0).unwrap();
+        let (_, word) = decide(&daily, 0, NOW, 1).unwrap();
+        let (decided, word) =
+            decide(&daily, word.unwrap(), NOW - DAY, 1).unwrap();
+        let start = decided.write.unwrap().start_us;
+        let word = PeriodWord::unpack(word.unwrap()).unwrap();
+        assert_eq!(word.bounds(0).0, start);
+        assert_eq!(start, NOW - DAY - DAY / 2);
+    }
 }

@@ -239,3 +239,53 @@ fn full() -> StorageError {
             .into(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use super::super::{MemoryStorage, ROOM_ATTEMPTS};
+    use crate::storage::StorageError;
+
+    /// A store of one place, held by a decision in flight (reserved, no
+    /// entry yet): nothing to evict.
+    fn held_elsewhere() -> MemoryStorage {
+        let store = MemoryStorage::builder().capacity(1).build();
+        assert!(store.inner.reserve());
+        store
+    }
+
+    #[test]
+    fn a_place_given_back_by_a_decision_in_flight_is_waited_for() {
+        let store = held_elsewhere();
+        let inner = &*store.inner;
+        let mut looked = 0;
+        let places = inner
+            .places_with(1, &[], 0, &mut |_, _| {
+                looked += 1;
+                // The other decision ends (its place unused) on the third
+                // look.
+                if looked == 3 {
+                    inner.held.fetch_sub(1, Ordering::AcqRel);
+                }
+                None
+            })
+            .map(|places| places.reserved);
+        assert_eq!(places.ok(), Some(1));
+        assert_eq!(looked, 3);
+        // Dropped untaken, the place was given back.
+        assert!(inner.reserve());
+    }
+
+    #[test]
+    fn a_place_never_given_back_is_waited_for_a_bounded_number_of_times() {
+        let store = held_elsewhere();
+        let mut looked = 0;
+        let places = store.inner.places_with(1, &[], 0, &mut |_, _| {
+            looked += 1;
+            None
+        });
+        assert!(matches!(places, Err(StorageError::Backend(_))));
+        assert_eq!(looked, ROOM_ATTEMPTS + 1);
+    }
+}

@@ -641,8 +641,10 @@ mod tests {
         let refusals = Refusals::default();
         let name = LimitName::new("free").unwrap();
         let quota = Quota::per_minute(10);
-        // Users whose refusals land in the first shard.
-        let users: Vec<String> = (0..)
+        // Users whose refusals land in the first shard: one in SHARDS of
+        // them, found among four times as many as that takes (a search
+        // that finds too few fails, never runs on).
+        let users: Vec<String> = (0..4 * SHARDS * (PER_SHARD + 2))
             .map(|i| format!("user-{i}"))
             .filter(|user| {
                 let check = BucketCheck::new(&name, user, quota, 1).unwrap();
@@ -651,6 +653,7 @@ mod tests {
             })
             .take(PER_SHARD + 2)
             .collect();
+        assert_eq!(users.len(), PER_SHARD + 2, "users of the first shard");
         let remember = |user: &str, retry_after_us, sent_us| {
             let check = BucketCheck::new(&name, user, quota, 1).unwrap();
             let key = key_of(&check);
@@ -694,10 +697,46 @@ mod tests {
         }
         assert_eq!(refusals.len(), PER_SHARD);
         remember(&users[PER_SHARD + 1], 1_800_000_000, 30);
-        let kept = refusals.len();
-        assert!(
-            kept > PER_SHARD / 2 - 2 && kept < PER_SHARD / 2 + 3,
-            "{kept}"
-        );
+        // The first PER_SHARD / 2 - 1 in the table's order go: the rest
+        // stay, and the new one with them.
+        assert_eq!(refusals.len(), PER_SHARD / 2 + 2);
+        assert_eq!(answered(&users[PER_SHARD + 1..], 40), 1);
+    }
+
+    #[test]
+    fn neither_a_pass_nor_a_shadow_limits_refusal_is_remembered() {
+        let refusals = Refusals::default();
+        let name = LimitName::new("free").unwrap();
+        let check =
+            BucketCheck::new(&name, "ana", Quota::per_minute(10), 1).unwrap();
+        let key = key_of(&check);
+        let passed = Decision {
+            allowed: true,
+            ..refused(1_000)
+        };
+        refusals.remember(&[check], &key, &[passed], 0, 0);
+        refusals.remember(&[check.shadow(true)], &key, &[refused(1_000)], 0, 0);
+        assert_eq!(refusals.len(), 0);
+        let mut out = [Decision::default()];
+        assert_eq!(refusals.answer(&[check], &key, 500, &mut out), None);
+    }
+
+    #[test]
+    fn a_refusal_under_another_quota_replaces_a_cheaper_one_that_lasts() {
+        let refusals = Refusals::default();
+        let name = LimitName::new("free").unwrap();
+        let old = BucketCheck::new(&name, "ana", Quota::per_minute(10), 1);
+        let old = old.unwrap();
+        let key = key_of(&old);
+        refusals.remember(&[old], &key, &[refused(10_000)], 0, 0);
+        // A plan reload: a costlier request under the new quota is refused
+        // while the old refusal lasts. It is the one remembered now.
+        let new = BucketCheck::new(&name, "ana", Quota::per_minute(20), 2);
+        let new = new.unwrap();
+        refusals.remember(&[new], &key, &[refused(8_000)], 0, 1_000);
+        let mut out = [Decision::default()];
+        assert_eq!(refusals.answer(&[new], &key, 2_000, &mut out), Some(0));
+        assert_eq!(out[0].retry_after_us, 7_000);
+        assert_eq!(refusals.answer(&[old], &key, 2_000, &mut out), None);
     }
 }
