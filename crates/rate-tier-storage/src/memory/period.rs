@@ -559,4 +559,31 @@ mod tests {
         assert_eq!(word.bounds(0).0, start);
         assert_eq!(start, NOW - DAY - DAY / 2);
     }
+
+    #[test]
+    fn a_period_alone_is_decided_in_place_and_its_loop_ends() {
+        const NOW: u64 = 1_796_817_600_000_000;
+        // On a thread of its own: a loop that never ends fails the test
+        // after a second instead of hanging it.
+        let (sent, got) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let daily = Period::new(2, PeriodUnit::Day, 0).unwrap();
+            let name = crate::LimitName::new("daily").unwrap();
+            let rule = crate::rule::Rule::Period(daily);
+            let check =
+                crate::BucketCheck::of_rule(&name, "ana", rule, 1).unwrap();
+            let cell = crate::sync::AtomicU64::new(0);
+            let mut out = gcra_core::Decision::default();
+            let passes = [(); 3].map(|()| {
+                super::decide_in_place(&cell, &daily, &check, NOW, &mut out)
+                    .unwrap()
+                    .allowed
+            });
+            sent.send(passes)
+        });
+        let passes = got
+            .recv_timeout(std::time::Duration::from_secs(1))
+            .expect("the loop ends");
+        assert_eq!(passes, [true, true, false]);
+    }
 }
