@@ -18,7 +18,6 @@
 //! time).
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::io::Write as _;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -30,58 +29,12 @@ use rate_tier_storage::StorageExt;
 use rate_tier_storage::{BucketCheck, KeyLayout, LimitName, PostgresStorage};
 use rate_tier_test_support::PostgresServer;
 use rate_tier_test_support::bench::{
-    Args, median, own_cpu_secs, process_tree_cpu_secs as server_cpu_secs,
+    Args, median, own_cpu_secs, pgbench,
+    process_tree_cpu_secs as server_cpu_secs,
 };
 
 const CLIENTS: usize = 64;
 const USERS: usize = 10_000;
-
-/// pgbench with `script` (one statement, `:k` a random user), 64 clients,
-/// prepared statements: (transactions per second, server CPU µs per
-/// transaction).
-fn pgbench(server: &PostgresServer, script: &str, seconds: u64) -> (f64, f64) {
-    let path = server.dir().join("bench.sql");
-    std::fs::File::create(&path)
-        .unwrap()
-        .write_all(script.as_bytes())
-        .unwrap();
-    let pid = server.postmaster_pid().unwrap();
-    let before = server_cpu_secs(pid);
-    let output = Command::new(server.bin_dir().join("pgbench"))
-        .args([
-            "-n",
-            "-M",
-            "prepared",
-            "-c",
-            &CLIENTS.to_string(),
-            "-j",
-            "2",
-        ])
-        .args(["-T", &seconds.to_string(), "-f"])
-        .arg(&path)
-        .arg(server.url())
-        .output()
-        .unwrap();
-    let cpu = server_cpu_secs(pid) - before;
-    let text = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "pgbench: {text}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let field = |prefix: &str| -> f64 {
-        text.lines()
-            .find_map(|line| line.strip_prefix(prefix))
-            .and_then(|rest| rest.split(['/', ' ']).find(|s| !s.is_empty()))
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| {
-                panic!("no `{prefix}` in pgbench's output: {text}")
-            })
-    };
-    let tps = field("tps = ");
-    let transactions = field("number of transactions actually processed: ");
-    (tps, cpu / transactions * 1e6)
-}
 
 fn mean(values: &[f64]) -> f64 {
     values.iter().sum::<f64>() / values.len() as f64
@@ -237,9 +190,12 @@ async fn main() {
     for round in 1..=rounds {
         let (rate, cpu, client, failed) =
             run_store(&server, quota, seconds).await;
-        let (same_tps, same_cpu) = pgbench(&server, &same, seconds);
-        let (plain_tps, plain_cpu) = pgbench(&server, &plain, seconds);
-        let (_, call_cpu) = pgbench(&server, &function, seconds);
+        let (same_tps, same_cpu) =
+            pgbench(&server, &same, CLIENTS, seconds as f64);
+        let (plain_tps, plain_cpu) =
+            pgbench(&server, &plain, CLIENTS, seconds as f64);
+        let (_, call_cpu) =
+            pgbench(&server, &function, CLIENTS, seconds as f64);
         println!(
             "round {round}: store {rate:.0} checks/s (server {cpu:.1} us, client {client:.1} us CPU/check), \
              pgbench same {same_tps:.0}/s ({same_cpu:.1} us), UPDATE {plain_tps:.0}/s ({plain_cpu:.1} us), \

@@ -32,7 +32,6 @@
 //! exactly 2,000 checks must pass on each store.
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::io::Write as _;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -51,7 +50,7 @@ use rate_tier_storage::{
 };
 use rate_tier_test_support::PostgresServer;
 use rate_tier_test_support::bench::{
-    Args, own_cpu_secs, process_tree_cpu_secs,
+    Args, own_cpu_secs, pgbench, process_tree_cpu_secs,
 };
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
@@ -388,49 +387,6 @@ async fn prefill(subject: &Subject, quota: Quota, clients: usize) {
     for task in tasks {
         task.await.unwrap();
     }
-}
-
-/// pgbench running `script` with `clients` clients for `seconds`:
-/// (transactions per second, server CPU µs per transaction).
-fn pgbench(
-    server: &PostgresServer,
-    script: &str,
-    clients: usize,
-    seconds: f64,
-) -> (f64, f64) {
-    let path = server.dir().join("cells-bench.sql");
-    std::fs::File::create(&path)
-        .unwrap()
-        .write_all(script.as_bytes())
-        .unwrap();
-    let pid = server.postmaster_pid().unwrap();
-    let before = process_tree_cpu_secs(pid);
-    let output = Command::new(server.bin_dir().join("pgbench"))
-        .args(["-n", "-M", "prepared", "-j", "2", "-c"])
-        .arg(clients.to_string())
-        .args(["-T", &(seconds.round() as u64).max(1).to_string(), "-f"])
-        .arg(&path)
-        .arg(server.url())
-        .output()
-        .unwrap();
-    let cpu = process_tree_cpu_secs(pid) - before;
-    let text = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "pgbench: {text}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let field = |prefix: &str| -> f64 {
-        text.lines()
-            .find_map(|line| line.strip_prefix(prefix))
-            .and_then(|rest| rest.split(['/', ' ']).find(|s| !s.is_empty()))
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| {
-                panic!("no `{prefix}` in pgbench's output: {text}")
-            })
-    };
-    let transactions = field("number of transactions actually processed: ");
-    (field("tps = "), cpu / transactions * 1e6)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -143,3 +143,44 @@ fn stat_ticks(fields: &[&str], range: std::ops::Range<usize>) -> u64 {
         .filter_map(|i| fields.get(i)?.parse::<u64>().ok())
         .sum()
 }
+
+/// pgbench on `server` running `script` (prepared statements, `clients`
+/// clients on 2 threads, about `seconds`): (transactions per second, server
+/// CPU µs per transaction). A reference ceiling for the PostgreSQL benches.
+pub fn pgbench(
+    server: &crate::PostgresServer,
+    script: &str,
+    clients: usize,
+    seconds: f64,
+) -> (f64, f64) {
+    let path = server.dir().join("pgbench.sql");
+    std::fs::write(&path, script).unwrap();
+    let pid = server.postmaster_pid().unwrap();
+    let before = process_tree_cpu_secs(pid);
+    let output = std::process::Command::new(server.bin_dir().join("pgbench"))
+        .args(["-n", "-M", "prepared", "-j", "2", "-c"])
+        .arg(clients.to_string())
+        .args(["-T", &(seconds.round() as u64).max(1).to_string(), "-f"])
+        .arg(&path)
+        .arg(server.url())
+        .output()
+        .unwrap();
+    let cpu = process_tree_cpu_secs(pid) - before;
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "pgbench: {text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let field = |prefix: &str| -> f64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(prefix))
+            .and_then(|rest| rest.split(['/', ' ']).find(|s| !s.is_empty()))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| {
+                panic!("no `{prefix}` in pgbench's output: {text}")
+            })
+    };
+    let transactions = field("number of transactions actually processed: ");
+    (field("tps = "), cpu / transactions * 1e6)
+}
