@@ -211,6 +211,20 @@ struct PlanDecision {
 }
 
 impl PlanDecision {
+    /// What a refusal tells the listeners.
+    #[cold]
+    fn limited_event(&self, user: &str) -> LimitEvent {
+        LimitEvent::Limited {
+            user_id: UserId::from(user),
+            tier: self.tier,
+            limit: self.tier,
+            cost: self.cost,
+            retry_after: Duration::from_micros(
+                self.retry_after_us.unwrap_or_default(),
+            ),
+        }
+    }
+
     #[inline(always)]
     fn outcome(&self) -> Result<RateLimitInfo, Limited> {
         match self.retry_after_us {
@@ -242,7 +256,7 @@ impl PlanDecision {
 
 /// A store that failed to decide, and the policy that answers for it.
 #[derive(Debug)]
-struct Failed {
+pub(crate) struct Failed {
     error: StorageError,
     policy: OnStorageError,
 }
@@ -260,14 +274,8 @@ impl RateTier {
         {
             return match decided {
                 Ok(decision) => {
-                    if let Some(retry_after_us) = decision.retry_after_us {
-                        events.push(|| LimitEvent::Limited {
-                            user_id: UserId::from(user),
-                            tier: decision.tier,
-                            limit: decision.tier,
-                            cost,
-                            retry_after: Duration::from_micros(retry_after_us),
-                        });
+                    if decision.retry_after_us.is_some() {
+                        events.push(|| decision.limited_event(user));
                     }
                     Step::Plan(PlanDecided { decision, events })
                 }
@@ -278,6 +286,39 @@ impl RateTier {
             };
         }
         self.step_prepared(ask, events)
+    }
+
+    /// The plan's limit alone decided in process, as the direct API
+    /// answers it: no step, no events gathered (a refusal is told to the
+    /// listeners at once), for a check nobody times. `None`: anything
+    /// else, for [`RateTier::step`] (nothing was decided).
+    #[inline(always)]
+    pub(crate) fn plan_answer(
+        &self,
+        ask: &Ask<'_>,
+    ) -> Option<Result<Result<RateLimitInfo, Limited>, Failed>> {
+        let (user, tier, cost) = ask.plan_alone()?;
+        if !self.inner.plan_fast || self.observed() {
+            return None;
+        }
+        Some(match self.plan_now(user, tier, cost)? {
+            Ok(decision) => {
+                if decision.retry_after_us.is_some() && self.listening() {
+                    self.emit(|| decision.limited_event(user));
+                }
+                Ok(decision.outcome())
+            }
+            Err(failed) => Err(failed),
+        })
+    }
+
+    /// A store's failure on the plan's path as a decision, with its events.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn failed_judged(&self, failed: Failed) -> Judged {
+        let mut events = Events::new(self.listening());
+        let (ruling, by) = self.failed_plan(failed, &mut events);
+        Judged { ruling, by, events }
     }
 
     /// [`RateTier::step`] for everything but the plan alone decided in
