@@ -365,7 +365,10 @@ impl RateTier {
         let inner = &*self.inner;
         // What the decision needs of the plans, copied out of the snapshot
         // (names are interned): a few words, not a decision, cross it.
-        let (name, key, quota, policy) = inner.with_plans(|plans| {
+        // The shared snapshot, borrowed (arc_swap touches no shared
+        // counter): cheaper here than the thread's copy of `with_plans`.
+        let (name, key, quota, policy) = {
+            let plans = inner.plans.load();
             plans
                 .tiers
                 .iter()
@@ -374,7 +377,7 @@ impl RateTier {
                     let quota = t.rule.as_rate()?;
                     Some((t.name, t.key, quota, plans.on_storage_error))
                 })
-        })?;
+        }?;
         if cost > quota.burst() {
             return None;
         }
