@@ -129,6 +129,10 @@ mod cache;
 pub mod client_ip;
 mod error;
 mod event;
+/// The future of [`RateTier::check`] and [`RateTier::decide`].
+pub mod future {
+    pub use crate::limiter::CheckFuture;
+}
 pub mod headers;
 mod identity;
 pub mod layer;
@@ -190,9 +194,9 @@ pub use identity::{
 pub use layer::GrpcTierLimitLayer;
 pub use layer::{TierLimitLayer, tier_cost};
 pub use limit::{ActualCost, Limit, Settle, Usage};
-pub use limiter::{CheckFuture, LimitRequest, RateTier, RateTierBuilder};
+pub use limiter::{LimitRequest, RateTier, RateTierBuilder};
 pub use observe::Observer;
-pub use outcome::{LimitReason, Limited, RateLimitInfo};
+pub use outcome::{Admitted, LimitReason, Limited, RateLimitInfo};
 #[cfg(feature = "plans-toml")]
 #[cfg_attr(docsrs, doc(cfg(feature = "plans-toml")))]
 pub use plans::PlansError;

@@ -140,10 +140,61 @@ pub struct RateLimitInfo {
     /// `None`: the plan's enforced limit alone, told by the fields above
     /// (its name is the tier's).
     pub(crate) limits: States,
-    /// The slots of concurrency limits this request holds, given back when
-    /// the last clone of this info is dropped (the layer's response body
-    /// holds one until it ends).
-    pub(crate) slots: crate::limiter::slots::Held,
+}
+
+/// A request the limiter let through: its [`RateLimitInfo`] (through
+/// `Deref`), and the slots of the concurrency limits it took, given back
+/// when this is dropped. The info is a plain value: a copy of it kept by a
+/// handler holds no slot.
+///
+/// ```
+/// use tower_rate_tier::{Concurrency, RateTier};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = RateTier::builder().tier("uploads", Concurrency::new(1)?).build();
+/// let admitted = limiter.check("ana", "uploads", 1).await?.unwrap();
+/// let info = admitted.info().clone();
+/// assert!(limiter.check("ana", "uploads", 1).await?.is_err());
+/// drop(admitted); // the slot is given back; `info` held none
+/// assert!(limiter.check("ana", "uploads", 1).await?.is_ok());
+/// assert_eq!((info.limit, info.remaining), (1, 0));
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Admitted {
+    pub(crate) info: RateLimitInfo,
+    pub(crate) slots: Option<std::sync::Arc<crate::limiter::slots::Slots>>,
+}
+
+impl Admitted {
+    /// A request that holds no slot.
+    #[inline(always)]
+    pub(crate) fn new(info: RateLimitInfo) -> Self {
+        Admitted { info, slots: None }
+    }
+
+    /// What the decision said.
+    pub fn info(&self) -> &RateLimitInfo {
+        &self.info
+    }
+
+    /// Whether it holds slots of a concurrency limit.
+    pub fn holds_slots(&self) -> bool {
+        self.slots.is_some()
+    }
+}
+
+impl std::ops::Deref for Admitted {
+    type Target = RateLimitInfo;
+
+    fn deref(&self) -> &RateLimitInfo {
+        &self.info
+    }
+}
+
+impl PartialEq<RateLimitInfo> for Admitted {
+    fn eq(&self, other: &RateLimitInfo) -> bool {
+        self.info == *other
+    }
 }
 
 impl RateLimitInfo {
@@ -228,7 +279,6 @@ impl RateLimitInfo {
             window: Duration::ZERO,
             now_us,
             limits: None,
-            slots: crate::limiter::slots::Held::default(),
         }
     }
 }

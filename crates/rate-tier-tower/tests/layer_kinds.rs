@@ -317,6 +317,45 @@ async fn a_store_that_decides_only_rates_refuses_a_plan_of_another_kind() {
     ));
 }
 
+#[tokio::test]
+async fn a_handler_that_keeps_its_info_keeps_no_slot() {
+    let clock = FakeClock::at_us(START_US);
+    let tiers = post_plans(&clock).build();
+    let uploads = Limit::new("uploads", Concurrency::new(1).unwrap());
+    let kept = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = kept.clone();
+    let app = Router::new()
+        .route(
+            "/upload",
+            axum::routing::get(
+                move |axum::Extension(info): axum::Extension<
+                    tower_rate_tier::RateLimitInfo,
+                >| {
+                    let keep = keep.clone();
+                    async move {
+                        keep.lock().unwrap().push(info);
+                        "uploaded\n"
+                    }
+                },
+            ),
+        )
+        .layer(
+            TierLimitLayer::new(tiers)
+                .identifier_fn(|headers| {
+                    let key = headers.get("x-api-key")?.to_str().ok()?;
+                    Some(TierIdentity::new(key, plan_of(key)?))
+                })
+                .limit(uploads),
+        );
+    // One slot: each body read to its end gives it back, whatever the
+    // handler kept.
+    for _ in 0..3 {
+        let r = get_as(&app, Some("key_ana"), "/upload").await;
+        assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    }
+    assert_eq!(kept.lock().unwrap().len(), 3);
+}
+
 /// An app whose `/upload` (2 in flight per user on free, 10 on pro) says
 /// when a request entered its handler, and answers once `gate` lets it.
 fn upload_app(

@@ -211,7 +211,7 @@ where
                         );
                     }
                     let (head, body) = response.into_parts();
-                    let slots = after.info.and_then(|info| info.slots.0);
+                    let slots = after.info.and_then(|admitted| admitted.slots);
                     // What waits for the end of the body rides in it.
                     let body =
                         match after.settle.and_then(|s| s.at_head(&head)) {

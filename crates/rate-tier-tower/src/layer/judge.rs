@@ -29,7 +29,7 @@ use crate::limiter::ask::{Ask, Extra};
 use crate::limiter::ruling::{Events, Judged, Ruling};
 use crate::limiter::step::Step;
 use crate::observe::Checked;
-use crate::outcome::RateLimitInfo;
+use crate::outcome::Admitted;
 use crate::policy::OnIdentityError;
 
 /// A request's decision, and what it leaves for after the response.
@@ -41,7 +41,7 @@ pub(crate) struct Judgement {
 /// What the request's decision leaves for after the response: the headers
 /// to add, and a settlement to make.
 pub(super) struct After {
-    pub(super) info: Option<RateLimitInfo>,
+    pub(super) info: Option<Admitted>,
     /// Boxed: rare, and the future that carries it is moved (boxed) on
     /// every request.
     pub(super) settle: Option<Box<SettlePlan>>,
@@ -405,7 +405,7 @@ impl Judgement {
     ) -> Result<After, Response<B>> {
         let refused = match self.ruling {
             Ruling::Allowed(info) => {
-                extensions.insert(info.clone());
+                extensions.insert(info.info().clone());
                 let settle = self.settle.map(|plan| {
                     let mut plan = plan.with_config(config.clone());
                     if let Some(meter) = plan.meter() {

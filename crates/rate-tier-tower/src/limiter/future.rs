@@ -13,9 +13,9 @@ use super::ruling::{Events, Judged, Ruling};
 use super::step::Step;
 use crate::error::Error;
 use crate::observe::Checked;
-use crate::outcome::{Limited, RateLimitInfo};
+use crate::outcome::{Admitted, Limited, RateLimitInfo};
 
-type Output = Result<Result<RateLimitInfo, Limited>, Error>;
+type Output = Result<Result<Admitted, Limited>, Error>;
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -185,11 +185,11 @@ fn unusual(tiers: &RateTier, tier: &str, cost: u32, ruling: Ruling) -> Output {
     match ruling {
         Ruling::Allowed(info) => Ok(Ok(info)),
         Ruling::Limited(limited) => Ok(Err(limited)),
-        Ruling::Unlimited => Ok(Ok(RateLimitInfo::unlimited(
+        Ruling::Unlimited => Ok(Ok(Admitted::new(RateLimitInfo::unlimited(
             tier,
             cost,
             tiers.inner.clock.now_us(),
-        ))),
+        )))),
         Ruling::Unavailable {
             error: Some(error), ..
         } => Err(Error::Storage(error)),

@@ -356,7 +356,7 @@ impl RateTier {
     ) -> Result<crate::outcome::RateLimitInfo, Error> {
         let request = LimitRequest::new(user, tier, 0);
         match self.decide(&request).await? {
-            Ok(info) => Ok(info),
+            Ok(admitted) => Ok(admitted.info),
             // A peek never refuses, but a denied unknown tier has nothing
             // to allow.
             Err(limited) => Ok(crate::outcome::RateLimitInfo::nothing(

@@ -9,13 +9,13 @@ use rate_tier_storage::StorageError;
 use crate::error::Error;
 use crate::event::LimitEvent;
 use crate::observe::Outcome;
-use crate::outcome::{LimitReason, Limited, RateLimitInfo};
+use crate::outcome::{Admitted, LimitReason, Limited};
 
 /// What a decision came to.
 #[derive(Debug)]
 pub(crate) enum Ruling {
     /// Passed, charged to every bucket.
-    Allowed(RateLimitInfo),
+    Allowed(Admitted),
     /// Passed unchecked by an explicit policy (an unknown tier allowed, a
     /// store or identity failure with fail-open).
     Unlimited,

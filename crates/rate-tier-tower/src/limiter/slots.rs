@@ -1,6 +1,6 @@
 //! The slots of concurrency limits a passed request holds, given back when
-//! the last holder lets go: the layer's response body when it ends, or a
-//! [`RateLimitInfo`](crate::RateLimitInfo) dropped by a caller of
+//! the last holder lets go: the layer's response body when it ends, or an
+//! [`Admitted`](crate::Admitted) dropped by a caller of
 //! [`RateTier::check`](crate::RateTier::check) and friends.
 //!
 //! On a store that leases slots ([`Capabilities::lease`](rate_tier_storage::Capabilities::lease)),
@@ -141,24 +141,8 @@ impl Slot {
     }
 }
 
-/// The slots a [`RateLimitInfo`](crate::RateLimitInfo) holds: not part of
-/// its value (two infos that differ only by their slots are equal).
-#[derive(Clone, Default)]
-pub(crate) struct Held(pub(crate) Option<Arc<Slots>>);
-
-impl PartialEq for Held {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for Held {}
-
-impl fmt::Debug for Held {
+impl fmt::Debug for Slots {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.0 {
-            None => f.write_str("none"),
-            Some(slots) => write!(f, "{} slots", slots.slots.len()),
-        }
+        write!(f, "{} slots", self.slots.len())
     }
 }

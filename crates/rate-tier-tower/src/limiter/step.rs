@@ -22,14 +22,14 @@ use super::RateTier;
 use super::ask::Ask;
 use super::prepare::{INLINE, Owned, Prepared};
 use super::ruling::{Events, Judged, Ruling};
-use super::slots::{Held, Slots};
+use super::slots::Slots;
 use super::wait::Waited;
 use crate::error::Error;
 use crate::event::LimitEvent;
 use crate::identity::UserId;
 use crate::outcome::{
-    LimitReason, LimitState, Limited, RateLimitInfo, States, most_constraining,
-    shared_states,
+    Admitted, LimitReason, LimitState, Limited, RateLimitInfo, States,
+    most_constraining, shared_states,
 };
 use crate::plans::StaticName;
 use crate::policy::OnStorageError;
@@ -174,7 +174,7 @@ pub(crate) struct PlanDecided {
 impl PlanDecided {
     /// Passed, or refused: what the direct API answers.
     #[inline(always)]
-    pub(crate) fn outcome(&self) -> Result<RateLimitInfo, Limited> {
+    pub(crate) fn outcome(&self) -> Result<Admitted, Limited> {
         self.decision.outcome()
     }
 
@@ -226,9 +226,9 @@ impl PlanDecision {
     }
 
     #[inline(always)]
-    fn outcome(&self) -> Result<RateLimitInfo, Limited> {
+    fn outcome(&self) -> Result<Admitted, Limited> {
         match self.retry_after_us {
-            None => Ok(RateLimitInfo {
+            None => Ok(Admitted::new(RateLimitInfo {
                 tier: Cow::Borrowed(self.tier),
                 limit: self.limit,
                 remaining: self.remaining,
@@ -237,8 +237,7 @@ impl PlanDecision {
                 window: Duration::from_micros(self.window_us),
                 now_us: self.now_us,
                 limits: None,
-                slots: Held::default(),
-            }),
+            })),
             Some(retry_after_us) => Err(Limited {
                 tier: Cow::Borrowed(self.tier),
                 name: Some(self.tier),
@@ -296,7 +295,7 @@ impl RateTier {
     pub(crate) fn plan_answer(
         &self,
         ask: &Ask<'_>,
-    ) -> Option<Result<Result<RateLimitInfo, Limited>, Failed>> {
+    ) -> Option<Result<Result<Admitted, Limited>, Failed>> {
         let (user, tier, cost) = ask.plan_alone()?;
         if !self.inner.plan_fast || self.observed() {
             return None;
@@ -554,7 +553,7 @@ impl RateTier {
                     near_limits(prepared, states, ratio, events);
                 }
                 let most = states.get(most_constraining(states)).copied();
-                Ruling::Allowed(RateLimitInfo {
+                let info = RateLimitInfo {
                     tier: Cow::Borrowed(tier),
                     limit: most.map_or(u32::MAX, |s| s.limit),
                     remaining: most.map_or(u64::MAX, |s| s.remaining),
@@ -563,27 +562,20 @@ impl RateTier {
                     window: most.map_or(Duration::ZERO, |s| s.window),
                     now_us,
                     limits,
-                    // A shadow limit that would have refused took no slot.
-                    slots: Held(
-                        takes_slots(prepared)
-                            .then(|| {
-                                Slots::held(
-                                    &self.inner,
-                                    prepared
-                                        .keys
-                                        .iter()
-                                        .copied()
-                                        .zip(&prepared.checks)
-                                        .zip(states)
-                                        .filter(|(_, state)| {
-                                            !state.shadow_limited
-                                        })
-                                        .map(|(taken, _)| taken),
-                                )
-                            })
-                            .flatten(),
-                    ),
-                })
+                };
+                // A shadow limit that would have refused took no slot.
+                let taken = prepared
+                    .keys
+                    .iter()
+                    .copied()
+                    .zip(&prepared.checks)
+                    .zip(states)
+                    .filter(|(_, state)| !state.shadow_limited)
+                    .map(|(taken, _)| taken);
+                let slots = takes_slots(prepared)
+                    .then(|| Slots::held(&self.inner, taken))
+                    .flatten();
+                Ruling::Allowed(Admitted { info, slots })
             }
             Some(index) => {
                 let refusing = states.get(index).copied();

@@ -772,7 +772,10 @@ impl Setup {
                         Expected::Served { .. } => place,
                         _ => return Ok(()),
                     };
-                    self.tokens.insert((inst, user), (info, place, quota));
+                    self.tokens.insert(
+                        (inst, user),
+                        (info.info().clone(), place, quota),
+                    );
                 }
             }
             Op::Spawn { inst, user, route } => {
@@ -1047,7 +1050,7 @@ impl Setup {
         stale: bool,
         expected: &Expected,
         outcome: &Result<
-            Result<RateLimitInfo, tower_rate_tier::Limited>,
+            Result<tower_rate_tier::Admitted, tower_rate_tier::Limited>,
             tower_rate_tier::Error,
         >,
         waited: Duration,
