@@ -339,14 +339,7 @@ async fn a_handler_that_keeps_its_info_keeps_no_slot() {
                 },
             ),
         )
-        .layer(
-            TierLimitLayer::new(tiers)
-                .identifier_fn(|headers| {
-                    let key = headers.get("x-api-key")?.to_str().ok()?;
-                    Some(TierIdentity::new(key, plan_of(key)?))
-                })
-                .limit(uploads),
-        );
+        .layer(keyed_layer(tiers, uploads));
     // One slot: each body read to its end gives it back, whatever the
     // handler kept.
     for _ in 0..3 {
@@ -354,6 +347,16 @@ async fn a_handler_that_keeps_its_info_keeps_no_slot() {
         assert_eq!(r.status, StatusCode::OK, "{r:?}");
     }
     assert_eq!(kept.lock().unwrap().len(), 3);
+}
+
+/// The layer of the upload apps: the user and plan from `x-api-key`.
+fn keyed_layer(tiers: RateTier, uploads: Limit) -> TierLimitLayer {
+    TierLimitLayer::new(tiers)
+        .identifier_fn(|headers| {
+            let key = headers.get("x-api-key")?.to_str().ok()?;
+            Some(TierIdentity::new(key, plan_of(key)?))
+        })
+        .limit(uploads)
 }
 
 /// An app whose `/upload` (2 in flight per user on free, 10 on pro) says
@@ -381,14 +384,7 @@ fn upload_app(
             }),
         )
         .route("/data", axum::routing::get(|| async { "ok\n" }))
-        .layer(
-            TierLimitLayer::new(tiers)
-                .identifier_fn(|headers| {
-                    let key = headers.get("x-api-key")?.to_str().ok()?;
-                    Some(TierIdentity::new(key, plan_of(key)?))
-                })
-                .limit(uploads),
-        )
+        .layer(keyed_layer(tiers, uploads))
 }
 
 fn upload(
