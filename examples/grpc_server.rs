@@ -1,6 +1,6 @@
 //! The example service over gRPC: the standard health service
 //! (`grpc.health.v1.Health`, from tonic-health: no protoc, no codegen)
-//! behind the tier limit, with the HTTP server's plans: free (10/min) and
+//! behind the tier limit, with the HTTP server's tiers: free (10/min) and
 //! pro (100/min), default free, UNAUTHENTICATED without a key.
 //!
 //! Run it from the repository root:
@@ -10,8 +10,8 @@
 //! ```
 //!
 //! The API key travels as `x-api-key` metadata: key_ana (free), key_bea
-//! (pro), key_eva (gold, a plan the limiter does not know: the default
-//! plan's quota, reported on stderr). `Check` costs 1, `Watch` 5.
+//! (pro), key_eva (gold, a tier the limiter does not know: the default
+//! tier's quota, reported on stderr). `Check` costs 1, `Watch` 5.
 //!
 //! A refused call ends with `RESOURCE_EXHAUSTED`, a `google.rpc.RetryInfo`
 //! in the status details and `retry-after` (seconds) in the metadata, so a

@@ -1,4 +1,4 @@
-// Un servicio con planes. La clave de API decide el plan, Redis guarda
+// Un servicio con planes. La clave de API decide el tier, Redis guarda
 // los límites (los comparten todas las instancias) y cada ruta tiene su
 // coste. Uso: cargo run --example server -- <puerto>
 use std::sync::Arc;

@@ -1,16 +1,16 @@
-//! The example service of 0.3: plans free (10/min) and pro (100/min), routes
+//! The example service of 0.3: tiers free (10/min) and pro (100/min), routes
 //! of cost 1, 5 and 50, 401 without a key; and limits of their own beside
-//! the plan, decided with it as one decision.
+//! the tier, decided with it as one decision.
 //!
 //! | route | what |
 //! |---|---|
-//! | `GET /data`, `/report`, `/backup` | cost 1, 5, 50 on the plan |
-//! | `GET /search` | cost 1 on the plan, and a limit `search` of 3 per minute per user: all or nothing |
+//! | `GET /data`, `/report`, `/backup` | cost 1, 5, 50 on the tier |
+//! | `GET /search` | cost 1 on the tier, and a limit `search` of 3 per minute per user: all or nothing |
 //! | `GET /quota` | reads every limit of the user without charging any: `{"tier":..,"limits":[{"name":..,"limit":..,"remaining":..,"reset":..},..]}` |
-//! | `GET /generate?tokens=N` | cost 1 on the plan, and a limit `tokens` (free 1000/min, pro 10000/min) charged 1 up front, settled to the `x-tokens-used: N` the handler answers |
-//! | `GET /login` | cost 1 on the plan, and a limit `login`: at most 5 in any 60 s per user, exactly (a window) |
-//! | `GET /export` | cost 1 on the plan, and a limit `exports`: 3 per calendar month (UTC) on free, 100 on pro (a period) |
-//! | `GET /upload?ms=N` | cost 1 on the plan, and a limit `uploads`: at most 2 in flight per user on free, 10 on pro (concurrency); answers after N ms (at most 10 s) |
+//! | `GET /generate?tokens=N` | cost 1 on the tier, and a limit `tokens` (free 1000/min, pro 10000/min) charged 1 up front, settled to the `x-tokens-used: N` the handler answers |
+//! | `GET /login` | cost 1 on the tier, and a limit `login`: at most 5 in any 60 s per user, exactly (a window) |
+//! | `GET /export` | cost 1 on the tier, and a limit `exports`: 3 per calendar month (UTC) on free, 100 on pro (a period) |
+//! | `GET /upload?ms=N` | cost 1 on the tier, and a limit `uploads`: at most 2 in flight per user on free, 10 on pro (concurrency); answers after N ms (at most 10 s) |
 //! | `GET /metrics` | Prometheus metrics, not limited |
 //!
 //! Run it from the repository root:
@@ -28,10 +28,10 @@
 //! them: the others are found from it); a node may also be given as a
 //! `redis://` URL, e.g. to pass a password.
 //!
-//! `--plans FILE` reads the plans from a TOML file instead (see
-//! `plans.example.toml`) and reloads them, without a restart and without
+//! `--tiers FILE` reads the tiers from a TOML file instead (see
+//! `tiers.example.toml`) and reloads them, without a restart and without
 //! losing anyone's bucket, when the file changes or on SIGHUP. A file that
-//! does not validate is reported (with its line) and the running plans
+//! does not validate is reported (with its line) and the running tiers
 //! stay. `--headers x|ietf|both` chooses the rate-limit headers: 0.3's
 //! `x-ratelimit-*` (the default), the IETF `RateLimit-Policy`/`RateLimit`
 //! fields, or both. `--shadow` puts every limit in shadow mode: nothing is
@@ -54,19 +54,19 @@
 //! `GET /metrics` (no key, not limited) serves the limiter's Prometheus
 //! metrics: checks by tier and outcome, latency, store errors, breaker.
 //!
-//! Every plan bans a key for 60 s after 20 refusals within 60 s (doubling
+//! Every tier bans a key for 60 s after 20 refusals within 60 s (doubling
 //! while it keeps going, at most an hour): its 429s then say
 //! `"banned":true`.
 //!
 //! `--admin-token-file FILE` serves `POST /admin/reset?key=KEY` (not
 //! limited) to callers that send `authorization: Bearer <the file's
-//! content>`: the key's buckets back to full, on every plan and its own
+//! content>`: the key's buckets back to full, on every tier and its own
 //! limits (`RateTier::reset`); 401 and nothing done otherwise. Without the
 //! flag there is no such route (404).
 //!
 //! API keys: key_ana (free), key_bea (pro), key_ada (pro, with her own 500
-//! a minute: `TierIdentity::with_quota`), key_eva (gold, a plan the
-//! limiter does not know: she gets the default plan's quota, and every such
+//! a minute: `TierIdentity::with_quota`), key_eva (gold, a tier the
+//! limiter does not know: she gets the default tier's quota, and every such
 //! request is reported on stderr).
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -88,8 +88,8 @@ use tower_rate_tier::metrics::prometheus_client::registry::Registry;
 use tower_rate_tier::metrics::{self, RateLimitMetrics};
 use tower_rate_tier::{
     Ban, Concurrency, FallbackStorage, Limit, LimitEvent, OnMissing, Period,
-    PeriodUnit, Plans, PlansBuilder, PostgresStorage, Quota, RateTier,
-    RedisStorage, Settle, TierIdentity, TierLimitLayer, Window,
+    PeriodUnit, PostgresStorage, Quota, RateTier, RedisStorage, Settle,
+    TierIdentity, TierLimitLayer, Tiers, TiersBuilder, Window,
     storage::StorageEvent,
 };
 
@@ -266,8 +266,8 @@ fn value(parser: &mut lexopt::Parser) -> Result<std::ffi::OsString, String> {
     parser.value().map_err(|e| e.to_string())
 }
 
-/// The plans in `path`, with this service's policies.
-fn load_plans(path: &Path) -> Result<Plans, String> {
+/// The tiers in `path`, with this service's policies.
+fn load_plans(path: &Path) -> Result<Tiers, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     policies()
@@ -277,12 +277,12 @@ fn load_plans(path: &Path) -> Result<Plans, String> {
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// What does not fit a plan: no key, or a key that does not exist, is 401.
-fn policies() -> PlansBuilder {
-    Plans::builder().on_missing(OnMissing::Deny(StatusCode::UNAUTHORIZED))
+/// What does not fit a tier: no key, or a key that does not exist, is 401.
+fn policies() -> TiersBuilder {
+    Tiers::builder().on_missing(OnMissing::Deny(StatusCode::UNAUTHORIZED))
 }
 
-/// Reloads the plans when the file changes, and on SIGHUP.
+/// Reloads the tiers when the file changes, and on SIGHUP.
 async fn watch_plans(path: PathBuf, tiers: RateTier, poll: Duration) {
     let mut hangup = match signal(SignalKind::hangup()) {
         Ok(hangup) => Some(hangup),
@@ -303,7 +303,7 @@ async fn watch_plans(path: PathBuf, tiers: RateTier, poll: Duration) {
         }
         seen = now;
         match load_plans(&path) {
-            // Reported by on_event as LimitEvent::PlansReloaded.
+            // Reported by on_event as LimitEvent::TiersReloaded.
             Ok(plans) => tiers.reload(plans),
             Err(error) => {
                 eprintln!("plans not reloaded, the running ones stay: {error}")
@@ -338,7 +338,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             }
         }
-        // The 0.3 example's plans.
+        // The 0.3 example's tiers.
         None => policies()
             .tier("free", Quota::per_minute(10))
             .tier("pro", Quota::per_minute(100))
@@ -356,7 +356,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         _ => "redis",
     };
     let mut tiers = RateTier::builder()
-        .plans(plans)
+        .tiers(plans)
         .observe(metrics)
         // A key that keeps going after 20 refusals in a minute is refused
         // everything for a minute, doubling while it keeps at it, up to an
@@ -379,7 +379,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let cause = cause.as_deref().unwrap_or("-");
                 eprintln!("breaker {domain} {from:?} -> {to:?} ({cause})");
             }
-            LimitEvent::PlansReloaded { tiers, fresh } => {
+            LimitEvent::TiersReloaded { tiers, fresh } => {
                 eprintln!("plans reloaded: {}", tiers.join(", "));
                 if !fresh.is_empty() {
                     eprintln!(
@@ -388,7 +388,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     );
                 }
             }
-            LimitEvent::PlansRefused { error } => {
+            LimitEvent::TiersRefused { error } => {
                 eprintln!("plans refused, the running ones stay: {error}");
             }
             _ => {}
@@ -454,12 +454,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "/backup" => 50, // more than the free plan gives in a minute
             _ => 1,
         })
-        // Expensive searches: 3 a minute per user, beside the plan.
+        // Expensive searches: 3 a minute per user, beside the tier.
         .limit(
             Limit::new("search", Quota::per_minute(3))
                 .when(|req| req.uri.path() == "/search"),
         )
-        // Generated tokens, per plan: an estimate of 1 up front, settled
+        // Generated tokens, per tier: an estimate of 1 up front, settled
         // to what the answer really used (a debt the next requests wait
         // for), and refunded if the generation fails.
         .limit(
@@ -542,7 +542,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Who the caller is: the plan of their key; key_ada has negotiated her
+/// Who the caller is: the tier of their key; key_ada has negotiated her
 /// own 500 a minute on pro (an account field, in a real service).
 fn identify() -> impl Fn(&axum::http::HeaderMap) -> Option<TierIdentity<'_>>
 + Send
@@ -579,7 +579,7 @@ fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
 }
 
 /// `POST /admin/reset?key=KEY` with `authorization: Bearer <token>`: the
-/// key's buckets back to full (every plan, and its own limits). 401, and
+/// key's buckets back to full (every tier, and its own limits). 401, and
 /// nothing done, without the right token (compared in constant time),
 /// whatever else the request holds: the token is checked before the query
 /// is read (a caller without it learns nothing of what the route expects).
@@ -623,7 +623,7 @@ async fn admin_reset(
 }
 
 /// The limits of the example that are a user's own (their names are their
-/// buckets' names): what a reset refills beside the plans.
+/// buckets' names): what a reset refills beside the tiers.
 fn user_limits() -> Vec<Limit> {
     let mut limits = vec![
         Limit::new("search", Quota::per_minute(3)),

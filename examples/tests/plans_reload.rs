@@ -1,6 +1,6 @@
-//! The example server reloads its plans from a real file: on change and on
+//! The example server reloads its tiers from a real file: on change and on
 //! SIGHUP, keeping buckets (starting fresh those of a tier whose kind
-//! changed, and saying so), and keeping the running plans when the new
+//! changed, and saying so), and keeping the running tiers when the new
 //! file is invalid. (Real waits: a file watcher and a signal, bounded.)
 #![allow(clippy::unwrap_used)]
 
@@ -24,7 +24,7 @@ impl TempFile {
 
     /// Replaces the file at once (written beside it, renamed over it, as
     /// editors do): the server, polling every 20 ms, never reads a file
-    /// half written (an empty file is a plan without tiers, refused).
+    /// half written (an empty file is a tier without tiers, refused).
     fn write(&self, text: &str) {
         let next = self.0.with_extension("toml.next");
         std::fs::write(&next, text).unwrap();
@@ -49,7 +49,7 @@ fn plans(free_limit: u32) -> String {
     )
 }
 
-/// `plans(10)` with free an exact window of `limit` in any 60 s.
+/// `tiers(10)` with free an exact window of `limit` in any 60 s.
 fn window_plans(limit: u32) -> String {
     format!(
         "default_tier = \"free\"\n[tiers.free]\nkind = \"window\"\n\
@@ -105,7 +105,7 @@ fn a_changed_file_is_reloaded_and_an_invalid_one_is_refused() {
     let refused = server.wait_for_stderr("plans not reloaded");
     assert!(refused.contains("line 4"), "{refused}");
     assert!(refused.contains("colour"), "{refused}");
-    // The running plans stay.
+    // The running tiers stay.
     assert_eq!(limit_and_remaining(&server).0, "20");
 
     file.write(&plans(0));
@@ -114,7 +114,7 @@ fn a_changed_file_is_reloaded_and_an_invalid_one_is_refused() {
     assert_eq!(limit_and_remaining(&server).0, "20");
 }
 
-/// Through `server`, reading its plans from `file` (now `plans(10)`): ana
+/// Through `server`, reading its tiers from `file` (now `tiers(10)`): ana
 /// spends 4 on free's rate; free becomes a window (fresh, and the server
 /// says so), then a larger window (the same bucket, no change of kind),
 /// then the rate again (said so). Ana's (limit, remaining) after that.
@@ -169,7 +169,7 @@ fn a_reload_that_changes_a_tiers_kind_starts_its_buckets_fresh_and_says_so() {
 }
 
 /// A server on the shared store of `store` (its flag and URL), reading
-/// its plans from `file`: the store decides every request (a generous
+/// its tiers from `file`: the store decides every request (a generous
 /// timeout, never the local fallback).
 fn on_store(store: &[&str], file: &TempFile) -> Server {
     let plans = ["--plans", file.arg(), "--plans-poll-ms", "20"];

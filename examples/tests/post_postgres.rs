@@ -1,6 +1,6 @@
 //! Two example servers on one PostgreSQL (`--postgres`, and `DATABASE_URL`)
 //! share one limit: 300 requests of one user at once, spread over both,
-//! pass exactly the plan's 10, while PostgreSQL answers within the store's
+//! pass exactly the tier's 10, while PostgreSQL answers within the store's
 //! timeout (past it, the documented fallback limits each server by itself). The test starts its own throwaway
 //! PostgreSQL (Debian's `postgresql` package; without it, it fails saying
 //! how to install it).
@@ -86,7 +86,7 @@ fn a_stopped_postgres_is_limited_locally_under_load_then_shared_again() {
     b.wait_for_stderr("postgres, with local fallback");
 
     // Stopped: every answer a 200 or a 429, never an error, and each
-    // instance limits by itself (the plan's 10 each, as the fallback's
+    // instance limits by itself (the tier's 10 each, as the fallback's
     // documented cost: limits are per instance while the store is down).
     postgres.kill();
     let load: Vec<(u16, &str)> = (0..300)

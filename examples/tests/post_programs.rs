@@ -99,7 +99,7 @@ fn server_in_memory_answers_as_the_post_shows() {
         (200, Some("94"))
     );
 
-    // Eva's plan is unknown: the default plan's quota, in her own bucket.
+    // Eva's tier is unknown: the default tier's quota, in her own bucket.
     let eva = server.get("/data", Some("key_eva"));
     assert_eq!(
         (eva.status, eva.header("x-ratelimit-limit")),
@@ -186,10 +186,10 @@ fn server_starts_and_limits_locally_while_redis_is_down() {
     server.wait_for_stderr("breaker redis Closed -> Open");
 }
 
-/// Docs and examples picked the plan from client input
+/// Docs and examples picked the tier from client input
 /// (`key.starts_with("pro_")`): anyone sending `pro_<anything>` got pro,
 /// and a fresh bucket each time. No example, README or doc comment may
-/// show that again: a plan comes from a lookup (`plan_of`, `api_key`).
+/// show that again: a tier comes from a lookup (`plan_of`, `api_key`).
 #[test]
 fn no_example_or_doc_picks_a_plan_from_client_input() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -234,7 +234,7 @@ fn no_example_or_doc_picks_a_plan_from_client_input() {
         root.display()
     );
     assert!(offenders.is_empty(), "{offenders:#?}");
-    // And the example server itself: a key shaped like a plan is no key.
+    // And the example server itself: a key shaped like a tier is no key.
     let server = Server::start(&[], &[]);
     assert_eq!(server.get("/data", Some("pro_x")).status, 401);
     assert_eq!(server.get("/data", Some("pro")).status, 401);

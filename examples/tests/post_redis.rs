@@ -50,7 +50,7 @@ fn two_servers_on_one_redis_share_one_limit() {
         r#"{"error":"rate limit exceeded","tier":"free","retry_after":6}"#
     );
 
-    // One key per user and plan: the plan and the SHA-1 of the id; it
+    // One key per user and tier: the tier and the SHA-1 of the id; it
     // expires when the bucket is full again (about a minute).
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("trt:free:*")
@@ -72,7 +72,7 @@ fn two_servers_on_one_redis_share_one_limit() {
         redis::cmd("EXISTS").arg(bea_key).query(&mut conn).unwrap();
     assert!(exists, "bea's key is trt:pro:sha1(key_bea)");
 
-    // Eva: unknown plan, default quota; /backup can never pass; no key: 401.
+    // Eva: unknown tier, default quota; /backup can never pass; no key: 401.
     let eva = b.get("/data", Some("key_eva"));
     assert_eq!(
         (eva.status, eva.header("x-ratelimit-limit")),

@@ -102,7 +102,7 @@ fn ada_has_her_own_500_a_minute_on_pro() {
         assert_eq!(response.status, 200);
         assert_eq!(response.header("x-ratelimit-limit"), Some("500"));
     }
-    // Bea, on the same plan, has its 100.
+    // Bea, on the same tier, has its 100.
     let response = server.get("/data", Some("key_bea"));
     assert_eq!(response.header("x-ratelimit-limit"), Some("100"));
 }
@@ -161,7 +161,7 @@ fn a_key_that_keeps_going_is_banned_and_a_reset_lifts_it() {
     for _ in 0..10 {
         assert_eq!(server.get("/data", Some("key_ana")).status, 200);
     }
-    // 20 refusals of the plan, then banned.
+    // 20 refusals of the tier, then banned.
     for _ in 0..20 {
         let response = server.get("/data", Some("key_ana"));
         assert_eq!(response.status, 429);
@@ -182,7 +182,7 @@ fn a_key_that_keeps_going_is_banned_and_a_reset_lifts_it() {
     assert_eq!(server.get("/data", Some("key_ana")).status, 200);
 }
 
-/// Ana's plan bucket and her ban's, on Redis.
+/// Ana's tier bucket and her ban's, on Redis.
 fn clear_anas_buckets(url: &str) {
     let keys: Vec<String> = ["free", "ban/until", "ban/refusals", "ban/level"]
         .iter()
@@ -226,7 +226,7 @@ fn on_redis_a_ban_through_one_server_is_answered_by_both_and_a_reset_lifts_it()
     for _ in 0..10 {
         assert_eq!(a.get("/data", Some("key_ana")).status, 200);
     }
-    // 20 refusals of the plan through a, then banned.
+    // 20 refusals of the tier through a, then banned.
     for _ in 0..20 {
         let response = a.get("/data", Some("key_ana"));
         assert_eq!(response.status, 429);

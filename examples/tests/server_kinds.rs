@@ -54,7 +54,7 @@ fn login_is_an_exact_window_and_its_refusal_charges_the_plan_nothing() {
         (before_s + 58..=before_s + 61).contains(&reset),
         "{refused:?}"
     );
-    // The plan was charged by the 5 logins only, and another user has
+    // The tier was charged by the 5 logins only, and another user has
     // logins of her own.
     let data = server.get("/data", Some("key_ana"));
     assert_eq!(header_u64(&data, "x-ratelimit-remaining"), 4, "{data:?}");
@@ -75,7 +75,7 @@ fn export_is_a_calendar_month_per_plan_until_the_first_of_the_next() {
         3,
     );
 
-    // Pro exports 100 a month (a plan of 100 a minute: the plan refuses
+    // Pro exports 100 a month (a tier of 100 a minute: the tier refuses
     // the 101st on its own, so only 100 are asked for).
     for k in 0..100 {
         let r = server.get("/export", Some("key_bea"));
@@ -89,7 +89,7 @@ fn export_is_a_calendar_month_per_plan_until_the_first_of_the_next() {
     );
 }
 
-/// `key` (whose plan lets `limit` uploads run at once: 2 on free, 10 on
+/// `key` (whose tier lets `limit` uploads run at once: 2 on free, 10 on
 /// pro) starts `n` uploads of 1.5 s at once, spread over the servers at
 /// `ports`: exactly `limit` run, the others are refused at once
 /// (`retry-after: 1`); once they ended (and, on a shared store, their
@@ -242,7 +242,7 @@ fn assert_ietf(refused: &Response, limit: &str, q: u64, w: Option<u64>) {
     assert!(states.contains(&state), "{state} in {states:?}");
 }
 
-/// `key` (on `tier`, whose plan has room for 6 requests, with no login in
+/// `key` (on `tier`, whose tier has room for 6 requests, with no login in
 /// the last minute) logs in 5 times over the servers at `ports`: 2, then
 /// 3 more a second later; the 6th is refused until the first login leaves
 /// the window, and `x-ratelimit-reset` is that instant.
@@ -325,7 +325,7 @@ fn a_refused_export_waits_for_the_next_month(
     assert_ietf(&refused, "exports", limit.into(), Some(month));
 }
 
-/// `key` (on `tier`, whose plan lets `limit` uploads run at once) starts
+/// `key` (on `tier`, whose tier lets `limit` uploads run at once) starts
 /// `limit` uploads of 10 s over the servers at `ports`, their connections
 /// kept open: one more is refused (retry-after the slot hint, reset that
 /// far from now); then the clients go away, and the server drops their
@@ -356,7 +356,7 @@ fn a_client_that_goes_away_gives_its_upload_slot_back_on(
     // every upload holds its slot, then until every slot is back, which
     // must be before the uploads would have ended by themselves.
     let until = |what: &str, left: usize, by: Instant| loop {
-        // Read, not charged: the plan is not spent by the waiting.
+        // Read, not charged: the tier is not spent by the waiting.
         let r = support::get(ports[0], "/quota", Some(key));
         let slots = format!(
             r#"{{"name":"uploads","limit":{limit},"remaining":{left},"#
@@ -492,7 +492,7 @@ fn kinds_shared_exactly(a: &Server, b: &Server) {
         );
         statuses.iter().filter(|&&s| s == 200).count()
     };
-    // Bea (pro, 100 a minute on the plan): 5 logins in any 60 s, over both
+    // Bea (pro, 100 a minute on the tier): 5 logins in any 60 s, over both
     // (15 refused: fewer than the 20 that would ban her).
     let logins = at_once("key_bea", "/login", 20);
     assert_eq!(
@@ -501,7 +501,7 @@ fn kinds_shared_exactly(a: &Server, b: &Server) {
         "{logins:?}\n{:?}",
         [a.stderr(), b.stderr()]
     );
-    // 100 exports a month on pro, of which 5 logins left the plan 95.
+    // 100 exports a month on pro, of which 5 logins left the tier 95.
     let exports = at_once("key_bea", "/export", 90);
     assert_eq!(passed(&exports), 90, "{exports:?}");
     let r = a.get("/quota", Some("key_bea"));
@@ -510,7 +510,7 @@ fn kinds_shared_exactly(a: &Server, b: &Server) {
             .contains(r#"{"name":"exports","limit":100,"remaining":10,"#),
         "{r:?}"
     );
-    // Ada (pro, her own 500 a minute: the plan never refuses her here)
+    // Ada (pro, her own 500 a minute: the tier never refuses her here)
     // exports pro's 100 at once over both, and no more.
     let exports = at_once("key_ada", "/export", 100);
     assert_eq!(passed(&exports), 100, "{exports:?}");

@@ -1,5 +1,5 @@
 //! The example server's routes added after 0.3, over real HTTP:
-//! `/search` (3 a minute per user beside the plan, all or nothing),
+//! `/search` (3 a minute per user beside the tier, all or nothing),
 //! `/quota` (every limit, read and not charged, as `{"tier":..,"limits":[..]}`),
 //! `/generate?tokens=N` (tokens settled after the answer: a debt the next
 //! generation waits for) and `--shadow` (nothing refused for rate, counted
@@ -96,7 +96,7 @@ fn retry_after(r: &Response) -> u64 {
 /// The 0.3 example's users and the example's routes, on `a` and `b` (one server
 /// twice in memory, two servers sharing a store otherwise).
 fn routes_scenario(a: &Server, b: &Server, counted: &[&str]) {
-    // Search: 3 a minute per user beside the plan, whichever server.
+    // Search: 3 a minute per user beside the tier, whichever server.
     for (k, server) in [a, b, a].into_iter().enumerate() {
         let r = server.get("/search", Some("key_ana"));
         assert_eq!(r.status, 200, "search {k}: {r:?}");
@@ -144,7 +144,7 @@ fn routes_scenario(a: &Server, b: &Server, counted: &[&str]) {
     );
     assert!((before..=before + 2).contains(&resets[2]), "{resets:?}");
     assert_eq!(quota(a, "key_ana").0, shape);
-    // Pro's tokens are 10000 a minute; Eva's unknown plan is free's.
+    // Pro's tokens are 10000 a minute; Eva's unknown tier is free's.
     assert_eq!(
         quota(a, "key_bea").0,
         quota_json(
@@ -165,7 +165,7 @@ fn routes_scenario(a: &Server, b: &Server, counted: &[&str]) {
             &[("free", 10, 10), ("search", 3, 3), ("tokens", 1000, 1000)]
         )
     );
-    // No key, or a key made up to look like a plan: 401, never a plan.
+    // No key, or a key made up to look like a tier: 401, never a tier.
     assert_eq!(a.get("/quota", None).status, 401);
     assert_eq!(a.get("/data", Some("pro_0123456789")).status, 401);
 
@@ -270,8 +270,8 @@ fn shadow_scenario(server: &Server) {
             &[("tier", "free"), ("outcome", outcome)],
         )
     };
-    // 5 searches: the plan pays 5; search passes 3 and would refuse 2.
-    // 10 data: the plan's 5 left pass, 5 would be refused.
+    // 5 searches: the tier pays 5; search passes 3 and would refuse 2.
+    // 10 data: the tier's 5 left pass, 5 would be refused.
     assert_eq!(checks("allowed"), Some(8.0), "{}", metrics.body);
     assert_eq!(checks("shadow_limited"), Some(7.0), "{}", metrics.body);
     assert_eq!(checks("limited"), None, "{}", metrics.body);

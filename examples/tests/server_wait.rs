@@ -1,4 +1,4 @@
-//! `--wait-up-to SECONDS`: a request the plan would refuse waits for its
+//! `--wait-up-to SECONDS`: a request the tier would refuse waits for its
 //! slot and is served; one that would wait longer is refused at once, as
 //! without the flag. In memory, and on two servers sharing one Redis.
 //!
@@ -85,7 +85,7 @@ fn in_memory_a_short_wait_is_served_and_a_long_one_refused() {
 #[test]
 fn two_servers_on_one_redis_wait_in_one_queue() {
     let url = redis_url();
-    // Bea's plan bucket, fresh (the test binaries run one at a time).
+    // Bea's tier bucket, fresh (the test binaries run one at a time).
     let key = tower_rate_tier::storage::key::bucket_key("pro", "key_bea", None);
     let mut conn = redis::Client::open(url.as_str())
         .unwrap()

@@ -200,7 +200,7 @@ pub struct RedisResults {
     pub limits: RedisLimits,
 }
 
-/// 3 limits of one user (the plan and two per-user `Limit`s) in one
+/// 3 limits of one user (the tier and two per-user `Limit`s) in one
 /// `RateTier::decide` on Redis: what the server saw, and the time.
 #[derive(Serialize, Deserialize, Debug, Default, Clone, PartialEq)]
 #[serde(default)]
@@ -215,13 +215,13 @@ pub struct RedisLimits {
     pub keys_per_decision: Option<f64>,
     /// Decisions refused (none expected: the quota allows each new user).
     pub refused: Option<u64>,
-    /// µs per decision of the plan alone (`RateTier::check`), one at a
+    /// µs per decision of the tier alone (`RateTier::check`), one at a
     /// time: the median of the rounds.
     pub one_us: Option<f64>,
     /// µs per decision of the 3 limits, one at a time: the median of the
     /// rounds.
     pub three_us: Option<f64>,
-    /// 3 limits / the plan alone: the median of the rounds' ratios.
+    /// 3 limits / the tier alone: the median of the rounds' ratios.
     pub time_ratio: Option<f64>,
 }
 
@@ -334,7 +334,7 @@ pub struct InstructionsResults {
     pub governor_100k_keys: Option<f64>,
     /// `MemoryStorage::check_sync` alone, 1 hot key.
     pub store_one_key: Option<f64>,
-    /// `RateTier::decide` over the plan and 2 limits, 1 user.
+    /// `RateTier::decide` over the tier and 2 limits, 1 user.
     pub ours_three_limits: Option<f64>,
     /// An axum hello world called in process, per request.
     pub http_no_layer: Option<f64>,

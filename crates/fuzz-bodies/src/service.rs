@@ -1,5 +1,5 @@
 //! The standalone service's inputs: its YAML config, `ShouldRateLimit`
-//! from raw protobuf bytes, `POST /json` bodies; and the layer's TOML plans.
+//! from raw protobuf bytes, `POST /json` bodies; and the layer's TOML tiers.
 
 use std::sync::{Arc, LazyLock};
 
@@ -183,12 +183,12 @@ pub fn service_config(data: &[u8]) {
     }
 }
 
-/// The layer's TOML plans: built, or an error.
+/// The layer's TOML tiers: built, or an error.
 pub fn plans_toml(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Ok(builder) = tower_rate_tier::Plans::builder().from_toml(text) {
+    if let Ok(builder) = tower_rate_tier::Tiers::builder().from_toml(text) {
         let _ = builder.build();
     }
 }

@@ -13,9 +13,9 @@ use crate::{CheckError, Decision, Quota};
 ///
 /// ```
 /// use gcra_core::{Charge, Quota};
-/// let plan = Charge::new(Quota::per_minute(100), 1);
+/// let tier = Charge::new(Quota::per_minute(100), 1);
 /// let search = Charge::new(Quota::per_minute(3), 1).shadow();
-/// assert!(!plan.shadow && search.shadow);
+/// assert!(!tier.shadow && search.shadow);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Charge {
@@ -185,7 +185,7 @@ impl core::error::Error for JointError {}
 /// only a TAT capped after the clock went back is written for a bucket that
 /// is not charged, and a peek writes nothing.
 ///
-/// A plan of 10 per minute and a `search` limit of 3 per minute, the fourth
+/// A tier of 10 per minute and a `search` limit of 3 per minute, the fourth
 /// search of the minute:
 ///
 /// ```
@@ -195,7 +195,7 @@ impl core::error::Error for JointError {}
 ///     Charge::new(Quota::per_minute(10), 1),
 ///     Charge::new(Quota::per_minute(3), 1),
 /// ];
-/// // Three searches so far: the plan's TAT is 18 s ahead, the search's 60 s.
+/// // Three searches so far: the tier's TAT is 18 s ahead, the search's 60 s.
 /// let stored = [Some(18_000_000), Some(60_000_000)];
 /// let mut out = [Decision::default(); 2];
 /// let verdict = check_all(&charges, &stored, 0, &mut out)?;
@@ -203,7 +203,7 @@ impl core::error::Error for JointError {}
 /// assert!(!verdict.allowed);
 /// assert_eq!(verdict.refused_by, Some(1));
 /// assert_eq!(verdict.retry_after_us, 20_000_000);
-/// // The plan would have passed, but it is not charged: 7 left, as before.
+/// // The tier would have passed, but it is not charged: 7 left, as before.
 /// assert!(out[0].allowed);
 /// assert_eq!((out[0].remaining, out[0].store), (7, None));
 /// # Ok::<(), gcra_core::JointError>(())

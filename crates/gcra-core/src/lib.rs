@@ -14,7 +14,7 @@
 //! (by default `B = L`) gives:
 //!
 //! - the **emission interval** `T = P / L` (in whole microseconds, rounded
-//!   up: never faster than the plan): how far one request of cost 1 moves
+//!   up: never faster than the tier): how far one request of cost 1 moves
 //!   the TAT into the future;
 //! - the **burst offset** `tau = T * B`: how far ahead of now the TAT may run.
 //!
@@ -51,7 +51,7 @@
 //! # Ok::<(), gcra_core::CheckError>(())
 //! ```
 //!
-//! The quota then comes back at the plan's pace, not all at once. At 6 s one
+//! The quota then comes back at the tier's pace, not all at once. At 6 s one
 //! request fits (the TAT goes to 66 s). At 36 s the TAT is only 30 s ahead:
 //! 30 s free at 6 s per request is 5 requests, and the sixth waits 6 s:
 //!
@@ -113,7 +113,7 @@
 //! - [`Quota::peek`]: a bucket read without a charge (a cost of 0).
 //! - [`Quota::settle`]: a charge adjusted after the request was served (a
 //!   debt to wait for, or a refund).
-//! - [`check_all`]: several limits (a plan, an endpoint, an IP) decided as
+//! - [`check_all`]: several limits (a tier, an endpoint, an IP) decided as
 //!   one, all or nothing, with shadow limits that report without refusing.
 //! - [`Quota::reserve`]: waiting instead of refusing (shaping): the next
 //!   slot a request may go at, if its wait is short enough, and

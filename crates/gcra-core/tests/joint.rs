@@ -133,9 +133,9 @@ proptest! {
         }
     }
 
-    /// A plan and an endpoint limit of one user, hammered: exactly the
+    /// A tier and an endpoint limit of one user, hammered: exactly the
     /// tighter one's quota passes, and a refused request charges nothing
-    /// (the plan's remaining proves it).
+    /// (the tier's remaining proves it).
     #[test]
     fn the_tighter_limit_decides_and_a_refusal_charges_nothing(
         plan in 1u32..=50,
@@ -280,7 +280,7 @@ proptest! {
 #[test]
 fn the_post_numbers_with_a_search_limit() {
     // Free (10/min) and search (3/min): three searches pass, the fourth is
-    // refused by `search` with its wait, and the plan keeps 7.
+    // refused by `search` with its wait, and the tier keeps 7.
     let charges = [
         Charge::new(Quota::per_minute(10), 1),
         Charge::new(Quota::per_minute(3), 1),

@@ -6,7 +6,7 @@
 //!   call [`RateTier::check`](tower_rate_tier::RateTier::check) themselves
 //!   (429 with `retry-after`, or 403 when no wait helps).
 //! - [`api_key`]: the common identity rule, "this header holds an API key,
-//!   this function gives its plan", as one line.
+//!   this function gives its tier", as one line.
 //! - [`CONNECT_INFO`]: the connection's peer address for a limit per
 //!   address ([`Limit::per_client_ip`](tower_rate_tier::Limit::per_client_ip))
 //!   when no proxy stands in front of the service.
@@ -154,7 +154,7 @@ impl IntoResponse for LimitRejection {
 }
 
 /// An identity rule for `TierLimitLayer::identifier_fn`: the API key is in
-/// `header`, and `plan_of` gives its plan (`None`: no identity).
+/// `header`, and `plan_of` gives its tier (`None`: no identity).
 ///
 /// A value that is not visible ASCII counts as no key.
 ///

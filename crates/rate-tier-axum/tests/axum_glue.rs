@@ -92,7 +92,7 @@ async fn route_cost_outside_a_route_limiter_is_charged() {
     assert_eq!(text(response).await, "free 5 5");
 }
 
-/// `tier_cost` under a plan-wide `Router::layer` limiter used to
+/// `tier_cost` under a tier-wide `Router::layer` limiter used to
 /// answer 500. It wraps a route's own limiter now (anywhere else it does
 /// not compile), and each limiter charges its own buckets; the extractor
 /// sees the innermost, the route's.
@@ -217,8 +217,8 @@ async fn a_rejection_by_a_limit_names_it() {
     );
 }
 
-/// `api_key` maps a key to its plan by a lookup; a key the lookup does not
-/// know is no identity, whatever it looks like (never a plan picked from
+/// `api_key` maps a key to its tier by a lookup; a key the lookup does not
+/// know is no identity, whatever it looks like (never a tier picked from
 /// what the client sent).
 #[tokio::test]
 async fn api_key_never_takes_the_plan_from_the_key_itself() {

@@ -578,7 +578,7 @@ impl Decider {
     }
 
     /// Step 3 of a decision: descriptors in one bucket merged (their costs
-    /// added); unlimited plans marked.
+    /// added); unlimited tiers marked.
     fn group_all<'c>(
         &self,
         plans: &mut [Plan<'c>],

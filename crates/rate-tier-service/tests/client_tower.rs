@@ -141,7 +141,7 @@ async fn a_tower_layer_limits_through_the_service() {
         "the search limit, decided by the service"
     );
     assert!(second.body.contains("\"limit\":\"search\""), "{second:?}");
-    // The refused search did not charge the plan: 2 of 3 are left.
+    // The refused search did not charge the tier: 2 of 3 are left.
     assert_eq!(get("/data").await.status, 200);
     assert_eq!(get("/data").await.status, 200);
     let third = get("/data").await;

@@ -419,7 +419,7 @@ async fn envoys_descriptors_meet_the_rules() {
             "{which}: no domain {domain}"
         );
     }
-    // A client with a free plan's key: its address and its key are limited.
+    // A client with a free tier's key: its address and its key are limited.
     let keyed = RateLimitRequest {
         domain: domain.clone(),
         descriptors: envoy_descriptors(
@@ -437,7 +437,7 @@ async fn envoys_descriptors_meet_the_rules() {
             "{which}"
         );
     }
-    // The free plan's 10 per minute, then refused.
+    // The free tier's 10 per minute, then refused.
     for (which, config) in rule_sets() {
         assert_eq!(decide(config, &keyed, 11).await.0, OVER_LIMIT, "{which}");
     }

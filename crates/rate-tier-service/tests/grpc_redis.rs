@@ -27,7 +27,7 @@ async fn two_instances_share_every_limit_exactly() {
     assert_eq!(ok, 20);
 
     // Two limits as one decision: exactly 10 (the search limit), and the
-    // plan charged exactly 10 times (never by a refused request).
+    // tier charged exactly 10 times (never by a refused request).
     let ok = concurrent_oks(&a, &b, 100, || {
         vec![desc(&[("plan", "ana")]), desc(&[("search", "ana")])]
     })

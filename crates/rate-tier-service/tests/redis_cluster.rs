@@ -25,7 +25,7 @@ async fn cluster_two_instances_share_every_limit_exactly() {
             20
         );
     }
-    // The plan and the search limit of one user share the user's slot (the
+    // The tier and the search limit of one user share the user's slot (the
     // partition is the hash tag): one atomic decision, exact under
     // concurrency.
     let ok = concurrent_oks(&a, &b, 100, || {

@@ -1,7 +1,7 @@
 //! One request against one bucket: [`BucketCheck`], and the names buckets
 //! are known by.
 //!
-//! A bucket is a limit name and a partition: the plan `free` and the user
+//! A bucket is a limit name and a partition: the tier `free` and the user
 //! `key_ana`, the limit `search` and the same user, the limit `ip` and an
 //! address, a global limit and the empty partition. Every store keys its
 //! state by the pair; shared stores see only the partition's hash (see
@@ -21,7 +21,7 @@ use crate::rule::Rule;
 /// never share a key.
 ///
 /// Names live in two namespaces, so that a tier and a limit of the same
-/// name never share buckets (a plan reload may add a tier named like a
+/// name never share buckets (a tier reload may add a tier named like a
 /// limit): a tier's name ([`LimitName::new`]) is its key part as it is,
 /// `trt:free:...`; a limit's of its own ([`LimitName::of_limit`]) is
 /// prefixed, `trt:limit/search:...` (`/` is no name's character).
@@ -71,7 +71,7 @@ impl LimitName {
     }
 
     /// The name of a shaper's quota (an outgoing call's, see
-    /// `tower_rate_tier::shape::ShapeLayer`): keyed apart from plans and limits,
+    /// `tower_rate_tier::shape::ShapeLayer`): keyed apart from tiers and limits,
     /// so a quota `search` of a shaper is never the limit `search`.
     ///
     /// ```
@@ -91,7 +91,7 @@ impl LimitName {
     }
 
     /// The name of a ban's bucket (`tower_rate_tier::Ban`): `part` is
-    /// `until`, `refusals` or `level`, keyed apart from plans, limits and
+    /// `until`, `refusals` or `level`, keyed apart from tiers, limits and
     /// shapers.
     ///
     /// ```

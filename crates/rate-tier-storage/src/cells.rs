@@ -346,8 +346,8 @@ impl<C: Cells> CellStorage<C> {
     /// [`StorageExt::check`](crate::StorageExt::check): one decision over `checks`, every kind, all or
     /// nothing; a refused decision writes no charge.
     ///
-    /// A plan and a window of logins, one decision: the third login in a
-    /// minute is refused, and the plan is not charged for it.
+    /// A tier and a window of logins, one decision: the third login in a
+    /// minute is refused, and the tier is not charged for it.
     ///
     /// ```
     /// use rate_tier_storage::cells::{CellStorage, MemoryCells};

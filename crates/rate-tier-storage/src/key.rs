@@ -198,12 +198,12 @@ pub fn bucket_key(
 /// something between the braces (a *hash tag*), only that part is hashed.
 /// A script (`EVAL`/`EVALSHA`) may only touch keys of one slot: Redis
 /// refuses the others with `CROSSSLOT`. Checking several quotas of one user
-/// all-or-nothing (a plan-wide quota and a per-endpoint one, each its own
+/// all-or-nothing (a tier-wide quota and a per-endpoint one, each its own
 /// bucket key) in one atomic script therefore needs every bucket of that
 /// user in the same slot. The tag is the user's hash, not the tier: all the
 /// tiers and endpoints of one user share a slot, while different users
 /// still spread over all slots, and so over all nodes (a tag on the tier
-/// would put every user of a plan on one node).
+/// would put every user of a tier on one node).
 ///
 /// The single-node format, [`bucket_key`], stays as it was (the keys shown
 /// in the 0.3 example): the two formats are different keys, so a store on a

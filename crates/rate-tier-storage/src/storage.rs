@@ -58,7 +58,7 @@ use crate::rule::{Rule, RuleKind};
 /// assert!(store.check(&checks, &mut out).await?.verdict.allowed);
 /// assert_eq!(out[0].remaining, 9);
 ///
-/// // The second search is refused by `search`, and the plan is not charged.
+/// // The second search is refused by `search`, and the tier is not charged.
 /// let refused = store.check(&checks, &mut out).await?;
 /// assert_eq!(refused.verdict.refused_by, Some(1));
 /// assert_eq!(out[0].remaining, 9);

@@ -543,7 +543,7 @@ fn a_refused_decision_writes_nothing() {
 
     let refused = ready(store.check(&checks, &mut out)).unwrap();
     assert_eq!(refused.verdict.refused_by, Some(1));
-    // The plan and the window would have passed: they say so, uncharged.
+    // The tier and the window would have passed: they say so, uncharged.
     assert!(out[0].allowed && out[2].allowed);
     assert_eq!((out[0].remaining, out[2].remaining), (9, 4));
     assert_eq!(store.cells().writes.load(Ordering::Relaxed), writes);

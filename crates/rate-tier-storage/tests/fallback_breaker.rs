@@ -293,7 +293,7 @@ fn build(share: u32, domains: bool) -> Setup {
 }
 
 impl Setup {
-    /// One check of `cost` on the plan (10 per minute) of `user`.
+    /// One check of `cost` on the tier (10 per minute) of `user`.
     async fn check(&self, user: &str, cost: u32) -> (Decided, Decision) {
         self.try_check(user, cost).await.unwrap()
     }
@@ -313,7 +313,7 @@ impl Setup {
         BucketCheck::new(&self.plan, user, Quota::per_minute(10), cost).unwrap()
     }
 
-    /// The plan and a `search` limit of 1 per minute, as one decision.
+    /// The tier and a `search` limit of 1 per minute, as one decision.
     async fn joint(&self, user: &str) -> (Decided, [Decision; 2]) {
         let checks = [
             self.bucket(user, 1),
@@ -822,14 +822,14 @@ async fn joint_decisions_fall_back_as_a_whole() {
     assert!(decided.verdict.allowed);
     assert_eq!(decided.by, "fallback");
     assert_eq!((out[0].remaining, out[1].remaining), (9, 0));
-    // The second search: refused by `search`, and the plan not charged.
+    // The second search: refused by `search`, and the tier not charged.
     let (decided, out) = s.joint("ana").await;
     assert!(!decided.verdict.allowed);
     assert_eq!(decided.verdict.refused_by, Some(1));
     assert_eq!(decided.verdict.retry_after_us, 60 * SECOND);
     assert!(out[0].allowed);
     assert_eq!(out[0].remaining, 9);
-    // A peek of the plan, through the fallback: still 9.
+    // A peek of the tier, through the fallback: still 9.
     let peek = [BucketCheck::peek(&s.plan, "ana", Quota::per_minute(10))];
     let mut read = [Decision::default()];
     s.store.check(&peek, &mut read).await.unwrap();
@@ -1283,7 +1283,7 @@ async fn a_mixed_decision_refused_by_the_primary_gives_the_local_slot_back() {
     s.primary.down[1].store(true, Ordering::SeqCst);
     s.fail("bea", 3).await;
     assert_eq!(s.domain_state(1), Some(Open));
-    // ana's plan on node-a is spent; bea's slot on node-b is local.
+    // ana's tier on node-a is spent; bea's slot on node-b is local.
     for _ in 0..10 {
         assert!(s.check("ana", 1).await.1.allowed);
     }

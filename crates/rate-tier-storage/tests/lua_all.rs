@@ -34,7 +34,7 @@ use rate_tier_storage::LimitName;
 
 #[test]
 fn the_fourth_search_of_the_minute_refuses_and_charges_no_one() {
-    // check_all's doc example: plan 10/min, `search` 3/min, three searches.
+    // check_all's doc example: tier 10/min, `search` 3/min, three searches.
     let names = names(2);
     let (plan, search) = (key(&names[0]), key(&names[1]));
     let h = Harness::new(GCRA_ALL, START_US);

@@ -445,7 +445,7 @@ fn the_quota_of_february_2024_comes_back_on_march_1st() {
     );
 }
 
-/// A plan of 10/min with 4 spent, a window of 2 per minute full, a day of
+/// A tier of 10/min with 4 spent, a window of 2 per minute full, a day of
 /// 5 with 1 spent.
 fn three_kinds(h: &Harness, keys: [&str; 3], window_ahead: bool) -> [Limit; 3] {
     let now = h.now();
@@ -877,7 +877,7 @@ fn a_slot_is_taken_only_when_the_decision_stands() {
     let plan = Limit::Rate(Quota::per_hour(1));
     let two = uploads(2, Duration::from_secs(30));
     let h = Harness::new(DECIDE_MIXED, START_US);
-    // The plan is spent: the upload's slot is not taken, and it replies
+    // The tier is spent: the upload's slot is not taken, and it replies
     // with the limit as it stands.
     h.set_raw(keys[0], Stored::Str((START_US + 3600 * SECOND).to_string()));
     let reply = eval(&h, &keys, &[(plan, 1, false), (two, 1, false)]).unwrap();
@@ -886,7 +886,7 @@ fn a_slot_is_taken_only_when_the_decision_stands() {
     assert_eq!(h.take_writes(), []);
     assert_eq!(h.entry(keys[1]), None);
 
-    // The uploads are full: the plan is not charged.
+    // The uploads are full: the tier is not charged.
     let h = Harness::new(DECIDE_MIXED, START_US);
     let held = START_US + 5 * SECOND;
     h.set_raw(keys[1], zset(&[("1:1", held), ("2:1", held)]));

@@ -53,7 +53,7 @@ enum Clear {
     Refund,
 }
 
-/// ana's plan charged and cleared, then decided with a new bucket (and a
+/// ana's tier charged and cleared, then decided with a new bucket (and a
 /// period the store holds, with `period`), in a store with room for one
 /// more: the decision passes, and the last place is still free.
 fn a_cleared_bucket_keeps_its_place(clear: Clear, period: bool) {

@@ -116,7 +116,7 @@ fn a_decision_refused_by_a_rate_takes_no_slot() {
     ];
     let mut out = [Decision::default(); 2];
     assert!(store.check_sync(&checks, &mut out).unwrap().verdict.allowed);
-    // Given back; the plan's one is spent.
+    // Given back; the tier's one is spent.
     store.release(&checks[1..]).ready().unwrap().unwrap();
     let refused = store.check_sync(&checks, &mut out).unwrap();
     assert_eq!(refused.verdict.refused_by, Some(0));

@@ -233,9 +233,9 @@ fn threads_on_many_new_buckets_lose_no_update() {
 // ---------------------------------------------------------------------------
 // Several buckets, one decision
 
-/// A plan and an endpoint limit of one user, checked together by `joint`
-/// threads (and the plan alone by `plan_only` threads), `per_thread` times
-/// each: how many joint and plan-only requests passed.
+/// A tier and an endpoint limit of one user, checked together by `joint`
+/// threads (and the tier alone by `plan_only` threads), `per_thread` times
+/// each: how many joint and tier-only requests passed.
 fn plan_and_endpoint_race(
     store: &MemoryStorage,
     plan_quota: Quota,
@@ -285,7 +285,7 @@ fn plan_and_endpoint_race(
 #[test]
 fn threads_on_a_plan_and_an_endpoint_limit_pass_exactly_the_smaller_quota() {
     let (plan, search) = (limit("plan"), limit("search"));
-    // The endpoint limit is the smaller one, then the plan.
+    // The endpoint limit is the smaller one, then the tier.
     for (plan_limit, search_limit) in [(100, 3), (5, 20)] {
         let (plan_quota, search_quota) = (
             Quota::per_minute(plan_limit),
@@ -324,7 +324,7 @@ fn threads_on_a_plan_and_an_endpoint_limit_pass_exactly_the_smaller_quota() {
 #[test]
 fn joint_and_single_checks_of_one_plan_under_threads_stay_exact() {
     // The single-bucket path (a compare-and-swap) and the joint one (a lock
-    // bit) meet on the plan's bucket.
+    // bit) meet on the tier's bucket.
     let (plan, search) = (limit("plan"), limit("search"));
     let (plan_quota, search_quota) = (Quota::per_minute(60), free());
     let (_, store) = store_at_start();
@@ -1255,7 +1255,7 @@ fn joint_decisions_of_new_buckets_in_a_full_store_finish() {
     // the decision's own entries (placeholders, the nearest to full of all)
     // must not evict each other forever when they share a shard. Which
     // buckets share a shard depends on how buckets are named: 1 000
-    // newcomers, each with an endpoint limit of its own beside the plan,
+    // newcomers, each with an endpoint limit of its own beside the tier,
     // make sure some do (whatever the naming, about 1 in 64 pairs).
     let plan = limit("plan");
     let store = MemoryStorage::builder()
@@ -1319,9 +1319,9 @@ fn a_joint_decision_wider_than_the_store_finishes() {
 
 #[test]
 fn refused_decisions_of_new_partitions_evict_no_one() {
-    // Regression: a client whose plan is exhausted sends requests that each
+    // Regression: a client whose tier is exhausted sends requests that each
     // name a new partition of a keyed limit (a header it controls). Each is
-    // refused by the plan; if each still made an entry for its new
+    // refused by the tier; if each still made an entry for its new
     // partition first, in a full store every entry would evict an honest
     // user's exhausted bucket (485 evictions for 500 requests, 36 of 48
     // users reset). A refused decision must leave the store as it found

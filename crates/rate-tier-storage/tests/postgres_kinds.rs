@@ -2178,7 +2178,7 @@ async fn a_refusal_of_one_kind_charges_none_of_the_others() {
     let login_1 = BucketCheck::of_rule(&login, "ana", window, 1).unwrap();
     let export_1 = BucketCheck::of_rule(&export, "ana", period, 1).unwrap();
 
-    // Two pass: the window is full, the plan has 8 left, the day 3.
+    // Two pass: the window is full, the tier has 8 left, the day 3.
     for _ in 0..2 {
         assert!(run(&store, &[rate, login_1, export_1]).await.0);
     }
@@ -2230,7 +2230,7 @@ async fn a_refusal_of_one_kind_charges_none_of_the_others() {
 
 #[tokio::test]
 async fn a_row_of_another_kind_is_absent_and_replaced() {
-    // A limit whose kind changed (a plan reload) reads its old row as no
+    // A limit whose kind changed (a tier reload) reads its old row as no
     // row, whichever the kinds.
     let url = env::postgres_url();
     let store = migrated(&url).await;

@@ -145,7 +145,7 @@ async fn a_refused_decision_charges_no_bucket_and_settles_carry_a_whole_debt() {
     );
     let refused = store.check(&both(1), &mut out).await.unwrap();
     assert_eq!(refused.verdict.refused_by, Some(1));
-    // The plan would have passed, and was not charged.
+    // The tier would have passed, and was not charged.
     assert!(out[0].allowed);
     assert_eq!(out[0].remaining, 9);
     let plan_now = one(

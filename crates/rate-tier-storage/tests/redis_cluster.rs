@@ -385,7 +385,7 @@ async fn cluster_concurrent_joint_requests_pass_exactly_the_smaller_quota() {
 // ---------------------------------------------------------------------------
 // Buckets of several slots: in order, refunded exactly
 
-/// A plan and a `search` limit of one user (one slot), a limit per address
+/// A tier and a `search` limit of one user (one slot), a limit per address
 /// and a global one (a slot each), with quotas of 10, 3, 5 and 3 per hour.
 struct Slots {
     names: [LimitName; 4],
@@ -458,7 +458,7 @@ async fn cluster_buckets_of_several_slots_are_refunded_exactly_when_a_later_slot
     let slots = Slots::new(&mut nodes).await;
     let store = cluster_store(0).await;
     let mut conn = cluster_conn(1).await;
-    // The plan has spent 3 (it has a TAT), the others nothing (no key),
+    // The tier has spent 3 (it has a TAT), the others nothing (no key),
     // and the global limit is spent.
     assert!(check(&store, &slots.bucket(PLAN, 3)).await.allowed);
     assert!(check(&store, &slots.bucket(GLOBAL, 3)).await.allowed);
@@ -495,7 +495,7 @@ async fn cluster_buckets_of_several_slots_are_refunded_exactly_when_a_later_slot
                 "{order:?}: bucket {which}"
             );
         }
-        // And left exactly as they were: the plan's TAT to the µs, no key
+        // And left exactly as they were: the tier's TAT to the µs, no key
         // where there was none.
         for (which, k) in keys.iter().enumerate() {
             let (value, ttl) = stored(&mut conn, k).await;
@@ -519,7 +519,7 @@ async fn cluster_buckets_of_several_slots_are_refunded_exactly_when_a_later_slot
 
 #[tokio::test]
 async fn cluster_a_refusal_across_slots_reports_the_longest_wait() {
-    // The plan (10 per hour, 6 min to wait) and the global limit (3 per
+    // The tier (10 per hour, 6 min to wait) and the global limit (3 per
     // hour, 20 min) both refuse: as in every store, the decision names the
     // longest wait, and each bucket's part says whether it refuses, even in
     // the slots read after the first refusal.

@@ -472,7 +472,7 @@ async fn a_refusal_by_a_rate_takes_no_slot_and_a_full_limit_charges_no_rate() {
     let up = |id| slot(&uploads, "dan", 3, 1, id);
     assert!(decide(&store, &[rate, up(1)]).await.0.verdict.allowed);
     assert!(decide(&store, &[rate, up(2)]).await.0.verdict.allowed);
-    // The plan is spent: refused by it, and the upload's slot not taken.
+    // The tier is spent: refused by it, and the upload's slot not taken.
     let (refused, out) = decide(&store, &[rate, up(3)]).await;
     assert_eq!(refused.verdict.refused_by, Some(0));
     assert!(out[1].allowed);
@@ -480,7 +480,7 @@ async fn a_refusal_by_a_rate_takes_no_slot_and_a_full_limit_charges_no_rate() {
     let key = up(0).key(KeyLayout::Single);
     assert_eq!(members(&mut conn, &key).await, ["1:1", "2:1"]);
 
-    // The uploads are full: the plan is not charged.
+    // The uploads are full: the tier is not charged.
     let other = LimitName::new(unique("cplan2")).unwrap();
     let roomy =
         BucketCheck::new(&other, "dan", Quota::per_hour(10), 1).unwrap();
@@ -580,7 +580,7 @@ async fn a_late_decision_releases_the_slots_it_took() {
     );
     server.resume();
 
-    // The late answer took a slot and a unit of the plan: both come back.
+    // The late answer took a slot and a unit of the tier: both come back.
     let peek = |store: RedisStorage| {
         let (plan, uploads) = (plan.clone(), uploads.clone());
         async move {

@@ -414,7 +414,7 @@ async fn cluster_a_decision_its_caller_gave_up_on_charges_nothing() {
     )
     .await;
     assert!(dropped.is_err(), "the check finished in 5 ms");
-    // The plan's slot was charged by both, then refunded by both tasks.
+    // The tier's slot was charged by both, then refunded by both tasks.
     let started = Instant::now();
     loop {
         let left = remaining(store.clone()).await;
@@ -429,7 +429,7 @@ async fn cluster_a_decision_its_caller_gave_up_on_charges_nothing() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    // The plan refuses (spent), and the address's node cannot be read:
+    // The tier refuses (spent), and the address's node cannot be read:
     // still a refusal, never an error a fallback could answer as a pass.
     let spent = [BucketCheck::new(&plan, &user, quota, 9).unwrap()];
     assert!(
@@ -502,7 +502,7 @@ async fn cluster_a_lost_address_master_keeps_every_plan_shared() {
         (Charged::Primary, Charged::Local { share: 1 }),
         "the plan left the shared store"
     );
-    // What the mixed decisions charged the plans is in Redis.
+    // What the mixed decisions charged the tiers is in Redis.
     let mut out = [Decision::default()];
     let peek = [BucketCheck::peek(&plan, &users[0], quota)];
     redis.check(&peek, &mut out).await.unwrap();

@@ -201,14 +201,14 @@ async fn a_joint_reservation_refused_by_one_limit_charges_neither() {
     assert_eq!(stored(&mut conn, &checks[0]).await, Some(before[0]));
     assert_eq!(stored(&mut conn, &checks[1]).await, Some(before[1]));
 
-    // Waiting long enough: both charged, the plan at the slow one's slot.
+    // Waiting long enough: both charged, the tier at the slow one's slot.
     let (reserved, out) =
         reserve(&store, &checks, Duration::from_secs(2)).await;
     assert!(reserved.verdict.allowed);
     assert_eq!(reserved.verdict.refused_by, None);
     assert_eq!(written(&out, 1), before[1] + SECOND);
     // The slot is the slow one's TAT (burst 1: it goes when its last one
-    // is due); the plan is charged as a check at that instant.
+    // is due); the tier is charged as a check at that instant.
     let t = Quota::per_minute(100).emission_interval_us();
     assert_eq!(written(&out, 0), before[0].max(before[1]) + t);
 }
@@ -403,7 +403,7 @@ async fn a_joint_reservation_of_one_users_limits_on_the_cluster() {
     ];
     store.cancel(&cancels).await.expect("cancel");
     assert_eq!(cluster_stored(&mut conn, &checks[1]).await, Some(before[1]));
-    // The plan's back by its interval: to the slot, still ahead (it had
+    // The tier's back by its interval: to the slot, still ahead (it had
     // drained while the reservation waited; what came back with time stays).
     let t = Quota::per_minute(100).emission_interval_us();
     assert_eq!(

@@ -256,7 +256,7 @@ async fn two_stores_share_a_plan_and_an_endpoint_limit_in_one_call_each() {
         );
     }
     // The fourth and fifth searches: refused by `search` (20 min to wait),
-    // and the plan is not charged.
+    // and the tier is not charged.
     for instance in [&b, &a] {
         let (decided, out) = decide(instance, &checks).await;
         assert!(!decided.verdict.allowed);
@@ -300,7 +300,7 @@ async fn two_stores_share_a_plan_and_an_endpoint_limit_in_one_call_each() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_joint_requests_pass_exactly_the_smaller_quota() {
-    // The endpoint limit is the smaller one, then the plan.
+    // The endpoint limit is the smaller one, then the tier.
     for (plan_limit, search_limit) in [(100u32, 10u32), (10, 100)] {
         let (plan, search) = (limit("jplan"), limit("jsearch"));
         let (plan_quota, search_quota) =
@@ -1005,7 +1005,7 @@ async fn joint_decisions_peeks_and_settles_send_their_scripts_arguments() {
     let ana = "trt:free:33d2315cbeb866b8b237240a98d605f2e6e41b8a";
     let ana_search = "trt:search:33d2315cbeb866b8b237240a98d605f2e6e41b8a";
 
-    // The plan and a shadow endpoint limit: one gcra_all.lua call.
+    // The tier and a shadow endpoint limit: one gcra_all.lua call.
     let joint = [
         BucketCheck::new(&plan, "key_ana", Quota::per_minute(10), 1).unwrap(),
         BucketCheck::new(&search, "key_ana", Quota::per_minute(3), 2)

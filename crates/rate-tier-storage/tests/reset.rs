@@ -82,7 +82,7 @@ async fn a_reset_refills_what_it_names(store: &dyn Storage) {
     store.release(&ana[3..]).await.unwrap();
 }
 
-/// Joint decisions over ana's plan and a limit of hers, at cost 1 each,
+/// Joint decisions over ana's tier and a limit of hers, at cost 1 each,
 /// while the pair is reset now and then: each decision charges both or
 /// neither, and a reset clears both, so the two remaining counts end equal.
 async fn a_reset_of_a_set_is_one_instant(store: Arc<dyn Storage>) {

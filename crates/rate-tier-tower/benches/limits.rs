@@ -1,6 +1,6 @@
-//! Several limits in one decision, in memory: a user's plan and two more
+//! Several limits in one decision, in memory: a user's tier and two more
 //! per-user limits through `RateTier::decide` (one decision, all or
-//! nothing), against the same user's plan alone through `RateTier::check`.
+//! nothing), against the same user's tier alone through `RateTier::check`.
 //! Both on the default memory store, in the same process and loop shape:
 //! one hot user, and 100,000 users round-robin.
 //!

@@ -17,12 +17,12 @@
 //! the script's full path (GET, decide, SET PX) on every call.
 //!
 //! Then several limits of one user: `RateTier::decide` over the
-//! plan and two per-user `Limit`s on the same `RedisStorage`, one decision
+//! tier and two per-user `Limit`s on the same `RedisStorage`, one decision
 //! at a time. Counted by the server over `--limits-decisions` decisions of
 //! new users: the commands clients sent (`MONITOR`, which tells them from
 //! those a script runs), script calls (`INFO commandstats` after `CONFIG
 //! RESETSTAT`), and keys written (`SCAN`: 3 if every limit was decided).
-//! Timed: one decision at a time, 3 limits against the plan alone
+//! Timed: one decision at a time, 3 limits against the tier alone
 //! (`RateTier::check`), in alternating blocks, `--rounds` rounds.
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -119,7 +119,7 @@ fn redis_benchmark(
         })
 }
 
-/// The plan and two more per-user limits, on `store`.
+/// The tier and two more per-user limits, on `store`.
 struct ThreeLimits {
     limiter: RateTier,
     route: Limit,
@@ -146,7 +146,7 @@ impl ThreeLimits {
         matches!(self.limiter.decide(&request).await, Ok(Ok(_)))
     }
 
-    /// The plan alone, as a one-limit service calls it: allowed?
+    /// The tier alone, as a one-limit service calls it: allowed?
     async fn check(&self, user: &str) -> bool {
         matches!(self.limiter.check(user, "free", 1).await, Ok(Ok(_)))
     }

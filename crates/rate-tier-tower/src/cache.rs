@@ -123,7 +123,7 @@ where
         self
     }
 
-    /// Forgets every cached answer (e.g. after plans changed).
+    /// Forgets every cached answer (e.g. after tiers changed).
     pub fn invalidate_all(&self) {
         self.cache.invalidate_all();
     }

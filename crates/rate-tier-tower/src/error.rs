@@ -62,12 +62,12 @@ pub enum ConfigError {
     /// is false: a Redis Cluster, where each partition has a hash slot of
     /// its own). Every request in which they met would fail. Refused by
     /// [`TierLimitLayer::try_limit`](crate::TierLimitLayer::try_limit), and
-    /// by [`RateTier::try_reload`](crate::RateTier::try_reload) for plans
+    /// by [`RateTier::try_reload`](crate::RateTier::try_reload) for tiers
     /// that would make a live layer's limits meet so.
     ///
     /// Conservative: limits whose [`when`](crate::Limit::when)s never hold
     /// together are refused too, as no one can tell so before a request.
-    /// Per-user limits (the default) and the plan share the user's
+    /// Per-user limits (the default) and the tier share the user's
     /// partition, and global limits share theirs; a keyed limit shares with
     /// no other. Rates are never in the way: on a Redis Cluster they are
     /// refunded across slots. The way out is to partition the limits per
@@ -110,9 +110,9 @@ pub enum ConfigError {
         limits[0], partitions[0], limits[1], partitions[1]
     )]
     KindsInTwoPartitions {
-        /// The two: a tier's name for the plan, or a limit's.
+        /// The two: a tier's name for the tier, or a limit's.
         limits: [String; 2],
-        /// Their partitions: "the plan, per user", "per user", "global"
+        /// Their partitions: "the tier, per user", "per user", "global"
         /// or "per key".
         partitions: [&'static str; 2],
         /// A tier whose requests may meet both.

@@ -53,11 +53,11 @@ pub enum LimitEvent {
     Limited {
         /// The user of the request.
         user_id: UserId,
-        /// The tier whose plan applied.
+        /// The tier that applied.
         tier: &'static str,
-        /// The limit that refused (the tier's name for the plan's).
+        /// The limit that refused (the tier's name for the tier's).
         limit: &'static str,
-        /// The cost asked of the plan.
+        /// The cost asked of the tier.
         cost: u32,
         /// When the same request would pass.
         retry_after: Duration,
@@ -66,7 +66,7 @@ pub enum LimitEvent {
     ShadowLimited {
         /// The user of the request.
         user_id: UserId,
-        /// The tier whose plan applied.
+        /// The tier that applied.
         tier: &'static str,
         /// The shadow limit that would have refused.
         limit: &'static str,
@@ -77,7 +77,7 @@ pub enum LimitEvent {
     CostExceedsBurst {
         /// The user of the request.
         user_id: UserId,
-        /// The tier whose plan applied.
+        /// The tier that applied.
         tier: &'static str,
         /// The limit whose burst is below the cost.
         limit: &'static str,
@@ -99,8 +99,8 @@ pub enum LimitEvent {
     /// The store did something by itself: a circuit breaker changed state,
     /// a check was decided by the local fallback, a bucket was evicted.
     Storage(StorageEvent),
-    /// The plans were replaced ([`RateTier::reload`](crate::RateTier::reload)).
-    PlansReloaded {
+    /// The tiers were replaced ([`RateTier::reload`](crate::RateTier::reload)).
+    TiersReloaded {
         /// The tier names now in force.
         tiers: Vec<String>,
         /// The tiers whose kind changed (a rate became a period, say):
@@ -114,10 +114,10 @@ pub enum LimitEvent {
         /// Why.
         error: String,
     },
-    /// New plans were refused and the running ones stay
+    /// New tiers were refused and the running ones stay
     /// ([`RateTier::reload`](crate::RateTier::reload)): a tier of a kind the
     /// store does not decide.
-    PlansRefused {
+    TiersRefused {
         /// Why.
         error: crate::ConfigError,
     },
@@ -165,7 +165,7 @@ pub enum LimitEvent {
         user_id: UserId,
         /// The tier whose quota applied.
         tier: &'static str,
-        /// The limit (the plan's name, or a `Limit`'s).
+        /// The limit (the tier's name, or a `Limit`'s).
         limit: &'static str,
         /// What is left.
         remaining: u64,

@@ -1,4 +1,4 @@
-//! Who is asking, and on which plan; and how their id stays out of logs.
+//! Who is asking, and on which tier; and how their id stays out of logs.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -8,9 +8,9 @@ use std::sync::{Arc, LazyLock};
 use http::request::Parts;
 use rate_tier_storage::Rule;
 
-/// A user id and the tier (plan) it is on, as found in a request.
+/// A user id and the tier (the customer's plan) it is on, as found in a request.
 ///
-/// It borrows what it can (a header's value, a `&'static` plan name), so a
+/// It borrows what it can (a header's value, a `&'static` tier name), so a
 /// header rule allocates nothing. An empty user id counts as no identity.
 /// Its `Debug` output never shows the user id: see [`UserId`].
 ///
@@ -24,11 +24,11 @@ use rate_tier_storage::Rule;
 pub struct TierIdentity<'a> {
     user: Cow<'a, str>,
     tier: Cow<'a, str>,
-    /// The customer's own quotas, by plan or limit name.
+    /// The customer's own quotas, by tier or limit name.
     quotas: Option<Arc<[OwnQuota]>>,
 }
 
-/// A customer's own quota for a plan or a named [`Limit`](crate::Limit):
+/// A customer's own quota for a tier or a named [`Limit`](crate::Limit):
 /// what [`TierIdentity::with_quota`] keeps.
 pub type OwnQuota = (Cow<'static, str>, Rule);
 
@@ -53,16 +53,16 @@ impl<'a> TierIdentity<'a> {
         }
     }
 
-    /// The same identity, with the customer's own quota for the plan or
+    /// The same identity, with the customer's own quota for the tier or
     /// the [`Limit`](crate::Limit) named `name` (the one they negotiated:
-    /// 500 a minute on "pro"): it replaces the plan's or the limit's rule
+    /// 500 a minute on "pro"): it replaces the tier's or the limit's rule
     /// for this customer only, in their own bucket, so a changed quota
     /// keeps what they spent, as a reload does. A quota of another kind
     /// than the rule it replaces (a window for a rate) is refused at
     /// request time (500, [`Error::OwnQuota`](crate::Error::OwnQuota)),
-    /// never unlimited. Metrics still label the request by its plan.
+    /// never unlimited. Metrics still label the request by its tier.
     ///
-    /// It comes from where the plan comes from (the header function, the
+    /// It comes from where the tier comes from (the header function, the
     /// async lookup, cached by
     #[cfg_attr(
         feature = "identity-cache",
@@ -100,7 +100,7 @@ impl<'a> TierIdentity<'a> {
         self
     }
 
-    /// The customer's own quota for the plan or limit `name`, if any.
+    /// The customer's own quota for the tier or limit `name`, if any.
     pub fn quota(&self, name: &str) -> Option<Rule> {
         self.quotas()
             .iter()
@@ -264,8 +264,8 @@ impl IdentityError {
 ///         let Some(key) = parts.headers.get("x-api-key").and_then(|v| v.to_str().ok()) else {
 ///             return Ok(None);
 ///         };
-///         let plan = self.plan_of(key).await.map_err(IdentityError::new)?;
-///         Ok(plan.map(|plan| TierIdentity::new(key.to_owned(), plan)))
+///         let tier = self.plan_of(key).await.map_err(IdentityError::new)?;
+///         Ok(tier.map(|tier| TierIdentity::new(key.to_owned(), tier)))
 ///     }
 /// }
 /// ```

@@ -1,7 +1,7 @@
-//! Plan-aware rate limiting for Tower services.
+//! Tier-aware rate limiting for Tower services.
 //!
 //! A request is identified (API key, token, database lookup), mapped to a
-//! plan ("tier"), charged a cost, and checked against that tier's quota
+//! tier ("tier"), charged a cost, and checked against that tier's quota
 //! with GCRA. State lives in memory for one instance, or in Redis so that
 //! every instance shares one limit.
 //!
@@ -74,7 +74,7 @@
 //!
 //! # Several limits, one decision
 //!
-//! A request's limits are its plan's and any [`Limit`]s of its own (per
+//! A request's limits are its tier's and any [`Limit`]s of its own (per
 //! endpoint, per address, per tenant, global), decided as one: every bucket
 //! is charged or none is, so a refused request charges nothing, and the
 //! refusal names the limit (`"limit":"search"` beside `"tier"`). A limit can
@@ -117,7 +117,7 @@
 //! | `metrics` | `metrics::RateLimitMetrics`: Prometheus metrics (prometheus-client) for checks, latency, storage errors, fallback, breakers, evictions, shadow refusals |
 //! | `tracing` | `tracing` events on the decision path; next to free when no subscriber listens |
 //! | `grpc` | `GrpcTierLimitLayer`: the layer for tonic gRPC servers; refusals are `RESOURCE_EXHAUSTED` with `google.rpc.RetryInfo` |
-//! | `plans-toml` | `PlansBuilder::from_toml`: plans from a TOML file, for hot reload |
+//! | `tiers-toml` | `TiersBuilder::from_toml`: tiers from a TOML file, for hot reload |
 #![forbid(unsafe_code)]
 #![warn(clippy::unwrap_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
@@ -143,9 +143,9 @@ mod limiter;
 pub mod metrics;
 pub mod observe;
 mod outcome;
-mod plans;
 pub mod policy;
 pub mod shape;
+mod tiers;
 
 /// Time sources: fast monotonic (the default), wall, and [`FakeClock`](clock::FakeClock) for tests.
 pub mod clock {
@@ -197,10 +197,6 @@ pub use limit::{ActualCost, Limit, Settle, Usage};
 pub use limiter::{LimitRequest, RateTier, RateTierBuilder};
 pub use observe::Observer;
 pub use outcome::{Admitted, LimitReason, Limited, RateLimitInfo};
-#[cfg(feature = "plans-toml")]
-#[cfg_attr(docsrs, doc(cfg(feature = "plans-toml")))]
-pub use plans::PlansError;
-pub use plans::{Plans, PlansBuilder};
 pub use policy::OnMissing;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
@@ -211,3 +207,7 @@ pub use rate_tier_storage::RedisStorage;
 pub use rate_tier_storage::{
     FallbackStorage, MemoryStorage, Storage, StorageError,
 };
+#[cfg(feature = "tiers-toml")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tiers-toml")))]
+pub use tiers::TiersError;
+pub use tiers::{Tiers, TiersBuilder};

@@ -1,6 +1,6 @@
-//! Limits beside the plan's: per endpoint, per address, per tenant, global.
+//! Limits beside the tier's: per endpoint, per address, per tenant, global.
 //!
-//! A request's limits are its plan's quota plus any [`Limit`]s that apply
+//! A request's limits are its tier's quota plus any [`Limit`]s that apply
 //! to it, and they are decided as **one** decision: every bucket is
 //! charged, or none is. A refusal names the limit that refused.
 
@@ -14,7 +14,7 @@ use http::request::Parts;
 use rate_tier_storage::{LimitName, Rule, RuleKind};
 
 use crate::error::ConfigError;
-use crate::plans::{Namespace, StaticName, intern};
+use crate::tiers::{Namespace, StaticName, intern};
 
 type KeyFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 type WhenFn = dyn Fn(&Parts) -> bool + Send + Sync;
@@ -22,7 +22,7 @@ type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
 type ActualFn = dyn Fn(&http::response::Parts) -> Option<u32> + Send + Sync;
 type RefundFn = dyn Fn(StatusCode) -> bool + Send + Sync;
 
-/// A limit of its own beside the plan's, with its own buckets.
+/// A limit of its own beside the tier's, with its own buckets.
 ///
 /// By default it is per user (the request's identity), costs 1, applies to
 /// every request, and is enforced. Each part can be changed:
@@ -36,7 +36,7 @@ type RefundFn = dyn Fn(StatusCode) -> bool + Send + Sync;
 /// | [`Limit::shadow`] | decided and reported, never refusing |
 /// | [`Limit::settle`] | the cost charged up front is an estimate, settled from the response |
 ///
-/// An API's usual three layers (per address at the edge, per API key by plan,
+/// An API's usual three layers (per address at the edge, per API key by tier,
 /// per endpoint for expensive operations) as one decision:
 ///
 /// ```
@@ -76,7 +76,7 @@ pub struct Limit {
 #[derive(Clone)]
 pub(crate) enum Scope {
     /// The request's user: one bucket per identity (and one slot with its
-    /// plan's bucket on a Redis Cluster).
+    /// tier's bucket on a Redis Cluster).
     User,
     /// One bucket for every request.
     Global,
@@ -91,7 +91,7 @@ pub(crate) enum Scope {
 #[derive(Clone)]
 pub(crate) enum LimitCost {
     Fixed(u32),
-    /// The plan's cost for the request.
+    /// The tier's cost for the request.
     Plan,
     Fn(Arc<CostFn>),
 }
@@ -285,7 +285,7 @@ impl Limit {
         self
     }
 
-    /// The same cost as the plan's for the request.
+    /// The same cost as the tier's for the request.
     pub fn plan_cost(mut self) -> Limit {
         self.cost = LimitCost::Plan;
         self
@@ -314,7 +314,7 @@ impl Limit {
     /// a request waits at most the shortest wait of its limits and the
     /// limiter's, so a limit can only shorten it. `Duration::ZERO`: a
     /// request of this limit never waits, it is refused at once as without
-    /// waiting (a login limit, say, beside a plan whose short bursts wait).
+    /// waiting (a login limit, say, beside a tier whose short bursts wait).
     /// A shadow limit never shortens a wait (it never refuses).
     ///
     /// ```

@@ -69,7 +69,7 @@ pub struct Checked {
     pub tier: Option<&'static str>,
     /// What happened.
     pub outcome: Outcome,
-    /// The plan's cost of the request (0 for a peek, or when the request
+    /// The tier's cost of the request (0 for a peek, or when the request
     /// was answered before its cost was known).
     pub cost: u32,
     /// The store that decided (`"memory"`, `"redis"`, `"fallback"` for a

@@ -8,8 +8,8 @@ use std::time::Duration;
 use rate_tier_storage::Charged;
 use smallvec::SmallVec;
 
-/// Every limit of a decision with more than the plan's enforced limit; the
-/// plan's alone is described by the outcome's own fields (no allocation on
+/// Every limit of a decision with more than the tier's enforced limit; the
+/// tier's alone is described by the outcome's own fields (no allocation on
 /// the common path). A thin pointer to one allocation: the outcome is moved
 /// a few times per check, and every word of it counts.
 pub(crate) type States = Option<Arc<SmallVec<[LimitState; 3]>>>;
@@ -49,7 +49,7 @@ pub(crate) fn shared_states(
         .unwrap_or_else(fresh)
 }
 
-/// One limit's state after a decision: the plan's, or a limit of its own
+/// One limit's state after a decision: the tier's, or a limit of its own
 /// (an endpoint's, an address's).
 ///
 /// ```
@@ -57,15 +57,15 @@ pub(crate) fn shared_states(
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let limiter = RateTier::builder().tier("free", Quota::per_minute(10)).build();
 /// let info = limiter.check("ana", "free", 4).await.unwrap().unwrap();
-/// let plan = info.limits().next().unwrap();
-/// assert_eq!((plan.name, plan.limit, plan.remaining), ("free", 10, 6));
-/// assert_eq!(plan.window, std::time::Duration::from_secs(60));
+/// let tier = info.limits().next().unwrap();
+/// assert_eq!((tier.name, tier.limit, tier.remaining), ("free", 10, 6));
+/// assert_eq!(tier.window, std::time::Duration::from_secs(60));
 /// # }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LimitState {
-    /// The tier (for the plan's limit) or the limit's name.
+    /// The tier (for the tier's limit) or the limit's name.
     pub name: &'static str,
     /// Its burst: requests of cost 1 a full bucket allows at once.
     pub limit: u32,
@@ -90,7 +90,7 @@ pub struct LimitState {
     /// The rule its bucket was decided under (a customer's own quota where
     /// one replaced the configured rule): a settlement of it uses this
     /// rule ([`RateTier::settle`](crate::RateTier::settle)). `None` where
-    /// the outcome's own fields tell the plan's limit alone.
+    /// the outcome's own fields tell the tier's limit alone.
     pub(crate) rule: Option<rate_tier_storage::Rule>,
 }
 
@@ -106,7 +106,7 @@ impl LimitState {
 /// The state of the limits after an allowed request.
 ///
 /// The fields describe the most constraining limit (the least remaining;
-/// the plan's when there is no other): what the `x-ratelimit-*` headers
+/// the tier's when there is no other): what the `x-ratelimit-*` headers
 /// show. [`RateLimitInfo::limits`] has every limit of the decision.
 ///
 /// ```
@@ -131,13 +131,13 @@ pub struct RateLimitInfo {
     pub remaining: u64,
     /// Until its bucket is full again.
     pub reset_after: Duration,
-    /// The cost charged to the plan.
+    /// The cost charged to the tier.
     pub cost: u32,
     /// How long a full burst takes to come back (`tau = T * burst`).
     pub window: Duration,
     /// When this was decided, in µs on the limiter's clock.
     pub now_us: u64,
-    /// `None`: the plan's enforced limit alone, told by the fields above
+    /// `None`: the tier's enforced limit alone, told by the fields above
     /// (its name is the tier's).
     pub(crate) limits: States,
 }
@@ -198,7 +198,7 @@ impl PartialEq<RateLimitInfo> for Admitted {
 }
 
 impl RateLimitInfo {
-    /// Every limit of the decision, the plan's first.
+    /// Every limit of the decision, the tier's first.
     ///
     /// ```
     /// use tower_rate_tier::{Limit, LimitRequest, Quota, RateTier};
@@ -209,7 +209,7 @@ impl RateLimitInfo {
     /// let info = limiter.decide(&request).await.unwrap().unwrap();
     /// let names: Vec<&str> = info.limits().map(|l| l.name).collect();
     /// assert_eq!(names, ["free", "search"]);
-    /// assert_eq!(info.limit_name(), "search"); // 2 left, the plan 9
+    /// assert_eq!(info.limit_name(), "search"); // 2 left, the tier 9
     /// # }
     /// ```
     pub fn limits(&self) -> LimitStates<'_> {
@@ -231,7 +231,7 @@ impl RateLimitInfo {
         self.limits().any(|limit| limit.shadow_limited)
     }
 
-    /// The name of the most constraining limit (the tier for the plan's).
+    /// The name of the most constraining limit (the tier's name for its own limit).
     pub fn limit_name(&self) -> &'static str {
         match (&self.limits, &self.tier) {
             (Some(limits), _) => limits
@@ -284,7 +284,7 @@ impl RateLimitInfo {
 }
 
 /// The enforced limit with the least remaining (the first on a tie, so the
-/// plan's when they are equal).
+/// tier's when they are equal).
 pub(crate) fn most_constraining(limits: &[LimitState]) -> usize {
     let mut most = 0;
     for (i, state) in limits.iter().enumerate() {
@@ -430,18 +430,18 @@ impl Limited {
         ceil_secs(self.retry_after())
     }
 
-    /// The tier (plan) of the request.
+    /// The tier of the request.
     pub fn tier(&self) -> &str {
         &self.tier
     }
 
-    /// The limit that refused: the tier's name for the plan's own limit,
+    /// The limit that refused: the tier's name for the tier's own limit,
     /// or a limit's name (`"search"`).
     pub fn limit_name(&self) -> &str {
         self.name.unwrap_or(&self.tier)
     }
 
-    /// Whether the plan's own limit refused (not a limit of its own).
+    /// Whether the tier's own limit refused (not a limit of its own).
     pub fn is_plan_limit(&self) -> bool {
         self.limit_name() == self.tier
     }
@@ -461,7 +461,7 @@ impl Limited {
         Duration::from_micros(self.window_us)
     }
 
-    /// Every limit of the decision, the plan's first (none when the
+    /// Every limit of the decision, the tier's first (none when the
     /// request was refused before any bucket was read).
     pub fn limits(&self) -> LimitStates<'_> {
         if self.reason != LimitReason::RateLimited {

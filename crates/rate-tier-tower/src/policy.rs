@@ -13,7 +13,7 @@ use http::StatusCode;
 ///     .tier("free", Quota::per_minute(10))
 ///     .on_missing(OnMissing::Deny(StatusCode::UNAUTHORIZED))
 ///     .build();
-/// assert_eq!(tiers.plans().on_missing(), OnMissing::Deny(StatusCode::UNAUTHORIZED));
+/// assert_eq!(tiers.tiers().on_missing(), OnMissing::Deny(StatusCode::UNAUTHORIZED));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

@@ -396,7 +396,7 @@ pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(30);
 
 impl<C> ShapeLayerBuilder<C> {
     /// Adds a quota every call waits for (the provider's per second, per
-    /// day, ...), named apart from the plans and limits of a
+    /// day, ...), named apart from the tiers and limits of a
     /// [`RateTier`](crate::RateTier) on the same store.
     ///
     /// ```

@@ -86,7 +86,7 @@ async fn a_ban_after_exactly_k_refusals_holds_on_every_instance_and_doubles() {
     // Another customer is not.
     assert_eq!(reason(&a, "bea").await, None);
 
-    // The ban ends; the plan has refilled too.
+    // The ban ends; the tier has refilled too.
     clock.advance(MINUTE + Duration::from_secs(1));
     assert_eq!(reason(&a, "eva").await, None);
     // Three more refusals while the last ban is recent: twice as long.

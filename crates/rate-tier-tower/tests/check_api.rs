@@ -312,7 +312,7 @@ async fn decide_is_all_or_nothing_over_the_plan_and_its_limits() {
     assert_eq!(refused.reason(), LimitReason::RateLimited);
     assert_eq!(refused.retry_after_secs(), 20);
     assert_eq!(refused.limit(), 3);
-    // Nothing was charged for the refusal: the plan has 7, the address 1.
+    // Nothing was charged for the refusal: the tier has 7, the address 1.
     assert_eq!(limiter.peek("ana", "free").await.unwrap().remaining, 7);
     let bea = LimitRequest::new("bea", "free", 1).limit_keyed(
         &per_ip,

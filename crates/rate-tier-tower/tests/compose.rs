@@ -52,7 +52,7 @@ async fn requests_waiting_for_their_slot_ban_no_one_and_delay_nothing_else() {
     let start = Instant::now();
 
     // Three searches at once: one passes, two wait for their slots (1 s and
-    // 2 s away), holding reservations in search's bucket and the plan's.
+    // 2 s away), holding reservations in search's bucket and the tier's.
     let searching: Vec<_> = (0..3)
         .map(|_| {
             let (tiers, search) = (tiers.clone(), search.clone());
@@ -70,7 +70,7 @@ async fn requests_waiting_for_their_slot_ban_no_one_and_delay_nothing_else() {
     tokio::time::sleep(Duration::from_millis(10)).await;
 
     // Meanwhile her login (a window: never waits) is served at once, not
-    // refused as banned, and a request of the plan alone, which has room,
+    // refused as banned, and a request of the tier alone, which has room,
     // is served at once too: nothing waits behind the searches.
     let request = LimitRequest::new("ana", "free", 1).limit(&login, 1);
     let outcome = tiers.decide(&request).await.unwrap();

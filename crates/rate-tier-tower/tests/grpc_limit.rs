@@ -1,9 +1,9 @@
 //! The gRPC layer on a real tonic server over loopback, called by a real
 //! tonic client: the standard health service (tonic-health, no codegen)
-//! with the example server's plans (free 10/min, pro 100/min, default free,
+//! with the example server's tiers (free 10/min, pro 100/min, default free,
 //! UNAUTHENTICATED without a key) on a fake clock: exact numbers, no sleep.
 //!
-//! `Check` costs 1 and `Watch` 50 here: more than the free plan's burst,
+//! `Check` costs 1 and `Watch` 50 here: more than the free tier's burst,
 //! less than pro's.
 #![cfg(feature = "grpc")]
 #![allow(clippy::unwrap_used)]
@@ -165,7 +165,7 @@ async fn ten_checks_pass_then_resource_exhausted_with_retry_info() {
             if user_id.as_str() == "key_ana"
     )));
 
-    // Another plan, another bucket.
+    // Another tier, another bucket.
     let response = client.check(check(Some("key_bea"))).await.unwrap();
     assert_eq!(meta(response.metadata(), "x-ratelimit-remaining"), "99");
 
@@ -296,7 +296,7 @@ async fn an_unknown_tier_denied_is_permission_denied() {
     assert_eq!(status.message(), "unknown tier");
     assert!(status.get_details_retry_info().is_none());
 
-    // With the default policy, the default plan's quota in her own bucket.
+    // With the default policy, the default tier's quota in her own bucket.
     let tiers = post_plans(&clock).build();
     let mut client = serve(tiers, &events).await;
     let response = client.check(check(Some("key_eva"))).await.unwrap();
@@ -376,7 +376,7 @@ async fn the_layers_header_style_applies_to_the_metadata() {
 
 const CHECK: &str = "/grpc.health.v1.Health/Check";
 
-/// The plans with a limit of 3 `Check`s a minute per user beside them.
+/// The tiers with a limit of 3 `Check`s a minute per user beside them.
 async fn serve_with_a_check_limit(
     tiers: RateTier,
     events: &Events,
@@ -425,9 +425,9 @@ async fn a_limit_of_its_own_refuses_with_its_name_and_charges_nothing() {
             r#""pro";r=97;t=2, "checks";r=0;t=20"#
         );
     }
-    // All or nothing: the plan paid for the three checks that passed.
+    // All or nothing: the tier paid for the three checks that passed.
     assert_eq!(tiers.peek("key_bea", "pro").await.unwrap().remaining, 97);
-    // A method the limit does not cover: the plan alone.
+    // A method the limit does not cover: the tier alone.
     let watch = call(
         HealthCheckRequest {
             service: String::new(),
@@ -541,9 +541,9 @@ async fn a_cost_above_the_local_share_is_unavailable_not_failed_precondition() {
 // ---------------------------------------------------------------------------
 // A customer's own quota, on gRPC.
 
-/// The plans, with ada on pro under her own quota while `ada` holds one
-/// (the plan's otherwise), and eva on free under a window of her own: a
-/// quota of another kind than the plan's rate, a mistake.
+/// The tiers, with ada on pro under her own quota while `ada` holds one
+/// (the tier's otherwise), and eva on free under a window of her own: a
+/// quota of another kind than the tier's rate, a mistake.
 fn own_quota_layer(
     tiers: RateTier,
     events: &Events,
@@ -595,11 +595,11 @@ async fn a_customers_own_quota_decides_on_grpc() {
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
     let retry = status.get_details_retry_info().expect("RetryInfo");
     assert_eq!(retry.retry_delay, Some(Duration::from_secs(12)));
-    // Labelled by the plan, never by the customer.
+    // Labelled by the tier, never by the customer.
     let quota = status.get_details_quota_failure().expect("QuotaFailure");
     assert_eq!(quota.violations[0].subject, "tier:pro");
     assert_eq!(meta(status.metadata(), "x-ratelimit-limit"), "5");
-    // Bea, on the same plan, has the plan's 100.
+    // Bea, on the same tier, has the tier's 100.
     let response = client.check(check(Some("key_bea"))).await.unwrap();
     assert_eq!(meta(response.metadata(), "x-ratelimit-limit"), "100");
     assert_eq!(meta(response.metadata(), "x-ratelimit-remaining"), "99");
@@ -623,7 +623,7 @@ async fn a_changed_own_quota_keeps_what_was_spent_on_grpc() {
     let response = client.check(check(Some("key_ada"))).await.unwrap();
     assert_eq!(meta(response.metadata(), "x-ratelimit-limit"), "500");
     assert_eq!(meta(response.metadata(), "x-ratelimit-remaining"), "199");
-    // Back to the plan: the same bucket, read with the plan's quota.
+    // Back to the tier: the same bucket, read with the tier's quota.
     *ada.lock().unwrap() = None;
     let response = client.check(check(Some("key_ada"))).await.unwrap();
     assert_eq!(meta(response.metadata(), "x-ratelimit-limit"), "100");
@@ -644,6 +644,6 @@ async fn an_own_quota_of_the_wrong_kind_is_internal_on_grpc() {
         assert_eq!(status.message(), "invalid customer quota");
         assert!(status.get_details_retry_info().is_none());
     }
-    // Nothing was charged: her plan's bucket is full.
+    // Nothing was charged: her tier's bucket is full.
     assert_eq!(tiers.peek("key_eva", "free").await.unwrap().remaining, 10);
 }

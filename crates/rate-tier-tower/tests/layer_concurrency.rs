@@ -1,7 +1,7 @@
 //! Under real concurrency (a 4-worker multi-thread runtime, 200 tasks on one
 //! key, the fake clock frozen) exactly the quota passes: through
 //! `RateTier::check` and through the layer, one clone of the service per task;
-//! with a plan and a route limit, exactly the tighter one's quota, and the
+//! with a tier and a route limit, exactly the tighter one's quota, and the
 //! refused requests charge nothing.
 #![allow(clippy::unwrap_used)]
 
@@ -149,8 +149,8 @@ async fn many_users_at_once_each_get_exactly_their_burst() {
 }
 
 /// `TASKS` concurrent `/search`es of one user through the layer, with the
-/// plan (`tier`) and a `search` limit of `search` per minute: (200s, 429s,
-/// handler calls, the plan's remaining, the search limit's remaining).
+/// tier (`tier`) and a `search` limit of `search` per minute: (200s, 429s,
+/// handler calls, the tier's remaining, the search limit's remaining).
 async fn race_two_limits(
     tier: &'static str,
     search: u32,
@@ -229,14 +229,14 @@ async fn race_two_limits(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_a_route_limit_tighter_than_the_plan_exactly_its_quota_passes() {
-    // Search 3 a minute, the plan 10: 3 pass, the plan paid 3, not 200.
+    // Search 3 a minute, the tier 10: 3 pass, the tier paid 3, not 200.
     assert_eq!(race_two_limits("free", 3, 1).await, (3, 197, 3, 7, 0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_a_plan_tighter_than_the_route_limit_exactly_its_quota_passes() {
-    // The plan 10 a minute, search 50: 10 pass, search paid 10.
+    // The tier 10 a minute, search 50: 10 pass, search paid 10.
     assert_eq!(race_two_limits("free", 50, 1).await, (10, 190, 10, 0, 40));
-    // Pro, 100, cost 3 (on the plan; 1 on search): 33 pass.
+    // Pro, 100, cost 3 (on the tier; 1 on search): 33 pass.
     assert_eq!(race_two_limits("pro", 50, 3).await, (33, 167, 33, 1, 17));
 }

@@ -1,6 +1,6 @@
 //! Limits of the kinds beside the rate through the HTTP layer, on a fake
 //! clock: an exact window (`login`, 5 in any 60 s) and a calendar period
-//! (`exports`, 3 a month on free, 100 on pro), mixed with the plan's rate
+//! (`exports`, 3 a month on free, 100 on pro), mixed with the tier's rate
 //! in one decision; what the client is told; and the kinds a store cannot
 //! decide refused when the layer is built.
 #![allow(clippy::unwrap_used, missing_docs)]
@@ -91,7 +91,7 @@ async fn a_window_refuses_the_sixth_in_any_60_s_until_the_first_leaves() {
         r.header("x-ratelimit-reset"),
         Some(&*(START_US + 60 * SECOND).div_ceil(SECOND).to_string())
     );
-    // The refusal charged the plan nothing: 5 of its 10 were spent.
+    // The refusal charged the tier nothing: 5 of its 10 were spent.
     assert_eq!(tiers.peek("key_ana", "free").await.unwrap().remaining, 5);
 
     // A microsecond before the first leaves: still refused; at 60 s, one.
@@ -110,7 +110,7 @@ async fn a_window_refuses_the_sixth_in_any_60_s_until_the_first_leaves() {
 #[tokio::test]
 async fn a_plan_refusal_counts_nothing_in_the_window() {
     let (app, clock, _tiers) = app_at(START_US);
-    // The plan's 10 spent elsewhere.
+    // The tier's 10 spent elsewhere.
     for _ in 0..10 {
         assert_eq!(
             get_as(&app, Some("key_ana"), "/data").await.status,
@@ -122,7 +122,7 @@ async fn a_plan_refusal_counts_nothing_in_the_window() {
         assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
         assert!(!r.body.contains("login"), "the plan refused: {r:?}");
     }
-    // Six seconds later the plan has one more: the window is untouched.
+    // Six seconds later the tier has one more: the window is untouched.
     clock.advance(Duration::from_secs(6));
     let r = get_as(&app, Some("key_ana"), "/login").await;
     assert_eq!(r.status, StatusCode::OK, "{r:?}");
@@ -262,7 +262,7 @@ async fn a_plan_may_be_a_monthly_quota_and_a_reload_to_another_kind_starts_fresh
     // read as a TAT), and the reload says so.
     tiers
         .try_reload(
-            tower_rate_tier::Plans::builder()
+            tower_rate_tier::Tiers::builder()
                 .tier("hobby", Quota::per_minute(2))
                 .build()
                 .unwrap(),
@@ -272,7 +272,7 @@ async fn a_plan_may_be_a_monthly_quota_and_a_reload_to_another_kind_starts_fresh
     assert_eq!((info.limit, info.remaining), (2, 1));
     assert!(heard.lock().unwrap().iter().any(|e| matches!(
         e,
-        tower_rate_tier::LimitEvent::PlansReloaded { fresh, .. } if fresh == &["hobby"]
+        tower_rate_tier::LimitEvent::TiersReloaded { fresh, .. } if fresh == &["hobby"]
     )));
 }
 
@@ -293,7 +293,7 @@ async fn a_store_that_decides_only_rates_refuses_a_plan_of_another_kind() {
             store: "rates-only",
         }
     );
-    // A reload to it is refused, reported, and the running plans stay.
+    // A reload to it is refused, reported, and the running tiers stay.
     let tiers = RateTier::builder()
         .tier("hobby", Quota::per_minute(10))
         .storage(store())
@@ -303,7 +303,7 @@ async fn a_store_that_decides_only_rates_refuses_a_plan_of_another_kind() {
     let _listening =
         tiers.subscribe(move |e| sink.lock().unwrap().push(e.clone()));
     tiers.reload(
-        tower_rate_tier::Plans::builder()
+        tower_rate_tier::Tiers::builder()
             .tier("hobby", period)
             .build()
             .unwrap(),
@@ -311,7 +311,7 @@ async fn a_store_that_decides_only_rates_refuses_a_plan_of_another_kind() {
     assert_eq!(tiers.quota("hobby"), Some(Quota::per_minute(10)));
     assert!(matches!(
         &heard.lock().unwrap()[..],
-        [tower_rate_tier::LimitEvent::PlansRefused {
+        [tower_rate_tier::LimitEvent::TiersRefused {
             error: ConfigError::UnsupportedKind { .. }
         }]
     ));
@@ -349,7 +349,7 @@ async fn a_handler_that_keeps_its_info_keeps_no_slot() {
     assert_eq!(kept.lock().unwrap().len(), 3);
 }
 
-/// The layer of the upload apps: the user and plan from `x-api-key`.
+/// The layer of the upload apps: the user and tier from `x-api-key`.
 fn keyed_layer(tiers: RateTier, uploads: Limit) -> TierLimitLayer {
     TierLimitLayer::new(tiers)
         .identifier_fn(|headers| {
@@ -463,7 +463,7 @@ async fn a_refusal_by_the_plan_takes_no_slot() {
     let gate = Arc::new(Semaphore::new(100));
     let (entered_tx, _entered) = mpsc::unbounded_channel();
     let app = upload_app(gate, entered_tx);
-    // The plan's 10 spent.
+    // The tier's 10 spent.
     for _ in 0..10 {
         assert_eq!(
             get_as(&app, Some("key_ana"), "/data").await.status,

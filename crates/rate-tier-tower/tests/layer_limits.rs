@@ -1,5 +1,5 @@
 //! Several limits in one decision through the HTTP layer: the
-//! plan's and limits of its own (per user for a route, per address, global,
+//! tier's and limits of its own (per user for a route, per address, global,
 //! per tier), all or nothing; the refusal names the limit; the headers
 //! describe the most constraining limit; peek, settle and shadow mode. The
 //! example server's configuration (free 10/min, pro 100/min, `search` 3 a
@@ -188,13 +188,13 @@ async fn plan_and_route_limit_pass_exactly_the_tighter_quota_and_a_refusal_charg
         assert_eq!(r.header("content-type"), Some("application/json"));
     }
     assert_eq!(s.calls.load(Ordering::SeqCst), 3);
-    // Three searches charged the plan 3, the five refusals nothing.
+    // Three searches charged the tier 3, the five refusals nothing.
     assert_eq!(s.tiers.peek("key_ana", "free").await.unwrap().remaining, 7);
     assert_eq!(
         remaining_of(&s, "key_ana").await,
         named(&[("free", 7), ("search", 0), ("tokens", 1000)])
     );
-    // The plan's 7 are there to spend, elsewhere.
+    // The tier's 7 are there to spend, elsewhere.
     for k in (0..7).rev() {
         let r = get_as(&s.app, Some("key_ana"), "/data").await;
         assert_eq!((r.status, r.remaining()), (StatusCode::OK, k));
@@ -218,7 +218,7 @@ async fn the_plans_own_refusal_keeps_the_posts_body_byte_for_byte() {
     for _ in 0..10 {
         get_as(&s.app, Some("key_ana"), "/data").await;
     }
-    // The search limit would pass: the plan refuses, and is not named.
+    // The search limit would pass: the tier refuses, and is not named.
     let r = get_as(&s.app, Some("key_ana"), "/search").await;
     assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(
@@ -246,7 +246,7 @@ async fn when_both_refuse_the_longest_wait_is_given_and_named() {
     for _ in 0..7 {
         get_as(&s.app, Some("key_ana"), "/data").await;
     }
-    // The plan would pass in 6 s, the search limit in 20 s.
+    // The tier would pass in 6 s, the search limit in 20 s.
     let r = get_as(&s.app, Some("key_ana"), "/search").await;
     assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(r.retry_after(), 20);
@@ -262,15 +262,15 @@ async fn when_both_refuse_the_longest_wait_is_given_and_named() {
 #[tokio::test]
 async fn x_ratelimit_headers_describe_the_most_constraining_limit() {
     let s = server();
-    // Search (2 left) is tighter than the plan (9 left).
+    // Search (2 left) is tighter than the tier (9 left).
     let r = get_as(&s.app, Some("key_ana"), "/search").await;
     assert_eq!((r.limit(), r.remaining()), (3, 2));
     let reset = reset_at(Duration::from_secs(20)).to_string();
     assert_eq!(r.header("x-ratelimit-reset"), Some(&*reset));
-    // A route without the limit: the plan alone.
+    // A route without the limit: the tier alone.
     let r = get_as(&s.app, Some("key_ana"), "/data").await;
     assert_eq!((r.limit(), r.remaining()), (10, 8));
-    // The plan nearly spent: the plan is the tighter one.
+    // The tier nearly spent: the tier is the tighter one.
     for _ in 0..7 {
         get_as(&s.app, Some("key_ana"), "/data").await;
     }
@@ -279,7 +279,7 @@ async fn x_ratelimit_headers_describe_the_most_constraining_limit() {
     assert_eq!((r.limit(), r.remaining()), (10, 0));
     let reset = reset_at(Duration::from_secs(60)).to_string();
     assert_eq!(r.header("x-ratelimit-reset"), Some(&*reset));
-    // Pro: a plan of 100, the same search limit of 3.
+    // Pro: a tier of 100, the same search limit of 3.
     let r = get_as(&s.app, Some("key_bea"), "/search").await;
     assert_eq!((r.limit(), r.remaining()), (3, 2));
 }
@@ -306,14 +306,14 @@ async fn the_ietf_fields_list_every_policy() {
         refused.header("ratelimit-policy"),
         Some(r#""free";q=10;w=60, "search";q=3;w=60"#)
     );
-    // The plan as it stands (uncharged), the refusing limit's wait.
+    // The tier as it stands (uncharged), the refusing limit's wait.
     assert_eq!(
         refused.header("ratelimit"),
         Some(r#""free";r=7;t=18, "search";r=0;t=20"#)
     );
     assert_eq!(refused.retry_after(), 20);
     assert_eq!((refused.limit(), refused.remaining()), (3, 0));
-    // A route with the plan only: one policy.
+    // A route with the tier only: one policy.
     let r = get_as(&s.app, Some("key_ana"), "/data").await;
     assert_eq!(r.header("ratelimit-policy"), Some(r#""free";q=10;w=60"#));
     // Pro's tokens: the per-tier quota is the policy.
@@ -432,7 +432,7 @@ async fn a_per_address_limit_is_shared_by_the_users_of_one_address() {
     assert_eq!(from("key_bea", "198.51.100.1").await.status, StatusCode::OK);
     let r = get_as(&s.app, Some("key_bea"), "/data").await;
     assert_eq!((r.status, r.limit()), (StatusCode::OK, 100));
-    // Bea's plan paid for her three passing requests only.
+    // Bea's tier paid for her three passing requests only.
     assert_eq!(s.tiers.peek("key_bea", "pro").await.unwrap().remaining, 97);
     // The address is never written in clear to a response.
     assert!(!format!("{refused:?}").contains("203.0.113.7"));
@@ -463,7 +463,7 @@ async fn a_global_limit_is_one_bucket_for_everyone() {
         "{}",
         refused.body
     );
-    // Eva's plan (the default's quota, her own bucket) was not charged.
+    // Eva's tier (the default's quota, her own bucket) was not charged.
     let eva = get_as(&s.app, Some("key_eva"), "/data").await;
     assert_eq!(eva.remaining(), 9);
 }
@@ -479,7 +479,7 @@ async fn when_predicates_choose_the_requests_a_limit_charges() {
         remaining_of(&s, "key_ana").await,
         named(&[("free", 0), ("search", 3), ("tokens", 1000)])
     );
-    // A limit's cost can follow the plan's: an export counts what it costs.
+    // A limit's cost can follow the tier's: an export counts what it costs.
     let s = server_with(|layer| {
         layer.limit(
             Limit::new("heavy", Quota::per_minute(12))
@@ -510,7 +510,7 @@ async fn a_per_tier_quota_applies_to_its_tier_and_the_first_to_the_others() {
     let eva = quota_of(&s, "key_eva").await;
     assert!(quota_line(&ana, "tokens ").starts_with("tokens 1000 1000 "));
     assert!(quota_line(&bea, "tokens ").starts_with("tokens 10000 10000 "));
-    // Eva's unknown plan is the default's: free's tokens.
+    // Eva's unknown tier is the default's: free's tokens.
     assert!(quota_line(&eva, "tokens ").starts_with("tokens 1000 1000 "));
     let r = get_as(&s.app, Some("key_bea"), "/generate?tokens=2500").await;
     assert_eq!(r.status, StatusCode::OK);
@@ -656,7 +656,7 @@ async fn a_settled_debt_makes_the_next_generate_wait_about_12_s() {
         "{}",
         refused.body
     );
-    // The plan was not charged for the refusal.
+    // The tier was not charged for the refusal.
     assert_eq!(s.tiers.peek("key_ana", "free").await.unwrap().remaining, 9);
     s.clock.advance(Duration::from_secs(12));
     let r = get_as(&s.app, Some("key_ana"), "/generate?tokens=1").await;
@@ -753,7 +753,7 @@ async fn a_shadow_limit_refuses_nothing_and_reports_each_would_be_refusal() {
     for k in 1..=10 {
         let r = get_as(&s.app, Some("key_ana"), "/data").await;
         assert_eq!(r.status, StatusCode::OK, "request {k}");
-        // The headers describe what is enforced: the plan.
+        // The headers describe what is enforced: the tier.
         assert_eq!(r.limit(), 10);
     }
     let shadowed: Vec<LimitEvent> = s
@@ -768,7 +768,7 @@ async fn a_shadow_limit_refuses_nothing_and_reports_each_would_be_refusal() {
         LimitEvent::ShadowLimited { tier: "free", limit: "trial", retry_after, .. }
             if *retry_after == Duration::from_secs(30)
     ));
-    // The plan still refuses: shadow is per limit.
+    // The tier still refuses: shadow is per limit.
     assert_eq!(
         get_as(&s.app, Some("key_ana"), "/data").await.status,
         StatusCode::TOO_MANY_REQUESTS
@@ -795,7 +795,7 @@ async fn shadow_mode_for_everything_refuses_nothing_for_rate() {
             matches!(e, LimitEvent::ShadowLimited { limit: l, .. } if *l == limit)
         })
     };
-    // The plan's 10 were spent by /data: 5 more, and every search; the
+    // The tier's 10 were spent by /data: 5 more, and every search; the
     // search limit's 3 by the first searches: 2 more.
     assert_eq!(count("free"), 10);
     assert_eq!(count("search"), 2);

@@ -1,7 +1,7 @@
 //! Windows, periods and concurrency limits of one decision in two
 //! partitions, on a store that cannot decide them together (as a Redis
 //! Cluster, whose every partition has a hash slot of its own): refused
-//! when the layer takes the limit and when plans are reloaded under a live
+//! when the layer takes the limit and when tiers are reloaded under a live
 //! layer (`ConfigError::KindsInTwoPartitions`), never at request time;
 //! and the same configurations accepted, and decided, in memory.
 //!
@@ -20,8 +20,8 @@ use http::StatusCode;
 use support::http::get_as;
 use support::stores::Narrow;
 use tower_rate_tier::{
-    Concurrency, ConfigError, Limit, LimitEvent, Period, PeriodUnit, Plans,
-    Quota, RateTier, Storage, TierIdentity, TierLimitLayer, Window,
+    Concurrency, ConfigError, Limit, LimitEvent, Period, PeriodUnit, Quota,
+    RateTier, Storage, TierIdentity, TierLimitLayer, Tiers, Window,
 };
 
 /// Free (10 a minute) and pro (100), on `store` (`None`: memory).
@@ -173,7 +173,7 @@ fn a_plan_of_another_kind_beside_a_global_period_is_refused_at_build() {
             store: "one-slot",
         }
     );
-    // Per user, it shares the user's partition with the plan.
+    // Per user, it shares the user's partition with the tier.
     let exports = Limit::new("exports", monthly(1000));
     let _layer = layer_of(&tiers, [exports, uploads()]).unwrap();
 }
@@ -181,7 +181,7 @@ fn a_plan_of_another_kind_beside_a_global_period_is_refused_at_build() {
 #[test]
 fn limits_of_one_partition_are_accepted() {
     let tiers = tiers(one_slot());
-    // Per user (the plan's partition too), global together, rates anywhere.
+    // Per user (the tier's partition too), global together, rates anywhere.
     let login = Limit::new("login", window(5));
     let exports = Limit::new("exports", monthly(3)).tier("pro", monthly(100));
     let _layer = layer_of(&tiers, [uploads(), login, exports]).unwrap();
@@ -222,7 +222,7 @@ async fn in_memory_the_same_limits_are_accepted_and_decided_together() {
     assert_eq!(left, [("free", 10), ("logins", 95), ("uploads", 2)]);
     // A reload of free to a window is fine here too.
     tiers
-        .try_reload(Plans::builder().tier("free", window(10)).build().unwrap())
+        .try_reload(Tiers::builder().tier("free", window(10)).build().unwrap())
         .unwrap();
 }
 
@@ -235,10 +235,10 @@ async fn a_reload_that_would_make_a_live_layers_limits_meet_is_refused() {
         tiers.subscribe(move |e| sink.lock().unwrap().push(e.clone()));
     let app = app(layer_of(&tiers, [logins()]).unwrap());
     let free_window =
-        || Plans::builder().tier("free", window(10)).build().unwrap();
+        || Tiers::builder().tier("free", window(10)).build().unwrap();
 
     // Free becomes a window, per user, beside the global logins: refused,
-    // reported, and the plans in force stay.
+    // reported, and the tiers in force stay.
     assert_eq!(
         tiers.try_reload(free_window()).unwrap_err(),
         ConfigError::KindsInTwoPartitions {
@@ -252,7 +252,7 @@ async fn a_reload_that_would_make_a_live_layers_limits_meet_is_refused() {
     assert_eq!(tiers.quota("free"), Some(Quota::per_minute(10)));
     assert!(matches!(
         &heard.lock().unwrap()[..],
-        [LimitEvent::PlansRefused {
+        [LimitEvent::TiersRefused {
             error: ConfigError::KindsInTwoPartitions { .. }
         }]
     ));
@@ -261,7 +261,7 @@ async fn a_reload_that_would_make_a_live_layers_limits_meet_is_refused() {
     // Another rate is fine.
     tiers
         .try_reload(
-            Plans::builder()
+            Tiers::builder()
                 .tier("free", Quota::per_minute(20))
                 .build()
                 .unwrap(),

@@ -22,10 +22,9 @@ use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::layer::LimitBody;
 use tower_rate_tier::storage::key::InvalidTierName;
 use tower_rate_tier::{
-    ConfigError, LimitEvent, MemoryStorage, OnMissing, Plans, Quota,
-    RateLimitInfo, RateTier, TierIdentity, TierLimitLayer,
-    policy::OnIdentityError, policy::OnStorageError, policy::OnUnknownTier,
-    tier_cost,
+    ConfigError, LimitEvent, MemoryStorage, OnMissing, Quota, RateLimitInfo,
+    RateTier, TierIdentity, TierLimitLayer, Tiers, policy::OnIdentityError,
+    policy::OnStorageError, policy::OnUnknownTier, tier_cost,
 };
 
 type Events = Arc<Mutex<Vec<LimitEvent>>>;
@@ -395,16 +394,16 @@ fn build_panics_on_an_empty_key_secret() {
 fn a_refusal_policy_needs_an_error_status() {
     for (builder, policy) in [
         (
-            Plans::builder().on_missing(OnMissing::Deny(StatusCode::OK)),
+            Tiers::builder().on_missing(OnMissing::Deny(StatusCode::OK)),
             "OnMissing::Deny",
         ),
         (
-            Plans::builder()
+            Tiers::builder()
                 .on_storage_error(OnStorageError::Deny(StatusCode::OK)),
             "OnStorageError::Deny",
         ),
         (
-            Plans::builder()
+            Tiers::builder()
                 .on_identity_error(OnIdentityError::Deny(StatusCode::FOUND)),
             "OnIdentityError::Deny",
         ),
@@ -767,7 +766,7 @@ async fn tier_cost_outside_a_per_route_limiter_charges_its_cost() {
     assert_eq!(r.header("retry-after"), Some("6"));
 }
 
-/// `tier_cost` under a plan-wide `Router::layer` limiter used to
+/// `tier_cost` under a tier-wide `Router::layer` limiter used to
 /// answer 500 on every request. Now it wraps a route's own limiter (placed
 /// anywhere else it does not compile: a doctest of `tier_cost` proves it),
 /// and the two limiters each charge their own buckets.
@@ -776,7 +775,7 @@ async fn tier_cost_on_a_route_limiter_under_a_plan_wide_limiter_charges_each_its
  {
     let clock = FakeClock::new();
     let events: Events = Arc::default();
-    // The plan: 10 a minute for everything. Reports: 10 units a minute of
+    // The tier: 10 a minute for everything. Reports: 10 units a minute of
     // their own, a report costing 5 of them. Two limiters, two stores.
     let plan = free10(&clock, &MemoryStorage::with_clock(clock.clone()));
     let reports = free10(&clock, &MemoryStorage::with_clock(clock.clone()));
@@ -806,7 +805,7 @@ async fn tier_cost_on_a_route_limiter_under_a_plan_wide_limiter_charges_each_its
             r.body,
             format!("free limit=10 remaining={reports_left} cost=5")
         );
-        // The response's headers are the plan's, the outermost.
+        // The response's headers are the tier's, the outermost.
         assert_eq!(r.remaining(), plan_left, "report {k}");
     }
     assert_eq!(calls.load(Ordering::SeqCst), 2);
@@ -818,10 +817,10 @@ async fn tier_cost_on_a_route_limiter_under_a_plan_wide_limiter_charges_each_its
     assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(r.header("retry-after"), Some("30"));
     assert_eq!(calls.load(Ordering::SeqCst), 2);
-    // ...after the plan charged its 1: two limiters are two decisions (a
-    // Limit of the plan-wide layer is the one-decision way).
+    // ...after the tier charged its 1: two limiters are two decisions (a
+    // Limit of the tier-wide layer is the one-decision way).
     assert_eq!(plan.peek("ana", "free").await.unwrap().remaining, 7);
-    // Other routes pay the plan only.
+    // Other routes pay the tier only.
     let r = send(&app, Some("ana"), None, "/data").await;
     assert_eq!(r.body, "free limit=10 remaining=6 cost=1");
     assert_eq!(reports.peek("ana", "free").await.unwrap().remaining, 0);
@@ -835,7 +834,7 @@ async fn a_tier_cost_is_charged_only_by_the_limiter_it_wraps() {
     let events: Events = Arc::default();
     let plan = free10(&clock, &MemoryStorage::with_clock(clock.clone()));
     let route = free10(&clock, &MemoryStorage::with_clock(clock.clone()));
-    // Every request costs 5 on the plan; /data has a limiter of its own,
+    // Every request costs 5 on the tier; /data has a limiter of its own,
     // whose cost is its default, 1.
     let app = Router::new()
         .route("/data", get(show_info).layer(layer(route.clone(), &events)))

@@ -152,7 +152,7 @@ async fn a_decision_with_a_window_never_waits() {
         get_as(&app, Some("bea"), "/login").await.status,
         StatusCode::OK
     );
-    // The plan would have made it wait 100 ms: with a window in the
+    // The tier would have made it wait 100 ms: with a window in the
     // decision it is checked, and refused.
     let r = get_as(&app, Some("bea"), "/login").await;
     assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
@@ -313,7 +313,7 @@ async fn a_limit_shortens_the_wait_of_the_requests_it_is_part_of() {
         .shadow();
     let start = Instant::now();
     tiers.check("ana", "free", 1).await.unwrap().unwrap();
-    // The plan's slot is 100 ms away: a search may not wait, refused now.
+    // The tier's slot is 100 ms away: a search may not wait, refused now.
     let refused = tiers.decide(&of(&never)).await.unwrap().unwrap_err();
     assert_eq!(
         (refused.limit_name(), start.elapsed().as_millis()),
@@ -322,7 +322,7 @@ async fn a_limit_shortens_the_wait_of_the_requests_it_is_part_of() {
     // An export may wait 150 ms: it waits its 100.
     tiers.decide(&of(&short)).await.unwrap().unwrap();
     assert_eq!(start.elapsed().as_millis(), 100);
-    // Two more are queued by the plan (slots at 200 and 300 ms): the next
+    // Two more are queued by the tier (slots at 200 and 300 ms): the next
     // export's slot is 200 ms away, past its 150, refused at once; a
     // plain request may wait up to the limiter's 500 ms.
     let plain = tiers.clone();

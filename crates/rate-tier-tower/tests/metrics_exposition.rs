@@ -459,7 +459,7 @@ fn breaker(registry: &Registry) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// A limiter observed with `.observe(metrics)` and the 0.3 example's plans.
+/// A limiter observed with `.observe(metrics)` and the 0.3 example's tiers.
 fn observed_tiers(metrics: &RateLimitMetrics) -> RateTier {
     RateTier::builder()
         .clock(FakeClock::new())
@@ -494,7 +494,7 @@ async fn a_shadow_limit_is_counted_exactly() {
         "{}",
         metrics.text
     );
-    // The 11th request: refused by the plan, and the trial would have
+    // The 11th request: refused by the tier, and the trial would have
     // refused it too.
     assert_eq!(
         metrics.family("rate_tier_shadow_limited_total"),

@@ -1,5 +1,5 @@
 //! `RateTierBuilder::near_limit`: an event (and a metric) once per crossing
-//! of a limit's near-end, for the plan and a limit of its own; never for a
+//! of a limit's near-end, for the tier and a limit of its own; never for a
 //! shadow limit or a concurrency limit; an invalid ratio refused at build.
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -45,7 +45,7 @@ async fn once_per_crossing_for_the_plan_and_a_limit() {
         let _ = tiers.decide(&request).await.unwrap();
     }
     // search: 1 left of 5 after the 4th, once; its refusals that follow
-    // charge the plan nothing, so free stays at 5 left: not near.
+    // charge the tier nothing, so free stays at 5 left: not near.
     assert_eq!(*near.lock().unwrap(), [("search", 1, 5)]);
     // Refilled and crossed again: reported again.
     near.lock().unwrap().clear();

@@ -17,9 +17,9 @@ use support::http::{Events, get_as};
 use support::stores::TimingOut;
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::{
-    FallbackStorage, LimitEvent, Observer, Plans, Quota, RateTier,
-    RateTierBuilder, TierIdentity, TierLimitLayer, observe::Checked,
-    observe::Outcome, storage::BreakerState, storage::StorageEvent,
+    FallbackStorage, LimitEvent, Observer, Quota, RateTier, RateTierBuilder,
+    TierIdentity, TierLimitLayer, Tiers, observe::Checked, observe::Outcome,
+    storage::BreakerState, storage::StorageEvent,
 };
 
 /// Counts reloads, checks and refusals.
@@ -56,7 +56,7 @@ impl Observer for Counts {
 
     fn event(&self, event: &LimitEvent) {
         match event {
-            LimitEvent::PlansReloaded { .. } => {
+            LimitEvent::TiersReloaded { .. } => {
                 self.reloads.fetch_add(1, Ordering::SeqCst);
             }
             LimitEvent::Limited { .. } => {
@@ -75,7 +75,7 @@ fn builder() -> RateTierBuilder {
 
 fn reload(tiers: &RateTier) {
     tiers.reload(
-        Plans::builder()
+        Tiers::builder()
             .tier("free", Quota::per_minute(1))
             .build()
             .unwrap(),
@@ -195,7 +195,7 @@ async fn a_subscription_hears_everything_until_it_is_dropped() {
     assert_eq!(heard.len(), 3, "{heard:?}");
     assert!(matches!(heard[0], LimitEvent::Limited { .. }));
     assert!(matches!(heard[1], LimitEvent::Limited { .. }));
-    assert!(matches!(heard[2], LimitEvent::PlansReloaded { .. }));
+    assert!(matches!(heard[2], LimitEvent::TiersReloaded { .. }));
 
     drop(subscription);
     assert_eq!(get_as(&service, Some("ana"), "/").await.status, 429);

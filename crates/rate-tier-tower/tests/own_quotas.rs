@@ -1,6 +1,6 @@
 //! A customer's own quota (`TierIdentity::with_quota`,
-//! `LimitRequest::quota`): in place of the plan's or a limit's, in the
-//! customer's own bucket, labelled by the plan; a changed quota keeps what
+//! `LimitRequest::quota`): in place of the tier's or a limit's, in the
+//! customer's own bucket, labelled by the tier; a changed quota keeps what
 //! was spent; a quota of the wrong kind fails closed. Fake clock.
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -78,10 +78,10 @@ async fn a_customer_gets_their_own_quota_and_others_the_plans() {
     }
     let r = get_as(&app, Some("key_ada"), "/data").await;
     assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
-    // Bea, on the same plan, has the plan's 100.
+    // Bea, on the same tier, has the tier's 100.
     let r = get_as(&app, Some("key_bea"), "/data").await;
     assert_eq!((r.limit(), r.remaining()), (100, 99));
-    // Labelled by the plan, never by the customer.
+    // Labelled by the tier, never by the customer.
     let limited = events.0.lock().unwrap().iter().find_map(|e| match e {
         LimitEvent::Limited { tier, limit, .. } => Some((*tier, *limit)),
         _ => None,
@@ -114,7 +114,7 @@ async fn a_new_quota_keeps_what_was_spent() {
     let clock = FakeClock::at_us(1_000_000_000);
     let ada = Arc::new(Mutex::new(None));
     let (app, _) = app(&clock, ada.clone());
-    // 60 of the plan's 100: 36 s of the minute spent (0.6 s each).
+    // 60 of the tier's 100: 36 s of the minute spent (0.6 s each).
     for _ in 0..60 {
         assert_eq!(
             get_as(&app, Some("key_ada"), "/data").await.status,
@@ -129,7 +129,7 @@ async fn a_new_quota_keeps_what_was_spent() {
         (r.status, r.limit(), r.remaining()),
         (StatusCode::OK, 500, 199)
     );
-    // And back to the plan: the same bucket, read with the plan's quota.
+    // And back to the tier: the same bucket, read with the tier's quota.
     *ada.lock().unwrap() = None;
     let r = get_as(&app, Some("key_ada"), "/data").await;
     assert_eq!((r.limit(), r.remaining()), (100, 38));

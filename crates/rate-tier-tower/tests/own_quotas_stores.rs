@@ -26,13 +26,13 @@ use tower_rate_tier::{
     TierLimitLayer, Window, rules::Adjust,
 };
 
-/// The plan `tier` allows 10 an hour (one each 6 min).
+/// The tier `tier` allows 10 an hour (one each 6 min).
 fn plan() -> Quota {
     Quota::per_hour(10)
 }
 
-/// Ada's own quota for the plan decides, over the plan's; a limit's own
-/// quota too; bea on the same plan has the plan's.
+/// Ada's own quota for the tier decides, over the tier's; a limit's own
+/// quota too; bea on the same tier has the tier's.
 async fn the_own_quota_decides(tiers: &RateTier, tier: &str) {
     let own = |user| {
         LimitRequest::new(user, tier, 1)
@@ -43,7 +43,7 @@ async fn the_own_quota_decides(tiers: &RateTier, tier: &str) {
         assert_eq!((info.limit, info.remaining), (4, left));
     }
     let refused = tiers.decide(&own("ada")).await.unwrap().unwrap_err();
-    // Labelled by the plan; her 15 minutes a request.
+    // Labelled by the tier; her 15 minutes a request.
     assert_eq!(refused.limit_name(), tier);
     assert_eq!(refused.retry_after_secs(), 15 * 60);
     let info = tiers.check("bea", tier, 1).await.unwrap().unwrap();
@@ -60,9 +60,9 @@ async fn the_own_quota_decides(tiers: &RateTier, tier: &str) {
     assert_eq!(passed, 5, "eve's own 5 searches, not the limit's 2");
 }
 
-/// Cara spends 6 of the plan's 10 (36 min of the hour); under her own 50
-/// an hour (72 s each) 24 min are left, 20 requests; back on the plan,
-/// the same bucket read with the plan's quota.
+/// Cara spends 6 of the tier's 10 (36 min of the hour); under her own 50
+/// an hour (72 s each) 24 min are left, 20 requests; back on the tier,
+/// the same bucket read with the tier's quota.
 async fn a_changed_quota_keeps_what_was_spent(tiers: &RateTier, tier: &str) {
     for _ in 0..6 {
         tiers.check("cara", tier, 1).await.unwrap().unwrap();
@@ -76,7 +76,7 @@ async fn a_changed_quota_keeps_what_was_spent(tiers: &RateTier, tier: &str) {
     assert_eq!((info.limit, info.remaining), (10, 2));
 }
 
-/// A window in place of the plan's rate: the typed error, each time, and
+/// A window in place of the tier's rate: the typed error, each time, and
 /// nothing charged.
 async fn an_own_quota_of_the_wrong_kind_fails_closed(
     tiers: &RateTier,
@@ -155,7 +155,7 @@ async fn over_http(tiers: RateTier, tier: &str) {
 }
 
 /// The scenarios above as tests on one store: `instance(tier)` builds a
-/// limiter whose plan `tier` is on it (the module names the store).
+/// limiter whose tier `tier` is on it (the module names the store).
 macro_rules! on_store {
     () => {
         #[tokio::test]
@@ -208,7 +208,7 @@ mod on_redis {
     use rate_tier_test_support::{TEST_TIMEOUT, redis_url};
     use tower_rate_tier::RedisStorage;
 
-    /// A limiter whose plan `tier` is on its own Redis connection.
+    /// A limiter whose tier `tier` is on its own Redis connection.
     async fn instance(tier: &str) -> RateTier {
         let connection = ::redis::Client::open(redis_url())
             .unwrap()
@@ -257,7 +257,7 @@ mod on_postgres {
     use rate_tier_test_support::{TEST_TIMEOUT, env};
     use tower_rate_tier::PostgresStorage;
 
-    /// A limiter whose plan `tier` is on its own pool, the table migrated.
+    /// A limiter whose tier `tier` is on its own pool, the table migrated.
     async fn instance(tier: &str) -> RateTier {
         let store = PostgresStorage::builder(&env::postgres_url())
             .unwrap()

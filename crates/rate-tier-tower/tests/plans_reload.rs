@@ -1,5 +1,5 @@
-//! Hot reload of plans, and plans from TOML.
-#![cfg(feature = "plans-toml")]
+//! Hot reload of tiers, and tiers from TOML.
+#![cfg(feature = "tiers-toml")]
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::sync::{Arc, Mutex};
@@ -11,7 +11,7 @@ use http::Request;
 use tower::ServiceExt;
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::{
-    LimitEvent, Plans, Quota, RateTier, TierIdentity, TierLimitLayer,
+    LimitEvent, Quota, RateTier, TierIdentity, TierLimitLayer, Tiers,
 };
 
 fn limiter(clock: &FakeClock) -> RateTier {
@@ -22,8 +22,8 @@ fn limiter(clock: &FakeClock) -> RateTier {
         .build()
 }
 
-fn plans(toml: &str) -> Plans {
-    Plans::builder().from_toml(toml).unwrap().build().unwrap()
+fn plans(toml: &str) -> Tiers {
+    Tiers::builder().from_toml(toml).unwrap().build().unwrap()
 }
 
 #[tokio::test]
@@ -55,7 +55,7 @@ async fn a_smaller_burst_leaves_a_debt_that_drains_at_the_rate() {
     // window of 12 s, a debt well within the ceiling, so Ana waits it and
     // one interval: 54 s, the time her ten requests took of the rate.
     tiers.reload(
-        Plans::builder()
+        Tiers::builder()
             .tier("free", Quota::per_minute(10).allow_burst(2))
             .build()
             .unwrap(),
@@ -72,7 +72,7 @@ async fn removed_tiers_follow_the_unknown_tier_policy_and_clones_see_reloads() {
     let tiers = limiter(&clock);
     let clone = tiers.clone();
     tiers.reload(
-        Plans::builder()
+        Tiers::builder()
             .tier("basic", Quota::per_minute(3))
             .build()
             .unwrap(),
@@ -106,7 +106,7 @@ async fn every_reload_is_an_event_for_the_limiters_listeners() {
     tiers.reload(plans("[tiers.free]\nlimit = 20\nper = \"minute\"\n"));
     assert_eq!(
         *heard.lock().unwrap(),
-        [LimitEvent::PlansReloaded {
+        [LimitEvent::TiersReloaded {
             tiers: vec!["free".to_owned()],
             fresh: vec![],
         }]
@@ -127,7 +127,7 @@ async fn reloads_while_checks_run_never_lose_or_double_a_charge() {
         .tier("free", Quota::per_minute(100))
         .build();
     let same = || {
-        Plans::builder()
+        Tiers::builder()
             .tier("free", Quota::per_minute(100))
             .build()
             .unwrap()
@@ -150,7 +150,7 @@ async fn reloads_while_checks_run_never_lose_or_double_a_charge() {
 }
 
 fn error_line(toml: &str) -> (usize, String) {
-    let err = Plans::builder().from_toml(toml).unwrap_err();
+    let err = Tiers::builder().from_toml(toml).unwrap_err();
     (err.line(), err.message().to_owned())
 }
 
@@ -232,7 +232,7 @@ async fn a_reload_keeps_the_policies_it_does_not_set() {
     tiers.reload(plans(
         "default_tier = \"free\"\n[tiers.free]\nlimit = 20\nper = \"minute\"\n",
     ));
-    let running = tiers.plans();
+    let running = tiers.tiers();
     assert_eq!(running.quota("free"), Some(Quota::per_minute(20)));
     assert_eq!(running.on_storage_error(), OnStorageError::Allow);
     assert_eq!(running.on_identity_error(), OnIdentityError::Allow);
@@ -245,9 +245,9 @@ async fn a_reload_keeps_the_policies_it_does_not_set() {
         .unwrap();
     assert_eq!(response.status(), 401, "still refused without a key");
 
-    // Plans that set a policy replace it.
+    // Tiers that set a policy replace it.
     tiers.reload(
-        Plans::builder()
+        Tiers::builder()
             .tier("free", Quota::per_minute(20))
             .on_storage_error(OnStorageError::Deny(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -256,7 +256,7 @@ async fn a_reload_keeps_the_policies_it_does_not_set() {
             .unwrap(),
     );
     assert_eq!(
-        tiers.plans().on_storage_error(),
+        tiers.tiers().on_storage_error(),
         OnStorageError::Deny(StatusCode::SERVICE_UNAVAILABLE)
     );
 }
@@ -264,7 +264,7 @@ async fn a_reload_keeps_the_policies_it_does_not_set() {
 #[tokio::test]
 async fn a_reload_may_add_a_tier_named_like_a_limit() {
     // Regression: a reload that adds tier `search` must not make its users'
-    // plan bucket the `search` limit's bucket (every /search of theirs would
+    // tier bucket the `search` limit's bucket (every /search of theirs would
     // be a 503: the same bucket twice in one decision). Tiers and limits
     // live in separate namespaces.
     let clock = FakeClock::new();
@@ -295,14 +295,14 @@ async fn a_reload_may_add_a_tier_named_like_a_limit() {
         }
     };
     tiers.reload(
-        Plans::builder()
+        Tiers::builder()
             .tier("free", Quota::per_minute(10))
             .tier("search", Quota::per_minute(100))
             .default_tier("free")
             .build()
             .unwrap(),
     );
-    // Sam's plan is the tier `search` (100/min); the endpoint limit
+    // Sam's tier is the tier `search` (100/min); the endpoint limit
     // `search` (3/min) is a bucket of its own: three pass, the fourth is
     // refused by the limit, never a 503.
     let answers = [

@@ -22,9 +22,9 @@ use rate_tier_storage::StorageExt;
 use support::http::get_as;
 use tower_rate_tier::storage::key::cluster_bucket_key;
 use tower_rate_tier::{
-    Concurrency, ConfigError, Error, Limit, LimitReason, LimitRequest, Plans,
-    Quota, RateTier, RedisStorage, Settle, StorageError, TierIdentity,
-    TierLimitLayer, Window, rules::Adjust,
+    Concurrency, ConfigError, Error, Limit, LimitReason, LimitRequest, Quota,
+    RateTier, RedisStorage, Settle, StorageError, TierIdentity, TierLimitLayer,
+    Tiers, Window, rules::Adjust,
 };
 
 mod support;
@@ -147,7 +147,7 @@ async fn nodes_holding(key: &str) -> Vec<String> {
 }
 
 /// `checks` concurrent `/search`es of one user, half through an instance
-/// on node 0 and half through one on node 2, with the plan (10/min) and a
+/// on node 0 and half through one on node 2, with the tier (10/min) and a
 /// search limit of `search` a minute: how many pass, and one instance.
 async fn race_two_limits(
     tier: &str,
@@ -275,7 +275,7 @@ fn window(limit: u32) -> Window {
 
 /// A user's windows, periods and slots share the user's slot; a global or
 /// keyed one is in a slot of its own. Limits that may meet in two slots are
-/// refused when the layer takes them, and plans that would make a live
+/// refused when the layer takes them, and tiers that would make a live
 /// layer's meet are refused by the reload, never at request time; the
 /// same limits per user are decided as one.
 #[tokio::test]
@@ -330,9 +330,9 @@ async fn cluster_windows_and_slots_in_two_partitions_are_refused_at_build_and_re
     assert!(r.body.contains(login.name()), "{r:?}");
 
     // A global window beside rates alone is fine; while such a layer
-    // lives, the plan may not become a window.
+    // lives, the tier may not become a window.
     let global = TierLimitLayer::new(tiers.clone()).limit(logins.clone());
-    let windowed = || Plans::builder().tier(&tier, window(10)).build().unwrap();
+    let windowed = || Tiers::builder().tier(&tier, window(10)).build().unwrap();
     assert_eq!(
         tiers.try_reload(windowed()).unwrap_err(),
         ConfigError::KindsInTwoPartitions {

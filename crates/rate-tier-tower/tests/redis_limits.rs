@@ -26,9 +26,9 @@ use redis::aio::ConnectionManager;
 use support::http::{Events, get_as};
 use tower_rate_tier::storage::key::bucket_key;
 use tower_rate_tier::{
-    Concurrency, Limit, LimitEvent, LimitRequest, Plans, Quota, RateLimitInfo,
-    RateTier, RedisStorage, Settle, TierIdentity, TierLimitLayer, Window,
-    rules::Adjust,
+    Concurrency, Limit, LimitEvent, LimitRequest, Quota, RateLimitInfo,
+    RateTier, RedisStorage, Settle, TierIdentity, TierLimitLayer, Tiers,
+    Window, rules::Adjust,
 };
 
 async fn connect() -> ConnectionManager {
@@ -50,7 +50,7 @@ async fn instance(tier: &str) -> RateTier {
         .build()
 }
 
-/// The names one test uses: a plan, a search limit, a tokens limit.
+/// The names one test uses: a tier, a search limit, a tokens limit.
 struct Names {
     tier: String,
     search: String,
@@ -176,7 +176,7 @@ async fn race(names: &Names, search: u32, checks: usize) -> (usize, RateTier) {
     (passed, first)
 }
 
-/// The remaining of the plan and of a per-user limit, read without
+/// The remaining of the tier and of a per-user limit, read without
 /// charging.
 async fn peek_two(tiers: &RateTier, tier: &str, limit: &Limit) -> (u64, u64) {
     let request = LimitRequest::new("key_ana", tier, 0).limit(limit, 0);
@@ -188,14 +188,14 @@ async fn peek_two(tiers: &RateTier, tier: &str, limit: &Limit) -> (u64, u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_pass_exactly_the_tighter_quota_and_refusals_charge_nothing()
  {
-    // The route limit is the tighter: 3 of 300 pass; the plan paid 3.
+    // The route limit is the tighter: 3 of 300 pass; the tier paid 3.
     let names = names();
     let (passed, tiers) = race(&names, 3, 300).await;
     assert_eq!(passed, 3);
     let search = Limit::new(names.search.clone(), Quota::per_minute(3));
     assert_eq!(peek_two(&tiers, &names.tier, &search).await, (7, 0));
 
-    // The plan is the tighter: 10 of 300 pass; the route limit paid 10.
+    // The tier is the tighter: 10 of 300 pass; the route limit paid 10.
     let names = self::names();
     let (passed, tiers) = race(&names, 50, 300).await;
     assert_eq!(passed, 10);
@@ -312,7 +312,7 @@ async fn a_settled_debt_on_redis_makes_the_next_generate_wait_about_12_s() {
             .body
             .contains(&format!(r#""limit":"{}""#, names.tokens))
     );
-    // The refusal charged nothing: the plan paid for the first only.
+    // The refusal charged nothing: the tier paid for the first only.
     assert_eq!(
         quota_of(&app, "key_ana").await,
         expect(&[(&names.tier, 9), (&names.search, 3), (&names.tokens, 0)])
@@ -447,7 +447,7 @@ async fn a_slot_held_past_its_lease_is_renewed_and_given_back_when_dropped() {
 /// per-user concurrency limit beside a global window (refused on a Redis
 /// Cluster, `redis_cluster_limit.rs`) is accepted when the layer is built,
 /// and decided as one: the window counts every user's logins. A reload of
-/// the plan to a window is accepted too.
+/// the tier to a window is accepted too.
 #[tokio::test]
 async fn limits_of_other_kinds_in_two_partitions_are_accepted_on_one_redis() {
     let tier = unique("free");
@@ -480,6 +480,6 @@ async fn limits_of_other_kinds_in_two_partitions_are_accepted_on_one_redis() {
     assert!(r.body.contains(logins.name()), "{r:?}");
     let windowed = Window::new(10, minute).unwrap();
     tiers
-        .try_reload(Plans::builder().tier(&tier, windowed).build().unwrap())
+        .try_reload(Tiers::builder().tier(&tier, windowed).build().unwrap())
         .unwrap();
 }

@@ -214,7 +214,7 @@ async fn a_ban_shorter_than_the_wait_is_refused_at_once_not_waited_for() {
     };
     let (banning, waiting) = (build(false), build(true));
     // Spent, then refused twice where requests do not wait: banned for 2 s,
-    // and the plan's next slot is in 1 s: both within the wait.
+    // and the tier's next slot is in 1 s: both within the wait.
     assert_eq!(served(&banning, "eva").await.1, None);
     for _ in 0..2 {
         assert_eq!(

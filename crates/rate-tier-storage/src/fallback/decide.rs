@@ -5,7 +5,7 @@
 //! for a Redis Cluster) and each domain has a breaker. A decision whose
 //! buckets all have an open breaker is local; one whose breakers are all
 //! closed (or due for a probe) goes to the primary. A decision over both
-//! (the plan of a user on a healthy node and a global limit on the node that
+//! (the tier of a user on a healthy node and a global limit on the node that
 //! is down) is **mixed**: the local part is decided first, in memory; if it
 //! refuses, the primary's part is only read; if it passes, the primary
 //! decides its part, and a refusal there gives the local charges back. All

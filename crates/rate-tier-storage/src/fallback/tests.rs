@@ -175,7 +175,7 @@ fn with_primary(share: u32, nodes: Nodes) -> Setup {
 }
 
 impl Setup {
-    /// A check of `cost` on the plan (10 per minute) of `user`.
+    /// A check of `cost` on the tier (10 per minute) of `user`.
     fn bucket<'a>(&'a self, user: &'a str, cost: u32) -> BucketCheck<'a> {
         BucketCheck::new(&self.plan, user, Quota::per_minute(10), cost).unwrap()
     }
@@ -491,7 +491,7 @@ async fn a_mixed_decision_refused_here_reports_an_unread_remote_part_as_passing(
     for _ in 0..10 {
         assert!(s.decide(&[s.bucket("bea", 1)]).await.0.verdict.allowed);
     }
-    // bea's plan refuses here; the read of ana's on the primary fails.
+    // bea's tier refuses here; the read of ana's on the primary fails.
     s.primary.fail(Some("node-a"), timeout);
     let (decided, out) =
         s.decide(&[s.bucket("ana", 1), s.bucket("bea", 1)]).await;
@@ -545,7 +545,7 @@ async fn a_mixed_decision_refused_by_the_primary_gives_back_only_what_it_charged
  {
     let s = setup(1);
     s.open("node-b");
-    // ana's plan is spent on the primary.
+    // ana's tier is spent on the primary.
     for _ in 0..10 {
         s.decide(&[s.bucket("ana", 1)]).await;
     }
@@ -565,7 +565,7 @@ async fn a_mixed_decision_refused_by_the_primary_gives_back_only_what_it_charged
     assert!(!decided.verdict.allowed);
     assert_eq!(decided.verdict.refused_by, Some(0));
     assert!(!out[2].allowed, "the shadow limit refused");
-    // bea's plan was charged here and given back; the shadow limit holds
+    // bea's tier was charged here and given back; the shadow limit holds
     // what it held.
     assert_eq!(out[1].remaining, 10);
     assert_eq!(s.read(s.store.local(), s.bucket("bea", 1)).remaining, 10);

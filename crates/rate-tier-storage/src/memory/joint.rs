@@ -135,7 +135,7 @@ impl Inner {
         hash
     }
 
-    /// [`decide_many`](Self::decide_many) of a few buckets (a user's plan
+    /// [`decide_many`](Self::decide_many) of a few buckets (a user's tier
     /// and limits): the same steps on stack arrays, and usually one shard
     /// (a user's buckets share theirs), so one read lock.
     #[inline(always)]

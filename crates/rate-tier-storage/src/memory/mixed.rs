@@ -374,7 +374,7 @@ mod tests {
         let logins =
             BucketCheck::of_rule(login, "bea", window.into(), 1).unwrap();
         let mut out = [Decision::default(); 3];
-        // Full: ana's day and plan, and bea's logins.
+        // Full: ana's day and tier, and bea's logins.
         for held in [day, rate(free), logins] {
             store.check_sync(&[held], &mut out[..1]).unwrap();
         }
@@ -386,7 +386,7 @@ mod tests {
             if !waited {
                 waited = true;
                 // Meanwhile: ana's export, new, evicts a bucket of hers
-                // (her plan or her day) for its place.
+                // (her tier or her day) for its place.
                 store
                     .check_sync(&[rate(export)], &mut [Decision::default()])
                     .unwrap();

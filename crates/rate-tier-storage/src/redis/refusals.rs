@@ -109,7 +109,7 @@ impl Refusals {
             checks.iter().zip(keys).enumerate().find_map(
                 |(i, (check, bucket_key))| {
                     // A window or a period under a key a rate's refusal was
-                    // remembered under (a plan reload changed its kind) is not
+                    // remembered under (a tier reload changed its kind) is not
                     // that rate: its nominal quota may even be the same.
                     if check.is_shadow() || !check.is_rate() {
                         return None;
@@ -387,7 +387,7 @@ mod tests {
             (true, 7, 16_000)
         );
         assert_eq!(out[1].retry_after_us, 4_000);
-        // The plan alone was part of it too; another bucket was not.
+        // The tier alone was part of it too; another bucket was not.
         let mut one = [Decision::default()];
         assert_eq!(
             refusals.answer(&checks[1..], &keys[1..], 3_000, &mut one),
@@ -529,7 +529,7 @@ mod tests {
 
     #[test]
     fn a_read_refused_beside_another_read_is_answered_from_memory() {
-        // A ban's end in debt, read beside a read of the plan: the refusal
+        // A ban's end in debt, read beside a read of the tier: the refusal
         // is that read's own, and holds until its end.
         let refusals = Refusals::default();
         let (ban, plan) = (
@@ -570,7 +570,7 @@ mod tests {
             BucketCheck::new(&search, "ana", quota, 1).unwrap(),
         ];
         let keys = keys_of(&checks);
-        // Both refused, sent at 1 000: the plan for 6 000 more, `search`
+        // Both refused, sent at 1 000: the tier for 6 000 more, `search`
         // for 2 000.
         refusals.remember(
             &checks,
@@ -729,7 +729,7 @@ mod tests {
         let old = old.unwrap();
         let key = key_of(&old);
         refusals.remember(&[old], &key, &[refused(10_000)], 0, 0);
-        // A plan reload: a costlier request under the new quota is refused
+        // A tier reload: a costlier request under the new quota is refused
         // while the old refusal lasts. It is the one remembered now.
         let new = BucketCheck::new(&name, "ana", Quota::per_minute(20), 2);
         let new = new.unwrap();

@@ -10,17 +10,17 @@ use tower_service::Service;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RouteCost(pub u32);
 
-/// A layer that makes the limiter it wraps charge `cost` for the plan.
+/// A layer that makes the limiter it wraps charge `cost` for the tier.
 ///
 /// It only wraps a [`TierLimit`](super::TierLimit): placed anywhere else it does not compile.
 /// That is on purpose. In axum, a layer on a route (`get(h).layer(...)`)
 /// runs *after* a limiter added with `Router::layer`, so a cost set there
 /// would arrive too late and every request would silently cost 1 (the bug of
 /// tower-rate-tier 0.2). Put a limiter on the route and `tier_cost` over it
-/// (nesting under a plan-wide layer works: each limiter charges its own
+/// (nesting under a tier-wide layer works: each limiter charges its own
 /// buckets), or give the cost in
 /// [`TierLimitLayer::cost_fn`](super::TierLimitLayer::cost_fn) or a
-/// [`Limit`](crate::Limit) of the plan-wide layer.
+/// [`Limit`](crate::Limit) of the tier-wide layer.
 ///
 /// ```
 /// use axum::{Router, routing::get};

@@ -41,7 +41,7 @@ use crate::outcome::{LimitReason, Limited};
 /// code clients back off and retry on; and the gRPC status code guide says
 /// `PERMISSION_DENIED` "must not be used for rejections caused by exhausting
 /// some resource". `FAILED_PRECONDITION` is its code for "do not retry until
-/// the system state has been explicitly fixed" (here: a bigger plan, or a
+/// the system state has been explicitly fixed" (here: a bigger tier, or a
 /// cheaper call). A cost above a fallback's local share during an outage is
 /// transient, so it is `UNAVAILABLE`, never `FAILED_PRECONDITION`.
 ///

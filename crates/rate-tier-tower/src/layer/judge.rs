@@ -63,7 +63,7 @@ pub(super) enum Now {
 
 impl Config {
     /// The common case's identity and cost, from the headers alone, without
-    /// taking the request apart: an identity from the headers, the plan's
+    /// taking the request apart: an identity from the headers, the tier's
     /// limit alone at the route's cost or 1, no observer to time it for.
     /// `None`: anything else, which [`Config::judge_parts`] decides.
     pub(super) fn quick<'h>(
@@ -226,7 +226,7 @@ impl Config {
         let identity = match identifier.identify(parts).await {
             Ok(identity) => identity,
             Err(error) => {
-                let policy = self.tiers.plans().on_identity_error();
+                let policy = self.tiers.tiers().on_identity_error();
                 events.push(|| LimitEvent::IdentityFailed {
                     error: error.to_string(),
                     policy,

@@ -18,7 +18,7 @@ use crate::limit::Limit;
 use crate::limiter::RateTier;
 use crate::observe::Observer;
 
-/// Applies a [`RateTier`] to every request of the wrapped service: its plan,
+/// Applies a [`RateTier`] to every request of the wrapped service: its tier,
 /// and any [`Limit`]s of its own, as one decision per request.
 ///
 /// Cheap to clone; every service it makes shares the limiter's state, so a
@@ -127,7 +127,7 @@ impl<R> TierLimitLayer<R> {
 
     /// Identifies requests from their headers: `None` means no identity.
     /// The identity may borrow the headers: a rule that reads a key and
-    /// maps it to a `&'static` plan name allocates nothing.
+    /// maps it to a `&'static` tier name allocates nothing.
     pub fn identifier_fn<F>(self, identify: F) -> Self
     where
         F: for<'h> Fn(&'h HeaderMap) -> Option<TierIdentity<'h>>
@@ -154,7 +154,7 @@ impl<R> TierLimitLayer<R> {
         self.map(|c| c.identifier = Identifier::Async(Arc::new(identifier)))
     }
 
-    /// The plan's cost of each request (default 1). It runs inside this
+    /// The tier's cost of each request (default 1). It runs inside this
     /// middleware, before the check. A cost of 0 is a bug in the function:
     /// the request is answered 500 and [`LimitEvent::InvalidCost`] is
     /// reported.
@@ -166,7 +166,7 @@ impl<R> TierLimitLayer<R> {
     }
 
     /// Adds a limit of its own (per endpoint, per address, global...): a
-    /// request is decided against its plan and every limit that applies to
+    /// request is decided against its tier and every limit that applies to
     /// it, all or nothing. See [`Limit`].
     ///
     /// # Panics
@@ -188,7 +188,7 @@ impl<R> TierLimitLayer<R> {
     /// does not decide is [`ConfigError::UnsupportedKind`]; on a Redis
     /// Cluster, windows, periods or concurrency limits that could meet in
     /// one request in two partitions (a global or keyed one beside another
-    /// of the plan's or the layer's) are
+    /// of the tier's or the layer's) are
     /// [`ConfigError::KindsInTwoPartitions`].
     ///
     /// ```
@@ -225,7 +225,7 @@ impl<R> TierLimitLayer<R> {
         }))
     }
 
-    /// Requests for which `peek` holds read every limit (the plan's and
+    /// Requests for which `peek` holds read every limit (the tier's and
     /// each [`Limit`]'s, whatever their [`Limit::when`]) without charging
     /// any: their [`RateLimitInfo`](crate::RateLimitInfo), in the
     /// request's extensions, lists them all (e.g. for a `/quota` route).

@@ -1,9 +1,9 @@
 //! The Tower middleware: [`TierLimitLayer`] and its service [`TierLimit`].
 //!
 //! For each request the service finds the identity (header function or async
-//! [`TierIdentifier`](crate::TierIdentifier)), the costs (the plan's
+//! [`TierIdentifier`](crate::TierIdentifier)), the costs (the tier's
 //! [`cost_fn`], or a [`tier_cost`] layer over it; each [`Limit`]'s), asks
-//! the [`RateTier`](crate::RateTier) for one decision over the plan and every
+//! the [`RateTier`](crate::RateTier) for one decision over the tier and every
 //! limit that applies, and either calls the inner service, adding the
 //! rate-limit headers to its response, or answers by itself without calling
 //! it:
@@ -11,7 +11,7 @@
 //! | case | status | body |
 //! |---|---|---|
 //! | allowed | the inner service's | the inner service's |
-//! | the plan's bucket empty | 429, `retry-after` rounded up | `{"error":"rate limit exceeded","tier":"free","retry_after":6}` |
+//! | the tier's bucket empty | 429, `retry-after` rounded up | `{"error":"rate limit exceeded","tier":"free","retry_after":6}` |
 //! | a limit's bucket empty | 429, the longest wait | `{"error":"rate limit exceeded","tier":"free","limit":"search","retry_after":20}` |
 //! | cost above the burst | 403, no `retry-after`, store untouched | `{"error":"request cost exceeds the tier's burst",...}` |
 //! | no identity, `OnMissing::Deny(s)` | `s` | `{"error":"identity required"}` |

@@ -229,7 +229,7 @@ pub fn limited_response_with<B: From<String>>(
     limited: &Limited,
     style: HeaderStyle,
 ) -> Response<B> {
-    // The plan's refusal keeps the 0.3 body; a limit of its own is named.
+    // The tier's refusal keeps the 0.3 body; a limit of its own is named.
     let named = if limited.is_plan_limit() {
         String::new()
     } else {

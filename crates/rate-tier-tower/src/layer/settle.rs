@@ -234,7 +234,7 @@ impl SettlePlan {
 /// A settlement that failed is reported; the response goes out regardless.
 fn report(config: &Config, result: Result<(), StorageError>) {
     if let Err(error) = result {
-        let policy = config.tiers.plans().on_storage_error();
+        let policy = config.tiers.tiers().on_storage_error();
         let storage = config.tiers.storage().kind();
         config.emit(LimitEvent::StorageError {
             storage,

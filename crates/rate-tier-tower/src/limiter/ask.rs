@@ -10,7 +10,7 @@ use rate_tier_storage::Rule;
 use crate::identity::OwnQuota;
 use crate::limit::{Limit, Scope};
 
-/// What one decision is asked: the identity, the plan's cost, the limits of
+/// What one decision is asked: the identity, the tier's cost, the limits of
 /// their own. Every way in (the layer, [`RateTier::check`],
 /// [`RateTier::decide`]) makes one; it borrows everything, and is copied
 /// freely.
@@ -21,18 +21,18 @@ use crate::limit::{Limit, Scope};
 pub(crate) struct Ask<'a> {
     /// The user and the tier they claim; `None`: no identity.
     pub(crate) identity: Option<(&'a str, &'a str)>,
-    /// The plan's cost; 0 reads the buckets (a peek).
+    /// The tier's cost; 0 reads the buckets (a peek).
     pub(crate) cost: u32,
     /// Other limits that apply, each with its partition and cost.
     pub(crate) extra: &'a [Extra<'a>],
     /// Every limit in shadow mode.
     pub(crate) shadow: bool,
-    /// The customer's own quotas, by plan or limit name.
+    /// The customer's own quotas, by tier or limit name.
     pub(crate) quotas: &'a [OwnQuota],
 }
 
 impl<'a> Ask<'a> {
-    /// The plan's limit alone: `user` on `tier` at `cost`.
+    /// The tier's limit alone: `user` on `tier` at `cost`.
     #[inline]
     pub(crate) fn plan(user: &'a str, tier: &'a str, cost: u32) -> Self {
         Ask {
@@ -51,7 +51,7 @@ impl<'a> Ask<'a> {
         self
     }
 
-    /// Whether it asks for the plan's enforced limit alone, and charges it:
+    /// Whether it asks for the tier's enforced limit alone, and charges it:
     /// the common case, decided on a path of its own.
     #[inline]
     pub(crate) fn plan_alone(&self) -> Option<(&'a str, &'a str, u32)> {
@@ -81,7 +81,7 @@ pub(crate) struct Extra<'a> {
 }
 
 /// A request for [`RateTier::decide`](crate::RateTier::decide): a user on a
-/// tier, the plan's cost, and other limits with their costs.
+/// tier, the tier's cost, and other limits with their costs.
 ///
 /// ```
 /// use tower_rate_tier::{Limit, LimitRequest, Quota};
@@ -102,7 +102,7 @@ pub struct LimitRequest<'a> {
 }
 
 impl<'a> LimitRequest<'a> {
-    /// `user` on `tier`, costing the plan `cost` (0: a peek, every bucket
+    /// `user` on `tier`, costing the tier `cost` (0: a peek, every bucket
     /// read and none charged).
     #[inline]
     pub fn new(user: &'a str, tier: &'a str, cost: u32) -> Self {
@@ -120,7 +120,7 @@ impl<'a> LimitRequest<'a> {
         }
     }
 
-    /// The customer's own quota for the plan or limit `name`, in place of
+    /// The customer's own quota for the tier or limit `name`, in place of
     /// the configured one (see [`TierIdentity::with_quota`]).
     ///
     /// ```

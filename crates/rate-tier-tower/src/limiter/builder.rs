@@ -15,10 +15,10 @@ use super::{Inner, RateTier};
 use crate::error::ConfigError;
 use crate::event::LimitEvent;
 use crate::observe::Observer;
-use crate::plans::{Plans, PlansBuilder};
 use crate::policy::{
     OnIdentityError, OnMissing, OnStorageError, OnUnknownTier,
 };
+use crate::tiers::{Tiers, TiersBuilder};
 
 type Listener = Arc<dyn Fn(&LimitEvent) + Send + Sync>;
 
@@ -26,7 +26,7 @@ type Listener = Arc<dyn Fn(&LimitEvent) + Send + Sync>;
 #[derive(Default)]
 #[must_use]
 pub struct RateTierBuilder {
-    plans: PlansBuilder,
+    plans: TiersBuilder,
     storage: Option<Arc<dyn Storage>>,
     clock: Option<SharedClock>,
     key_secret: Option<Vec<u8>>,
@@ -59,7 +59,7 @@ impl RateTierBuilder {
     /// ```
     pub const DEFAULT_MAX_WAITING: usize = DEFAULT_MAX_WAITING;
 
-    /// Adds a tier (plan): a name of 1 to 64 `[A-Za-z0-9_.-]` and its quota.
+    /// Adds a tier (a plan a customer is on): a name of 1 to 64 `[A-Za-z0-9_.-]` and its quota.
     pub fn tier(
         mut self,
         name: impl Into<String>,
@@ -118,17 +118,17 @@ impl RateTierBuilder {
         self
     }
 
-    /// Replaces the tiers and policies set so far with `plans` (for
-    /// example read from a file with `PlansBuilder::from_toml`).
+    /// Replaces the tiers and policies set so far with `tiers` (for
+    /// example read from a file with `TiersBuilder::from_toml`).
     ///
     /// ```
-    /// use tower_rate_tier::{Plans, Quota, RateTier};
-    /// let plans = Plans::builder().tier("free", Quota::per_minute(10));
-    /// let tiers = RateTier::builder().plans(plans).build();
+    /// use tower_rate_tier::{Tiers, Quota, RateTier};
+    /// let tiers = Tiers::builder().tier("free", Quota::per_minute(10));
+    /// let tiers = RateTier::builder().tiers(tiers).build();
     /// assert_eq!(tiers.quota("free"), Some(Quota::per_minute(10)));
     /// ```
-    pub fn plans(mut self, plans: PlansBuilder) -> Self {
-        self.plans = plans;
+    pub fn tiers(mut self, tiers: TiersBuilder) -> Self {
+        self.plans = tiers;
         self
     }
 
@@ -211,7 +211,7 @@ impl RateTierBuilder {
     /// customer to `ratio` of a limit used (envoyproxy/ratelimit's
     /// `NEAR_LIMIT_RATIO`, 0.8 there): what is left falls to at most
     /// `1 - ratio` of it. Once per crossing. A ratio outside (0, 1] is
-    /// [`ConfigError::InvalidNearLimit`]. The plan alone then takes the
+    /// [`ConfigError::InvalidNearLimit`]. The tier alone then takes the
     /// general path (a few tens of ns more per check in memory).
     ///
     /// ```
@@ -406,10 +406,10 @@ impl RateTierBuilder {
     }
 }
 
-/// Every tier of `plans` is of a kind `store` decides: never a rate in its
+/// Every tier of `tiers` is of a kind `store` decides: never a rate in its
 /// place.
 pub(super) fn check_kinds(
-    plans: &Plans,
+    plans: &Tiers,
     store: &Arc<dyn Storage>,
 ) -> Result<(), ConfigError> {
     plans

@@ -1,4 +1,4 @@
-//! The limiter: [`RateTier`], the plans it applies, the store it asks, and
+//! The limiter: [`RateTier`], the tiers it applies, the store it asks, and
 //! who hears what it does.
 //!
 //! - `ask.rs`: what a decision is asked, and [`LimitRequest`];
@@ -46,9 +46,9 @@ use crate::error::{ConfigError, Error};
 use crate::event::LimitEvent;
 use crate::limit::Limit;
 use crate::observe::{Checked, Observer};
-use crate::plans::Plans;
+use crate::tiers::Tiers;
 
-/// Plans, their quotas and the policies for what does not fit: the limiter.
+/// Tiers, their quotas and the policies for what does not fit: the limiter.
 ///
 /// Build one with [`RateTier::builder`]; clones share the configuration and
 /// the store. Use it through [`TierLimitLayer`](crate::TierLimitLayer), or
@@ -72,11 +72,11 @@ pub struct RateTier {
 }
 
 pub(crate) struct Inner {
-    pub(crate) plans: ArcSwap<Plans>,
+    pub(crate) plans: ArcSwap<Tiers>,
     /// Unique per limiter (never reused, unlike an address): the key of the
-    /// thread-local copy of the plans.
+    /// thread-local copy of the tiers.
     pub(crate) id: u64,
-    /// Bumped after every reload: a thread's copy of older plans is stale.
+    /// Bumped after every reload: a thread's copy of older tiers is stale.
     pub(crate) generation: AtomicU64,
     /// The store.
     pub(crate) store: Arc<dyn Storage>,
@@ -96,7 +96,7 @@ pub(crate) struct Inner {
     /// The share of a limit used from which a customer is near it
     /// ([`RateTierBuilder::near_limit`]).
     pub(crate) near_limit: Option<f64>,
-    /// The plan alone may take its own fast path: nothing else to do for
+    /// The tier alone may take its own fast path: nothing else to do for
     /// it (no waiting, no near-limit watch, no bans).
     pub(crate) plan_fast: bool,
     /// Who is banned, and when one is ([`RateTierBuilder::ban`]).
@@ -123,18 +123,18 @@ impl RateTier {
         RateTierBuilder::default()
     }
 
-    /// The quota of a configured tier, in the plans in force now.
+    /// The quota of a configured tier, in the tiers in force now.
     pub fn quota(&self, tier: &str) -> Option<Quota> {
         self.inner.plans.load().quota(tier)
     }
 
-    /// The default tier of the plans in force now, if one is set.
+    /// The default tier of the tiers in force now, if one is set.
     pub fn default_tier(&self) -> Option<&'static str> {
         self.inner.plans.load().default_tier()
     }
 
-    /// The plans in force now.
-    pub fn plans(&self) -> Arc<Plans> {
+    /// The tiers in force now.
+    pub fn tiers(&self) -> Arc<Tiers> {
         self.inner.plans.load_full()
     }
 
@@ -149,24 +149,24 @@ impl RateTier {
         &self.inner.store
     }
 
-    /// Replaces the plans, for every clone of this limiter, without a
+    /// Replaces the tiers, for every clone of this limiter, without a
     /// restart and without losing any bucket: requests already deciding
-    /// finish on the old plans, later ones use the new. A bucket is its tier
+    /// finish on the old tiers, later ones use the new. A bucket is its tier
     /// name and user, and its TAT stays: a user who spent half of their
     /// bucket has spent half of the new one; with a smaller burst, what
     /// they spent beyond it is a debt that drains at the rate (the time
-    /// their requests took of the plan, never more). Reported as
-    /// [`LimitEvent::PlansReloaded`].
+    /// their requests took of the tier, never more). Reported as
+    /// [`LimitEvent::TiersReloaded`].
     ///
-    /// A policy the new plans do not set (`on_missing`, `on_unknown_tier`,
+    /// A policy the new tiers do not set (`on_missing`, `on_unknown_tier`,
     /// `on_storage_error`, `on_identity_error`) is kept from the running
-    /// plans where it was set and still applies, so plans read from a file
-    /// do not quietly turn a 401 into the default tier. Plans are validated
-    /// when built ([`PlansBuilder::build`](crate::PlansBuilder::build)), so a
-    /// bad configuration never reaches this call: the old plans stay.
+    /// tiers where it was set and still applies, so tiers read from a file
+    /// do not quietly turn a 401 into the default tier. Tiers are validated
+    /// when built ([`TiersBuilder::build`](crate::TiersBuilder::build)), so a
+    /// bad configuration never reaches this call: the old tiers stay.
     ///
     /// ```
-    /// use tower_rate_tier::{Plans, Quota, RateTier, clock::FakeClock};
+    /// use tower_rate_tier::{Tiers, Quota, RateTier, clock::FakeClock};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let limiter = RateTier::builder()
     ///     .clock(FakeClock::new())
@@ -177,25 +177,25 @@ impl RateTier {
     /// }
     /// // Ana spent half her bucket (its TAT is 30 s ahead, of 60 s). Free
     /// // becomes 20 per minute: she still has half of it, 10, left.
-    /// limiter.reload(Plans::builder().tier("free", Quota::per_minute(20)).build().unwrap());
+    /// limiter.reload(Tiers::builder().tier("free", Quota::per_minute(20)).build().unwrap());
     /// let info = limiter.check("ana", "free", 1).await.unwrap().unwrap();
     /// assert_eq!((info.limit, info.remaining), (20, 9));
     /// # }
     /// ```
     ///
-    /// Plans with a tier of a kind the store does not decide are refused
-    /// (the running plans stay), reported as [`LimitEvent::PlansRefused`]:
+    /// Tiers with a tier of a kind the store does not decide are refused
+    /// (the running tiers stay), reported as [`LimitEvent::TiersRefused`]:
     /// see [`RateTier::try_reload`].
-    pub fn reload(&self, plans: Plans) {
+    pub fn reload(&self, plans: Tiers) {
         if let Err(error) = self.try_reload(plans) {
-            self.emit(|| LimitEvent::PlansRefused { error });
+            self.emit(|| LimitEvent::TiersRefused { error });
         }
     }
 
     /// [`RateTier::reload`], with the refusal as an error.
     ///
     /// ```
-    /// use tower_rate_tier::{ConfigError, LimitEvent, Period, PeriodUnit, Plans, Quota, RateTier};
+    /// use tower_rate_tier::{ConfigError, LimitEvent, Period, PeriodUnit, Tiers, Quota, RateTier};
     /// let limiter = RateTier::builder().tier("free", Quota::per_minute(10)).build();
     /// // In memory, a tier may become a monthly quota; its buckets start
     /// // fresh, and the reload says so.
@@ -203,10 +203,10 @@ impl RateTier {
     /// let sink = heard.clone();
     /// let _listening = limiter.subscribe(move |e| sink.lock().unwrap().push(e.clone()));
     /// let monthly = Period::new(1000, PeriodUnit::Month, 0)?;
-    /// limiter.try_reload(Plans::builder().tier("free", monthly).build()?)?;
+    /// limiter.try_reload(Tiers::builder().tier("free", monthly).build()?)?;
     /// assert!(matches!(
     ///     &heard.lock().unwrap()[..],
-    ///     [LimitEvent::PlansReloaded { fresh, .. }] if fresh == &["free"]
+    ///     [LimitEvent::TiersReloaded { fresh, .. }] if fresh == &["free"]
     /// ));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -218,11 +218,11 @@ impl RateTier {
     /// Cluster, a tier that becomes a window, a period or a concurrency
     /// limit beside a live layer's global or keyed limit of those kinds.
     /// Nothing changed.
-    pub fn try_reload(&self, plans: Plans) -> Result<(), ConfigError> {
+    pub fn try_reload(&self, plans: Tiers) -> Result<(), ConfigError> {
         builder::check_kinds(&plans, &self.inner.store)?;
         let tiers = plans.tier_names().map(str::to_owned).collect();
         let mut fresh = Vec::new();
-        // rcu: policies are kept from the plans actually replaced, even
+        // rcu: policies are kept from the tiers actually replaced, even
         // if two reloads race.
         self.replace_plans(&plans, || {
             self.inner.plans.rcu(|running| {
@@ -233,9 +233,9 @@ impl RateTier {
             })
         })?;
         // After the store: a thread that sees the new generation loads the
-        // new plans.
+        // new tiers.
         self.inner.generation.fetch_add(1, Ordering::Release);
-        self.emit(|| LimitEvent::PlansReloaded { tiers, fresh });
+        self.emit(|| LimitEvent::TiersReloaded { tiers, fresh });
         Ok(())
     }
 
@@ -252,7 +252,7 @@ impl RateTier {
         subscription
     }
 
-    /// Charges `cost` to `user`'s bucket in `tier`: the plan's limit alone.
+    /// Charges `cost` to `user`'s bucket in `tier`: the tier's limit alone.
     ///
     /// The outer `Result` is an error of the store or of the input (cost 0);
     /// the inner one is the decision. An unknown tier follows the
@@ -297,7 +297,7 @@ impl RateTier {
         CheckFuture::new(self, Ask::plan(user, tier, cost))
     }
 
-    /// Decides a request against its plan and other limits, as one
+    /// Decides a request against its tier and other limits, as one
     /// decision: every bucket is charged, or none is. A refusal names the
     /// limit that refused ([`Limited::limit_name`](crate::Limited::limit_name))
     /// and waits for the longest of the refusing limits.
@@ -325,9 +325,9 @@ impl RateTier {
     /// let refused = limiter.decide(&request).await.unwrap().unwrap_err();
     /// assert_eq!(refused.limit_name(), "search");
     /// assert_eq!(refused.retry_after_secs(), 20);
-    /// // All or nothing: the plan was not charged for the refusal.
-    /// let plan = limiter.peek("ana", "free").await.unwrap();
-    /// assert_eq!(plan.remaining, 7);
+    /// // All or nothing: the tier was not charged for the refusal.
+    /// let tier = limiter.peek("ana", "free").await.unwrap();
+    /// assert_eq!(tier.remaining, 7);
     /// # }
     /// ```
     pub fn decide<'a, 'r: 'a>(
@@ -337,7 +337,7 @@ impl RateTier {
         CheckFuture::new(self, request.ask())
     }
 
-    /// Reads the plan's bucket of `user` in `tier` without charging it.
+    /// Reads the tier's bucket of `user` in `tier` without charging it.
     ///
     /// ```
     /// use tower_rate_tier::{Quota, RateTier};
@@ -443,7 +443,7 @@ impl RateTier {
         Ok(())
     }
 
-    /// Puts `user`'s buckets back to full: the plan's, on every tier (the
+    /// Puts `user`'s buckets back to full: the tier's, on every tier (the
     /// one they left when they upgraded too), and those of `limits` of
     /// their own (a global or keyed limit is everyone's, and is left as it
     /// is), and their ban if they are banned. Every store resets the set at
@@ -530,18 +530,18 @@ impl RateTier {
 }
 
 thread_local! {
-    /// The plans this thread used last, and whose they are: reading them is
-    /// a comparison, where a snapshot of the shared plans is a few atomic
+    /// The tiers this thread used last, and whose they are: reading them is
+    /// a comparison, where a snapshot of the shared tiers is a few atomic
     /// operations. One limiter's at a time (the last one used).
-    static PLANS: RefCell<Option<(u64, u64, Arc<Plans>)>> =
+    static PLANS: RefCell<Option<(u64, u64, Arc<Tiers>)>> =
         const { RefCell::new(None) };
 }
 
 impl Inner {
-    /// Runs `f` on the plans in force, from this thread's copy when it is
+    /// Runs `f` on the tiers in force, from this thread's copy when it is
     /// current: no atomic read-modify-write on a shared counter.
     #[inline(always)]
-    pub(crate) fn with_plans<R>(&self, f: impl FnOnce(&Plans) -> R) -> R {
+    pub(crate) fn with_plans<R>(&self, f: impl FnOnce(&Tiers) -> R) -> R {
         let generation = self.generation.load(Ordering::Acquire);
         let mut f = Some(f);
         let done = PLANS.try_with(|cell| {

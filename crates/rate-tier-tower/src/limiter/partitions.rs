@@ -4,7 +4,7 @@
 //! partition). Such a decision would be refused at run time, for every
 //! request that makes it; here it is refused at build time instead
 //! ([`ConfigError::KindsInTwoPartitions`]): when a layer takes a limit,
-//! and when plans are reloaded under live layers.
+//! and when tiers are reloaded under live layers.
 //!
 //! [`Capabilities::spans_partitions`]: rate_tier_storage::Capabilities::spans_partitions
 
@@ -15,7 +15,7 @@ use rate_tier_storage::{RuleKind, Storage, StorageExt};
 use super::RateTier;
 use crate::error::ConfigError;
 use crate::limit::{Limit, Scope};
-use crate::plans::Plans;
+use crate::tiers::Tiers;
 
 /// The limits of the live layers over one limiter that hold a window, a
 /// period or a concurrency limit, on a store that does not span
@@ -25,7 +25,7 @@ use crate::plans::Plans;
 pub(crate) struct Layers(Mutex<Vec<Weak<[Limit]>>>);
 
 impl RateTier {
-    /// Checks the limits of a layer against the plans in force, and keeps
+    /// Checks the limits of a layer against the tiers in force, and keeps
     /// them for the checks of later reloads as long as the returned list
     /// lives (the layer holds it). `None`: nothing to keep (the store spans
     /// partitions, or the limits are all rates).
@@ -48,12 +48,12 @@ impl RateTier {
         Ok(Some(kept))
     }
 
-    /// Checks `plans` against the limits of every live layer, and then
+    /// Checks `tiers` against the limits of every live layer, and then
     /// runs `replace` (which puts them in force) before any layer can take
     /// another limit.
     pub(crate) fn replace_plans<R>(
         &self,
-        plans: &Plans,
+        plans: &Tiers,
         replace: impl FnOnce() -> R,
     ) -> Result<R, ConfigError> {
         let layers = self.inner.layers.lock();
@@ -72,13 +72,13 @@ impl Layers {
     }
 }
 
-/// On a store that does not span partitions: that in no tier of `plans`
+/// On a store that does not span partitions: that in no tier of `tiers`
 /// do two windows, periods or concurrency limits of different partitions
-/// (the plan's, per user, and `limits`') meet. Every limit is taken to
+/// (the tier's, per user, and `limits`') meet. Every limit is taken to
 /// apply to every request (a `when` is not known before one).
 pub(crate) fn check(
     store: &Arc<dyn Storage>,
-    plans: &Plans,
+    plans: &Tiers,
     limits: &[Limit],
 ) -> Result<(), ConfigError> {
     if store.capabilities().spans_partitions {

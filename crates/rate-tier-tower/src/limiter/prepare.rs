@@ -21,11 +21,11 @@ use crate::error::Error;
 use crate::event::LimitEvent;
 use crate::identity::UserId;
 use crate::outcome::{LimitReason, Limited};
-use crate::plans::StaticName;
-use crate::plans::{Plans, Tier};
 use crate::policy::{OnMissing, OnStorageError, OnUnknownTier};
+use crate::tiers::StaticName;
+use crate::tiers::{Tier, Tiers};
 
-/// Buckets of one decision held without spilling to the heap: the plan and
+/// Buckets of one decision held without spilling to the heap: the tier and
 /// three limits of its own.
 pub(crate) const INLINE: usize = 4;
 
@@ -163,7 +163,7 @@ impl Owned {
     }
 }
 
-/// What a decision needs of the plans: the tier that applies, and the
+/// What a decision needs of the tiers: the tier that applies, and the
 /// store's failure policy.
 #[derive(Debug, Clone, Copy)]
 struct Resolved {
@@ -174,7 +174,7 @@ struct Resolved {
 }
 
 impl Resolved {
-    fn of(plans: &Plans, tier: &Tier) -> Self {
+    fn of(plans: &Tiers, tier: &Tier) -> Self {
         Resolved {
             name: tier.name,
             key: tier.key,
@@ -196,7 +196,7 @@ impl RateTier {
         prepared: &mut Prepared<'p>,
         events: &mut Events,
     ) -> Result<(), Ruling> {
-        // What the decision needs of the plans, copied out of the snapshot
+        // What the decision needs of the tiers, copied out of the snapshot
         // (names are interned): a few words cross it, not the decision.
         let (user, tier) = self
             .inner
@@ -307,7 +307,7 @@ impl RateTier {
     /// identity and unknown-tier policies.
     fn resolve<'a>(
         &self,
-        plans: &Plans,
+        plans: &Tiers,
         ask: &Ask<'a>,
         events: &mut Events,
     ) -> Result<(&'a str, Resolved), Ruling> {
@@ -359,7 +359,7 @@ impl RateTier {
     }
 }
 
-/// The customer's own rule for the plan or limit `name` in place of
+/// The customer's own rule for the tier or limit `name` in place of
 /// `configured`, if `ask` has one; one of another kind is refused (never a
 /// silent change of kind, never unlimited).
 fn own_rule(

@@ -31,13 +31,13 @@ use crate::outcome::{
     Admitted, LimitReason, LimitState, Limited, RateLimitInfo, States,
     most_constraining, shared_states,
 };
-use crate::plans::StaticName;
 use crate::policy::OnStorageError;
+use crate::tiers::StaticName;
 
 /// What one step of a decision came to.
 #[derive(Debug)]
 pub(crate) enum Step {
-    /// The plan's limit alone, decided in process: the common case, in a
+    /// The tier's limit alone, decided in process: the common case, in a
     /// plain decision that stays in registers (no ruling built; see
     /// [`PlanDecided::outcome`] and [`PlanDecided::into_judged`]).
     Plan(PlanDecided),
@@ -61,7 +61,7 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
-    /// The plan's cost of the request.
+    /// The tier's cost of the request.
     pub(crate) fn cost(&self) -> u32 {
         self.prepared.cost
     }
@@ -164,7 +164,7 @@ async fn count_refusal(
         })
 }
 
-/// The plan's limit alone, decided, and the events it told.
+/// The tier's limit alone, decided, and the events it told.
 #[derive(Debug)]
 pub(crate) struct PlanDecided {
     decision: PlanDecision,
@@ -192,7 +192,7 @@ impl PlanDecided {
     }
 }
 
-/// The plan's limit alone, decided: what both outcomes are made of, in a
+/// The tier's limit alone, decided: what both outcomes are made of, in a
 /// few words that stay in registers.
 #[derive(Debug, Clone, Copy)]
 struct PlanDecision {
@@ -262,8 +262,8 @@ pub(crate) struct Failed {
 
 impl RateTier {
     /// Decides `ask` now if the store decides in process, or prepares the
-    /// work that awaits its I/O. The plan's limit alone on a configured
-    /// tier, the common case, takes a path of its own: the plans read and
+    /// work that awaits its I/O. The tier's limit alone on a configured
+    /// tier, the common case, takes a path of its own: the tiers read and
     /// the tier looked up once, no vector built.
     #[inline(always)]
     pub(crate) fn step(&self, ask: &Ask<'_>, mut events: Events) -> Step {
@@ -287,7 +287,7 @@ impl RateTier {
         self.step_prepared(ask, events)
     }
 
-    /// The plan's limit alone decided in process, as the direct API
+    /// The tier's limit alone decided in process, as the direct API
     /// answers it: no step, no events gathered (a refusal is told to the
     /// listeners at once), for a check nobody times. `None`: anything
     /// else, for [`RateTier::step`] (nothing was decided).
@@ -311,7 +311,7 @@ impl RateTier {
         })
     }
 
-    /// A store's failure on the plan's path as a decision, with its events.
+    /// A store's failure on the tier's path as a decision, with its events.
     #[cold]
     #[inline(never)]
     pub(crate) fn failed_judged(&self, failed: Failed) -> Judged {
@@ -320,7 +320,7 @@ impl RateTier {
         Judged { ruling, by, events }
     }
 
-    /// [`RateTier::step`] for everything but the plan alone decided in
+    /// [`RateTier::step`] for everything but the tier alone decided in
     /// process: the policies applied, every bucket built.
     #[inline(never)]
     fn step_prepared(&self, ask: &Ask<'_>, mut events: Events) -> Step {
@@ -351,7 +351,7 @@ impl RateTier {
         }
     }
 
-    /// The plan's limit alone, decided in process. `None` when anything
+    /// The tier's limit alone, decided in process. `None` when anything
     /// else is involved (an unknown tier, a cost above the burst, a store
     /// that needs I/O): the prepared path then decides, and reports.
     #[inline(always)]
@@ -415,7 +415,7 @@ impl RateTier {
         }))
     }
 
-    /// The ruling on a store's failure on the plan's path: rare, and kept
+    /// The ruling on a store's failure on the tier's path: rare, and kept
     /// out of the common one.
     #[cold]
     #[inline(never)]
@@ -542,7 +542,7 @@ impl RateTier {
         events: &mut Events,
     ) -> Ruling {
         let (tier, cost) = (prepared.tier, prepared.cost);
-        // The plan's enforced limit alone is told by the outcome's fields.
+        // The tier's enforced limit alone is told by the outcome's fields.
         let limits: States = match states {
             [plan] if !plan.shadow => None,
             _ => Some(shared_states(states)),
@@ -689,7 +689,7 @@ fn reset_after_us(applied: Rule, decision: &Decision) -> u64 {
 /// Whether two names are the same, byte by byte: names are short, and a
 /// call to `memcmp` costs more than the loop.
 #[inline]
-/// A refusal by a ban: 429 until its end, the plan's size for the headers.
+/// A refusal by a ban: 429 until its end, the tier's size for the headers.
 fn banned(
     prepared: &Prepared<'_>,
     retry_after_us: u64,

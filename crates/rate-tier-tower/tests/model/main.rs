@@ -1,6 +1,6 @@
 //! A model-based test of the whole limiter: random sequences of requests
 //! (of random cost, on routes with several kinds of limit), waits,
-//! settlements, resets, bans, plan reloads, clock steps forward and back,
+//! settlements, resets, bans, tier reloads, clock steps forward and back,
 //! and a store's outage and its end, spread over two or three instances
 //! configured differently (waiting or not, banning or not, remembering
 //! refusals or not), each answer compared with [`reference`]: the rules

@@ -49,7 +49,7 @@ impl Table {
         self.bans.retain(|_, until| *until + 1_000 > now);
     }
 
-    /// Forgets every bucket of `user` (a reset): their plans, their own
+    /// Forgets every bucket of `user` (a reset): their tiers, their own
     /// limits, their ban.
     pub fn reset(&mut self, user: &str) {
         self.tats.retain(|(_, partition), _| partition != user);

@@ -23,7 +23,7 @@ fn request(inst: usize, user: usize, route: Route, cost: u32) -> Op {
     }
 }
 
-/// User 0's free plan (4 an hour) spent through instance `inst`.
+/// User 0's free tier (4 an hour) spent through instance `inst`.
 fn spend(inst: usize) -> Vec<Op> {
     (0..4).map(|_| request(inst, 0, Route::Plan, 1)).collect()
 }

@@ -18,8 +18,8 @@ use tokio::time::Instant;
 use tower_rate_tier::clock::Clock;
 use tower_rate_tier::{
     Ban, FallbackStorage, Limit, LimitReason, LimitRequest, MemoryStorage,
-    Plans, PostgresStorage, RateLimitInfo, RateTier, RedisStorage, Settle,
-    Storage, StorageError, Window, rules::Rule, rules::RuleKind,
+    PostgresStorage, RateLimitInfo, RateTier, RedisStorage, Settle, Storage,
+    StorageError, Tiers, Window, rules::Rule, rules::RuleKind,
     storage::BucketCancel, storage::BucketCheck, storage::BucketSettle,
     storage::Decided,
 };
@@ -44,7 +44,7 @@ impl Kind {
     }
 }
 
-/// What a request asks for beside its plan.
+/// What a request asks for beside its tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
     Plan,
@@ -95,7 +95,7 @@ pub enum Op {
         user: usize,
         actual: u32,
     },
-    /// This instance's plans replaced.
+    /// This instance's tiers replaced.
     Reload { inst: usize, variant: usize },
     /// The shared memory store goes down, or comes back (`MemoryShared`).
     Outage { down: bool },
@@ -141,10 +141,10 @@ pub struct Scenario {
 const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(3600);
 
-/// The users: their plan (0: free, 1: pro).
+/// The users: their tier (0: free, 1: pro).
 const PLAN_OF: [usize; 3] = [0, 1, 0];
 
-/// The plans of a variant: free, pro. Counted in hours, so that on a
+/// The tiers of a variant: free, pro. Counted in hours, so that on a
 /// shared server the seconds a case takes never matter.
 fn plan_quotas(variant: usize) -> [Quota; 2] {
     match variant {
@@ -340,9 +340,9 @@ impl Names {
         }
     }
 
-    fn plans(&self, variant: usize) -> Plans {
+    fn plans(&self, variant: usize) -> Tiers {
         let [free, pro] = plan_quotas(variant);
-        Plans::builder()
+        Tiers::builder()
             .tier(self.tiers[0].as_str(), free)
             .tier(self.tiers[1].as_str(), pro)
             .build()
@@ -1128,7 +1128,7 @@ impl Setup {
 }
 
 impl Setup {
-    /// The instance's plans now (for messages).
+    /// The instance's tiers now (for messages).
     #[allow(dead_code)]
     fn quota_of(&self, inst: usize, user: usize) -> Quota {
         plan_quotas(self.variants[inst])[PLAN_OF[user]]

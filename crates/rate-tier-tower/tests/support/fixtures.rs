@@ -1,4 +1,4 @@
-//! The 0.3 post's plans and its "database" of API keys, on a fake clock.
+//! The 0.3 post's tiers and its "database" of API keys, on a fake clock.
 
 use http::StatusCode;
 use tower_rate_tier::clock::FakeClock;
@@ -8,7 +8,7 @@ use tower_rate_tier::{OnMissing, Quota, RateTier, RateTierBuilder};
 /// every `x-ratelimit-reset` has to be rounded up.
 pub const START_US: u64 = 1_790_947_094_250_000;
 
-/// The 0.3 example's "database": two known plans and one the limiter does
+/// The 0.3 example's "database": two known tiers and one the limiter does
 /// not know.
 pub fn plan_of(api_key: &str) -> Option<&'static str> {
     match api_key {
@@ -19,7 +19,7 @@ pub fn plan_of(api_key: &str) -> Option<&'static str> {
     }
 }
 
-/// The 0.3 example's plans: free 10/min, pro 100/min, default free, 401
+/// The 0.3 example's tiers: free 10/min, pro 100/min, default free, 401
 /// without a key.
 pub fn post_plans(clock: &FakeClock) -> RateTierBuilder {
     RateTier::builder()

@@ -1,7 +1,7 @@
 //! What the tests of tower-rate-tier share, in one place (each test binary
 //! uses part of it):
 //!
-//! - [`fixtures`]: the 0.3 post's plans, API keys and start time;
+//! - [`fixtures`]: the 0.3 post's tiers, API keys and start time;
 //! - [`http`]: a request through a `Router` or any service, its answer
 //!   read back ([`http::Reply`]), and a sink for the events of a layer;
 //! - [`scenarios`]: what every store must do through the limiter;

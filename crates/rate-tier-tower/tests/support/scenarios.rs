@@ -7,7 +7,7 @@ use tower_rate_tier::{Limit, LimitReason, LimitRequest, Quota, RateTier};
 /// Three limits of one request (per user, per address, global), each in
 /// turn the one that refuses: the refusal names it, and every limit keeps
 /// what the passing request charged, nothing more. `instance` builds a
-/// limiter whose plan `tier` allows 10 per minute, on the store under test.
+/// limiter whose tier `tier` allows 10 per minute, on the store under test.
 pub async fn a_refusal_in_any_position_charges_nothing(
     instance: impl AsyncFn(&str) -> RateTier,
     user_id: &str,

@@ -1,4 +1,4 @@
-//! Plans from a TOML file (feature `plans-toml`).
+//! Tiers from a TOML file (feature `tiers-toml`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -10,14 +10,14 @@ use rate_tier_storage::key::validate_tier_name;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::PlansBuilder;
+use super::TiersBuilder;
 use rate_tier_storage::Rule;
 
-/// Why a plans file was refused, and where.
+/// Why a tiers file was refused, and where.
 ///
 /// ```
-/// # use tower_rate_tier::Plans;
-/// let err = Plans::builder()
+/// # use tower_rate_tier::Tiers;
+/// let err = Tiers::builder()
 ///     .from_toml("[tiers.free]\nlimit = 0\nper = \"minute\"\n")
 ///     .unwrap_err();
 /// assert_eq!(err.line(), 2);
@@ -25,12 +25,12 @@ use rate_tier_storage::Rule;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}: {message}")]
-pub struct PlansError {
+pub struct TiersError {
     line: usize,
     message: String,
 }
 
-impl PlansError {
+impl TiersError {
     fn at(
         text: &str,
         span: Option<Range<usize>>,
@@ -40,7 +40,7 @@ impl PlansError {
         let line = text.as_bytes().get(..start).map_or(1, |before| {
             before.iter().filter(|b| **b == b'\n').count() + 1
         });
-        PlansError {
+        TiersError {
             line,
             message: message.to_string(),
         }
@@ -139,9 +139,9 @@ fn utc_offset_s(text: &str) -> Option<i32> {
 }
 
 /// The rule a tier's fields describe, or what is wrong and where.
-fn rule_of(text: &str, tier: &TierDef) -> Result<Rule, PlansError> {
+fn rule_of(text: &str, tier: &TierDef) -> Result<Rule, TiersError> {
     let at = |span: Range<usize>, message: &dyn fmt::Display| {
-        PlansError::at(text, Some(span), message)
+        TiersError::at(text, Some(span), message)
     };
     let kind = tier.kind.as_ref().map_or(Kind::Rate, |k| *k.get_ref());
     let kind_name = match kind {
@@ -253,9 +253,9 @@ fn rule_of(text: &str, tier: &TierDef) -> Result<Rule, PlansError> {
     }
 }
 
-impl PlansBuilder {
-    /// Adds the tiers (and default tier) of a TOML plans file to these
-    /// plans; policies stay as set in code. Feature `plans-toml`.
+impl TiersBuilder {
+    /// Adds the tiers (and default tier) of a TOML tiers file to these
+    /// tiers; policies stay as set in code. Feature `tiers-toml`.
     ///
     /// ```toml
     /// default_tier = "free"        # optional
@@ -292,10 +292,10 @@ impl PlansBuilder {
     /// or a default tier that is not defined are errors that name the line.
     ///
     /// ```
-    /// use tower_rate_tier::{OnMissing, Plans, Quota};
+    /// use tower_rate_tier::{OnMissing, Tiers, Quota};
     /// use http::StatusCode;
     ///
-    /// let plans = Plans::builder()
+    /// let tiers = Tiers::builder()
     ///     .on_missing(OnMissing::Deny(StatusCode::UNAUTHORIZED))
     ///     .from_toml(r#"
     ///         default_tier = "free"
@@ -308,32 +308,32 @@ impl PlansBuilder {
     ///         burst = 20
     ///     "#)?
     ///     .build()?;
-    /// assert_eq!(plans.quota("pro"), Some(Quota::per_minute(100).allow_burst(20)));
+    /// assert_eq!(tiers.quota("pro"), Some(Quota::per_minute(100).allow_burst(20)));
     ///
-    /// let typo = Plans::builder().from_toml("[tiers.free]\nlimit = 10\nper = \"minute\"\nbrust = 5\n");
+    /// let typo = Tiers::builder().from_toml("[tiers.free]\nlimit = 10\nper = \"minute\"\nbrust = 5\n");
     /// assert_eq!(typo.unwrap_err().line(), 4);
     ///
     /// use tower_rate_tier::{Period, PeriodUnit, rules::Rule};
-    /// let monthly = Plans::builder()
+    /// let monthly = Tiers::builder()
     ///     .from_toml("[tiers.hobby]\nkind = \"period\"\nlimit = 1000\nper = \"month\"\n")?
     ///     .build()?;
     /// assert_eq!(
     ///     monthly.rule("hobby"),
     ///     Some(Rule::Period(Period::new(1000, PeriodUnit::Month, 0)?))
     /// );
-    /// let misplaced = Plans::builder().from_toml(
+    /// let misplaced = Tiers::builder().from_toml(
     ///     "[tiers.trial]\nkind = \"window\"\nlimit = 5\nwindow_secs = 60\nburst = 2\n",
     /// );
     /// assert_eq!(misplaced.unwrap_err().to_string(), "line 5: a window has no burst");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    #[cfg_attr(docsrs, doc(cfg(feature = "plans-toml")))]
-    pub fn from_toml(mut self, text: &str) -> Result<PlansBuilder, PlansError> {
+    #[cfg_attr(docsrs, doc(cfg(feature = "tiers-toml")))]
+    pub fn from_toml(mut self, text: &str) -> Result<TiersBuilder, TiersError> {
         let file: File = toml::from_str(text)
-            .map_err(|e| PlansError::at(text, e.span(), e.message()))?;
+            .map_err(|e| TiersError::at(text, e.span(), e.message()))?;
         for (name, tier) in &file.tiers {
             validate_tier_name(name.get_ref())
-                .map_err(|e| PlansError::at(text, Some(name.span()), e))?;
+                .map_err(|e| TiersError::at(text, Some(name.span()), e))?;
             let rule = rule_of(text, tier.get_ref())?;
             self = self.tier(name.get_ref().clone(), rule);
         }
@@ -343,7 +343,7 @@ impl PlansBuilder {
                 .keys()
                 .any(|name| name.get_ref() == default.get_ref())
             {
-                return Err(PlansError::at(
+                return Err(TiersError::at(
                     text,
                     Some(default.span()),
                     format!(
@@ -361,10 +361,10 @@ impl PlansBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Plans;
+    use crate::Tiers;
 
-    fn rule(toml: &str) -> Result<Option<Rule>, PlansError> {
-        let plans = Plans::builder().from_toml(toml)?.build();
+    fn rule(toml: &str) -> Result<Option<Rule>, TiersError> {
+        let plans = Tiers::builder().from_toml(toml)?.build();
         Ok(plans.ok().and_then(|plans| plans.rule("t")))
     }
 

@@ -25,9 +25,9 @@ pub(crate) struct Tier {
     generation: u32,
 }
 
-/// A validated set of tiers (plans) with the policies for what does not fit.
+/// A validated set of tiers (the plans customers are on) with the policies for what does not fit.
 ///
-/// A [`RateTier`](crate::RateTier) applies one `Plans` at a time, and
+/// A [`RateTier`](crate::RateTier) applies one `Tiers` at a time, and
 /// [`RateTier::reload`](crate::RateTier::reload) replaces it while requests
 /// run. Buckets are keyed by tier name and user, and GCRA keeps one TAT per
 /// bucket whatever the quota, so a user keeps what they spent across a
@@ -35,19 +35,19 @@ pub(crate) struct Tier {
 /// drains at the rate (never longer than what they spent).
 ///
 /// ```
-/// use tower_rate_tier::{Plans, Quota};
-/// let plans = Plans::builder()
+/// use tower_rate_tier::{Tiers, Quota};
+/// let tiers = Tiers::builder()
 ///     .tier("free", Quota::per_minute(10))
 ///     .tier("pro", Quota::per_minute(100))
 ///     .default_tier("free")
 ///     .build()?;
-/// assert_eq!(plans.quota("pro"), Some(Quota::per_minute(100)));
-/// assert_eq!(plans.default_tier(), Some("free"));
-/// assert_eq!(plans.tier_names().collect::<Vec<_>>(), ["free", "pro"]);
+/// assert_eq!(tiers.quota("pro"), Some(Quota::per_minute(100)));
+/// assert_eq!(tiers.default_tier(), Some("free"));
+/// assert_eq!(tiers.tier_names().collect::<Vec<_>>(), ["free", "pro"]);
 /// # Ok::<(), tower_rate_tier::ConfigError>(())
 /// ```
 #[derive(Debug, Clone)]
-pub struct Plans {
+pub struct Tiers {
     pub(crate) tiers: Vec<Tier>,
     pub(crate) default_tier: Option<usize>,
     pub(crate) on_missing: OnMissing,
@@ -67,14 +67,14 @@ struct Explicit {
     on_identity_error: bool,
 }
 
-impl Plans {
-    /// Configures a set of plans.
-    pub fn builder() -> PlansBuilder {
-        PlansBuilder::default()
+impl Tiers {
+    /// Configures a set of tiers.
+    pub fn builder() -> TiersBuilder {
+        TiersBuilder::default()
     }
 
     /// The quota of a configured tier, when it is a rate (see
-    /// [`Plans::rule`] for every kind).
+    /// [`Tiers::rule`] for every kind).
     pub fn quota(&self, tier: &str) -> Option<Quota> {
         self.find(tier).and_then(|t| t.rule.as_rate())
     }
@@ -82,15 +82,15 @@ impl Plans {
     /// What a configured tier enforces: a rate, a window or a period.
     ///
     /// ```
-    /// use tower_rate_tier::{Period, PeriodUnit, Plans, Quota, rules::Rule};
+    /// use tower_rate_tier::{Period, PeriodUnit, Tiers, Quota, rules::Rule};
     /// let monthly = Period::new(1000, PeriodUnit::Month, 0)?;
-    /// let plans = Plans::builder()
+    /// let tiers = Tiers::builder()
     ///     .tier("free", monthly)
     ///     .tier("pro", Quota::per_minute(100))
     ///     .build()?;
-    /// assert_eq!(plans.rule("free"), Some(Rule::Period(monthly)));
-    /// assert_eq!(plans.quota("free"), None);
-    /// assert_eq!(plans.quota("pro"), Some(Quota::per_minute(100)));
+    /// assert_eq!(tiers.rule("free"), Some(Rule::Period(monthly)));
+    /// assert_eq!(tiers.quota("free"), None);
+    /// assert_eq!(tiers.quota("pro"), Some(Quota::per_minute(100)));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn rule(&self, tier: &str) -> Option<Rule> {
@@ -98,7 +98,7 @@ impl Plans {
     }
 
     /// For a reload of `running`: the tiers whose kind differs there,
-    /// whose buckets start fresh. Each tier of these plans takes its
+    /// whose buckets start fresh. Each tier of these tiers takes its
     /// generation from `running`, the next one where its kind changed: a
     /// shared store reads one kind's state as absent for another, and an
     /// in-process store keeps each generation's buckets apart, so none
@@ -106,7 +106,7 @@ impl Plans {
     /// before the last reload, changed back).
     pub(crate) fn kinds_changed_from(
         &mut self,
-        running: &Plans,
+        running: &Tiers,
     ) -> Vec<String> {
         let mut fresh = Vec::new();
         for tier in &mut self.tiers {
@@ -118,7 +118,7 @@ impl Plans {
                 tier.generation = old.generation.saturating_add(1);
                 fresh.push(tier.name.to_owned());
             }
-            // Valid: the name was interned when these plans were built.
+            // Valid: the name was interned when these tiers were built.
             if let Ok(key) = intern_in_generation(
                 tier.name,
                 Namespace::Tier,
@@ -167,10 +167,10 @@ impl Plans {
         self.on_identity_error
     }
 
-    /// For a reload: each policy these plans did not set is taken from
+    /// For a reload: each policy these tiers did not set is taken from
     /// `running`, if it was set there and still applies (a policy that
-    /// needs a default tier, when these plans have one).
-    pub(crate) fn keep_policies_of(&mut self, running: &Plans) {
+    /// needs a default tier, when these tiers have one).
+    pub(crate) fn keep_policies_of(&mut self, running: &Tiers) {
         let has_default = self.default_tier.is_some();
         if !self.explicit.on_missing && running.explicit.on_missing {
             let applies =
@@ -210,10 +210,10 @@ impl Plans {
     }
 }
 
-/// Builds [`Plans`]. Every setting has a safe default; see each method.
+/// Builds [`Tiers`]. Every setting has a safe default; see each method.
 #[derive(Debug, Default, Clone)]
 #[must_use]
-pub struct PlansBuilder {
+pub struct TiersBuilder {
     tiers: Vec<(String, Rule)>,
     default_tier: Option<String>,
     on_missing: Option<OnMissing>,
@@ -222,8 +222,8 @@ pub struct PlansBuilder {
     on_identity_error: Option<OnIdentityError>,
 }
 
-impl PlansBuilder {
-    /// Adds a tier (plan): a name of 1 to 64 `[A-Za-z0-9_.-]` and what it
+impl TiersBuilder {
+    /// Adds a tier (a plan a customer is on): a name of 1 to 64 `[A-Za-z0-9_.-]` and what it
     /// enforces: a rate ([`Quota`]), an exact window
     /// ([`Window`](crate::Window)) or a calendar period
     /// ([`Period`](crate::Period), e.g. 1,000 requests a month).
@@ -271,12 +271,12 @@ impl PlansBuilder {
         self
     }
 
-    /// Validates the plans.
+    /// Validates the tiers.
     ///
     /// ```
-    /// use tower_rate_tier::{ConfigError, OnMissing, Plans, Quota};
+    /// use tower_rate_tier::{ConfigError, OnMissing, Tiers, Quota};
     /// use http::StatusCode;
-    /// let err = Plans::builder()
+    /// let err = Tiers::builder()
     ///     .tier("free", Quota::per_minute(10))
     ///     .default_tier("gold")
     ///     .build()
@@ -284,14 +284,14 @@ impl PlansBuilder {
     /// assert_eq!(err, ConfigError::UnknownDefaultTier("gold".into()));
     ///
     /// // A refusal must look like one.
-    /// let err = Plans::builder()
+    /// let err = Tiers::builder()
     ///     .tier("free", Quota::per_minute(10))
     ///     .on_missing(OnMissing::Deny(StatusCode::OK))
     ///     .build()
     ///     .unwrap_err();
     /// assert!(matches!(err, ConfigError::NotAnErrorStatus { .. }));
     /// ```
-    pub fn build(self) -> Result<Plans, ConfigError> {
+    pub fn build(self) -> Result<Tiers, ConfigError> {
         if self.tiers.is_empty() {
             return Err(ConfigError::NoTiers);
         }
@@ -352,7 +352,7 @@ impl PlansBuilder {
             None if has_default => OnUnknownTier::UseDefault,
             None => OnUnknownTier::Deny,
         };
-        Ok(Plans {
+        Ok(Tiers {
             tiers,
             default_tier,
             on_missing,
@@ -429,7 +429,7 @@ impl StaticName for LimitName {
     }
 }
 
-#[cfg(feature = "plans-toml")]
+#[cfg(feature = "tiers-toml")]
 mod toml;
-#[cfg(feature = "plans-toml")]
-pub use self::toml::PlansError;
+#[cfg(feature = "tiers-toml")]
+pub use self::toml::TiersError;
