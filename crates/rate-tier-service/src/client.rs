@@ -362,7 +362,7 @@ impl Storage for RlsStorage {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new("rls")
+        Capabilities::new("rls").always_pending()
     }
 }
 

@@ -296,6 +296,12 @@ pub struct Capabilities {
     /// ([`Adjustment::Renew`]) well before. `None`: slots are held until
     /// released.
     pub lease: Option<Duration>,
+    /// Whether the store may answer [`Answer::Ready`], deciding without
+    /// I/O (the memory store; a fallback while its breaker is open). False
+    /// for a store that always answers [`Answer::Pending`] (a network
+    /// store): a caller then does not ask it for a ready answer first,
+    /// which would build a pending one only to drop it.
+    pub answers_ready: bool,
 }
 
 impl Capabilities {
@@ -308,7 +314,21 @@ impl Capabilities {
             spans_partitions: true,
             reserves: false,
             lease: None,
+            answers_ready: true,
         }
+    }
+
+    /// The same, for a store that always answers [`Answer::Pending`].
+    ///
+    /// ```
+    /// use rate_tier_storage::Capabilities;
+    /// assert!(Capabilities::new("memory").answers_ready);
+    /// assert!(!Capabilities::new("redis").always_pending().answers_ready);
+    /// ```
+    #[must_use]
+    pub const fn always_pending(mut self) -> Self {
+        self.answers_ready = false;
+        self
     }
 
     /// The same, also deciding `kind`.

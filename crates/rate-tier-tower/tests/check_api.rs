@@ -78,7 +78,7 @@ async fn a_remote_check_future_polled_after_completion_panics() {
     let limiter = RateTier::builder()
         .clock(clock.clone())
         .tier("free", Quota::per_minute(10))
-        .storage(Arc::new(Remote(MemoryStorage::with_clock(clock))))
+        .storage(Arc::new(Remote::new(MemoryStorage::with_clock(clock))))
         .build();
     let mut check = limiter.check("ana", "free", 1);
     // The remote store yields once: pending, then ready.
@@ -92,6 +92,26 @@ async fn a_remote_check_future_polled_after_completion_panics() {
     };
     assert_eq!(info.unwrap().unwrap().remaining, 9);
     let _ = poll_once(&mut check);
+}
+
+/// A store that always answers later is asked once per decision: never
+/// first for a ready answer that it would build only to be dropped.
+#[tokio::test]
+async fn a_store_that_always_answers_later_is_asked_once_per_decision() {
+    let clock = FakeClock::new();
+    let remote = Remote::new(MemoryStorage::with_clock(clock.clone()));
+    let limiter = RateTier::builder()
+        .clock(clock)
+        .tier("free", Quota::per_minute(10))
+        .storage(Arc::new(remote.clone()))
+        .build();
+    let info = limiter.check("ana", "free", 1).await.unwrap().unwrap();
+    assert_eq!((info.remaining, remote.asked()), (9, 1));
+    let search = tower_rate_tier::Limit::new("search", Quota::per_minute(3));
+    let request =
+        tower_rate_tier::LimitRequest::new("ana", "free", 1).limit(&search, 1);
+    let info = limiter.decide(&request).await.unwrap().unwrap();
+    assert_eq!((info.remaining, remote.asked()), (2, 2));
 }
 
 // ---------------------------------------------------------------------------

@@ -528,7 +528,10 @@ impl Storage for FallbackStorage {
     /// # Ok(()) }
     /// ```
     fn capabilities(&self) -> Capabilities {
-        self.inner.primary.capabilities()
+        let mut capabilities = self.inner.primary.capabilities();
+        // While a breaker is open, the local store answers at once.
+        capabilities.answers_ready = true;
+        capabilities
     }
 
     fn subscribe(&self, listener: StorageListener) -> Subscription {

@@ -659,7 +659,9 @@ impl Storage for PostgresStorage {
     /// Every kind, reservations, and slots with the store's lease (see
     /// [`PostgresStorageBuilder::lease`]).
     fn capabilities(&self) -> Capabilities {
-        let mut postgres = Capabilities::new("postgres").with_every_kind();
+        let mut postgres = Capabilities::new("postgres")
+            .with_every_kind()
+            .always_pending();
         postgres.reserves = true;
         postgres.lease =
             Some(Duration::from_micros(self.inner.lease.lease_us()));

@@ -410,7 +410,9 @@ impl Storage for RedisStorage {
     /// # Ok(()) }
     /// ```
     fn capabilities(&self) -> Capabilities {
-        let mut redis = Capabilities::new("redis").with_every_kind();
+        let mut redis = Capabilities::new("redis")
+            .with_every_kind()
+            .always_pending();
         redis.spans_partitions = !self.shared.cluster;
         redis.reserves = true;
         redis.lease = Some(self.lease_duration());

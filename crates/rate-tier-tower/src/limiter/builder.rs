@@ -380,12 +380,14 @@ impl RateTierBuilder {
                 .forever();
         }
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        let answers_ready = store.capabilities().answers_ready;
         let inner = Arc::new(Inner {
             plans: ArcSwap::from_pointee(plans),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             generation: AtomicU64::new(0),
             store,
             memory,
+            answers_ready,
             clock,
             key_secret,
             listeners,

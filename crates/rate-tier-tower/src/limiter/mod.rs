@@ -83,6 +83,10 @@ pub(crate) struct Inner {
     /// The same store when it is the memory store: its decision inlined
     /// (no virtual call, nothing boxed).
     pub(crate) memory: Option<MemoryStorage>,
+    /// Whether the store may decide without I/O
+    /// ([`Capabilities::answers_ready`](rate_tier_storage::Capabilities::answers_ready)):
+    /// if not, a decision goes straight to its awaited path.
+    pub(crate) answers_ready: bool,
     pub(crate) clock: SharedClock,
     pub(crate) key_secret: Option<KeySecret>,
     /// Who hears every event, the store's included, each once.

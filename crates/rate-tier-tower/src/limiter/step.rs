@@ -362,10 +362,13 @@ impl RateTier {
         cost: u32,
     ) -> Option<Result<PlanDecision, Failed>> {
         let inner = &*self.inner;
-        // What the decision needs of the plans, copied out of the snapshot
-        // (names are interned): a few words, not a decision, cross it.
-        // The shared snapshot, borrowed (arc_swap touches no shared
-        // counter): cheaper here than the thread's copy of `with_plans`.
+        if inner.memory.is_none() && !inner.answers_ready {
+            return None;
+        }
+        // What the decision needs of the tiers, copied out of the shared
+        // snapshot (names are interned): a few words cross it. Borrowed,
+        // arc_swap touches no shared counter: cheaper here than the
+        // thread's copy of `with_plans`.
         let (name, key, quota, policy) = {
             let plans = inner.plans.load();
             plans
@@ -435,6 +438,9 @@ impl RateTier {
         prepared: &Prepared<'_>,
         events: &mut Events,
     ) -> Option<(Ruling, &'static str)> {
+        if !self.inner.answers_ready {
+            return None;
+        }
         let checks = &prepared.checks;
         let mut out: SmallVec<[Decision; INLINE]> =
             SmallVec::from_elem(Decision::default(), checks.len());

@@ -235,19 +235,36 @@ impl Storage for Flaky {
     }
 }
 
-/// A memory store that decides only through I/O (no `check_local`): the
-/// layer's remote path, without a network.
+/// A memory store that decides only through I/O, as a network store does
+/// (and says so: `Capabilities::always_pending`): the remote path, without
+/// a network. Counts the decisions asked of it, awaited or not.
 #[derive(Debug, Clone)]
-pub struct Remote(pub MemoryStorage);
+pub struct Remote {
+    memory: MemoryStorage,
+    asked: std::sync::Arc<AtomicUsize>,
+}
 
 impl Remote {
+    pub fn new(memory: MemoryStorage) -> Self {
+        Remote {
+            memory,
+            asked: std::sync::Arc::default(),
+        }
+    }
+
+    /// Decisions asked so far (each answer built, awaited or dropped).
+    #[allow(dead_code)]
+    pub fn asked(&self) -> usize {
+        self.asked.load(Ordering::SeqCst)
+    }
+
     async fn check_buckets(
         &self,
         checks: &[BucketCheck<'_>],
         out: &mut [Decision],
     ) -> Result<Decided, StorageError> {
         tokio::task::yield_now().await;
-        self.0.check(checks, out).await
+        self.memory.check(checks, out).await
     }
 
     async fn settle_buckets(
@@ -255,7 +272,7 @@ impl Remote {
         settles: &[BucketSettle<'_>],
     ) -> Result<(), StorageError> {
         tokio::task::yield_now().await;
-        self.0.settle(settles).await
+        self.memory.settle(settles).await
     }
 
     fn label(&self) -> &'static str {
@@ -270,6 +287,7 @@ impl Storage for Remote {
         mode: Mode,
         out: &'a mut [Decision],
     ) -> Answer<'a, Decided> {
+        self.asked.fetch_add(1, Ordering::SeqCst);
         match mode {
             Mode::Check => Answer::pending(self.check_buckets(checks, out)),
             Mode::Reserve { .. } => {
@@ -294,7 +312,7 @@ impl Storage for Remote {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(self.label())
+        Capabilities::new(self.label()).always_pending()
     }
 }
 
