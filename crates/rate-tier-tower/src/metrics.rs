@@ -433,7 +433,7 @@ fn breaker_value(state: BreakerState) -> i64 {
 /// use std::time::Duration;
 /// use tower_rate_tier::metrics::ShapeMetrics;
 /// use tower_rate_tier::metrics::prometheus_client::{encoding::text::encode, registry::Registry};
-/// use tower_rate_tier::shape::{ShapeEvent, ShapeObserver};
+/// use tower_rate_tier::{Observer, shape::ShapeEvent};
 ///
 /// let mut registry = Registry::default();
 /// let metrics = ShapeMetrics::new(&mut registry);
@@ -482,7 +482,7 @@ impl ShapeMetrics {
     }
 }
 
-impl crate::shape::ShapeObserver for ShapeMetrics {
+impl Observer for ShapeMetrics {
     fn shaped(&self, event: &crate::shape::ShapeEvent) {
         use crate::shape::ShapeEvent;
         let outcome = match event {

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::event::LimitEvent;
 pub use crate::outcome::LimitState;
+use crate::shape::ShapeEvent;
 
 /// What the middleware did with one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -80,14 +81,17 @@ pub struct Checked {
     pub elapsed: Duration,
 }
 
-/// Watches every check and every event, for metrics.
+/// Watches every check and every event, for metrics: the one observer.
 ///
 /// Set on the limiter with
 /// [`RateTierBuilder::observe`](crate::RateTierBuilder::observe) to see
-/// everything once (every layer's checks, the store's events, reloads), or
-/// on a layer with [`TierLimitLayer::observe`](crate::TierLimitLayer::observe)
-/// to see that layer's requests only. Both methods run on the request path:
-/// keep them to counter updates.
+/// everything once (every layer's checks, the store's events, reloads), on
+/// a layer with [`TierLimitLayer::observe`](crate::TierLimitLayer::observe)
+/// to see that layer's requests only, or on a shaper with
+/// [`ShapeLayerBuilder::observe`](crate::shape::ShapeLayerBuilder::observe)
+/// to see its calls. Each `on_event` (the limiter's, a layer's, a
+/// shaper's) is its thin form: a closure of the events alone. Every method
+/// runs on the request path: keep them to counter updates.
 ///
 /// ```
 /// use std::sync::atomic::{AtomicU64, Ordering};
@@ -114,6 +118,13 @@ pub trait Observer: Send + Sync + 'static {
     fn event(&self, event: &LimitEvent) {
         let _ = event;
     }
+
+    /// Called once per event of a shaper it observes
+    /// ([`ShapeLayerBuilder::observe`](crate::shape::ShapeLayerBuilder::observe)),
+    /// on the call's task.
+    fn shaped(&self, event: &ShapeEvent) {
+        let _ = event;
+    }
 }
 
 impl<T: Observer + ?Sized> Observer for std::sync::Arc<T> {
@@ -123,5 +134,9 @@ impl<T: Observer + ?Sized> Observer for std::sync::Arc<T> {
 
     fn event(&self, event: &LimitEvent) {
         (**self).event(event);
+    }
+
+    fn shaped(&self, event: &ShapeEvent) {
+        (**self).shaped(event);
     }
 }

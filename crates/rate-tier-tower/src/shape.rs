@@ -65,6 +65,7 @@ use tower_service::Service;
 
 use crate::error::ConfigError;
 use crate::limiter::leftover::Leftover;
+use crate::observe::Observer;
 
 /// The cost of a call in a shaper's quotas: [`EachCall`] (1), or a
 /// function of the request.
@@ -101,7 +102,7 @@ impl<Req> CallCost<Req> for EachCall {
     }
 }
 
-/// What a shaper did with a call, for an [`ShapeObserver`] (metrics, logs).
+/// What a shaper did with a call, for an [`Observer`] (metrics, logs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ShapeEvent {
@@ -120,32 +121,13 @@ pub enum ShapeEvent {
     GaveBack,
 }
 
-/// Sees every [`ShapeEvent`] of a shaper: a closure, or
-/// [`ShapeMetrics`](crate::metrics::ShapeMetrics) with the `metrics`
-/// feature.
-///
-/// ```
-/// use std::sync::Arc;
-/// use std::sync::atomic::{AtomicUsize, Ordering};
-/// use tower_rate_tier::shape::{ShapeEvent, ShapeObserver};
-/// let waited = Arc::new(AtomicUsize::new(0));
-/// let counter = waited.clone();
-/// let observer = move |event: &ShapeEvent| {
-///     if matches!(event, ShapeEvent::Reserved { wait } if !wait.is_zero()) {
-///         counter.fetch_add(1, Ordering::Relaxed);
-///     }
-/// };
-/// observer.shaped(&ShapeEvent::Reserved { wait: std::time::Duration::from_millis(5) });
-/// assert_eq!(waited.load(Ordering::Relaxed), 1);
-/// ```
-pub trait ShapeObserver: Send + Sync + 'static {
-    /// Called once per event, on the call's task: keep it cheap.
-    fn shaped(&self, event: &ShapeEvent);
-}
+/// A closure as an [`Observer`] of a shaper's events
+/// ([`ShapeLayerBuilder::on_event`]).
+struct OnShapeEvent<F>(F);
 
-impl<F: Fn(&ShapeEvent) + Send + Sync + 'static> ShapeObserver for F {
+impl<F: Fn(&ShapeEvent) + Send + Sync + 'static> Observer for OnShapeEvent<F> {
     fn shaped(&self, event: &ShapeEvent) {
-        self(event)
+        (self.0)(event)
     }
 }
 
@@ -180,7 +162,7 @@ struct Shaper {
     account: String,
     quotas: Vec<(LimitName, Quota)>,
     max_wait: Duration,
-    observer: Option<Arc<dyn ShapeObserver>>,
+    observer: Option<Arc<dyn Observer>>,
     /// Where this shaper's clock readings count from.
     origin: Instant,
     /// The least (our clock at an answer) - (the store's clock when it
@@ -374,7 +356,7 @@ pub struct ShapeLayerBuilder<C = EachCall> {
     quotas: Vec<(LimitName, Quota)>,
     max_wait: Duration,
     cost: C,
-    observer: Option<Arc<dyn ShapeObserver>>,
+    observer: Option<Arc<dyn Observer>>,
 }
 
 impl<C> fmt::Debug for ShapeLayerBuilder<C> {
@@ -483,7 +465,8 @@ impl<C> ShapeLayerBuilder<C> {
         }
     }
 
-    /// Sees every call's [`ShapeEvent`].
+    /// Tells `on_event` every call's [`ShapeEvent`]: the thin form of
+    /// [`ShapeLayerBuilder::observe`].
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -498,7 +481,7 @@ impl<C> ShapeLayerBuilder<C> {
     /// let sink = events.clone();
     /// let layer = ShapeLayer::builder(Arc::new(MemoryStorage::new()), "provider")
     ///     .quota("per-second", Quota::per_second(10))?
-    ///     .observe(move |event: &ShapeEvent| sink.lock().unwrap().push(*event))
+    ///     .on_event(move |event| sink.lock().unwrap().push(*event))
     ///     .build()?;
     /// let upstream = service_fn(|call: u32| async move { Ok::<_, std::io::Error>(call) });
     /// let mut client = tower::ServiceBuilder::new().layer(layer).service(upstream);
@@ -510,7 +493,18 @@ impl<C> ShapeLayerBuilder<C> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn observe(mut self, observer: impl ShapeObserver) -> Self {
+    pub fn on_event(
+        self,
+        on_event: impl Fn(&ShapeEvent) + Send + Sync + 'static,
+    ) -> Self {
+        self.observe(OnShapeEvent(on_event))
+    }
+
+    /// Shows every call's [`ShapeEvent`] to `observer`
+    /// ([`Observer::shaped`]), e.g.
+    /// [`ShapeMetrics`](crate::metrics::ShapeMetrics) with the `metrics`
+    /// feature.
+    pub fn observe(mut self, observer: impl Observer) -> Self {
         self.observer = Some(Arc::new(observer));
         self
     }

@@ -167,7 +167,7 @@ async fn a_call_dropped_while_it_waits_gives_its_slot_back() {
     let layer = ShapeLayer::builder(store(), "provider")
         .quota("per-second", even())
         .unwrap()
-        .observe(move |event: &ShapeEvent| sink.lock().unwrap().push(*event))
+        .on_event(move |event: &ShapeEvent| sink.lock().unwrap().push(*event))
         .build()
         .unwrap();
     let mut client = layer_service(&layer, &upstream);
