@@ -104,12 +104,6 @@ impl Config {
         started: Option<Instant>,
     ) -> Now {
         match self.tiers.step(ask, events) {
-            Step::Plan(decided) => Now::Judged(self.judged(
-                decided.into_judged(),
-                ask.cost,
-                settle,
-                started,
-            )),
             Step::Ruled(judged) => {
                 Now::Judged(self.judged(judged, ask.cost, settle, started))
             }

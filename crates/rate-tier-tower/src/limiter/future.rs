@@ -119,20 +119,6 @@ impl Future for CheckFuture<'_> {
         let events = Events::new(tiers.listening());
         let (tier, cost) = (ask.tier(), ask.cost);
         match tiers.step(&ask, events) {
-            Step::Plan(decided) if started.is_none() => {
-                let outcome = decided.outcome();
-                if decided.events.listening() {
-                    tiers.report(decided.events);
-                }
-                Poll::Ready(Ok(outcome))
-            }
-            Step::Plan(decided) => Poll::Ready(answer(
-                tiers,
-                tier,
-                cost,
-                decided.into_judged(),
-                started,
-            )),
             Step::Ruled(judged) => {
                 Poll::Ready(answer(tiers, tier, cost, judged, started))
             }

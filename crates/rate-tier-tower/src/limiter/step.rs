@@ -37,10 +37,6 @@ use crate::tiers::StaticName;
 /// What one step of a decision came to.
 #[derive(Debug)]
 pub(crate) enum Step {
-    /// The tier's limit alone, decided in process: the common case, in a
-    /// plain decision that stays in registers (no ruling built; see
-    /// [`PlanDecided::outcome`] and [`PlanDecided::into_judged`]).
-    Plan(PlanDecided),
     /// Decided, with the events to report.
     Ruled(Judged),
     /// The store needs I/O: `pending` finishes the decision. `events` are
@@ -164,34 +160,6 @@ async fn count_refusal(
         })
 }
 
-/// The tier's limit alone, decided, and the events it told.
-#[derive(Debug)]
-pub(crate) struct PlanDecided {
-    decision: PlanDecision,
-    pub(crate) events: Events,
-}
-
-impl PlanDecided {
-    /// Passed, or refused: what the direct API answers.
-    #[inline(always)]
-    pub(crate) fn outcome(&self) -> Result<Admitted, Limited> {
-        self.decision.outcome()
-    }
-
-    /// The same decision as any other's.
-    pub(crate) fn into_judged(self) -> Judged {
-        let ruling = match self.decision.outcome() {
-            Ok(info) => Ruling::Allowed(info),
-            Err(limited) => Ruling::Limited(limited),
-        };
-        Judged {
-            ruling,
-            by: self.decision.by,
-            events: self.events,
-        }
-    }
-}
-
 /// The tier's limit alone, decided: what both outcomes are made of, in a
 /// few words that stay in registers.
 #[derive(Debug, Clone, Copy)]
@@ -222,6 +190,19 @@ impl PlanDecision {
             retry_after: Duration::from_micros(
                 self.retry_after_us.unwrap_or_default(),
             ),
+        }
+    }
+
+    /// The same decision as any other's.
+    fn into_judged(self, events: Events) -> Judged {
+        let ruling = match self.outcome() {
+            Ok(admitted) => Ruling::Allowed(admitted),
+            Err(limited) => Ruling::Limited(limited),
+        };
+        Judged {
+            ruling,
+            by: self.by,
+            events,
         }
     }
 
@@ -276,7 +257,7 @@ impl RateTier {
                     if decision.retry_after_us.is_some() {
                         events.push(|| decision.limited_event(user));
                     }
-                    Step::Plan(PlanDecided { decision, events })
+                    Step::Ruled(decision.into_judged(events))
                 }
                 Err(failed) => {
                     let (ruling, by) = self.failed_plan(failed, &mut events);
@@ -337,6 +318,8 @@ impl RateTier {
         let local = match (&self.inner.waiting, &self.inner.bans) {
             (Some(_), _) if prepared.may_wait() => None,
             (_, Some(_)) => None,
+            // A store that always answers later is not asked twice.
+            _ if !self.inner.answers_ready => None,
             _ => self.decide_local(&prepared, &mut events),
         };
         match local {
@@ -438,19 +421,25 @@ impl RateTier {
         prepared: &Prepared<'_>,
         events: &mut Events,
     ) -> Option<(Ruling, &'static str)> {
-        if !self.inner.answers_ready {
-            return None;
-        }
         let checks = &prepared.checks;
-        let mut out: SmallVec<[Decision; INLINE]> =
-            SmallVec::from_elem(Decision::default(), checks.len());
+        // On the stack for the usual few buckets (a plain array: built in
+        // place, where a small vector's constructor is a call).
+        let mut inline = [Decision::default(); INLINE];
+        let mut spilled: Vec<Decision>;
+        let out: &mut [Decision] = match inline.get_mut(..checks.len()) {
+            Some(out) => out,
+            None => {
+                spilled = vec![Decision::default(); checks.len()];
+                &mut spilled
+            }
+        };
         let decided = if checks.is_empty() {
             // Only shadow limits that can never pass: nothing to ask.
             Ok(Decided::new(Verdict::of([], &[]), None, "none"))
         } else {
-            self.inner.store.check(checks, &mut out).ready()?
+            self.inner.store.check(checks, out).ready()?
         };
-        Some(self.conclude(prepared, decided, &out, None, events))
+        Some(self.conclude(prepared, decided, out, None, events))
     }
 
     /// The store's answer, as a ruling; and the store that decided.
