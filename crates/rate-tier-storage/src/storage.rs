@@ -468,7 +468,7 @@ pub struct Decided {
     pub local: u64,
     /// Whether the store's backend answered. `false` for an answer from
     /// what the store remembers in process (a
-    /// [`REMEMBERED`](crate::REMEMBERED) refusal): it says nothing of the
+    /// `REMEMBERED` refusal of a Redis store): it says nothing of the
     /// backend's health, so a breaker neither closes nor counts it.
     pub reached_backend: bool,
     /// For a reservation ([`StorageExt::reserve`]): how long the caller waits

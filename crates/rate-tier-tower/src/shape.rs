@@ -502,7 +502,7 @@ impl<C> ShapeLayerBuilder<C> {
 
     /// Shows every call's [`ShapeEvent`] to `observer`
     /// ([`Observer::shaped`]), e.g.
-    /// [`ShapeMetrics`](crate::metrics::ShapeMetrics) with the `metrics`
+    /// `metrics::ShapeMetrics` with the `metrics`
     /// feature.
     pub fn observe(mut self, observer: impl Observer) -> Self {
         self.observer = Some(Arc::new(observer));

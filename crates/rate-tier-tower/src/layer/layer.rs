@@ -24,7 +24,7 @@ use crate::observe::Observer;
 /// Cheap to clone; every service it makes shares the limiter's state, so a
 /// limit holds across clones, connections and threads. `R` is how a refusal
 /// is answered: an HTTP response (the default), or a gRPC status
-/// ([`TierLimitLayer::grpc`]).
+/// (`TierLimitLayer::grpc`, feature `grpc`).
 ///
 /// ```
 /// use axum::{Router, routing::get};

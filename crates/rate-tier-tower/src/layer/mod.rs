@@ -22,7 +22,7 @@
 //!
 //! A refusal is a response, never an error: the inner service's error type
 //! passes through untouched. The same service answers gRPC refusals as gRPC
-//! statuses ([`TierLimitLayer::grpc`], feature `grpc`).
+//! statuses (`TierLimitLayer::grpc`, feature `grpc`).
 //!
 //! [`cost_fn`]: TierLimitLayer::cost_fn
 //! [`Limit`]: crate::Limit

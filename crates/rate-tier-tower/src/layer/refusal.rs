@@ -27,7 +27,7 @@ pub enum Refused<'a> {
 
 /// Answers refused requests for a [`TierLimit`](super::TierLimit): the
 /// strategy that makes one service serve HTTP ([`HttpRefusal`]) and gRPC
-/// ([`GrpcRefusal`](super::GrpcRefusal)). Implement it to answer
+/// (`GrpcRefusal`, feature `grpc`). Implement it to answer
 /// refusals your own way (a problem+json body, say).
 ///
 /// ```
