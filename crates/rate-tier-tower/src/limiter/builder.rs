@@ -382,6 +382,7 @@ impl RateTierBuilder {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         let answers_ready = store.capabilities().answers_ready;
         let inner = Arc::new(Inner {
+            rates: super::rates::RateTable::new(&plans),
             plans: ArcSwap::from_pointee(plans),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             generation: AtomicU64::new(0),

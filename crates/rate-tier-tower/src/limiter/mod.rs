@@ -16,6 +16,7 @@ mod future;
 pub(crate) mod leftover;
 mod partitions;
 mod prepare;
+mod rates;
 pub(crate) mod ruling;
 pub(crate) mod slots;
 pub(crate) mod step;
@@ -73,6 +74,8 @@ pub struct RateTier {
 
 pub(crate) struct Inner {
     pub(crate) plans: ArcSwap<Tiers>,
+    /// The rate tiers of `plans`, for the tier's own path.
+    pub(crate) rates: rates::RateTable,
     /// Unique per limiter (never reused, unlike an address): the key of the
     /// thread-local copy of the tiers.
     pub(crate) id: u64,
@@ -234,7 +237,9 @@ impl RateTier {
                 next.keep_policies_of(running);
                 fresh = next.kinds_changed_from(running);
                 next
-            })
+            });
+            // Under the reloads' lock: the last reload's tiers win.
+            self.inner.rates.set(&self.inner.plans.load());
         })?;
         // After the store: a thread that sees the new generation loads the
         // new tiers.

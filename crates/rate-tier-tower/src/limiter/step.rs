@@ -348,21 +348,10 @@ impl RateTier {
         if inner.memory.is_none() && !inner.answers_ready {
             return None;
         }
-        // What the decision needs of the tiers, copied out of the shared
-        // snapshot (names are interned): a few words cross it. Borrowed,
-        // arc_swap touches no shared counter: cheaper here than the
-        // thread's copy of `with_plans`.
-        let (name, key, quota, policy) = {
-            let plans = inner.plans.load();
-            plans
-                .tiers
-                .iter()
-                .find(|t| same_name(t.name, claimed))
-                .and_then(|t| {
-                    let quota = t.rule.as_rate()?;
-                    Some((t.name, t.key, quota, plans.on_storage_error))
-                })
-        }?;
+        // The tier, resolved at the last reload.
+        let tier = inner.rates.find(claimed)?;
+        let (name, key, quota, policy) =
+            (tier.name, tier.key, tier.quota, tier.on_storage_error);
         if cost > quota.burst() {
             return None;
         }
@@ -748,10 +737,6 @@ fn near_threshold(limit: u32, ratio: f64) -> u64 {
     // ratio in (0, 1], checked at build: the product is in [0, limit]. A
     // hair above it, so that 5 * (1 - 0.8) is 1, not 0.9999999999999998.
     (f64::from(limit) * (1.0 - ratio) + 1e-6).floor() as u64
-}
-
-fn same_name(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
 }
 
 /// Whether a decision has a concurrency limit to take slots of: the slots'
