@@ -5,6 +5,8 @@
 //! - `prepare.rs`: the identity, tier and cost policies, and the buckets;
 //! - `step.rs`: [`RateTier::step`], the one function every request's
 //!   decision goes through;
+//! - `rates.rs`: the rate tiers, resolved once per reload for the tier's
+//!   own path;
 //! - `ruling.rs`: what a decision came to, and the events it tells;
 //! - `future.rs`: [`CheckFuture`], the decision as a small lazy future;
 //! - `builder.rs`: [`RateTierBuilder`].
