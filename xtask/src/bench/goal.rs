@@ -56,7 +56,7 @@ pub(crate) const GOALS: &[GoalEntry] = &[
                  per check (1 hot key; 100k keys; each on 2 threads)",
         goal: Goal::at_most(1.0),
         why: "the hot path costs no more than governor's keyed limiter on \
-              the same keys in the same loop (issue 20)",
+              the same keys in the same loop",
     },
     GoalEntry {
         id: GoalId::Flood,
@@ -72,7 +72,7 @@ pub(crate) const GOALS: &[GoalEntry] = &[
                  plan alone (1 hot user; 100k users)",
         goal: Goal::below(3.0),
         why: "a decision over 3 limits costs less than 3 separate ones \
-              (issue 20)",
+             ",
     },
     GoalEntry {
         id: GoalId::PeriodVsRate,
@@ -82,7 +82,7 @@ pub(crate) const GOALS: &[GoalEntry] = &[
         goal: Goal::at_most(1.2),
         why: "a period keeps one count per bucket as a rate keeps one TAT: \
               a monthly quota costs at most a fifth more than a rate \
-              (issue 22)",
+             ",
     },
     GoalEntry {
         id: GoalId::WindowVsRate,
@@ -92,7 +92,7 @@ pub(crate) const GOALS: &[GoalEntry] = &[
         goal: Goal::at_most(3.0),
         why: "an exact window reads and shifts a log of up to N timestamps \
               where a rate reads one: at N = 100 it costs at most three \
-              rate checks (issue 22)",
+              rate checks",
     },
     GoalEntry {
         id: GoalId::SlotVsRate,
@@ -102,7 +102,7 @@ pub(crate) const GOALS: &[GoalEntry] = &[
         goal: Goal::at_most(2.0),
         why: "a slot is two calls, taken at the decision and given back \
               when the request ends: together at most two rate checks \
-              (issue 22)",
+             ",
     },
     GoalEntry {
         id: GoalId::ReserveVsCheck,
@@ -113,7 +113,7 @@ pub(crate) const GOALS: &[GoalEntry] = &[
         goal: Goal::at_most(1.2),
         why: "a shaped call reserves where a limited one checks: waiting \
               instead of refusing costs a call that goes at once at most a \
-              fifth more than a check (issue 23)",
+              fifth more than a check",
     },
     GoalEntry {
         id: GoalId::ShapedVsQuota,
@@ -122,7 +122,7 @@ pub(crate) const GOALS: &[GoalEntry] = &[
         goal: Goal::at_least(0.98),
         why: "a shaper spends the quota, it does not only guard it: calls \
               that wait take the slots back to back, so the upstream gets \
-              the rate it sells, less 2% (issue 23); a refused call, or more \
+              the rate it sells, less 2%; a refused call, or more \
               than one call over the quota in any second, voids the figure",
     },
     GoalEntry {
@@ -130,14 +130,14 @@ pub(crate) const GOALS: &[GoalEntry] = &[
         metric: "HTTP req/s: `TierLimitLayer` / no layer",
         goal: Goal::at_least(0.95),
         why: "the layer costs a hello-world route at most 5% of its req/s \
-              (issue 20)",
+             ",
     },
     GoalEntry {
         id: GoalId::HttpVsGovernor,
         metric: "HTTP req/s: `TierLimitLayer` / tower_governor",
         goal: Goal::at_least(1.05),
         why: "the layer serves more than tower_governor configured alike \
-              (issue 20)",
+             ",
     },
     GoalEntry {
         id: GoalId::RedisVsBenchmark,
@@ -235,7 +235,7 @@ pub(crate) const GOALS: &[GoalEntry] = &[
         goal: Goal::at_least(0.8),
         why: "the pool and the client cost little beside the database's \
               own work: the store gets most of what PostgreSQL's own \
-              client gets (issue 21)",
+              client gets",
     },
     GoalEntry {
         id: GoalId::PostgresCpuVsUpdate,
@@ -243,7 +243,7 @@ pub(crate) const GOALS: &[GoalEntry] = &[
                  one row by primary key",
         goal: Goal::at_most(2.0),
         why: "a decision costs the database at most twice the cheapest \
-              write there is (issue 21)",
+              write there is",
     },
 ];
 

@@ -511,9 +511,9 @@ fn reserve(results: &Results) -> Vec<Row> {
     rows
 }
 
-/// What the upstream of the shaper example saw against the quota (issue
-/// 23): judged on the calls per second; void when a call was refused, or
-/// a second held more than one call over the quota (one over: a call's
+/// What the upstream of the shaper example saw against the quota: judged
+/// on the calls per second; void when a call was refused, or a second
+/// held more than one call over the quota (one over: a call's
 /// own delay can land it beside the next slot's call; more is a quota not
 /// kept).
 fn shaper(shaper: &Outcome<ShaperResults>) -> Vec<Row> {
