@@ -71,8 +71,7 @@ pub(crate) const GOALS: &[GoalEntry] = &[
         metric: "memory: plan + 2 `Limit`s in one `RateTier::decide` / the \
                  plan alone (1 hot user; 100k users)",
         goal: Goal::below(3.0),
-        why: "a decision over 3 limits costs less than 3 separate ones \
-             ",
+        why: "a decision over 3 limits costs less than 3 separate ones",
     },
     GoalEntry {
         id: GoalId::PeriodVsRate,
@@ -81,8 +80,7 @@ pub(crate) const GOALS: &[GoalEntry] = &[
                  100k users; Redis: 1 hot user, 1k users)",
         goal: Goal::at_most(1.2),
         why: "a period keeps one count per bucket as a rate keeps one TAT: \
-              a monthly quota costs at most a fifth more than a rate \
-             ",
+              a monthly quota costs at most a fifth more than a rate",
     },
     GoalEntry {
         id: GoalId::WindowVsRate,
@@ -101,8 +99,7 @@ pub(crate) const GOALS: &[GoalEntry] = &[
                  1 hot user, 1k users)",
         goal: Goal::at_most(2.0),
         why: "a slot is two calls, taken at the decision and given back \
-              when the request ends: together at most two rate checks \
-             ",
+              when the request ends: together at most two rate checks",
     },
     GoalEntry {
         id: GoalId::ReserveVsCheck,
@@ -129,15 +126,13 @@ pub(crate) const GOALS: &[GoalEntry] = &[
         id: GoalId::HttpVsNoLayer,
         metric: "HTTP req/s: `TierLimitLayer` / no layer",
         goal: Goal::at_least(0.95),
-        why: "the layer costs a hello-world route at most 5% of its req/s \
-             ",
+        why: "the layer costs a hello-world route at most 5% of its req/s",
     },
     GoalEntry {
         id: GoalId::HttpVsGovernor,
         metric: "HTTP req/s: `TierLimitLayer` / tower_governor",
         goal: Goal::at_least(1.05),
-        why: "the layer serves more than tower_governor configured alike \
-             ",
+        why: "the layer serves more than tower_governor configured alike",
     },
     GoalEntry {
         id: GoalId::RedisVsBenchmark,
