@@ -650,7 +650,8 @@ fn redis(redis: &Outcome<RedisResults>) -> Vec<Row> {
     // 3 limits of one user are one round trip.
     let mut trips = Row::judged_by(
         "Redis, 3 limits of one user (`RateTier::decide`, plan + 2 `Limit`s): \
-         commands sent per decision (`MONITOR`)",
+         commands sent per decision (`MONITOR`; the store's background read \
+         of `trt:resets`, every 250 ms, apart)",
         GoalId::RedisRoundTrips,
     );
     let mut three = Row::info(
