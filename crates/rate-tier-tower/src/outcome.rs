@@ -176,11 +176,6 @@ impl Admitted {
     pub fn info(&self) -> &RateLimitInfo {
         &self.info
     }
-
-    /// Whether it holds slots of a concurrency limit.
-    pub fn holds_slots(&self) -> bool {
-        self.slots.is_some()
-    }
 }
 
 impl std::ops::Deref for Admitted {
@@ -188,12 +183,6 @@ impl std::ops::Deref for Admitted {
 
     fn deref(&self) -> &RateLimitInfo {
         &self.info
-    }
-}
-
-impl PartialEq<RateLimitInfo> for Admitted {
-    fn eq(&self, other: &RateLimitInfo) -> bool {
-        self.info == *other
     }
 }
 
