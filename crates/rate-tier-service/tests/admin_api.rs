@@ -715,6 +715,16 @@ async fn an_address_beyond_loopback_is_served_with_a_warning() {
             .args(["--admin", &format!("0.0.0.0:{port}"), "--admin-token-file"])
             .arg(&token_file),
     );
+    // Its own words first: a port that accepts could be another test's,
+    // picked in the moment between `free_port` and the bind.
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            child.stderr().contains("not a loopback address")
+        })
+        .await,
+        "{}",
+        child.stderr()
+    );
     until_listening(port).await;
     let stderr = child.stop();
     assert!(stderr.contains("warning: --admin 0.0.0.0:"), "{stderr}");
