@@ -601,9 +601,8 @@ mod loom_model {
         let name = LimitName::new("b").unwrap();
         let check = BucketCheck::new(&name, "ana", quota(), 1).unwrap();
         let mut out = Decision::default();
-        decide_in_place(cell, &check, NOW, &mut out)
-            .unwrap()
-            .allowed
+        decide_in_place(cell, check.quota(), 1, NOW, &mut out).unwrap();
+        out.allowed
     }
 
     /// Every interleaving with at most `preemptions` preemptions (the

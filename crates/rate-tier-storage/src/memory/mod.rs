@@ -34,11 +34,11 @@ use std::sync::{
 };
 use std::time::Duration;
 
-use gcra_core::{Decision, Verdict, Write};
+use gcra_core::{Decision, Quota, Verdict, Write};
 
 use self::sip::SipKey;
 use self::table::{LOCKED, NO_TAT, Table};
-use crate::bucket::{BucketCheck, BucketSettle};
+use crate::bucket::{BucketCheck, BucketSettle, LimitName};
 use crate::clock::{Clock, MonotonicClock, SharedClock};
 use crate::event::{Listeners, StorageEvent, StorageListener, Subscription};
 use crate::rule::Rule;
@@ -55,6 +55,9 @@ const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 const ROOM_ATTEMPTS: usize = 8;
 /// Up to this many buckets, a joint decision works on stack arrays.
 const FEW: usize = 4;
+/// Multiplies a limit's id into its buckets' names (the golden ratio's
+/// odd constant: every bit of the id moves many bits of the name).
+const TWEAK: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// In-memory GCRA buckets for a single process.
 ///
@@ -243,8 +246,52 @@ impl MemoryStorage {
         check: &BucketCheck<'_>,
     ) -> Result<(Decision, u64), StorageError> {
         let mut out = Decision::default();
+        if check.is_rate() {
+            let now = self.inner.decide_rate(
+                check.limit_name(),
+                check.partition(),
+                check.quota(),
+                check.cost(),
+                &mut out,
+            )?;
+            return Ok((out, now));
+        }
         let decided = self.inner.decide_one(check, &mut out)?;
         Ok((out, decided.now_us.unwrap_or_default()))
+    }
+
+    /// [`check_one`](Self::check_one) of a rate's bucket (`limit`,
+    /// `partition`) at `cost` (0: a peek), without building its
+    /// [`BucketCheck`]: the one call of a limiter's hot path.
+    ///
+    /// ```
+    /// use rate_tier_storage::{LimitName, MemoryStorage};
+    /// use rate_tier_storage::clock::FakeClock;
+    /// use gcra_core::Quota;
+    ///
+    /// let store = MemoryStorage::with_clock(FakeClock::at_us(5));
+    /// let free = LimitName::new("free")?;
+    /// let (decision, now_us) =
+    ///     store.check_rate(&free, "ana", Quota::per_minute(10), 1)?;
+    /// assert!(decision.allowed);
+    /// assert_eq!((decision.remaining, now_us), (9, 5));
+    /// // A cost above the burst can never pass: an error, as for a check.
+    /// assert!(store.check_rate(&free, "ana", Quota::per_minute(10), 11).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline(always)]
+    pub fn check_rate(
+        &self,
+        limit: &LimitName,
+        partition: &str,
+        quota: Quota,
+        cost: u32,
+    ) -> Result<(Decision, u64), StorageError> {
+        let mut out = Decision::default();
+        let now = self
+            .inner
+            .decide_rate(limit, partition, quota, cost, &mut out)?;
+        Ok((out, now))
     }
 
     /// The same as [`StorageExt::settle`](crate::StorageExt::settle), synchronously.
@@ -395,14 +442,21 @@ impl Inner {
     /// Returns the name and its shard (picked by the partition's hash).
     #[inline]
     fn name(&self, check: &BucketCheck<'_>) -> (u64, usize) {
-        let hash = self.hasher.hash(check.partition().as_bytes());
-        (Self::tweak(hash, check), Self::shard_index(hash))
+        self.name_of(check.limit_name(), check.partition())
+    }
+
+    /// [`name`](Self::name) of bucket (`limit`, `partition`).
+    #[inline]
+    fn name_of(&self, limit: &LimitName, partition: &str) -> (u64, usize) {
+        let hash = self.hasher.hash(partition.as_bytes());
+        let name = hash ^ limit.id().wrapping_mul(TWEAK);
+        (name, Self::shard_index(hash))
     }
 
     /// A partition's hash made the bucket's name by the limit's tweak.
     #[inline]
     fn tweak(hash: u64, check: &BucketCheck<'_>) -> u64 {
-        hash ^ check.limit_name().id().wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        hash ^ check.limit_name().id().wrapping_mul(TWEAK)
     }
 
     /// The shard of a partition's hash: one per partition, whatever the
@@ -473,20 +527,42 @@ impl Inner {
             }
             Rule::Window(_) => return self.decide_kind_alone(check, out),
         }
-        let (name, shard) = self.name(check);
+        let now = self.decide_rate(
+            check.limit_name(),
+            check.partition(),
+            check.quota(),
+            check.cost(),
+            out,
+        )?;
+        let verdict =
+            Verdict::of([check.is_shadow()], std::slice::from_ref(out));
+        Ok(Decided::new(verdict, Some(now), "memory"))
+    }
+
+    /// A rate's bucket (`limit`, `partition`) charged `cost` (0: a peek)
+    /// into `out`; the time it was decided at.
+    #[inline(always)]
+    fn decide_rate(
+        &self,
+        limit: &LimitName,
+        partition: &str,
+        quota: Quota,
+        cost: u32,
+        out: &mut Decision,
+    ) -> Result<u64, StorageError> {
+        let (name, shard) = self.name_of(limit, partition);
         let shard = &self.shards[shard];
         let now = self.clock.now_us();
-        let verdict = {
-            let table = read(&shard.table);
-            match table.find(name) {
-                Some(entry) => decide_in_place(&entry.tat, check, now, out)?,
-                None => {
-                    drop(table);
-                    self.decide_new(check, name, shard, now, out)?
-                }
+        let table = read(&shard.table);
+        match table.find(name) {
+            Some(entry) => decide_in_place(&entry.tat, quota, cost, now, out)?,
+            None => {
+                drop(table);
+                let check = BucketCheck::new(limit, partition, quota, cost)?;
+                self.decide_new(&check, name, shard, now, out)?;
             }
-        };
-        Ok(Decided::new(verdict, Some(now), "memory"))
+        }
+        Ok(now)
     }
 
     /// One window, alone.
@@ -518,24 +594,27 @@ impl Inner {
         shard: &Shard,
         now: u64,
         out: &mut Decision,
-    ) -> Result<Verdict, StorageError> {
+    ) -> Result<(), StorageError> {
         // A new bucket is a full one: decide before taking the write lock,
         // so that a refusal or a peek stores nothing (and evicts no one).
-        let verdict = decide_alone(check, None, now, out)?;
+        decide_alone(check, None, now, out)?;
         let Some(store) = out.store else {
-            return Ok(verdict);
+            return Ok(());
         };
         let mut room = self.room_for(shard, name, now, &[])?;
         // Another thread may have created it in between.
-        let verdict = match room.table.find(name) {
-            Some(entry) => decide_in_place(&entry.tat, check, now, out)?,
-            None => {
-                room.table.insert(name, store.tat_us);
-                verdict
-            }
-        };
+        match room.table.find(name) {
+            Some(entry) => decide_in_place(
+                &entry.tat,
+                check.quota(),
+                check.cost(),
+                now,
+                out,
+            )?,
+            None => room.table.insert(name, store.tat_us),
+        }
         self.made(room);
-        Ok(verdict)
+        Ok(())
     }
 
     fn settle(
@@ -591,13 +670,13 @@ fn decide_alone(
     stored: Option<u64>,
     now: u64,
     out: &mut Decision,
-) -> Result<Verdict, StorageError> {
+) -> Result<(), StorageError> {
     let quota = check.quota();
     *out = match check.cost() {
         0 => quota.peek(stored, now),
         cost => quota.check(stored, now, cost),
     }?;
-    Ok(Verdict::of([check.is_shadow()], std::slice::from_ref(out)))
+    Ok(())
 }
 
 /// One compare-and-swap loop: the decision is applied only if the TAT it
@@ -605,12 +684,11 @@ fn decide_alone(
 #[inline(always)]
 fn decide_in_place(
     tat: &sync::AtomicU64,
-    check: &BucketCheck<'_>,
+    quota: Quota,
+    cost: u32,
     now: u64,
     out: &mut Decision,
-) -> Result<Verdict, StorageError> {
-    let quota = check.quota();
-    let cost = check.cost();
+) -> Result<(), StorageError> {
     let mut current = tat.load(Ordering::Acquire);
     loop {
         if current & LOCKED != 0 {
@@ -636,7 +714,7 @@ fn decide_in_place(
             Err(actual) => current = actual,
         }
     }
-    Ok(Verdict::of([check.is_shadow()], std::slice::from_ref(out)))
+    Ok(())
 }
 
 fn settle_in_place(
