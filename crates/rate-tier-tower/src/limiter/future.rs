@@ -10,12 +10,13 @@ use std::time::Instant;
 use super::RateTier;
 use super::ask::Ask;
 use super::ruling::{Events, Judged, Ruling};
-use super::step::Step;
+use super::step::{Failed, Step};
 use crate::error::Error;
 use crate::observe::Checked;
 use crate::outcome::{Admitted, Limited, RateLimitInfo};
 
-type Output = Result<Result<Admitted, Limited>, Error>;
+/// What a decision answers the direct API.
+pub(super) type Output = Result<Result<Admitted, Limited>, Error>;
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -89,7 +90,7 @@ impl Future for CheckFuture<'_> {
         let this = &mut *self;
         let tiers = this.tiers;
         let ask = match &mut this.state {
-            State::Start(ask) => *ask,
+            State::Start(ask) => ask,
             State::Remote(remote) => {
                 let output = remote.as_mut().poll(cx);
                 if output.is_ready() {
@@ -105,16 +106,12 @@ impl Future for CheckFuture<'_> {
         };
         // `Start` holds nothing to drop: overwriting it skips the drop glue
         // of every state.
-        this.state = State::Done;
-        if let Some(answered) = tiers.plan_answer(&ask) {
-            return Poll::Ready(match answered {
-                Ok(outcome) => Ok(outcome),
-                Err(failed) => {
-                    let judged = tiers.failed_judged(failed);
-                    answer(tiers, ask.tier(), ask.cost, judged, None)
-                }
-            });
+        if let Some(answered) = tiers.plan_answer(ask) {
+            this.state = State::Done;
+            return Poll::Ready(answered);
         }
+        let ask = *ask;
+        this.state = State::Done;
         let started = tiers.observed().then(Instant::now);
         let events = Events::new(tiers.listening());
         let (tier, cost) = (ask.tier(), ask.cost);
@@ -133,6 +130,20 @@ impl Future for CheckFuture<'_> {
         }
     }
 }
+/// The direct API's answer to a store's failure on the tier's own path,
+/// for a request for `tier` (the claimed one) at `cost`.
+#[cold]
+#[inline(never)]
+pub(super) fn failed_output(
+    tiers: &RateTier,
+    tier: &str,
+    cost: u32,
+    failed: Failed,
+) -> Output {
+    let judged = tiers.failed_judged(failed);
+    answer(tiers, tier, cost, judged, None)
+}
+
 /// The direct API's answer to a decision on a request for `tier` (the
 /// claimed one) at `cost`, its events reported to the limiter's listeners
 /// and the check to its observers.

@@ -20,7 +20,9 @@ use smallvec::SmallVec;
 
 use super::RateTier;
 use super::ask::Ask;
+use super::future::{Output, failed_output};
 use super::prepare::{INLINE, Owned, Prepared};
+use super::rates::RateTierEntry;
 use super::ruling::{Events, Judged, Ruling};
 use super::slots::Slots;
 use super::wait::Waited;
@@ -179,6 +181,27 @@ struct PlanDecision {
 }
 
 impl PlanDecision {
+    /// The memory store's `decision` on `tier`, at `now_us`.
+    fn of_memory(
+        tier: &RateTierEntry,
+        cost: u32,
+        decision: Decision,
+        now_us: u64,
+    ) -> Self {
+        PlanDecision {
+            tier: tier.name,
+            cost,
+            limit: tier.quota.burst(),
+            window_us: tier.quota.burst_offset_us(),
+            remaining: decision.remaining,
+            reset_after_us: decision.reset_after_us,
+            retry_after_us: (!decision.allowed)
+                .then_some(decision.retry_after_us),
+            now_us,
+            by: "memory",
+        }
+    }
+
     /// What a refusal tells the listeners.
     #[cold]
     fn limited_event(&self, user: &str) -> LimitEvent {
@@ -273,23 +296,54 @@ impl RateTier {
     /// listeners at once), for a check nobody times. `None`: anything
     /// else, for [`RateTier::step`] (nothing was decided).
     #[inline(always)]
-    pub(crate) fn plan_answer(
-        &self,
-        ask: &Ask<'_>,
-    ) -> Option<Result<Result<Admitted, Limited>, Failed>> {
-        let (user, tier, cost) = ask.plan_alone()?;
-        if !self.inner.plan_fast || self.observed() {
+    pub(crate) fn plan_answer(&self, ask: &Ask<'_>) -> Option<Output> {
+        let (user, claimed, cost) = ask.plan_alone()?;
+        let inner = &*self.inner;
+        if !inner.plan_fast || self.observed() {
             return None;
         }
-        Some(match self.plan_now(user, tier, cost)? {
-            Ok(decision) => {
-                if decision.retry_after_us.is_some() && self.listening() {
-                    self.emit(|| decision.limited_event(user));
-                }
-                Ok(decision.outcome())
+        let Some(memory) = &inner.memory else {
+            return Some(match self.plan_now(user, claimed, cost)? {
+                Ok(decision) => self.plan_output(user, decision),
+                Err(failed) => failed_output(self, claimed, cost, failed),
+            });
+        };
+        // The common case, its answer built where it is returned.
+        let tier = inner.rates.find(claimed)?;
+        if cost > tier.quota.burst() {
+            return None;
+        }
+        Some(match memory.check_rate(tier.key, user, tier.quota, cost) {
+            Ok((decision, now_us)) if decision.allowed => {
+                Ok(Ok(Admitted::new(RateLimitInfo {
+                    tier: Cow::Borrowed(tier.name),
+                    limit: tier.quota.burst(),
+                    remaining: decision.remaining,
+                    reset_after: Duration::from_micros(decision.reset_after_us),
+                    cost,
+                    window: Duration::from_micros(tier.quota.burst_offset_us()),
+                    now_us,
+                    limits: None,
+                })))
             }
-            Err(failed) => Err(failed),
+            Ok((decision, now_us)) => self.plan_output(
+                user,
+                PlanDecision::of_memory(&tier, cost, decision, now_us),
+            ),
+            Err(error) => {
+                let policy = tier.on_storage_error;
+                failed_output(self, claimed, cost, Failed { error, policy })
+            }
         })
+    }
+
+    /// The direct API's answer to the tier's decision, a refusal told to
+    /// the listeners.
+    fn plan_output(&self, user: &str, decision: PlanDecision) -> Output {
+        if decision.retry_after_us.is_some() && self.listening() {
+            self.emit(|| decision.limited_event(user));
+        }
+        Ok(decision.outcome())
     }
 
     /// A store's failure on the tier's path as a decision, with its events.
@@ -355,15 +409,21 @@ impl RateTier {
         if cost > quota.burst() {
             return None;
         }
+        if let Some(memory) = &inner.memory {
+            // Names its buckets by its own keyed hash: no key secret.
+            return Some(match memory.check_rate(key, user, quota, cost) {
+                Ok((decision, now_us)) => {
+                    Ok(PlanDecision::of_memory(&tier, cost, decision, now_us))
+                }
+                Err(error) => Err(Failed { error, policy }),
+            });
+        }
         let check = BucketCheck::new(key, user, quota, cost)
             .ok()?
             .key_secret(inner.key_secret.as_ref());
         let mut out = [Decision::default()];
         let checks = std::slice::from_ref(&check);
-        let decided = match &inner.memory {
-            Some(memory) => memory.check_sync(checks, &mut out),
-            None => inner.store.check(checks, &mut out).ready()?,
-        };
+        let decided = inner.store.check(checks, &mut out).ready()?;
         let decided = match decided {
             Ok(decided) => decided,
             Err(error) => return Some(Err(Failed { error, policy })),
