@@ -210,6 +210,9 @@ impl<C: Cells + ?Sized> Cells for Arc<C> {
 /// let store = CellStorage::new(MemoryCells::new());
 /// assert!(store.supports(RuleKind::Window) && store.capabilities().reserves);
 /// assert_eq!(store.capabilities().lease, Some(CellStorage::<MemoryCells>::DEFAULT_LEASE));
+/// // Cells answer through a future, even in memory: never asked for a
+/// // ready answer first.
+/// assert!(!store.capabilities().answers_ready);
 /// ```
 #[derive(Debug, Clone)]
 pub struct CellStorage<C> {
@@ -765,9 +768,11 @@ impl<C: Cells> Storage for CellStorage<C> {
     }
 
     /// Every kind and reservations, the cells' label, and the lease of
-    /// slots ([`CellStorageBuilder::lease`]).
+    /// slots ([`CellStorageBuilder::lease`]); every answer a future.
     fn capabilities(&self) -> Capabilities {
-        let mut cells = Capabilities::new(self.cells.kind()).with_every_kind();
+        let mut cells = Capabilities::new(self.cells.kind())
+            .with_every_kind()
+            .always_pending();
         cells.reserves = true;
         cells.lease = self
             .lease
