@@ -247,3 +247,8 @@ pub const fn saturating_micros(duration: core::time::Duration) -> u64 {
 /// assert_eq!(gcra_core::MAX_WINDOW_US, 1_125_899_906_842_624);
 /// ```
 pub const MAX_WINDOW_US: u64 = 1 << 50;
+
+// The README's examples, run as doctests so that they never drift.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -94,3 +94,8 @@ pub use storage::{
     Adjustment, Answer, Capabilities, Decided, Mode, Storage, StorageError,
     StorageExt,
 };
+
+// The README's examples, run as doctests so that they never drift.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
