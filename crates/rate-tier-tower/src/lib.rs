@@ -111,7 +111,7 @@
 //!
 //! | feature | enables |
 //! |---|---|
-//! | `redis` | `RedisStorage`: one limit shared by every instance through Redis or a Redis Cluster |
+//! | `redis` | `RedisStorage`: one limit shared by every instance through Redis or a Redis Cluster; the `redis` crate it takes connections of, re-exported |
 //! | `postgres` | `PostgresStorage`: one limit shared by every instance through PostgreSQL, for services without Redis |
 //! | `identity-cache` | `CachedIdentifier`: caches async identity lookups with moka |
 //! | `metrics` | `metrics::RateLimitMetrics`: Prometheus metrics (prometheus-client) for checks, latency, storage errors, fallback, breakers, evictions, shadow refusals |
@@ -204,6 +204,25 @@ pub use rate_tier_storage::PostgresStorage;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use rate_tier_storage::RedisStorage;
+/// The `redis` crate that [`RedisStorage`] is built on: its connections
+/// (`redis::aio::ConnectionManager`, `redis::cluster_async::ClusterConnection`)
+/// without matching its version by hand.
+///
+/// ```no_run
+/// use tower_rate_tier::{RateTier, Quota, RedisStorage, redis};
+/// use std::sync::Arc;
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let client = redis::Client::open("redis://127.0.0.1/")?;
+/// let conn = redis::aio::ConnectionManager::new(client).await?;
+/// let limiter = RateTier::builder()
+///     .tier("free", Quota::per_minute(10))
+///     .storage(Arc::new(RedisStorage::new(conn)))
+///     .build();
+/// # let _ = limiter; Ok(()) }
+/// ```
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use redis;
 pub use rate_tier_storage::{
     FallbackStorage, MemoryStorage, Storage, StorageError,
 };
@@ -211,3 +230,8 @@ pub use rate_tier_storage::{
 #[cfg_attr(docsrs, doc(cfg(feature = "tiers-toml")))]
 pub use tiers::TiersError;
 pub use tiers::{Tiers, TiersBuilder};
+
+// The README's examples, run as doctests so that they never drift.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
