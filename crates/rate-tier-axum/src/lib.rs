@@ -213,3 +213,14 @@ pub const CONNECT_INFO: tower_rate_tier::client_ip::ClientIp =
                 .map(|ConnectInfo(peer)| peer.ip())
         },
     );
+
+// The README's examples, run as doctests so that they never drift.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
+// The project README's programs, compiled (and the ones that need no
+// server run) as doctests: a new app built from it compiles.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ProjectReadmeDoctests;
