@@ -165,6 +165,10 @@ pub struct DecideOptions {
     pub headers: HeaderStyle,
     /// Request bounds.
     pub limits: RequestLimits,
+    /// The share of a rule's limit above which an allowed cost counts as
+    /// near it (`ratelimit_service_rate_limit_near_limit_total`): 0.8 by
+    /// default, as envoyproxy/ratelimit's `NEAR_LIMIT_RATIO`.
+    pub near_limit_ratio: f64,
 }
 
 impl Default for DecideOptions {
@@ -173,6 +177,7 @@ impl Default for DecideOptions {
             shadow: false,
             headers: HeaderStyle::None,
             limits: RequestLimits::default(),
+            near_limit_ratio: 0.8,
         }
     }
 }
@@ -746,7 +751,8 @@ impl Decider {
                         StatsRef::Override => override_stats_ref,
                     };
                     if let Some(stats) = stats {
-                        count(stats, applied, *cost, &outcome);
+                        let ratio = self.options.near_limit_ratio;
+                        count(stats, applied, *cost, &outcome, ratio);
                     }
                     let rule_shadow = applied.shadow;
                     if !outcome.passed && !rule_shadow && self.options.shadow {
@@ -940,19 +946,27 @@ fn plan_of<'c>(
     }
 }
 
+/// The units of `limit` used above which a pass is near it: the floor of
+/// `limit * ratio` (a hair of slack, so that 0.8 of 10 is 8 and not 7).
+fn near_limit_threshold(limit: u64, ratio: f64) -> u64 {
+    // A limit is at most u32::MAX: exact in an f64.
+    (limit as f64 * ratio + 1e-9).floor() as u64
+}
+
 /// envoyproxy/ratelimit's per-rule stats, in GCRA terms.
 fn count(
     stats: &RuleStats,
     applied: &Applied<'_>,
     cost: u64,
     outcome: &Outcome,
+    near_limit_ratio: f64,
 ) {
     stats.total_hits.inc_by(cost);
     if outcome.passed {
         stats.within_limit.inc_by(cost);
         if outcome.charged {
             let limit = u64::from(applied.requests_per_unit);
-            let threshold = limit.saturating_mul(4) / 5;
+            let threshold = near_limit_threshold(limit, near_limit_ratio);
             let used = limit.saturating_sub(outcome.remaining);
             if used > threshold {
                 stats.near_limit.inc_by(cost.min(used - threshold));
@@ -963,5 +977,28 @@ fn count(
         if applied.shadow {
             stats.shadow_mode.inc_by(cost);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::near_limit_threshold;
+
+    #[test]
+    fn near_limit_threshold_is_the_floor_of_the_ratio() {
+        assert_eq!(near_limit_threshold(10, 0.8), 8);
+        assert_eq!(near_limit_threshold(7, 0.8), 5);
+        assert_eq!(near_limit_threshold(100, 0.9), 90);
+        assert_eq!(near_limit_threshold(3, 1.0), 3);
+        // The default ratio is the integer arithmetic's 4/5, at every limit.
+        for limit in 0..100_000u64 {
+            assert_eq!(
+                near_limit_threshold(limit, 0.8),
+                limit * 4 / 5,
+                "{limit}"
+            );
+        }
+        let max = u64::from(u32::MAX);
+        assert_eq!(near_limit_threshold(max, 1.0), max);
     }
 }

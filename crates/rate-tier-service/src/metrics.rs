@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | `ratelimit_service_rate_limit_total_hits_total` | `domain`, `rule` | the cost of every descriptor that reached a limit |
 //! | `ratelimit_service_rate_limit_over_limit_total` | `domain`, `rule` | the cost of those refused on their own (shadow ones included) |
-//! | `ratelimit_service_rate_limit_near_limit_total` | `domain`, `rule` | the part of an allowed cost above 80 % of the limit |
+//! | `ratelimit_service_rate_limit_near_limit_total` | `domain`, `rule` | the part of an allowed cost above `NEAR_LIMIT_RATIO` (0.8) of the limit |
 //! | `ratelimit_service_rate_limit_within_limit_total` | `domain`, `rule` | the cost of those that passed on their own |
 //! | `ratelimit_service_rate_limit_shadow_mode_total` | `domain`, `rule` | the cost of refusals that shadow mode let through |
 //! | `ratelimit_service_should_rate_limit_total` | `transport` (`grpc`, `json`), `code` (`ok`, `over_limit`, `oversized`, `invalid_argument`, `unavailable`) | calls (`oversized`: beyond a [`RequestLimits`](crate::RequestLimits) bound, refused) |
