@@ -223,6 +223,50 @@ impl Config {
         self.fingerprint
     }
 
+    /// The rules as envoyproxy/ratelimit's `/rlconfig` prints them: one
+    /// line each, its full key (the domain, then each descriptor's key, or
+    /// `key_value`, dot-separated), its unit and requests per unit (or
+    /// `unlimited`), and its shadow mode; by domain, each in config order.
+    ///
+    /// ```
+    /// use rate_tier_service::Config;
+    /// let config = Config::from_yaml("rl.yaml", "
+    /// domain: edge
+    /// descriptors:
+    ///   - key: remote_address
+    ///     rate_limit: { unit: minute, requests_per_unit: 60 }
+    ///   - key: path
+    ///     value: /health
+    ///     rate_limit: { unlimited: true }
+    /// ")?;
+    /// assert_eq!(config.dump(), "\
+    /// edge.remote_address: unit=MINUTE requests_per_unit=60, shadow_mode: false, quota_mode: false
+    /// edge.path_/health: unlimited, shadow_mode: false, quota_mode: false
+    /// ");
+    /// # Ok::<(), rate_tier_service::ConfigError>(())
+    /// ```
+    pub fn dump(&self) -> String {
+        let mut rules: Vec<&Arc<Rule>> = self.rules.iter().collect();
+        // Stable: each domain's rules stay in config order.
+        rules.sort_by(|a, b| a.domain.cmp(&b.domain));
+        let mut out = String::new();
+        for rule in rules {
+            let limit = match rule.limit {
+                RuleLimit::Unlimited => "unlimited".to_owned(),
+                RuleLimit::Never | RuleLimit::Quota(_) => format!(
+                    "unit={} requests_per_unit={}",
+                    rule.unit.name(),
+                    rule.requests_per_unit
+                ),
+            };
+            out.push_str(&format!(
+                "{}.{}: {limit}, shadow_mode: {}, quota_mode: false\n",
+                rule.domain, rule.path, rule.shadow
+            ));
+        }
+        out
+    }
+
     pub(crate) fn domain(&self, name: &str) -> Option<&Domain> {
         self.domains.get(name)
     }
