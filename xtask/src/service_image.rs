@@ -40,6 +40,7 @@ const LABEL: &str = "tower-rate-tier.xtask=service-image";
 /// service's defaults).
 const HTTP_PORT: u16 = 8080;
 const GRPC_PORT: u16 = 8081;
+const DEBUG_PORT: u16 = 6070;
 
 /// The programs the Dockerfile's `HEALTHCHECK` runs, and where they go.
 const HEALTH_TOOLS: [(&str, &str); 3] = [
@@ -510,9 +511,17 @@ fn check_image(docker: &Path, runtime: &Runtime) -> Result<()> {
         "--version",
         &version,
     )?;
+    // The rules the Dockerfile copies, where the image's environment has
+    // the service read them.
+    let rules = runtime
+        .copies
+        .iter()
+        .find(|(src, _)| src.trim_end_matches('/') == "examples/ratelimit")
+        .map(|(_, dest)| dest.clone())
+        .ok_or("the Dockerfile copies no examples/ratelimit")?;
     Cmd::new(docker)
         .args(["run", "--rm", "--network", "none", IMAGE])
-        .args(["check-config", "/etc/rate-tier-service"])
+        .args(["check-config", &rules])
         .read()?;
 
     // A container an interrupted check left behind (Ctrl-C skips the
@@ -536,6 +545,7 @@ fn check_image(docker: &Path, runtime: &Runtime) -> Result<()> {
         ])
         .arg(format!("--publish=127.0.0.1::{HTTP_PORT}"))
         .arg(format!("--publish=127.0.0.1::{GRPC_PORT}"))
+        .arg(format!("--publish=127.0.0.1::{DEBUG_PORT}"))
         .arg(IMAGE)
         .read()?
         .trim()
@@ -599,6 +609,21 @@ fn asked(container: &Container<'_>, runtime: &Runtime) -> Result<()> {
         "xtask: POST /json 192.0.2.66: {} {}",
         over.status, over.body
     );
+
+    // The debug listener: the rules, as envoyproxy/ratelimit prints them.
+    let debug = container.published(DEBUG_PORT)?;
+    let rlconfig = request(debug, "GET", "/rlconfig", "")?;
+    expect(
+        rlconfig.status == 200
+            && rlconfig.body.lines().any(|line| {
+                line.starts_with(
+                    "edge.remote_address: unit=MINUTE requests_per_unit=60",
+                )
+            }),
+        "GET /rlconfig on the debug port (edge.remote_address: unit=MINUTE ...)",
+        &format!("{rlconfig:?}"),
+    )?;
+    println!("xtask: GET /rlconfig on {debug}: {}", rlconfig.status);
 
     // The gRPC listener speaks HTTP/2: its first frame is SETTINGS.
     let frame = http2_first_frame(grpc)?;
@@ -813,7 +838,7 @@ mod tests {
             .iter()
             .find(|i| keyword(i) == "EXPOSE")
             .unwrap();
-        for port in [HTTP_PORT, GRPC_PORT] {
+        for port in [HTTP_PORT, GRPC_PORT, DEBUG_PORT] {
             assert!(
                 expose.split_whitespace().any(|p| p == port.to_string()),
                 "{expose}"
@@ -832,13 +857,16 @@ mod tests {
         for (tool, _) in HEALTH_TOOLS {
             assert!(health.contains(tool), "{tool}: {health}");
         }
-        let cmd = runtime
+        // Every interface, by envoyproxy/ratelimit's variables (the
+        // service's tests parse them as the binary does).
+        let env = runtime
             .instructions
             .iter()
-            .find(|i| keyword(i) == "CMD")
+            .find(|i| keyword(i) == "ENV")
             .unwrap();
-        assert!(cmd.contains(&format!("0.0.0.0:{HTTP_PORT}")), "{cmd}");
-        assert!(cmd.contains(&format!("0.0.0.0:{GRPC_PORT}")), "{cmd}");
+        for var in ["HOST=0.0.0.0", "GRPC_HOST=0.0.0.0", "DEBUG_HOST=0.0.0.0"] {
+            assert!(env.split_whitespace().any(|w| w == var), "{env}");
+        }
     }
 
     #[test]

@@ -43,9 +43,9 @@ impl Health {
 }
 
 #[derive(Clone)]
-struct HttpState {
-    decider: Arc<Decider>,
-    health: Health,
+pub(crate) struct HttpState {
+    pub(crate) decider: Arc<Decider>,
+    pub(crate) health: Health,
 }
 
 /// The HTTP routes over `decider`.
@@ -62,7 +62,17 @@ pub fn router(decider: Arc<Decider>, health: Health) -> Router {
         .with_state(HttpState { decider, health })
 }
 
-fn text(status: StatusCode, body: String) -> Response {
+/// `/metrics` alone at `path`, for a listener of its own.
+pub(crate) fn metrics_router(decider: Arc<Decider>, path: &str) -> Router {
+    Router::new()
+        .route(path, get(metrics))
+        .with_state(HttpState {
+            decider,
+            health: Health::default(),
+        })
+}
+
+pub(crate) fn text(status: StatusCode, body: String) -> Response {
     (
         status,
         [(
@@ -119,15 +129,17 @@ async fn json_endpoint(
     }
 }
 
-async fn healthcheck(State(state): State<HttpState>) -> Response {
+/// 200 `OK` while serving; 503 from the moment a shutdown begins (the
+/// drain), so that load balancers stop sending.
+pub(crate) async fn healthcheck(State(state): State<HttpState>) -> Response {
     if state.health.is_serving() {
         text(StatusCode::OK, "OK".into())
     } else {
-        text(StatusCode::INTERNAL_SERVER_ERROR, String::new())
+        text(StatusCode::SERVICE_UNAVAILABLE, "draining\n".into())
     }
 }
 
-async fn metrics(State(state): State<HttpState>) -> Response {
+pub(crate) async fn metrics(State(state): State<HttpState>) -> Response {
     (
         StatusCode::OK,
         [(

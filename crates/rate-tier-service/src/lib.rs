@@ -8,9 +8,14 @@
 //! cargo run -p rate-tier-service -- --config examples/ratelimit
 //! ```
 //!
-//! serves gRPC on 127.0.0.1:8081 (RLS v3 and `grpc.health.v1.Health`) and
+//! serves gRPC on 127.0.0.1:8081 (RLS v3 and `grpc.health.v1.Health`),
 //! HTTP on 127.0.0.1:8080 (`POST /json`, `GET /healthcheck`,
-//! `GET /metrics`). See [`cli`] for the flags.
+//! `GET /metrics`) and the debug listener on 127.0.0.1:6070 (`GET
+//! /rlconfig`). See [`cli`] for the flags and envoyproxy/ratelimit's
+//! environment variables, which configure it as they configure that
+//! service. SIGTERM drains: health says not serving at once, requests are
+//! answered for `--drain` (5 s), then the listeners close
+//! ([`Running::stop_serving`]).
 //!
 //! With `--admin ADDR --admin-token-file FILE`, an admin API on a listener
 //! of its own (loopback unless an address is given), behind a bearer token:
@@ -106,6 +111,7 @@ pub mod admin;
 pub mod cli;
 pub mod client;
 pub mod config;
+mod debug;
 pub mod decide;
 pub mod grpc;
 mod headers;

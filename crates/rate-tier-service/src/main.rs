@@ -14,11 +14,11 @@ use rate_tier_service::{Config, Service};
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::prelude::*;
 
-fn init_logs(format: LogFormat) {
+fn init_logs(format: LogFormat, level: tracing::Level) {
     let filter: Targets = std::env::var("RUST_LOG")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| Targets::new().with_default(tracing::Level::INFO));
+        .unwrap_or_else(|| Targets::new().with_default(level));
     let registry = tracing_subscriber::registry().with(filter);
     // Logs go to stderr; colours only on a terminal.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -55,20 +55,17 @@ async fn stop_signal() {
 }
 
 fn main() -> ExitCode {
-    let command = match cli::parse(std::env::args_os().skip(1)) {
+    let env = |name: &str| std::env::var(name).ok();
+    let command = match cli::parse_with_env(std::env::args_os().skip(1), env) {
         Ok(command) => command,
         Err(message) => {
-            eprintln!("rate-tier-service: {message}\n\n{}", cli::USAGE);
+            eprintln!("rate-tier-service: {}", message.trim_end());
             return ExitCode::from(2);
         }
     };
     let serve = match command {
-        Command::Help => {
-            print!("{}", cli::USAGE);
-            return ExitCode::SUCCESS;
-        }
-        Command::Version => {
-            println!("rate-tier-service {}", env!("CARGO_PKG_VERSION"));
+        Command::Print(text) => {
+            print!("{text}");
             return ExitCode::SUCCESS;
         }
         Command::CheckConfig(path) => {
@@ -104,7 +101,8 @@ fn main() -> ExitCode {
             admin.addr
         );
     }
-    init_logs(serve.log_format);
+    init_logs(serve.log_format, serve.log_level);
+    let drain = serve.drain;
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -124,6 +122,15 @@ fn main() -> ExitCode {
             }
         };
         stop_signal().await;
+        // Health says not serving at once; requests are still answered
+        // while load balancers notice, then the listeners close. A second
+        // signal ends the drain.
+        running.stop_serving().await;
+        tracing::info!(?drain, "draining: health says not serving, requests are still answered");
+        tokio::select! {
+            () = tokio::time::sleep(drain) => {}
+            () = stop_signal() => tracing::info!("a second signal: the drain ends now"),
+        }
         tracing::info!("shutting down: finishing the requests in flight");
         running.stop().await;
         tracing::info!("stopped");

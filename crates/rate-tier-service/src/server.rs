@@ -75,6 +75,23 @@ pub struct ServiceOptions {
     /// The admin API's listener and token file (default none: no admin
     /// API). See [`admin`](crate::admin).
     pub admin: Option<AdminOptions>,
+    /// The debug listener: `/rlconfig` (the rules in use, as text),
+    /// `/healthcheck` (default none; the binary's is 127.0.0.1:6070,
+    /// envoyproxy/ratelimit's port).
+    pub debug_addr: Option<SocketAddr>,
+    /// The metrics on a listener of their own too, as envoyproxy/ratelimit's
+    /// `USE_PROMETHEUS` serves them (default none: `/metrics` on the HTTP
+    /// listener only).
+    pub prometheus: Option<PrometheusOptions>,
+}
+
+/// Where `USE_PROMETHEUS` serves the metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrometheusOptions {
+    /// `PROMETHEUS_ADDR`.
+    pub addr: SocketAddr,
+    /// `PROMETHEUS_PATH`.
+    pub path: String,
 }
 
 impl ServiceOptions {
@@ -96,6 +113,8 @@ impl ServiceOptions {
             redis_timeout: RedisStorage::DEFAULT_TIMEOUT,
             postgres_timeout: PostgresStorage::DEFAULT_TIMEOUT,
             admin: None,
+            debug_addr: None,
+            prometheus: None,
         }
     }
 }
@@ -137,6 +156,8 @@ pub struct Running {
     grpc_addr: SocketAddr,
     http_addr: SocketAddr,
     admin_addr: Option<SocketAddr>,
+    debug_addr: Option<SocketAddr>,
+    prometheus_addr: Option<SocketAddr>,
     decider: Arc<Decider>,
     config_path: PathBuf,
     health: Health,
@@ -315,6 +336,22 @@ impl Service {
             Some(admin) => Some(bind(admin.addr).await?),
             None => None,
         };
+        let debug_listener = match options.debug_addr {
+            Some(addr) => Some(bind(addr).await?),
+            None => None,
+        };
+        let prometheus_listener = match &options.prometheus {
+            Some(prometheus) => Some(bind(prometheus.addr).await?),
+            None => None,
+        };
+        let debug_addr = debug_listener
+            .as_ref()
+            .zip(options.debug_addr)
+            .map(|(listener, asked)| local(listener, asked));
+        let prometheus_addr = prometheus_listener
+            .as_ref()
+            .zip(options.prometheus.as_ref())
+            .map(|(listener, asked)| local(listener, asked.addr));
         let grpc_addr = local(&grpc_listener, options.grpc_addr);
         let http_addr = local(&http_listener, options.http_addr);
         let admin_addr = admin_listener
@@ -356,16 +393,12 @@ impl Service {
         }));
 
         let health = Health::default();
-        let app = http::router(decider.clone(), health.clone());
-        let http_stop = until_stop(stop.clone());
-        tasks.push(tokio::spawn(async move {
-            if let Err(error) = axum::serve(http_listener, app)
-                .with_graceful_shutdown(http_stop)
-                .await
-            {
-                tracing::error!(%error, "the HTTP server failed");
-            }
-        }));
+        tasks.push(spawn_http(
+            "public",
+            http_listener,
+            http::router(decider.clone(), health.clone()),
+            until_stop(stop.clone()),
+        ));
 
         if let (Some(listener), Some(token)) = (admin_listener, admin_token) {
             let app = crate::admin::router(decider.clone(), &token)
@@ -381,6 +414,22 @@ impl Service {
             }));
         }
 
+        if let Some(listener) = debug_listener {
+            tasks.push(spawn_http(
+                "debug",
+                listener,
+                crate::debug::router(decider.clone(), health.clone()),
+                until_stop(stop.clone()),
+            ));
+        }
+        if let (Some(listener), Some(prometheus)) =
+            (prometheus_listener, &options.prometheus)
+        {
+            let app = http::metrics_router(decider.clone(), &prometheus.path);
+            let stopped = until_stop(stop.clone());
+            tasks.push(spawn_http("metrics", listener, app, stopped));
+        }
+
         if options.watch {
             tasks.push(crate::reload::spawn(
                 options.config_path.clone(),
@@ -390,16 +439,20 @@ impl Service {
                 stop,
             )?);
         }
-        match admin_addr {
-            Some(admin_addr) => {
-                tracing::info!(%grpc_addr, %http_addr, %admin_addr, "serving");
-            }
-            None => tracing::info!(%grpc_addr, %http_addr, "serving"),
-        }
+        tracing::info!(
+            %grpc_addr,
+            %http_addr,
+            admin_addr = admin_addr.map(tracing::field::display),
+            debug_addr = debug_addr.map(tracing::field::display),
+            metrics_addr = prometheus_addr.map(tracing::field::display),
+            "serving"
+        );
         Ok(Running {
             grpc_addr,
             http_addr,
             admin_addr,
+            debug_addr,
+            prometheus_addr,
             decider,
             config_path: options.config_path,
             health,
@@ -409,6 +462,24 @@ impl Service {
             _events: events,
         })
     }
+}
+
+/// Serves `app` on `listener` until `stopped`; a failure is logged as the
+/// `name` HTTP server's.
+fn spawn_http(
+    name: &'static str,
+    listener: TcpListener,
+    app: axum::Router,
+    stopped: impl std::future::Future<Output = ()> + Send + 'static,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app)
+            .with_graceful_shutdown(stopped)
+            .await
+        {
+            tracing::error!(%error, "the {name} HTTP server failed");
+        }
+    })
 }
 
 fn local(listener: &TcpListener, asked: SocketAddr) -> SocketAddr {
@@ -431,6 +502,17 @@ impl Running {
         self.admin_addr
     }
 
+    /// The debug listener's address, when it is served.
+    pub fn debug_addr(&self) -> Option<SocketAddr> {
+        self.debug_addr
+    }
+
+    /// The address of the metrics' own listener (`USE_PROMETHEUS`), when
+    /// it is served.
+    pub fn prometheus_addr(&self) -> Option<SocketAddr> {
+        self.prometheus_addr
+    }
+
     /// The decision engine.
     pub fn decider(&self) -> &Arc<Decider> {
         &self.decider
@@ -442,9 +524,12 @@ impl Running {
         crate::reload::reload(&self.config_path, &self.decider).await
     }
 
-    /// Starts the graceful shutdown: the health checks turn to not serving,
-    /// the listeners close, and the requests in flight finish.
-    pub async fn shutdown(&self) {
+    /// Begins a drain: the health checks turn to not serving (HTTP
+    /// `/healthcheck` 503, gRPC health `NOT_SERVING`) while every request
+    /// is still answered, so that load balancers stop sending before the
+    /// listeners close ([`Running::shutdown`]). The binary drains for
+    /// `--drain` (5 s) after SIGTERM or SIGINT.
+    pub async fn stop_serving(&self) {
         self.health.stop_serving();
         self.reporter
             .set_service_status(
@@ -455,6 +540,12 @@ impl Running {
         self.reporter
             .set_service_status("", tonic_health::ServingStatus::NotServing)
             .await;
+    }
+
+    /// Starts the graceful shutdown: the health checks turn to not serving,
+    /// the listeners close, and the requests in flight finish.
+    pub async fn shutdown(&self) {
+        self.stop_serving().await;
         let _ = self.shutdown.send(true);
     }
 

@@ -10,7 +10,6 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use rate_tier_service::{
@@ -469,99 +468,12 @@ async fn an_empty_or_unreadable_token_file_is_a_start_up_error() {
 }
 
 /// A loopback port that was free a moment ago.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-/// The binary, killed on drop; its stderr read as it is written.
-struct Child {
-    process: Option<std::process::Child>,
-    stderr: std::sync::Arc<std::sync::Mutex<String>>,
-    reader: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.process {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Child {
-    fn new(command: &mut Command) -> Child {
-        use std::io::BufRead;
-        let mut process =
-            command.stderr(Stdio::piped()).spawn().expect("starts");
-        let pipe = process.stderr.take().expect("its stderr");
-        let stderr: std::sync::Arc<std::sync::Mutex<String>> =
-            std::sync::Arc::default();
-        let lines = std::sync::Arc::clone(&stderr);
-        let reader = std::thread::spawn(move || {
-            for line in std::io::BufReader::new(pipe).lines() {
-                let Ok(line) = line else { break };
-                let mut text = lines
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                text.push_str(&line);
-                text.push('\n');
-            }
-        });
-        Child {
-            process: Some(process),
-            stderr,
-            reader: Some(reader),
-        }
-    }
-
-    /// What it wrote on stderr so far.
-    fn stderr(&self) -> String {
-        self.stderr
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Stops it and returns what it wrote on stderr.
-    fn stop(mut self) -> String {
-        if let Some(mut child) = self.process.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        // The pipe is closed once it is gone: the reader ends.
-        if let Some(reader) = self.reader.take() {
-            let _ = reader.join();
-        }
-        self.stderr()
-    }
-}
-
 /// The admin API's log lines among JSON logs.
 fn admin_calls(logs: &str) -> Vec<Value> {
     logs.lines()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
         .filter(|line| line["target"] == "rate_tier_service::admin")
         .collect()
-}
-
-fn binary() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_rate-tier-service"))
-}
-
-/// Waits until `port` on loopback accepts a connection.
-async fn until_listening(port: u16) {
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    assert!(
-        eventually(Duration::from_secs(20), || async {
-            tokio::net::TcpStream::connect(addr).await.is_ok()
-        })
-        .await,
-        "the service listens on {port}"
-    );
 }
 
 #[test]
@@ -598,8 +510,8 @@ fn admin_without_a_token_file_is_a_start_up_error() {
     let help = binary().arg("--help").output().expect("runs");
     let help = String::from_utf8_lossy(&help.stdout);
     for text in [
-        "--admin ADDR",
-        "--admin-token-file FILE",
+        "--admin <ADDR>",
+        "--admin-token-file <FILE>",
         "POST /admin/reset",
         "POST /admin/peek",
         "GET  /admin/rules",

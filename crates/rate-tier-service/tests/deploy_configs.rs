@@ -8,7 +8,7 @@
 //! ([`cli::parse`]); the rules (the image's and the ConfigMap's) are loaded
 //! with [`Config`], and the descriptors Envoy's route sends are decided
 //! against them. The health path, `/healthcheck`, is private to the HTTP
-//! router: it is compared with what `--help` ([`cli::USAGE`]) states.
+//! router: it is compared with what `--help` ([`cli::usage`]) states.
 //!
 //! The YAML is read with saphyr-parser (the service's own YAML parser):
 //! every scalar is a string, so ports are compared as text.
@@ -19,12 +19,12 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rate_tier_service::cli::{self, Command};
+use rate_tier_service::cli::{self, Command, DEFAULT_DEBUG_ADDR};
 use rate_tier_service::envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use rate_tier_service::envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use rate_tier_service::envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use rate_tier_service::server::{DEFAULT_GRPC_ADDR, DEFAULT_HTTP_ADDR};
-use rate_tier_service::{Config, DecideOptions, Decider, Metrics};
+use rate_tier_service::{Config, DecideOptions, Decider, Metrics, StoreChoice};
 use rate_tier_storage::MemoryStorage;
 use saphyr_parser::{Event, Parser};
 use serde_json::Value;
@@ -123,30 +123,41 @@ fn array<'v>(value: &'v Value, pointer: &str) -> &'v [Value] {
         .unwrap_or_else(|| panic!("no list at {pointer} in {value}"))
 }
 
-/// A command line through the service's own parser: what it would serve.
-fn serve(args: &[String]) -> rate_tier_service::cli::Serve {
-    match cli::parse(args) {
+/// A command line and an environment through the service's own parser:
+/// what it would serve.
+fn serve(
+    args: &[String],
+    env: &[(String, String)],
+) -> rate_tier_service::cli::Serve {
+    let lookup = |name: &str| {
+        env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    };
+    match cli::parse_with_env(args, lookup) {
         Ok(Command::Serve(serve)) => *serve,
-        other => panic!("{args:?} does not serve: {other:?}"),
+        other => panic!("{args:?} {env:?} does not serve: {other:?}"),
     }
 }
 
 /// It serves the default ports on every interface (the defaults are
-/// loopback, unreachable from outside a container).
-fn assert_listens_on_the_defaults(args: &[String]) -> PathBuf {
-    let serve = serve(args);
+/// loopback, unreachable from outside a container), the debug listener
+/// included; the config it reads.
+fn assert_listens_on_the_defaults(
+    args: &[String],
+    env: &[(String, String)],
+) -> rate_tier_service::cli::Serve {
+    let serve = serve(args, env);
     let (grpc, http) = (serve.options.grpc_addr, serve.options.http_addr);
-    assert_eq!(grpc.port(), grpc_port(), "{args:?}");
-    assert_eq!(http.port(), http_port(), "{args:?}");
-    assert!(
-        grpc.ip().is_unspecified(),
-        "{args:?}: gRPC on every interface"
-    );
-    assert!(
-        http.ip().is_unspecified(),
-        "{args:?}: HTTP on every interface"
-    );
-    serve.options.config_path
+    let debug = serve.options.debug_addr.expect("the debug listener");
+    assert_eq!(grpc.port(), grpc_port(), "{args:?} {env:?}");
+    assert_eq!(http.port(), http_port(), "{args:?} {env:?}");
+    assert_eq!(debug.port(), DEFAULT_DEBUG_ADDR.port(), "{args:?} {env:?}");
+    for (what, addr) in [("gRPC", grpc), ("HTTP", http), ("debug", debug)] {
+        assert!(
+            addr.ip().is_unspecified(),
+            "{args:?} {env:?}: {what} on every interface"
+        );
+    }
+    serve
 }
 
 // --- the Dockerfile -------------------------------------------------------
@@ -188,13 +199,35 @@ fn instruction(stage: &[String], keyword: &str) -> String {
         .to_owned()
 }
 
-/// Where the image's rules are: the `--config` of its `CMD`, where the
-/// Dockerfile copies examples/ratelimit.
+/// The image's environment: its `ENV KEY=VALUE ...` instructions.
+fn image_env(stage: &[String]) -> Vec<(String, String)> {
+    stage
+        .iter()
+        .filter_map(|l| l.strip_prefix("ENV "))
+        .flat_map(str::split_whitespace)
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').expect("ENV KEY=VALUE");
+            (key.to_owned(), value.trim_matches('"').to_owned())
+        })
+        .collect()
+}
+
+/// The image's command line: its `CMD`, if any.
+fn image_args(stage: &[String]) -> Vec<String> {
+    stage
+        .iter()
+        .find_map(|l| l.strip_prefix("CMD "))
+        .map(|cmd| serde_json::from_str(cmd).expect("CMD in JSON form"))
+        .unwrap_or_default()
+}
+
+/// Where the image's rules are: the config its command line and its
+/// environment name, where the Dockerfile copies examples/ratelimit.
 fn image_config_dir() -> String {
     let stage = runtime_stage();
-    let cmd: Vec<String> = serde_json::from_str(&instruction(&stage, "CMD"))
-        .expect("CMD in JSON form");
-    let config = assert_listens_on_the_defaults(&cmd);
+    let serve =
+        assert_listens_on_the_defaults(&image_args(&stage), &image_env(&stage));
+    let config = serve.options.config_path;
     config.to_str().expect("UTF-8").to_owned()
 }
 
@@ -202,7 +235,7 @@ fn image_config_dir() -> String {
 fn the_dockerfile_serves_the_default_ports_and_checks_the_health_path() {
     let stage = runtime_stage();
     let expose = instruction(&stage, "EXPOSE");
-    for port in [grpc_port(), http_port()] {
+    for port in [grpc_port(), http_port(), DEFAULT_DEBUG_ADDR.port()] {
         assert!(
             expose.split_whitespace().any(|p| p == port.to_string()),
             "EXPOSE {expose} lacks {port}"
@@ -223,7 +256,7 @@ fn the_dockerfile_serves_the_default_ports_and_checks_the_health_path() {
     assert_ne!(uid, 0);
     // The health check asks the service's health path on its HTTP port.
     assert!(
-        cli::USAGE.contains(HEALTHCHECK),
+        cli::usage().contains(HEALTHCHECK),
         "--help names {HEALTHCHECK}"
     );
     let health = instruction(&stage, "HEALTHCHECK");
@@ -459,9 +492,24 @@ async fn envoys_descriptors_meet_the_rules() {
 // --- Kubernetes -------------------------------------------------------------
 
 fn k8s(file: &str) -> Value {
-    let mut documents = yaml(&read(&format!("examples/k8s/{file}")));
+    let mut documents = k8s_documents(file);
     assert_eq!(documents.len(), 1, "{file}");
     documents.remove(0)
+}
+
+fn k8s_documents(file: &str) -> Vec<Value> {
+    yaml(&read(&format!("examples/k8s/{file}")))
+}
+
+/// The container's environment: the image's, then the pod's over it.
+fn container_env(container: &Value) -> Vec<(String, String)> {
+    let mut env = image_env(&runtime_stage());
+    for var in array(container, "/env") {
+        let (name, value) = (text(var, "/name"), text(var, "/value"));
+        env.retain(|(k, _)| k != name);
+        env.push((name.to_owned(), value.to_owned()));
+    }
+    env
 }
 
 fn configmap_rules() -> Config {
@@ -498,22 +546,24 @@ fn the_deployment_serves_the_defaults_with_the_configmap_as_its_rules() {
     let deployment = k8s("deployment.yaml");
     assert_eq!(text(&deployment, "/kind"), "Deployment");
     let container = container(&deployment);
-    let args: Vec<String> = array(container, "/args")
-        .iter()
-        .map(|a| a.as_str().expect("an argument").to_owned())
-        .collect();
-    let config = assert_listens_on_the_defaults(&args);
+    // envoyproxy/ratelimit's way: the environment alone, no arguments.
+    assert!(container.get("args").is_none(), "no args: the environment");
+    let serve = assert_listens_on_the_defaults(&[], &container_env(container));
+    let config = serve.options.config_path;
     assert_eq!(container_port(container, "grpc"), grpc_port().to_string());
     assert_eq!(container_port(container, "http"), http_port().to_string());
+    assert_eq!(
+        container_port(container, "debug"),
+        DEFAULT_DEBUG_ADDR.port().to_string()
+    );
 
-    // --config is the ConfigMap's volume, mounted over the image's rules.
+    // The config is the ConfigMap's volume.
     let mount = array(container, "/volumeMounts")
         .iter()
         .find(|m| Path::new(text(m, "/mountPath")) == config)
         .unwrap_or_else(|| {
-            panic!("nothing mounted at --config {}", config.display())
+            panic!("nothing mounted at the config {}", config.display())
         });
-    assert_eq!(config.to_str(), Some(image_config_dir().as_str()));
     let volume = array(&deployment, "/spec/template/spec/volumes")
         .iter()
         .find(|v| text(v, "/name") == text(mount, "/name"))
@@ -525,7 +575,7 @@ fn the_deployment_serves_the_defaults_with_the_configmap_as_its_rules() {
 
     // Both probes ask the health path on the HTTP port.
     assert!(
-        cli::USAGE.contains(HEALTHCHECK),
+        cli::usage().contains(HEALTHCHECK),
         "--help names {HEALTHCHECK}"
     );
     for probe in ["readinessProbe", "livenessProbe"] {
@@ -545,6 +595,66 @@ fn the_deployment_serves_the_defaults_with_the_configmap_as_its_rules() {
     assert_eq!(
         text(security, "/runAsUser"),
         user.split(':').next().unwrap()
+    );
+}
+
+#[test]
+fn the_replicas_share_their_limits_through_the_manifests_redis() {
+    let deployment = k8s("deployment.yaml");
+    let replicas: u32 = text(&deployment, "/spec/replicas")
+        .parse()
+        .expect("a number");
+    assert!(replicas > 1, "the example shows several replicas");
+    let serve = serve(&[], &container_env(container(&deployment)));
+    let StoreChoice::Redis(url) = &serve.options.store else {
+        panic!("a shared store: {:?}", serve.options.store);
+    };
+    let redis = k8s_documents("redis.yaml");
+    let service = redis
+        .iter()
+        .find(|d| text(d, "/kind") == "Service")
+        .expect("redis.yaml's Service");
+    let port = text(&array(service, "/spec/ports")[0], "/port");
+    let address = format!("{}:{port}", text(service, "/metadata/name"));
+    assert_eq!(url, &format!("redis://{address}/"));
+    // Its pods are the ones the Service selects.
+    let redis_deployment = redis
+        .iter()
+        .find(|d| text(d, "/kind") == "Deployment")
+        .expect("redis.yaml's Deployment");
+    for (key, value) in
+        service["spec"]["selector"].as_object().expect("a selector")
+    {
+        assert_eq!(
+            redis_deployment["spec"]["template"]["metadata"]["labels"][key],
+            *value
+        );
+    }
+    // kubectl apply -k applies it.
+    let kustomization = k8s("kustomization.yaml");
+    let resources: Vec<&str> = array(&kustomization, "/resources")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for file in [
+        "configmap.yaml",
+        "deployment.yaml",
+        "redis.yaml",
+        "service.yaml",
+    ] {
+        assert!(resources.contains(&file), "{file} in kustomization.yaml");
+    }
+    // The drain ends before Kubernetes kills the pod.
+    let grace: u64 = text(
+        &deployment,
+        "/spec/template/spec/terminationGracePeriodSeconds",
+    )
+    .parse()
+    .expect("seconds");
+    assert!(
+        serve.drain.as_secs() < grace,
+        "{:?} < {grace} s",
+        serve.drain
     );
 }
 

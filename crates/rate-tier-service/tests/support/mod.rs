@@ -552,3 +552,114 @@ pub async fn concurrent_oks(
     }
     ok
 }
+
+// --- the binary ------------------------------------------------------------
+
+/// The service's binary, its debug listener on a free port (its default,
+/// 6070, would be shared by the tests that run at once).
+pub fn binary() -> std::process::Command {
+    let mut command =
+        std::process::Command::new(env!("CARGO_BIN_EXE_rate-tier-service"));
+    command.env("DEBUG_PORT", "0");
+    command
+}
+
+/// Waits until `port` on loopback accepts a connection.
+pub async fn until_listening(port: u16) {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            tokio::net::TcpStream::connect(addr).await.is_ok()
+        })
+        .await,
+        "the service listens on {port}"
+    );
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// The binary, killed on drop; its stderr read as it is written.
+pub struct Child {
+    process: Option<std::process::Child>,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.process {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Child {
+    pub fn new(command: &mut std::process::Command) -> Child {
+        use std::io::BufRead;
+        let mut process = command
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("starts");
+        let pipe = process.stderr.take().expect("its stderr");
+        let stderr: std::sync::Arc<std::sync::Mutex<String>> =
+            std::sync::Arc::default();
+        let lines = std::sync::Arc::clone(&stderr);
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                let mut text = lines
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                text.push_str(&line);
+                text.push('\n');
+            }
+        });
+        Child {
+            process: Some(process),
+            stderr,
+            reader: Some(reader),
+        }
+    }
+
+    /// Sends it SIGTERM, as an orchestrator stops it.
+    pub fn terminate(&self) {
+        let pid = self.process.as_ref().expect("running").id();
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -TERM {pid}");
+    }
+
+    /// Its exit status, once it has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.process.as_mut()?.try_wait().ok().flatten()
+    }
+
+    /// What it wrote on stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Stops it and returns what it wrote on stderr.
+    pub fn stop(mut self) -> String {
+        if let Some(mut child) = self.process.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // The pipe is closed once it is gone: the reader ends.
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        self.stderr()
+    }
+}
