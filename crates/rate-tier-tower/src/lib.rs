@@ -204,6 +204,9 @@ pub use rate_tier_storage::PostgresStorage;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use rate_tier_storage::RedisStorage;
+pub use rate_tier_storage::{
+    FallbackStorage, MemoryStorage, Storage, StorageError,
+};
 /// The `redis` crate that [`RedisStorage`] is built on: its connections
 /// (`redis::aio::ConnectionManager`, `redis::cluster_async::ClusterConnection`)
 /// without matching its version by hand.
@@ -223,9 +226,6 @@ pub use rate_tier_storage::RedisStorage;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis;
-pub use rate_tier_storage::{
-    FallbackStorage, MemoryStorage, Storage, StorageError,
-};
 #[cfg(feature = "tiers-toml")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tiers-toml")))]
 pub use tiers::TiersError;
