@@ -12,6 +12,7 @@
 //! | `GET /export` | cost 1 on the tier, and a limit `exports`: 3 per calendar month (UTC) on free, 100 on pro (a period) |
 //! | `GET /upload?ms=N` | cost 1 on the tier, and a limit `uploads`: at most 2 in flight per user on free, 10 on pro (concurrency); answers after N ms (at most 10 s) |
 //! | `GET /metrics` | Prometheus metrics, not limited |
+//! | `GET /healthcheck` | `OK`, not limited; 503 while draining |
 //!
 //! Run it from the repository root:
 //!
@@ -54,6 +55,11 @@
 //! `GET /metrics` (no key, not limited) serves the limiter's Prometheus
 //! metrics: checks by tier and outcome, latency, store errors, breaker.
 //!
+//! SIGTERM or SIGINT drains: `/healthcheck` answers 503 at once while
+//! every request is still served for `--drain SECONDS` (or `DRAIN_PERIOD`,
+//! default 5; a second signal ends it), then the server stops accepting
+//! and finishes the requests in flight.
+//!
 //! Every tier bans a key for 60 s after 20 refusals within 60 s (doubling
 //! while it keeps going, at most an hour): its 429s then say
 //! `"banned":true`.
@@ -70,6 +76,7 @@
 //! request is reported on stderr).
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -118,7 +125,10 @@ usage: server [PORT] [OPTIONS]
   --headers x|ietf|both                 rate-limit headers (default x)
   --shadow                              every limit in shadow mode: nothing refused for rate
   --wait-up-to SECONDS                  a request refused for a rate waits up to SECONDS for its slot instead
-  --admin-token-file FILE               serve POST /admin/reset?key=KEY to callers with this bearer token";
+  --admin-token-file FILE               serve POST /admin/reset?key=KEY to callers with this bearer token
+  --drain SECONDS                       after SIGTERM or SIGINT, /healthcheck says 503 while requests are
+                                        still served for SECONDS, then the server stops (or DRAIN_PERIOD,
+                                        e.g. 5s; default 5)";
 
 struct Args {
     port: u16,
@@ -136,6 +146,9 @@ struct Args {
     wait_up_to: Option<Duration>,
     /// The file holding the bearer token of `/admin/reset`.
     admin_token_file: Option<PathBuf>,
+    /// After SIGTERM or SIGINT, how long `/healthcheck` says 503 while
+    /// requests are still served.
+    drain: Duration,
 }
 
 /// `host:port[,host:port...]` into node URLs (`redis://host:port/`); an
@@ -158,6 +171,42 @@ fn cluster_urls(nodes: &str) -> Result<Vec<String>, String> {
         .collect()
 }
 
+/// Whole seconds of drain, 0 to 3600 (0: stop at once).
+fn drain_seconds(text: &str) -> Result<Duration, String> {
+    text.parse::<u64>()
+        .ok()
+        .filter(|&s| s <= 3600)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("{text:?} is not whole seconds, at most 3600"))
+}
+
+/// SIGTERM or SIGINT.
+async fn stop_signal() {
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// Waits for a stop signal, turns `serving` off (`/healthcheck` 503)
+/// while requests are still served for `drain` (or until a second
+/// signal), then returns: the server then stops accepting and finishes the
+/// requests in flight.
+async fn drained(serving: Arc<AtomicBool>, drain: Duration) {
+    stop_signal().await;
+    serving.store(false, Ordering::Release);
+    eprintln!("draining for {drain:?}: /healthcheck says 503, requests are still served");
+    tokio::select! {
+        () = tokio::time::sleep(drain) => {}
+        () = stop_signal() => {}
+    }
+    eprintln!("stopping: finishing the requests in flight");
+}
+
 fn parse_args() -> Result<Args, String> {
     use lexopt::prelude::*;
     let mut args = Args {
@@ -176,6 +225,11 @@ fn parse_args() -> Result<Args, String> {
         shadow: false,
         wait_up_to: None,
         admin_token_file: None,
+        drain: match std::env::var("DRAIN_PERIOD") {
+            Ok(period) => drain_seconds(period.trim_end_matches('s'))
+                .map_err(|e| format!("DRAIN_PERIOD: {e}"))?,
+            Err(_) => Duration::from_secs(5),
+        },
     };
     let mut redis_flag = false;
     let mut postgres_flag = false;
@@ -237,6 +291,10 @@ fn parse_args() -> Result<Args, String> {
                         "--wait-up-to needs seconds, above 0 and at most 3600",
                     )?;
                 args.wait_up_to = Some(Duration::from_secs_f64(seconds));
+            }
+            Long("drain") => {
+                args.drain = drain_seconds(&text(value(&mut parser)?)?)
+                    .map_err(|e| format!("--drain: {e}"))?;
             }
             Short('h') | Long("help") => return Err(String::new()),
             Value(port) => {
@@ -507,6 +565,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .layer(layer)
         // Added after `.layer`: the limiter does not apply to them.
         .route("/metrics", get(move || serve_metrics(registry.clone())));
+    let serving = Arc::new(AtomicBool::new(true));
+    let health = serving.clone();
+    let app = app.route(
+        "/healthcheck",
+        get(move || async move {
+            match health.load(Ordering::Acquire) {
+                true => (StatusCode::OK, "OK\n"),
+                false => (StatusCode::SERVICE_UNAVAILABLE, "draining\n"),
+            }
+        }),
+    );
     // Without a token file there is no admin route: 404, like any other.
     let app = match &args.admin_token_file {
         Some(path) => {
@@ -538,7 +607,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = format!("127.0.0.1:{}", args.port);
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     eprintln!("listening on {addr} ({backend} storage)");
-    axum::serve(listener, app).await?;
+    axum::serve(listener, app)
+        .with_graceful_shutdown(drained(serving, args.drain))
+        .await?;
+    eprintln!("stopped");
     Ok(())
 }
 

@@ -81,6 +81,27 @@ impl Server {
         self.child.id()
     }
 
+    /// Sends it SIGTERM, as an orchestrator stops it.
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -TERM {}", self.pid());
+    }
+
+    /// Waits (bounded) until it exits: its status.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "it did not exit: {:?}", self.stderr());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Waits (bounded) until a stderr line contains `needle`.
     pub fn wait_for_stderr(&self, needle: &str) -> String {
         let deadline = Instant::now() + Duration::from_secs(10);
