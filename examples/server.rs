@@ -199,7 +199,9 @@ async fn stop_signal() {
 async fn drained(serving: Arc<AtomicBool>, drain: Duration) {
     stop_signal().await;
     serving.store(false, Ordering::Release);
-    eprintln!("draining for {drain:?}: /healthcheck says 503, requests are still served");
+    eprintln!(
+        "draining for {drain:?}: /healthcheck says 503, requests are still served"
+    );
     tokio::select! {
         () = tokio::time::sleep(drain) => {}
         () = stop_signal() => {}

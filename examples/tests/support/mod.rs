@@ -97,7 +97,11 @@ impl Server {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status;
             }
-            assert!(Instant::now() < deadline, "it did not exit: {:?}", self.stderr());
+            assert!(
+                Instant::now() < deadline,
+                "it did not exit: {:?}",
+                self.stderr()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
