@@ -122,6 +122,7 @@ mod process;
 mod proxy;
 mod resp;
 mod server;
+mod tls;
 
 pub use backend::{
     BACKEND_VAR, Backend, DEFAULT_IMAGE, IMAGE_VAR, Image, SERVER_BIN_VAR,
@@ -147,3 +148,4 @@ pub use postgres::{
 };
 pub use proxy::TcpProxy;
 pub use server::RedisServer;
+pub use tls::TestCa;

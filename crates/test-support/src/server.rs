@@ -12,6 +12,7 @@ use crate::fake_clock;
 use crate::ports::{SHARED_REDIS_PORT, free_ports};
 use crate::process::ProcessNode;
 use crate::resp;
+use crate::tls::TestCa;
 
 /// How long a new (or restarted) server has to answer `PING`. Pulling a
 /// missing image happens before, in the container's creation.
@@ -74,6 +75,28 @@ impl RedisServer {
     /// Starts a server with `backend` and waits until it answers `PING`.
     pub fn start_with(backend: &Backend) -> Result<Self> {
         Self::launch(backend, &[], false, None)
+    }
+
+    /// Starts a server (with the backend the environment chooses) that
+    /// also listens for TLS on a port of its own, with `ca`'s server
+    /// certificate; returns it and that port. Its plain port stays for the
+    /// helpers ([`command`](Self::command), readiness).
+    ///
+    /// # Errors
+    ///
+    /// No Redis to run, a Redis built without TLS, or one that does not
+    /// start.
+    pub fn try_start_tls(ca: &TestCa) -> Result<(Self, u16)> {
+        let backend = Backend::from_env()?;
+        let tls_port = free_ports(1, false)?[0];
+        let server = Self::launch_with(
+            &backend,
+            &[],
+            false,
+            None,
+            Some((ca, tls_port)),
+        )?;
+        Ok((server, tls_port))
     }
 
     /// Starts a server (with the backend the environment chooses) whose
@@ -157,10 +180,22 @@ impl RedisServer {
         cluster_bus: bool,
         clock: Option<SystemTime>,
     ) -> Result<Self> {
+        Self::launch_with(backend, extra_args, cluster_bus, clock, None)
+    }
+
+    /// [`launch`](Self::launch), with a TLS listener on `tls`'s port
+    /// serving `tls`'s certificate.
+    fn launch_with(
+        backend: &Backend,
+        extra_args: &[String],
+        cluster_bus: bool,
+        clock: Option<SystemTime>,
+        tls: Option<(&TestCa, u16)>,
+    ) -> Result<Self> {
         let mut last = None;
         for _ in 0..PORT_ATTEMPTS {
             let port = free_ports(1, cluster_bus)?[0];
-            match Self::launch_on(backend, port, extra_args, clock) {
+            match Self::launch_on(backend, port, extra_args, clock, tls) {
                 Err(e) if e.message().contains("Address already in use") => {
                     last = Some(e)
                 }
@@ -175,6 +210,7 @@ impl RedisServer {
         port: u16,
         extra_args: &[String],
         clock: Option<SystemTime>,
+        tls: Option<(&TestCa, u16)>,
     ) -> Result<Self> {
         assert_ne!(
             port, SHARED_REDIS_PORT,
@@ -200,8 +236,37 @@ impl RedisServer {
             }
             None => None,
         };
+        // TLS: the files where the server reads them (a container gets
+        // copies), clients' certificates not asked for.
+        let tls_files = tls.map(|(ca, tls_port)| {
+            (tls_port, [ca.cert_file(), ca.key_file(), ca.ca_file()])
+        });
+        let tls_args = |paths: [&str; 3], tls_port: u16| {
+            let [cert, key, ca] = paths;
+            [
+                "--tls-port",
+                &tls_port.to_string(),
+                "--tls-cert-file",
+                cert,
+                "--tls-key-file",
+                key,
+                "--tls-ca-cert-file",
+                ca,
+                "--tls-auth-clients",
+                "no",
+            ]
+            .map(str::to_owned)
+        };
+        const IN_CONTAINER: [&str; 3] =
+            ["/tls/server.crt", "/tls/server.key", "/tls/ca.crt"];
         let node = match backend {
             Backend::Process { server, cli } => {
+                let mut args = args;
+                if let Some((tls_port, files)) = &tls_files {
+                    let paths =
+                        files.each_ref().map(|f| f.to_str().unwrap_or(""));
+                    args.extend(tls_args(paths, *tls_port));
+                }
                 let env = match &clock {
                     Some((lib, start)) => vec![
                         ("LD_PRELOAD".to_owned(), lib.display().to_string()),
@@ -220,7 +285,7 @@ impl RedisServer {
             Backend::Docker { image } => {
                 let mut cmd = vec!["redis-server".to_owned()];
                 cmd.extend(args);
-                let (env, files) = match &clock {
+                let (env, mut files) = match &clock {
                     Some((lib, start)) => (
                         vec![
                             ("LD_PRELOAD", fake_clock::CONTAINER_PATH),
@@ -230,6 +295,12 @@ impl RedisServer {
                     ),
                     None => (Vec::new(), Vec::new()),
                 };
+                if let Some((tls_port, host_files)) = &tls_files {
+                    cmd.extend(tls_args(IN_CONTAINER, *tls_port));
+                    for (inside, host) in IN_CONTAINER.iter().zip(host_files) {
+                        files.push((inside, host.as_path()));
+                    }
+                }
                 Node::Docker(Box::new(DockerNode::launch(Launch {
                     image,
                     name: format!("trt-redis-{port}"),

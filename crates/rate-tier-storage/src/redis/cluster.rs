@@ -149,6 +149,46 @@ impl RedisStorage {
         I: IntoIterator,
         I::Item: AsRef<str>,
     {
+        Self::connect_cluster(urls, None)
+    }
+
+    /// [`RedisStorage::from_cluster_urls`] of `rediss://` URLs whose
+    /// servers' certificates are checked against `ca_pem` (the PEM of one
+    /// or more CA certificates) instead of the public roots.
+    ///
+    /// # Errors
+    ///
+    /// [`StorageError::Backend`], at once: a URL that is not `rediss://`,
+    /// a `ca_pem` that holds no certificate, and what
+    /// [`RedisStorage::from_cluster_urls`] refuses.
+    ///
+    /// ```
+    /// use rate_tier_storage::RedisStorage;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let plain = RedisStorage::from_cluster_urls_with_ca(["redis://10.0.0.1:7000/"], b"");
+    /// assert!(plain.unwrap_err().to_string().contains("rediss://"));
+    /// # }
+    /// ```
+    pub fn from_cluster_urls_with_ca<I>(
+        urls: I,
+        ca_pem: &[u8],
+    ) -> Result<Self, StorageError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        Self::connect_cluster(urls, Some(ca_pem))
+    }
+
+    fn connect_cluster<I>(
+        urls: I,
+        ca_pem: Option<&[u8]>,
+    ) -> Result<Self, StorageError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(StorageError::Backend(
                 "RedisStorage::from_cluster_urls must be called inside a Tokio runtime"
@@ -165,14 +205,29 @@ impl RedisStorage {
                     .into(),
             ));
         }
+        let tls = urls.iter().any(|url| url.starts_with("rediss://"));
+        let certificates = match ca_pem {
+            Some(_) if !urls.iter().all(|url| url.starts_with("rediss://")) => {
+                return Err(super::tls::needs_rediss());
+            }
+            Some(ca_pem) => Some(super::tls::certificates(ca_pem)?),
+            None => {
+                if tls {
+                    super::tls::install_provider();
+                }
+                None
+            }
+        };
         let (min_wait, max_wait) = CLUSTER_RETRY_WAIT_MS;
-        let client = ClusterClientBuilder::new(urls)
+        let mut builder = ClusterClientBuilder::new(urls)
             .retries(CLUSTER_RETRIES)
             .min_retry_wait(min_wait)
             .max_retry_wait(max_wait)
-            .tcp_settings(super::link::tcp_settings())
-            .build()
-            .map_err(backend)?;
+            .tcp_settings(super::link::tcp_settings());
+        if let Some(certificates) = certificates {
+            builder = builder.certs(certificates);
+        }
+        let client = builder.build().map_err(backend)?;
         let conn = client.get_pending_async_connection_with_config(
             ClusterConfig::new()
                 .set_connection_timeout(Self::DEFAULT_TIMEOUT)

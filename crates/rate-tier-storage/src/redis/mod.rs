@@ -13,6 +13,7 @@ mod resets;
 mod script;
 mod slots;
 mod storage;
+mod tls;
 
 use self::storage::run_single;
 
@@ -272,9 +273,10 @@ impl RedisStorage {
     /// The URL is read by redis-rs:
     /// `redis://[<user>][:<password>@]<host>[:<port>][/<db>]`, so `AUTH`
     /// (with or without an ACL user) and the database number work as in
-    /// redis-rs. `rediss://` (TLS) needs one of redis-rs's TLS features
-    /// enabled in the final build (e.g. `redis/tokio-rustls-comp`); without
-    /// one, it is refused here with [`StorageError::Backend`].
+    /// redis-rs. `rediss://` is TLS (rustls), the server's certificate
+    /// checked against the bundled public roots (webpki-roots) and its
+    /// name: what a managed Redis presents. For a certificate a private CA
+    /// signed, [`RedisStorage::from_url_with_ca`].
     ///
     /// # Errors
     ///
@@ -295,6 +297,38 @@ impl RedisStorage {
     /// # Ok(()) }
     /// ```
     pub fn from_url(url: &str) -> Result<Self, StorageError> {
+        Self::connect(url, None)
+    }
+
+    /// [`RedisStorage::from_url`] of a `rediss://` URL whose server's
+    /// certificate is checked against `ca_pem` (the PEM of one or more CA
+    /// certificates, as in a CA file) instead of the public roots.
+    ///
+    /// # Errors
+    ///
+    /// [`StorageError::Backend`], at once: a URL that is not `rediss://`,
+    /// a `ca_pem` that holds no certificate, and what
+    /// [`RedisStorage::from_url`] refuses.
+    ///
+    /// ```
+    /// use rate_tier_storage::{RedisStorage, StorageError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let error = RedisStorage::from_url_with_ca("rediss://cache:6380/", b"not a certificate")
+    ///     .unwrap_err();
+    /// assert!(error.to_string().contains("CA"), "{error}");
+    /// let error = RedisStorage::from_url_with_ca("redis://cache:6379/", b"").unwrap_err();
+    /// assert!(error.to_string().contains("rediss://"), "{error}");
+    /// # }
+    /// ```
+    pub fn from_url_with_ca(
+        url: &str,
+        ca_pem: &[u8],
+    ) -> Result<Self, StorageError> {
+        Self::connect(url, Some(ca_pem))
+    }
+
+    fn connect(url: &str, ca_pem: Option<&[u8]>) -> Result<Self, StorageError> {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(StorageError::Backend(
                 "RedisStorage::from_url must be called inside a Tokio runtime"
@@ -305,7 +339,21 @@ impl RedisStorage {
             .into_connection_info()
             .map_err(backend)?
             .set_tcp_settings(link::tcp_settings());
-        let client = Client::open(info).map_err(backend)?;
+        let client = match ca_pem {
+            None => {
+                if tls::is_tls(&info) {
+                    tls::install_provider();
+                }
+                Client::open(info).map_err(backend)?
+            }
+            Some(ca_pem) => {
+                if !tls::is_tls(&info) {
+                    return Err(tls::needs_rediss());
+                }
+                Client::build_with_tls(info, tls::certificates(ca_pem)?)
+                    .map_err(backend)?
+            }
+        };
         // No retries inside a check: the first one alone (100 ms back-off)
         // would outlast the default timeout, and a Redis that is down should
         // fail fast. redis-rs reconnects on the next check anyway. Its
