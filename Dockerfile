@@ -29,8 +29,9 @@ RUN cargo build --release --locked -p rate-tier-service \
 
 # --- runtime ----------------------------------------------------------------
 # The same Debian release as the builder: the binary needs its glibc (and
-# libgcc_s), nothing else. No TLS is linked in (redis:// and postgres://
-# without TLS), so no CA certificates are needed.
+# libgcc_s), nothing else. TLS to Redis (rediss://) is rustls with the
+# public roots built in (or the CA file of REDIS_TLS_CACERT), so the image
+# needs no system CA certificates.
 FROM debian:bookworm-slim
 RUN groupadd --system --gid 10001 ratelimit \
     && useradd --system --uid 10001 --gid ratelimit --no-create-home \

@@ -27,7 +27,8 @@
 //!
 //! `--redis-cluster` takes one or more nodes of a Redis Cluster (any of
 //! them: the others are found from it); a node may also be given as a
-//! `redis://` URL, e.g. to pass a password.
+//! `redis://` URL, e.g. to pass a password. `rediss://` URLs are TLS, the
+//! server checked against the public roots or `--redis-ca FILE`.
 //!
 //! `--tiers FILE` reads the tiers from a TOML file instead (see
 //! `tiers.example.toml`) and reloads them, without a restart and without
@@ -115,6 +116,8 @@ const USAGE: &str = "\
 usage: server [PORT] [OPTIONS]
   --redis URL                           share limits through Redis (or REDIS_URL)
   --redis-cluster HOST:PORT[,HOST:PORT] share limits through a Redis Cluster
+  --redis-ca FILE                       the CA certificate (PEM) a rediss:// Redis is checked against
+                                        (default: the public roots)
   --postgres URL                        share limits through PostgreSQL (or DATABASE_URL);
                                         creates its table at start if missing
   --store-timeout-ms MS                 how long a check waits for the shared store before
@@ -135,6 +138,8 @@ struct Args {
     redis: Option<String>,
     /// Node URLs of a Redis Cluster; when set, `redis` is not used.
     redis_cluster: Option<Vec<String>>,
+    /// The CA file a `rediss://` Redis's certificate is checked against.
+    redis_ca: Option<PathBuf>,
     postgres: Option<String>,
     /// The shared store's timeout; `None`: the store's default.
     store_timeout: Option<Duration>,
@@ -217,6 +222,7 @@ fn parse_args() -> Result<Args, String> {
             .ok()
             .filter(|url| !url.is_empty()),
         redis_cluster: None,
+        redis_ca: None,
         postgres: std::env::var("DATABASE_URL")
             .ok()
             .filter(|url| !url.is_empty()),
@@ -248,6 +254,9 @@ fn parse_args() -> Result<Args, String> {
             Long("postgres") => {
                 args.postgres = Some(text(value(&mut parser)?)?);
                 postgres_flag = true;
+            }
+            Long("redis-ca") => {
+                args.redis_ca = Some(value(&mut parser)?.into())
             }
             Long("redis-cluster") => {
                 args.redis_cluster =
@@ -457,6 +466,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(timeout) => redis.timeout(timeout),
         None => redis,
     };
+    let redis_ca = match &args.redis_ca {
+        Some(path) => Some(
+            std::fs::read(path)
+                .map_err(|e| format!("--redis-ca {}: {e}", path.display()))?,
+        ),
+        None => None,
+    };
     let backend = match (&args.redis_cluster, &args.redis, &args.postgres) {
         (None, _, Some(url)) => {
             // An example may create its table: at start, or (auto_migrate)
@@ -482,8 +498,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         (Some(urls), _, _) => {
             // Connected lazily: the server starts even while the cluster
             // is down, and the fallback limits locally until it is back.
-            let redis =
-                Arc::new(with_timeout(RedisStorage::from_cluster_urls(urls)?));
+            let redis = match &redis_ca {
+                Some(ca) => RedisStorage::from_cluster_urls_with_ca(urls, ca)?,
+                None => RedisStorage::from_cluster_urls(urls)?,
+            };
+            let redis = Arc::new(with_timeout(redis));
             tiers = tiers
                 .storage(Arc::new(FallbackStorage::builder(redis).build()));
             "redis cluster, with local fallback"
@@ -492,7 +511,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             // Connected lazily, so the server starts while Redis is down;
             // then a local limiter behind a circuit breaker decides instead
             // of making every request wait for a timeout.
-            let redis = Arc::new(with_timeout(RedisStorage::from_url(url)?));
+            let redis = match &redis_ca {
+                Some(ca) => RedisStorage::from_url_with_ca(url, ca)?,
+                None => RedisStorage::from_url(url)?,
+            };
+            let redis = Arc::new(with_timeout(redis));
             tiers = tiers
                 .storage(Arc::new(FallbackStorage::builder(redis).build()));
             "redis, with local fallback"

@@ -66,6 +66,8 @@ ENVIRONMENT (envoyproxy/ratelimit's names; a flag wins over its variable):
                                 share the limits through Redis; REDIS_TYPE=CLUSTER for a cluster
                                 (its nodes comma-separated)
     REDIS_AUTH                  the Redis password, or USER:PASSWORD
+    REDIS_TLS, REDIS_TLS_CACERT true: TLS (rediss://); the CA file its certificate is checked against
+                                (default: the public roots)
     REDIS_TIMEOUT               a Redis call's bound before the local fallback decides (default 100ms)
     SHADOW_MODE                 true: decide and count, never refuse
     NEAR_LIMIT_RATIO            the share of a limit above which a pass counts as near it (default 0.8)
@@ -77,8 +79,8 @@ ENVIRONMENT (envoyproxy/ratelimit's names; a flag wins over its variable):
     POSTGRES_URL                share the limits through PostgreSQL (as --postgres)
     DRAIN_PERIOD                on SIGTERM, how long to keep answering while health says not serving
                                 (default 5s)
-A variable whose feature this service does not have (BACKEND_TYPE=memcache, REDIS_TLS=true,
-REDIS_TYPE=SENTINEL, CONFIG_TYPE=GRPC_XDS, GRPC_SERVER_USE_TLS=true, ...) stops it at start.
+A variable whose feature this service does not have (BACKEND_TYPE=memcache, REDIS_TYPE=SENTINEL,
+REDIS_TLS_CLIENT_CERT, CONFIG_TYPE=GRPC_XDS, GRPC_SERVER_USE_TLS=true, ...) stops it at start.
 ";
 
 const ADMIN_HELP: &str = "\
@@ -145,6 +147,10 @@ struct Flags {
     /// ... or a Redis Cluster: HOST:PORT,HOST:PORT,... (or redis:// URLs).
     #[arg(long, value_name = "NODES", group = "store")]
     redis_cluster: Option<String>,
+    /// The CA certificate (PEM) a `rediss://` Redis's certificate is
+    /// checked against, instead of the public roots (or REDIS_TLS_CACERT).
+    #[arg(long, value_name = "FILE")]
+    redis_ca: Option<PathBuf>,
     /// ... or PostgreSQL (its table created beforehand by `migrate`).
     #[arg(long, value_name = "URL", group = "store")]
     postgres: Option<String>,
@@ -327,15 +333,14 @@ impl<F: Fn(&str) -> Option<String>> Environment<F> {
 
     /// What this service does not do, set to what would need it.
     fn refuse_unsupported(&self) -> Result<(), String> {
-        let unsupported: [(&str, Needs); 11] = [
+        let unsupported: [(&str, Needs); 10] = [
             ("BACKEND_TYPE", |v| !v.eq_ignore_ascii_case("redis")),
             ("REDIS_TYPE", |v| {
                 !v.eq_ignore_ascii_case("single")
                     && !v.eq_ignore_ascii_case("cluster")
             }),
-            ("REDIS_TLS", is_true),
-            ("REDIS_TLS_CACERT", |_| true),
             ("REDIS_TLS_CLIENT_CERT", |_| true),
+            ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", is_true),
             ("REDIS_PERSECOND", is_true),
             ("CONFIG_TYPE", |v| !v.eq_ignore_ascii_case("file")),
             ("GRPC_SERVER_USE_TLS", is_true),
@@ -381,7 +386,11 @@ impl<F: Fn(&str) -> Option<String>> Environment<F> {
         let cluster = self
             .get("REDIS_TYPE")
             .is_some_and(|kind| kind.eq_ignore_ascii_case("cluster"));
-        let node = |node: &str| redis_url(node, unix, auth.as_deref());
+        let tls = self.flag("REDIS_TLS")?;
+        if tls && unix {
+            return Err("REDIS_TLS=true: a unix socket has no TLS".into());
+        }
+        let node = |node: &str| redis_url(node, unix, tls, auth.as_deref());
         if cluster {
             let nodes: Vec<String> = url
                 .split(',')
@@ -413,9 +422,9 @@ fn go_bool(text: &str) -> Result<bool, String> {
 }
 
 /// A Redis URL of envoyproxy/ratelimit's `REDIS_URL` node: `HOST:PORT`, a
-/// socket path, or already a URL; with `REDIS_AUTH` as its password
-/// (`USER:PASSWORD` gives both).
-fn redis_url(node: &str, unix: bool, auth: Option<&str>) -> String {
+/// socket path, or already a URL; `rediss://` with `REDIS_TLS`; with
+/// `REDIS_AUTH` as its password (`USER:PASSWORD` gives both).
+fn redis_url(node: &str, unix: bool, tls: bool, auth: Option<&str>) -> String {
     if node.contains("://") {
         return node.to_owned();
     }
@@ -438,7 +447,8 @@ fn redis_url(node: &str, unix: bool, auth: Option<&str>) -> String {
             None => format!("redis+unix://{node}"),
         };
     }
-    format!("redis://{userinfo}{node}/")
+    let scheme = if tls { "rediss" } else { "redis" };
+    format!("{scheme}://{userinfo}{node}/")
 }
 
 /// Percent-encodes what is not unreserved in a URL's user info.
@@ -575,6 +585,19 @@ fn serve<F: Fn(&str) -> Option<String>>(
             );
         }
     };
+    options.redis_ca = flags
+        .redis_ca
+        .or_else(|| env.get("REDIS_TLS_CACERT").map(PathBuf::from));
+    if options.redis_ca.is_some()
+        && !matches!(
+            options.store,
+            StoreChoice::Redis(_) | StoreChoice::RedisCluster(_)
+        )
+    {
+        return Err(
+            "--redis-ca (REDIS_TLS_CACERT) is only used with Redis".into()
+        );
+    }
     options.admin = match (flags.admin, flags.admin_token_file) {
         (Some(addr), Some(token_file)) => Some(AdminOptions {
             addr: crate::admin::parse_addr(&addr)?,
@@ -883,6 +906,42 @@ mod tests {
             StoreChoice::Postgres(url) => assert_eq!(url, "postgres://db/app"),
             other => panic!("{other:?}"),
         }
+        // TLS, with the CA file its certificate is checked against.
+        let serve = serve_with(
+            &["--config", "a"],
+            &[
+                ("REDIS_URL", "cache.internal:6380"),
+                ("REDIS_TLS", "true"),
+                ("REDIS_TLS_CACERT", "/etc/ca.pem"),
+            ],
+        )
+        .expect("valid");
+        match &serve.options.store {
+            StoreChoice::Redis(url) => {
+                assert_eq!(url, "rediss://cache.internal:6380/")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(serve.options.redis_ca, Some(PathBuf::from("/etc/ca.pem")));
+        let flag = serve_with(
+            &[
+                "--config",
+                "a",
+                "--redis",
+                "rediss://c:6380/",
+                "--redis-ca",
+                "/x.pem",
+            ],
+            &[("REDIS_TLS_CACERT", "/etc/ca.pem")],
+        )
+        .expect("valid");
+        assert_eq!(flag.options.redis_ca, Some(PathBuf::from("/x.pem")));
+        let memory =
+            serve_with(&["--config", "a", "--redis-ca", "/x.pem"], &[]);
+        assert!(memory.unwrap_err().contains("only used with Redis"));
+        let unix =
+            store(&[("REDIS_URL", "/run/r.sock"), ("REDIS_TLS", "true")]);
+        assert!(unix.unwrap_err().contains("REDIS_TLS"));
         let both =
             store(&[("REDIS_URL", "r:1"), ("POSTGRES_URL", "postgres://db")]);
         assert!(both.unwrap_err().contains("exclude"));
@@ -893,8 +952,8 @@ mod tests {
         for (name, value) in [
             ("BACKEND_TYPE", "memcache"),
             ("REDIS_TYPE", "SENTINEL"),
-            ("REDIS_TLS", "true"),
-            ("REDIS_TLS_CACERT", "/ca.pem"),
+            ("REDIS_TLS_CLIENT_CERT", "/client.pem"),
+            ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true"),
             ("CONFIG_TYPE", "GRPC_XDS"),
             ("GRPC_SERVER_USE_TLS", "yes"),
             ("QUOTA_MODE", "true"),

@@ -75,6 +75,9 @@ pub struct ServiceOptions {
     /// The admin API's listener and token file (default none: no admin
     /// API). See [`admin`](crate::admin).
     pub admin: Option<AdminOptions>,
+    /// The CA certificate file (PEM) a `rediss://` Redis's certificate is
+    /// checked against (default none: the public roots).
+    pub redis_ca: Option<PathBuf>,
     /// The debug listener: `/rlconfig` (the rules in use, as text),
     /// `/healthcheck` (default none; the binary's is 127.0.0.1:6070,
     /// envoyproxy/ratelimit's port).
@@ -113,6 +116,7 @@ impl ServiceOptions {
             redis_timeout: RedisStorage::DEFAULT_TIMEOUT,
             postgres_timeout: PostgresStorage::DEFAULT_TIMEOUT,
             admin: None,
+            redis_ca: None,
             debug_addr: None,
             prometheus: None,
         }
@@ -169,10 +173,19 @@ pub struct Running {
 
 /// Builds the store of `choice`, and the fallback to report the breakers of.
 async fn build_store(
-    choice: &StoreChoice,
-    redis_timeout: Duration,
-    postgres_timeout: Duration,
+    options: &ServiceOptions,
 ) -> Result<(Arc<dyn Storage>, Option<FallbackStorage>), StorageError> {
+    let (redis_timeout, postgres_timeout) =
+        (options.redis_timeout, options.postgres_timeout);
+    // The CA file, read now: a bad one is a start-up error.
+    let redis_ca = match &options.redis_ca {
+        Some(path) => Some(std::fs::read(path).map_err(|e| {
+            StorageError::Backend(
+                format!("the Redis CA file {}: {e}", path.display()).into(),
+            )
+        })?),
+        None => None,
+    };
     let behind = |primary: Arc<dyn Storage>| {
         let fallback = FallbackStorage::builder(primary).build();
         (
@@ -183,12 +196,16 @@ async fn build_store(
     let wrap = |primary: RedisStorage| {
         behind(Arc::new(primary.timeout(redis_timeout)))
     };
-    Ok(match choice {
+    Ok(match &options.store {
         StoreChoice::Memory => (Arc::new(MemoryStorage::new()), None),
-        StoreChoice::Redis(url) => wrap(RedisStorage::from_url(url)?),
-        StoreChoice::RedisCluster(urls) => {
-            wrap(RedisStorage::from_cluster_urls(urls)?)
-        }
+        StoreChoice::Redis(url) => wrap(match &redis_ca {
+            Some(ca) => RedisStorage::from_url_with_ca(url, ca)?,
+            None => RedisStorage::from_url(url)?,
+        }),
+        StoreChoice::RedisCluster(urls) => wrap(match &redis_ca {
+            Some(ca) => RedisStorage::from_cluster_urls_with_ca(urls, ca)?,
+            None => RedisStorage::from_cluster_urls(urls)?,
+        }),
         StoreChoice::Postgres(url) => {
             let store = postgres(url, postgres_timeout)?;
             check_postgres(&store).await?;
@@ -301,12 +318,7 @@ impl Service {
         for warning in config.warnings() {
             tracing::warn!(%warning, "config");
         }
-        let (store, fallback) = build_store(
-            &options.store,
-            options.redis_timeout,
-            options.postgres_timeout,
-        )
-        .await?;
+        let (store, fallback) = build_store(&options).await?;
         let events = store.subscribe(Arc::new(|event: &StorageEvent| {
             if let StorageEvent::Breaker {
                 domain, from, to, ..

@@ -154,17 +154,25 @@ async fn envoyproxy_s_environment_alone_starts_the_service() {
     assert!(!stderr.contains("ERROR"), "{stderr}");
 }
 
-#[tokio::test]
-async fn a_variable_for_what_the_service_cannot_do_stops_it_at_start() {
+/// Starts the binary with `env` and waits for it to stop at start: its
+/// exit code and what it said.
+async fn start_up_error(env: &[(&str, &str)]) -> (Option<i32>, String) {
     let root = TempDir::new();
     rules_in(&root, "d");
-    let ports = Ports::free();
-    let mut child = from_environment(&root, &ports, &[("REDIS_TLS", "true")]);
-    until_exited(&mut child, "it stops").await;
-    let status = child.exited().expect("exited");
-    assert_eq!(status.code(), Some(2));
-    let stderr = child.stop();
-    assert!(stderr.contains("REDIS_TLS"), "{stderr}");
+    let mut child = from_environment(&root, &Ports::free(), env);
+    until_exited(&mut child, "it stops at start").await;
+    let code = child.exited().expect("exited").code();
+    (code, child.stop())
+}
+
+#[tokio::test]
+async fn a_variable_for_what_the_service_cannot_do_stops_it_at_start() {
+    // A client certificate (mutual TLS) is not supported: refused, never
+    // ignored.
+    let (code, stderr) =
+        start_up_error(&[("REDIS_TLS_CLIENT_CERT", "/etc/client.pem")]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("REDIS_TLS_CLIENT_CERT"), "{stderr}");
 }
 
 #[tokio::test]
@@ -323,4 +331,64 @@ async fn stop_serving_turns_health_off_and_keeps_answering() {
     let http_addr = svc.http();
     svc.running.stop().await;
     assert!(tokio::net::TcpStream::connect(http_addr).await.is_err());
+}
+
+/// `REDIS_TLS` and `REDIS_TLS_CACERT`: the limits shared through a Redis
+/// that speaks TLS only on its port, its certificate signed by a CA the
+/// test makes.
+#[tokio::test]
+async fn envoyproxy_s_redis_tls_settings_share_the_limits_through_tls() {
+    let ca = rate_tier_test_support::TestCa::generate().expect("a test CA");
+    let (redis, tls_port) =
+        rate_tier_test_support::RedisServer::try_start_tls(&ca)
+            .unwrap_or_else(|e| panic!("{e}"));
+    let root = TempDir::new();
+    let domain = unique("d");
+    rules_in(&root, &domain);
+    let ports = Ports::free();
+    let ca_file = ca.ca_file();
+    let redis_url = format!("127.0.0.1:{tls_port}");
+    let child = from_environment(
+        &root,
+        &ports,
+        &[
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", &redis_url),
+            ("REDIS_TLS", "true"),
+            ("REDIS_TLS_CACERT", ca_file.to_str().expect("UTF-8")),
+        ],
+    );
+    until_listening(ports.http).await;
+    let web = loopback(ports.http);
+    for remaining in [59, 58] {
+        let decided = decide_json(web, &domain).await;
+        let body: Value = serde_json::from_str(&decided.body).expect("JSON");
+        assert_eq!(
+            body["statuses"][0]["limitRemaining"], remaining,
+            "{decided:?}"
+        );
+    }
+    // The bucket is in that Redis: decided there, through TLS (a decision
+    // made locally, by the fallback, would write nothing).
+    let keys: u64 = redis
+        .command(&["DBSIZE"])
+        .expect("DBSIZE")
+        .trim()
+        .parse()
+        .expect("a count");
+    assert!(keys >= 1, "{keys} keys");
+    let stderr = child.stop();
+    assert!(!stderr.contains("breaker"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_redis_ca_file_that_cannot_be_read_stops_it_at_start() {
+    let (code, stderr) = start_up_error(&[
+        ("REDIS_URL", "127.0.0.1:6380"),
+        ("REDIS_TLS", "true"),
+        ("REDIS_TLS_CACERT", "/nonexistent/ca.pem"),
+    ])
+    .await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("/nonexistent/ca.pem"), "{stderr}");
 }
