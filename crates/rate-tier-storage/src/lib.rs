@@ -58,6 +58,8 @@ mod redis;
 mod rule;
 mod storage;
 mod sync;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+mod tls;
 
 pub use bucket::{BucketCancel, BucketCheck, BucketSettle, Charged, LimitName};
 pub use event::{BreakerState, StorageEvent, StorageListener, Subscription};

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use gcra_core::{ConcurrencyError, Lease};
+use rustls::ClientConfig;
 use tokio_postgres::NoTls;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::migrate::AutoMigrate;
 use super::schema::{DEFAULT_TABLE, InvalidTable, Schema};
@@ -25,6 +27,8 @@ const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 #[derive(Debug)]
 pub struct PostgresStorageBuilder {
     config: tokio_postgres::Config,
+    /// What the connection string's `sslmode` asks.
+    tls: super::tls::Tls,
     schema: Schema,
     timeout: Duration,
     lease: Lease,
@@ -42,6 +46,10 @@ pub enum PostgresConfigError {
     /// The connection URL (or `key=value` string) does not parse.
     #[error("invalid PostgreSQL connection string: {0}")]
     Url(#[source] tokio_postgres::Error),
+    /// Its `sslmode` or `sslrootcert` cannot be used: an unknown mode, a
+    /// root file that cannot be read or holds no certificate.
+    #[error("PostgreSQL TLS: {0}")]
+    Tls(String),
     /// The table's name.
     #[error(transparent)]
     Table(#[from] InvalidTable),
@@ -58,11 +66,14 @@ impl PostgresStorageBuilder {
     /// What [`PostgresStorage::builder`] answers: the defaults, for the
     /// database at `url`.
     pub(super) fn new(url: &str) -> Result<Self, PostgresConfigError> {
+        let (url, tls) =
+            super::tls::split(url).map_err(PostgresConfigError::Tls)?;
         let config = url
             .parse::<tokio_postgres::Config>()
             .map_err(PostgresConfigError::Url)?;
         Ok(PostgresStorageBuilder {
             config,
+            tls,
             schema: Schema::new(DEFAULT_TABLE)?,
             timeout: PostgresStorage::DEFAULT_TIMEOUT,
             lease: Lease::new(DEFAULT_LEASE)?,
@@ -192,13 +203,17 @@ impl PostgresStorageBuilder {
     ///
     /// The pool cannot be built.
     pub fn build(self) -> Result<PostgresStorage, PostgresConfigError> {
-        let manager = Manager::from_config(
-            self.config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let recycling = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = match &self.tls.config {
+            Some(tls) => Manager::from_config(
+                self.config,
+                MakeRustlsConnect::new(ClientConfig::clone(tls)),
+                recycling,
+            ),
+            None => Manager::from_config(self.config, NoTls, recycling),
+        };
         let pool = Pool::builder(manager)
             .max_size(self.pool_size)
             .build()

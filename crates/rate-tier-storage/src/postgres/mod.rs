@@ -7,6 +7,7 @@ mod migrate;
 mod reserve;
 mod reset;
 mod schema;
+mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -160,14 +161,28 @@ impl PostgresStorage {
     /// A builder for the database at `url` (`postgres://user:pass@host/db`,
     /// or libpq's `key=value` form).
     ///
+    /// TLS (rustls) is libpq's `sslmode`: `require`, `verify-ca` or
+    /// `verify-full` connect with TLS and always check the server's
+    /// certificate, its chain against `sslrootcert` (a CA file: a managed
+    /// database's provider CA) or else the public roots built in, and its
+    /// name against the host (stricter than libpq's `require` and
+    /// `verify-ca`, which check less); absent, `disable` or `prefer`:
+    /// no TLS.
+    ///
     /// # Errors
     ///
-    /// A URL that does not parse.
+    /// A URL that does not parse; an unknown `sslmode`; an `sslrootcert`
+    /// that cannot be read or holds no certificate
+    /// ([`PostgresConfigError::Tls`]).
     ///
     /// ```
-    /// use rate_tier_storage::PostgresStorage;
+    /// use rate_tier_storage::{PostgresConfigError, PostgresStorage};
     /// assert!(PostgresStorage::builder("postgres://app@db.internal/app").is_ok());
     /// assert!(PostgresStorage::builder("postgres://app@db:port/app").is_err());
+    /// // TLS, the certificate checked against the public roots.
+    /// assert!(PostgresStorage::builder("postgres://app@db.example.com/app?sslmode=verify-full").is_ok());
+    /// let missing = "postgres://app@db/app?sslmode=verify-full&sslrootcert=/nonexistent.pem";
+    /// assert!(matches!(PostgresStorage::builder(missing), Err(PostgresConfigError::Tls(_))));
     /// ```
     pub fn builder(
         url: &str,

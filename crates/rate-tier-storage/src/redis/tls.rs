@@ -22,19 +22,7 @@ pub(super) fn install_provider() {
 pub(super) fn certificates(
     ca_pem: &[u8],
 ) -> Result<TlsCertificates, StorageError> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let certificates: Vec<_> = CertificateDer::pem_slice_iter(ca_pem)
-        .collect::<Result<_, _>>()
-        .map_err(|e| invalid_ca(&e.to_string()))?;
-    if certificates.is_empty() {
-        return Err(invalid_ca("it holds no PEM certificate"));
-    }
-    let mut roots = rustls::RootCertStore::empty();
-    let (_, unusable) = roots.add_parsable_certificates(certificates);
-    if unusable > 0 || roots.is_empty() {
-        return Err(invalid_ca("a certificate in it cannot be parsed"));
-    }
+    crate::tls::roots_from_pem(ca_pem).map_err(|why| invalid_ca(&why))?;
     install_provider();
     Ok(TlsCertificates {
         client_tls: None,

@@ -20,6 +20,7 @@ use std::time::Duration;
 use crate::backend::{Image, choose, docker_engine, engine_for};
 use crate::error::{Error, Result};
 use crate::ports::try_free_port;
+use crate::tls::TestCa;
 
 mod docker;
 mod image;
@@ -499,6 +500,59 @@ impl PostgresServer {
         self.cluster
             .psql(self.port, sql)
             .map_err(|e| e.context(format!("`psql -c {sql:?}` on {self}")))
+    }
+
+    /// Turns TLS on, with `ca`'s server certificate: the server writes the
+    /// certificate and its key into its data directory itself (`COPY ...
+    /// TO PROGRAM`, as its own user, mode 0600: what it asks of a key,
+    /// whatever runs it), then reloads its configuration. Plain connections are
+    /// still accepted; a client asks for TLS.
+    ///
+    /// # Errors
+    ///
+    /// The server refused a statement, or says TLS is still off.
+    pub fn enable_tls(&self, ca: &TestCa) -> Result<()> {
+        let read = |path: PathBuf| {
+            std::fs::read_to_string(&path)
+                .map_err(|e| Error::new(format!("{}: {e}", path.display())))
+        };
+        let data = self.psql("SHOW data_directory")?;
+        let data = data.trim();
+        for (name, pem) in [
+            ("server.crt", read(ca.cert_file())?),
+            ("server.key", read(ca.key_file())?),
+        ] {
+            // One row per line (PEM holds no tab, backslash or quote),
+            // written by the server's shell with mode 0600, as PostgreSQL
+            // asks of a key (`COPY ... TO` a file would make it 0644), and
+            // with no program but the shell's builtins (the local image
+            // has no `cat`).
+            self.psql(&format!(
+                "COPY (SELECT unnest(string_to_array('{}', E'\\n'))) TO PROGRAM \
+                 'umask 077 && while IFS= read -r l; do printf ''%s\\n'' \"$l\"; done > {data}/{name}'",
+                pem.trim_end()
+            ))?;
+        }
+        for sql in [
+            "ALTER SYSTEM SET ssl_cert_file = 'server.crt'",
+            "ALTER SYSTEM SET ssl_key_file = 'server.key'",
+            "ALTER SYSTEM SET ssl = on",
+            "SELECT pg_reload_conf()",
+        ] {
+            self.psql(sql)?;
+        }
+        // The reload is asynchronous: wait until the setting reads on.
+        let deadline = std::time::Instant::now() + START_TIMEOUT;
+        while self.psql("SHOW ssl")?.trim() != "on" {
+            if std::time::Instant::now() > deadline {
+                return Err(Error::new(format!(
+                    "{self}: ssl is still off after a reload\n{}",
+                    self.logs()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
     }
 }
 
