@@ -392,3 +392,47 @@ async fn a_redis_ca_file_that_cannot_be_read_stops_it_at_start() {
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("/nonexistent/ca.pem"), "{stderr}");
 }
+
+/// PostgreSQL over TLS: `sslmode=verify-full` and `sslrootcert` in the
+/// connection string, for `migrate` and for the service, against a server
+/// with `ssl = on` whose certificate a CA made by the test signed.
+#[tokio::test]
+async fn postgres_verify_full_shares_the_limits_through_tls() {
+    let ca = rate_tier_test_support::TestCa::generate().expect("a test CA");
+    let server = rate_tier_test_support::PostgresServer::start();
+    server.enable_tls(&ca).expect("TLS on");
+    let url = format!(
+        "{}?sslmode=verify-full&sslrootcert={}",
+        server.url(),
+        ca.ca_file().display()
+    );
+    let migrated = binary()
+        .args(["migrate", "--postgres", &url])
+        .output()
+        .expect("runs");
+    assert!(migrated.status.success(), "{migrated:?}");
+
+    let root = TempDir::new();
+    let domain = unique("d");
+    rules_in(&root, &domain);
+    let ports = Ports::free();
+    let child = from_environment(&root, &ports, &[("POSTGRES_URL", &url)]);
+    until_listening(ports.http).await;
+    for remaining in [59, 58] {
+        let decided = decide_json(loopback(ports.http), &domain).await;
+        let body: Value = serde_json::from_str(&decided.body).expect("JSON");
+        assert_eq!(
+            body["statuses"][0]["limitRemaining"], remaining,
+            "{decided:?}"
+        );
+    }
+    let tls: u64 = server
+        .psql("SELECT count(*) FROM pg_stat_ssl WHERE ssl")
+        .expect("psql")
+        .trim()
+        .parse()
+        .expect("a count");
+    assert!(tls >= 1, "the service's connections are TLS");
+    let stderr = child.stop();
+    assert!(!stderr.contains("breaker"), "{stderr}");
+}
