@@ -714,3 +714,93 @@ fn a_configmap_volume_loads_as_its_files() {
         assert_eq!(config.domains().collect::<Vec<_>>(), ["edge"]);
     }
 }
+
+// --- docker compose -----------------------------------------------------------
+
+/// An Envoy cluster's one endpoint: its host and port.
+fn envoy_endpoint(envoy: &Value, cluster: &str) -> (String, String) {
+    let cluster = array(envoy, "/static_resources/clusters")
+        .iter()
+        .find(|c| text(c, "/name") == cluster)
+        .unwrap_or_else(|| panic!("no cluster {cluster}"));
+    let address = cluster
+        .pointer("/load_assignment/endpoints/0/lb_endpoints/0/endpoint/address/socket_address")
+        .expect("an endpoint");
+    (
+        text(address, "/address").to_owned(),
+        text(address, "/port_value").to_owned(),
+    )
+}
+
+/// Where a compose service mounts `source` (relative to the compose
+/// file): its path in the container.
+fn mount_of(service: &Value, source: &str) -> String {
+    array(service, "/volumes")
+        .iter()
+        .filter_map(Value::as_str)
+        .find_map(|volume| {
+            let mut parts = volume.split(':');
+            (parts.next() == Some(source))
+                .then(|| parts.next().expect("a target").to_owned())
+        })
+        .unwrap_or_else(|| panic!("{source} is not mounted: {service}"))
+}
+
+#[test]
+fn the_compose_file_wires_envoy_the_service_redis_and_the_app() {
+    let compose = yaml(&read("examples/compose/compose.yaml")).remove(0);
+    let services = compose["services"].as_object().expect("services");
+    let service = |name: &str| {
+        services
+            .get(name)
+            .unwrap_or_else(|| panic!("no compose service {name}"))
+    };
+
+    // Envoy's clusters are compose services, on the ports they serve.
+    let envoy = envoy();
+    let (rls_host, rls_port) = envoy_endpoint(&envoy, "rate_limit_service");
+    assert_eq!(rls_port, grpc_port().to_string());
+    let ratelimit = service(&rls_host);
+    let (app_host, app_port) = envoy_endpoint(&envoy, "app");
+    let app_command: Vec<&str> = array(service(&app_host), "/command")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        app_command.contains(&format!("-listen=:{app_port}").as_str()),
+        "{app_command:?}"
+    );
+    // Envoy reads this repository's envoy.yaml, where its command says.
+    let envoy_service = service("envoy");
+    let config = mount_of(envoy_service, "../envoy/envoy.yaml");
+    let command: Vec<&str> = array(envoy_service, "/command")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        command.windows(2).any(|w| w == ["-c", config.as_str()]),
+        "{command:?}"
+    );
+
+    // The service: the image's environment, then the compose file's.
+    let mut env = image_env(&runtime_stage());
+    for (name, value) in ratelimit["environment"].as_object().expect("a map") {
+        env.retain(|(k, _)| k != name);
+        env.push((name.clone(), value.as_str().expect("text").to_owned()));
+    }
+    let serve = assert_listens_on_the_defaults(&[], &env);
+    // Its rules are examples/ratelimit, where its environment points.
+    let rules = mount_of(ratelimit, "../ratelimit");
+    assert_eq!(serve.options.config_path, PathBuf::from(rules));
+    // Its limits are shared through the compose file's Redis.
+    let StoreChoice::Redis(url) = &serve.options.store else {
+        panic!("a shared store: {:?}", serve.options.store);
+    };
+    assert!(services.contains_key("redis"));
+    assert_eq!(url, "redis://redis:6379/");
+    assert_eq!(
+        text(ratelimit, "/build/context"),
+        "../..",
+        "the repository's Dockerfile"
+    );
+}
