@@ -115,6 +115,7 @@
 //! | `postgres` | `PostgresStorage`: one limit shared by every instance through PostgreSQL, for services without Redis |
 //! | `identity-cache` | `CachedIdentifier`: caches async identity lookups with moka |
 //! | `metrics` | `metrics::RateLimitMetrics`: Prometheus metrics (prometheus-client) for checks, latency, storage errors, fallback, breakers, evictions, shadow refusals |
+//! | `metrics-facade` | `observe::FacadeMetrics`: the same metrics through the `metrics` facade, to whatever recorder the application installed |
 //! | `tracing` | `tracing` events on the decision path; next to free when no subscriber listens |
 //! | `grpc` | `GrpcTierLimitLayer`: the layer for tonic gRPC servers; refusals are `RESOURCE_EXHAUSTED` with `google.rpc.RetryInfo` |
 //! | `tiers-toml` | `TiersBuilder::from_toml`: tiers from a TOML file, for hot reload |
@@ -133,6 +134,8 @@ mod event;
 pub mod future {
     pub use crate::limiter::CheckFuture;
 }
+#[cfg(feature = "metrics-facade")]
+mod facade;
 pub mod headers;
 mod identity;
 pub mod layer;

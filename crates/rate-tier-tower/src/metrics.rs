@@ -41,6 +41,10 @@
 //! would expose each metric twice, and observing it on the limiter and on
 //! a layer would count that layer's checks twice.
 //!
+//! With the `metrics` facade instead (metrics-exporter-prometheus, StatsD,
+//! ...), the same names and labels come from `observe::FacadeMetrics`
+//! (feature `metrics-facade`).
+//!
 //! [`prometheus-client`]: https://docs.rs/prometheus-client
 
 use std::sync::Arc;

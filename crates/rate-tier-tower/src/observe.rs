@@ -3,6 +3,9 @@
 use std::time::Duration;
 
 use crate::event::LimitEvent;
+#[cfg(feature = "metrics-facade")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics-facade")))]
+pub use crate::facade::FacadeMetrics;
 pub use crate::outcome::LimitState;
 use crate::shape::ShapeEvent;
 

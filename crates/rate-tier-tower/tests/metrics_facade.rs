@@ -1,0 +1,137 @@
+//! `FacadeMetrics` through the `metrics` facade's in-process recorder
+//! (metrics-util's `DebuggingRecorder`), against `RateLimitMetrics` on the
+//! same traffic: the same names, labels and values, so that one dashboard
+//! reads either.
+#![cfg(all(feature = "metrics", feature = "metrics-facade"))]
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use prometheus_parse::{Scrape, Value};
+use tower_rate_tier::clock::FakeClock;
+use tower_rate_tier::metrics::RateLimitMetrics;
+use tower_rate_tier::metrics::prometheus_client::encoding::text::encode;
+use tower_rate_tier::metrics::prometheus_client::registry::Registry;
+use tower_rate_tier::observe::{FacadeMetrics, Observer};
+use tower_rate_tier::policy::OnUnknownTier;
+use tower_rate_tier::{Quota, RateTier};
+
+/// A sample: its name and its labels, sorted.
+type Series = (String, Vec<(String, String)>);
+
+/// The same traffic on a limiter observed by `observer`: passes, a
+/// refusal, an unknown tier.
+fn traffic(observer: impl Observer) {
+    let clock = FakeClock::new();
+    let limiter = RateTier::builder()
+        .clock(clock.clone())
+        .tier("free", Quota::per_minute(2))
+        .tier("pro", Quota::per_minute(100))
+        .default_tier("free")
+        .on_unknown_tier(OnUnknownTier::UseDefault)
+        .observe(observer)
+        .build();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        for _ in 0..2 {
+            assert!(limiter.check("ana", "free", 1).await.unwrap().is_ok());
+        }
+        assert!(limiter.check("ana", "free", 1).await.unwrap().is_err());
+        assert!(limiter.check("bea", "pro", 1).await.unwrap().is_ok());
+        assert!(limiter.check("eva", "gold", 1).await.unwrap().is_ok());
+    });
+}
+
+/// The facade's counters and gauges, and its histograms' counts.
+fn facade() -> BTreeMap<Series, f64> {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || traffic(FacadeMetrics::new()));
+    let mut series = BTreeMap::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let key = key.key();
+        let mut labels: Vec<(String, String)> = key
+            .labels()
+            .map(|l| (l.key().to_owned(), l.value().to_owned()))
+            .collect();
+        labels.sort();
+        let (name, value) = match value {
+            DebugValue::Counter(n) => (key.name().to_owned(), n as f64),
+            DebugValue::Gauge(g) => (key.name().to_owned(), g.into_inner()),
+            DebugValue::Histogram(values) => {
+                (format!("{}_count", key.name()), values.len() as f64)
+            }
+        };
+        series.insert((name, labels), value);
+    }
+    series
+}
+
+/// The Prometheus exposition of `RateLimitMetrics` on the same traffic.
+fn prometheus() -> BTreeMap<Series, f64> {
+    let mut registry = Registry::default();
+    let metrics = RateLimitMetrics::new(&mut registry);
+    traffic(metrics);
+    let mut text = String::new();
+    encode(&mut text, &registry).unwrap();
+    let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap();
+    let mut series = BTreeMap::new();
+    for sample in scrape.samples {
+        let mut labels: Vec<(String, String)> = sample
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        labels.sort();
+        let (name, value) = match sample.value {
+            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => {
+                (sample.metric.clone(), v)
+            }
+            Value::Histogram(buckets) => (
+                format!("{}_count", sample.metric),
+                buckets.last().map_or(0.0, |b| b.count),
+            ),
+            Value::Summary(_) => continue,
+        };
+        series.insert((name, labels), value);
+    }
+    series
+}
+
+#[test]
+fn the_facade_records_what_the_prometheus_metrics_expose() {
+    let facade = facade();
+    let prometheus = prometheus();
+    assert!(!facade.is_empty());
+    for (series, value) in &facade {
+        assert_eq!(
+            prometheus.get(series),
+            Some(value),
+            "{series:?}: the facade records {value}; Prometheus: {prometheus:#?}"
+        );
+    }
+    let checks = |outcome: &str, tier: &str| {
+        facade.get(&(
+            "rate_tier_checks_total".to_owned(),
+            vec![
+                ("outcome".to_owned(), outcome.to_owned()),
+                ("tier".to_owned(), tier.to_owned()),
+            ],
+        ))
+    };
+    assert_eq!(
+        checks("allowed", "free"),
+        Some(&3.0),
+        "ana twice, eva's default"
+    );
+    assert_eq!(checks("limited", "free"), Some(&1.0));
+    assert_eq!(checks("allowed", "pro"), Some(&1.0));
+    let unknown = (
+        "rate_tier_unknown_tier_total".to_owned(),
+        vec![("policy".to_owned(), "use_default".to_owned())],
+    );
+    assert_eq!(facade.get(&unknown), Some(&1.0));
+}
