@@ -4,12 +4,7 @@
 
 use std::borrow::Cow;
 
-use metrics::{counter, gauge, histogram};
-use rate_tier_storage::{BreakerState, StorageEvent};
-
-use crate::event::LimitEvent;
-use crate::observe::{Checked, Observer};
-use crate::shape::ShapeEvent;
+use crate::recorded::{self, Labels, Metric, Sink};
 
 /// The limiter's metrics through the [`metrics`] facade, under the names
 /// and labels of [`RateLimitMetrics`](crate::metrics::RateLimitMetrics)'s
@@ -59,94 +54,27 @@ impl FacadeMetrics {
     }
 }
 
-impl Observer for FacadeMetrics {
-    fn checked(&self, check: &Checked) {
-        counter!(
-            "rate_tier_checks_total",
-            "tier" => check.tier.unwrap_or("none"),
-            "outcome" => check.outcome.as_str(),
-        )
-        .increment(1);
-        histogram!("rate_tier_check_duration_seconds", "storage" => check.storage)
-            .record(check.elapsed.as_secs_f64());
+recorded::observer_of_sink!(FacadeMetrics);
+
+impl Sink for FacadeMetrics {
+    fn add(&self, metric: Metric, labels: Labels<'_>) {
+        metrics::counter!(metric.name(), labels_of(labels)).increment(1);
     }
 
-    fn event(&self, event: &LimitEvent) {
-        match event {
-            LimitEvent::UnknownTier { policy, .. } => {
-                counter!("rate_tier_unknown_tier_total", "policy" => policy.as_str())
-                    .increment(1);
-            }
-            LimitEvent::MissingIdentity => {
-                counter!("rate_tier_missing_identity_total").increment(1);
-            }
-            LimitEvent::StorageError { storage, .. } => {
-                counter!("rate_tier_storage_errors_total", "storage" => *storage)
-                    .increment(1);
-            }
-            LimitEvent::ShadowLimited { limit, .. } => {
-                counter!("rate_tier_shadow_limited_total", "limit" => *limit)
-                    .increment(1);
-            }
-            LimitEvent::Storage(StorageEvent::Evicted { .. }) => {
-                counter!("rate_tier_evictions_total").increment(1);
-            }
-            LimitEvent::Storage(StorageEvent::Fallback { allowed, .. }) => {
-                let allowed = if *allowed { "true" } else { "false" };
-                counter!("rate_tier_fallback_decisions_total", "allowed" => allowed)
-                    .increment(1);
-            }
-            LimitEvent::Storage(StorageEvent::Breaker {
-                domain, to, ..
-            }) => {
-                let domain: Cow<'static, str> = match domain {
-                    Some(domain) => Cow::Owned(domain.to_string()),
-                    None => Cow::Borrowed("all"),
-                };
-                gauge!("rate_tier_breaker_state", "domain" => domain)
-                    .set(breaker_value(*to));
-                counter!("rate_tier_breaker_transitions_total", "to" => to.as_str())
-                    .increment(1);
-            }
-            LimitEvent::Waited { tier, wait, .. } => {
-                counter!("rate_tier_waits_total", "tier" => *tier).increment(1);
-                histogram!("rate_tier_wait_seconds").record(wait.as_secs_f64());
-            }
-            LimitEvent::NearLimit { tier, limit, .. } => {
-                counter!("rate_tier_near_limit_total", "tier" => *tier, "limit" => *limit)
-                    .increment(1);
-            }
-            LimitEvent::WaitRefused { tier, .. } => {
-                counter!("rate_tier_wait_refused_total", "tier" => *tier)
-                    .increment(1);
-            }
-            // Refusals are counted by `checked` (by outcome).
-            _ => {}
-        }
+    fn record(&self, metric: Metric, seconds: f64, labels: Labels<'_>) {
+        metrics::histogram!(metric.name(), labels_of(labels)).record(seconds);
     }
 
-    fn shaped(&self, event: &ShapeEvent) {
-        let outcome = match event {
-            ShapeEvent::Reserved { wait } => {
-                histogram!("rate_tier_shaped_wait_seconds")
-                    .record(wait.as_secs_f64());
-                if wait.is_zero() { "went" } else { "waited" }
-            }
-            ShapeEvent::WaitTooLong { .. } => "wait_too_long",
-            ShapeEvent::GaveBack => "gave_back",
-        };
-        counter!("rate_tier_shaped_calls_total", "outcome" => outcome)
-            .increment(1);
+    fn breaker(&self, domain: Cow<'static, str>, state: i64) {
+        metrics::gauge!(Metric::BreakerState.name(), "domain" => domain)
+            .set(state as f64);
     }
 }
 
-/// As the Prometheus gauge reads it: 0 closed, 1 open, 2 half-open.
-fn breaker_value(state: BreakerState) -> f64 {
-    match state {
-        BreakerState::Closed => 0.0,
-        BreakerState::Open => 1.0,
-        BreakerState::HalfOpen => 2.0,
-        // `BreakerState` is non-exhaustive.
-        _ => -1.0,
-    }
+/// The facade's labels: every value is static, so none is copied.
+fn labels_of(labels: Labels<'_>) -> Vec<metrics::Label> {
+    labels
+        .iter()
+        .map(|&(key, value)| metrics::Label::from_static_parts(key, value))
+        .collect()
 }

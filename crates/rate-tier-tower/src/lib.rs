@@ -116,6 +116,7 @@
 //! | `identity-cache` | `CachedIdentifier`: caches async identity lookups with moka |
 //! | `metrics` | `metrics::RateLimitMetrics`: Prometheus metrics (prometheus-client) for checks, latency, storage errors, fallback, breakers, evictions, shadow refusals |
 //! | `metrics-facade` | `observe::FacadeMetrics`: the same metrics through the `metrics` facade, to whatever recorder the application installed |
+//! | `opentelemetry` | `observe::OtelMetrics`: the same metrics as OpenTelemetry instruments of a `Meter` |
 //! | `tracing` | `tracing` events on the decision path; next to free when no subscriber listens |
 //! | `grpc` | `GrpcTierLimitLayer`: the layer for tonic gRPC servers; refusals are `RESOURCE_EXHAUSTED` with `google.rpc.RetryInfo` |
 //! | `tiers-toml` | `TiersBuilder::from_toml`: tiers from a TOML file, for hot reload |
@@ -145,8 +146,20 @@ mod limiter;
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
 pub mod observe;
+#[cfg(feature = "opentelemetry")]
+mod otel;
 mod outcome;
 pub mod policy;
+#[cfg(any(
+    feature = "metrics",
+    feature = "metrics-facade",
+    feature = "opentelemetry"
+))]
+#[cfg_attr(
+    not(any(feature = "metrics-facade", feature = "opentelemetry")),
+    allow(dead_code)
+)]
+mod recorded;
 pub mod shape;
 mod tiers;
 

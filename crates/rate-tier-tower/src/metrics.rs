@@ -43,7 +43,8 @@
 //!
 //! With the `metrics` facade instead (metrics-exporter-prometheus, StatsD,
 //! ...), the same names and labels come from `observe::FacadeMetrics`
-//! (feature `metrics-facade`).
+//! (feature `metrics-facade`); with OpenTelemetry, from
+//! `observe::OtelMetrics` (feature `opentelemetry`).
 //!
 //! [`prometheus-client`]: https://docs.rs/prometheus-client
 
@@ -55,7 +56,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
-use rate_tier_storage::{BreakerState, StorageEvent};
+use rate_tier_storage::StorageEvent;
 
 use crate::event::LimitEvent;
 use crate::observe::{Checked, Observer};
@@ -389,7 +390,7 @@ impl Observer for RateLimitMetrics {
                 metrics
                     .breaker_state
                     .get_or_create(&DomainLabels { domain })
-                    .set(breaker_value(*to));
+                    .set(crate::recorded::breaker_value(*to));
                 metrics
                     .breaker_transitions
                     .get_or_create(&StateLabels { to: to.as_str() })
@@ -415,16 +416,6 @@ impl Observer for RateLimitMetrics {
             // are ignored until they get a metric.
             _ => {}
         }
-    }
-}
-
-fn breaker_value(state: BreakerState) -> i64 {
-    match state {
-        BreakerState::Closed => 0,
-        BreakerState::Open => 1,
-        BreakerState::HalfOpen => 2,
-        // `BreakerState` is non-exhaustive.
-        _ => -1,
     }
 }
 

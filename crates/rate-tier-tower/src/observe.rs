@@ -6,6 +6,9 @@ use crate::event::LimitEvent;
 #[cfg(feature = "metrics-facade")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics-facade")))]
 pub use crate::facade::FacadeMetrics;
+#[cfg(feature = "opentelemetry")]
+#[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
+pub use crate::otel::OtelMetrics;
 pub use crate::outcome::LimitState;
 use crate::shape::ShapeEvent;
 

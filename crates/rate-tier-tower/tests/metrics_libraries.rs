@@ -1,19 +1,19 @@
 //! `FacadeMetrics` through the `metrics` facade's in-process recorder
-//! (metrics-util's `DebuggingRecorder`), against `RateLimitMetrics` on the
-//! same traffic: the same names, labels and values, so that one dashboard
-//! reads either.
-#![cfg(all(feature = "metrics", feature = "metrics-facade"))]
+//! (metrics-util's `DebuggingRecorder`), and `OtelMetrics` through the
+//! OpenTelemetry SDK's in-memory exporter, each against `RateLimitMetrics`
+//! on the same traffic: the same names (as a Prometheus exporter writes
+//! them), labels and values, so that one dashboard reads any of them.
+#![cfg(feature = "metrics")]
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
 
-use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use prometheus_parse::{Scrape, Value};
 use tower_rate_tier::clock::FakeClock;
 use tower_rate_tier::metrics::RateLimitMetrics;
 use tower_rate_tier::metrics::prometheus_client::encoding::text::encode;
 use tower_rate_tier::metrics::prometheus_client::registry::Registry;
-use tower_rate_tier::observe::{FacadeMetrics, Observer};
+use tower_rate_tier::observe::Observer;
 use tower_rate_tier::policy::OnUnknownTier;
 use tower_rate_tier::{Quota, RateTier};
 
@@ -46,7 +46,10 @@ fn traffic(observer: impl Observer) {
 }
 
 /// The facade's counters and gauges, and its histograms' counts.
+#[cfg(feature = "metrics-facade")]
 fn facade() -> BTreeMap<Series, f64> {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    use tower_rate_tier::observe::FacadeMetrics;
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     metrics::with_local_recorder(&recorder, || traffic(FacadeMetrics::new()));
@@ -101,20 +104,19 @@ fn prometheus() -> BTreeMap<Series, f64> {
     series
 }
 
-#[test]
-fn the_facade_records_what_the_prometheus_metrics_expose() {
-    let facade = facade();
+/// Every series `recorded` holds, Prometheus exposes with the same value.
+fn assert_exposed_alike(recorded: &BTreeMap<Series, f64>) {
     let prometheus = prometheus();
-    assert!(!facade.is_empty());
-    for (series, value) in &facade {
+    assert!(!recorded.is_empty());
+    for (series, value) in recorded {
         assert_eq!(
             prometheus.get(series),
             Some(value),
-            "{series:?}: the facade records {value}; Prometheus: {prometheus:#?}"
+            "{series:?}: recorded {value}; Prometheus: {prometheus:#?}"
         );
     }
     let checks = |outcome: &str, tier: &str| {
-        facade.get(&(
+        recorded.get(&(
             "rate_tier_checks_total".to_owned(),
             vec![
                 ("outcome".to_owned(), outcome.to_owned()),
@@ -133,5 +135,79 @@ fn the_facade_records_what_the_prometheus_metrics_expose() {
         "rate_tier_unknown_tier_total".to_owned(),
         vec![("policy".to_owned(), "use_default".to_owned())],
     );
-    assert_eq!(facade.get(&unknown), Some(&1.0));
+    assert_eq!(recorded.get(&unknown), Some(&1.0));
+}
+
+#[cfg(feature = "metrics-facade")]
+#[test]
+fn the_facade_records_what_the_prometheus_metrics_expose() {
+    assert_exposed_alike(&facade());
+}
+
+/// The OpenTelemetry instruments' sums, gauges and histograms' counts,
+/// under the names a Prometheus exporter gives them.
+#[cfg(feature = "opentelemetry")]
+fn otel() -> BTreeMap<Series, f64> {
+    use opentelemetry::metrics::MeterProvider;
+    use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+    use opentelemetry_sdk::metrics::{
+        InMemoryMetricExporter, PeriodicReader, SdkMeterProvider,
+    };
+    use tower_rate_tier::observe::OtelMetrics;
+
+    let exporter = InMemoryMetricExporter::default();
+    let provider = SdkMeterProvider::builder()
+        .with_reader(PeriodicReader::builder(exporter.clone()).build())
+        .build();
+    traffic(OtelMetrics::new(&provider.meter("test")));
+    provider.force_flush().unwrap();
+    let labels_of =
+        |attributes: &mut dyn Iterator<Item = &opentelemetry::KeyValue>| {
+            let mut labels: Vec<(String, String)> = attributes
+                .map(|kv| (kv.key.to_string(), kv.value.to_string()))
+                .collect();
+            labels.sort();
+            labels
+        };
+    let mut series = BTreeMap::new();
+    let exported = exporter.get_finished_metrics().unwrap();
+    // The last export holds every instrument's cumulative state.
+    let last = exported.last().expect("an export");
+    for metric in last.scope_metrics().flat_map(|scope| scope.metrics()) {
+        let name = metric.name().replace('.', "_");
+        match metric.data() {
+            AggregatedMetrics::U64(MetricData::Sum(sum)) => {
+                for point in sum.data_points() {
+                    let labels = labels_of(&mut point.attributes());
+                    series.insert(
+                        (format!("{name}_total"), labels),
+                        point.value() as f64,
+                    );
+                }
+            }
+            AggregatedMetrics::F64(MetricData::Histogram(histogram)) => {
+                for point in histogram.data_points() {
+                    let labels = labels_of(&mut point.attributes());
+                    series.insert(
+                        (format!("{name}_seconds_count"), labels),
+                        point.count() as f64,
+                    );
+                }
+            }
+            AggregatedMetrics::I64(MetricData::Gauge(gauge)) => {
+                for point in gauge.data_points() {
+                    let labels = labels_of(&mut point.attributes());
+                    series.insert((name.clone(), labels), point.value() as f64);
+                }
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+    series
+}
+
+#[cfg(feature = "opentelemetry")]
+#[test]
+fn opentelemetry_records_what_the_prometheus_metrics_expose() {
+    assert_exposed_alike(&otel());
 }
