@@ -1,10 +1,10 @@
-//! The example server on a Redis reached over TLS: `rediss://` and
-//! `--redis-ca`, against a throwaway Redis whose certificate a CA made by
-//! the test signed.
+//! The example server on stores reached over TLS, whose certificates a CA
+//! made by the test signed: a Redis (`rediss://` and `--redis-ca`) and a
+//! PostgreSQL (`sslmode=verify-full` and `sslrootcert` in its URL).
 
 mod support;
 
-use rate_tier_test_support::{RedisServer, TestCa};
+use rate_tier_test_support::{PostgresServer, RedisServer, TestCa};
 use support::Server;
 
 #[test]
@@ -32,6 +32,39 @@ fn the_example_server_shares_its_limits_through_a_tls_redis() {
     assert!(keys >= 1, "{keys}");
     assert!(
         !server.stderr().iter().any(|line| line.contains("breaker")),
+        "{:?}",
+        server.stderr()
+    );
+}
+
+#[test]
+fn the_example_server_shares_its_limits_through_a_tls_postgres() {
+    let ca = TestCa::generate().unwrap();
+    let postgres = PostgresServer::start();
+    postgres.enable_tls(&ca).unwrap();
+    let url = format!(
+        "{}?sslmode=verify-full&sslrootcert={}",
+        postgres.url(),
+        ca.ca_file().display()
+    );
+    // It creates its table at start, through TLS too.
+    let server = Server::start(&["--postgres", &url], &[]);
+    server.wait_for_stderr("postgres, with local fallback");
+    let first = server.get("/data", Some("key_ana"));
+    assert_eq!(first.status, 200);
+    assert_eq!(first.header("x-ratelimit-remaining"), Some("9"));
+    let tls: u64 = postgres
+        .psql("SELECT count(*) FROM pg_stat_ssl WHERE ssl")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(tls >= 1, "its connections are TLS");
+    assert!(
+        !server
+            .stderr()
+            .iter()
+            .any(|line| line.contains("cannot create")),
         "{:?}",
         server.stderr()
     );

@@ -25,6 +25,15 @@ pub(crate) fn roots_from_pem(pem: &[u8]) -> Result<RootCertStore, String> {
     Ok(roots)
 }
 
+/// The crypto of TLS to the stores: ring (rustls 0.23.48 deprecates its
+/// provider for want of post-quantum key exchange; aws-lc-rs, which has
+/// it, needs CMake and a longer C build, for connections that stay inside
+/// a deployment).
+#[allow(deprecated)]
+pub(crate) fn ring_provider() -> rustls::crypto::CryptoProvider {
+    rustls::crypto::ring::default_provider()
+}
+
 /// The public roots (Mozilla's, through webpki-roots).
 #[cfg(feature = "postgres")]
 pub(crate) fn public_roots() -> RootCertStore {

@@ -104,7 +104,7 @@ fn client_config(root_file: Option<&str>) -> Result<Arc<ClientConfig>, String> {
         }
         None => crate::tls::public_roots(),
     };
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(crate::tls::ring_provider());
     let config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?

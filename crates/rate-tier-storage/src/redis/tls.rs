@@ -14,7 +14,7 @@ pub(super) fn is_tls(info: &ConnectionInfo) -> bool {
 /// installed one: redis-rs builds its TLS configuration on the default.
 pub(super) fn install_provider() {
     // An error means a provider is installed already: that one is used.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    let _ = crate::tls::ring_provider().install_default();
 }
 
 /// The certificates of a CA file's PEM, checked now: a start-up error,
