@@ -40,7 +40,7 @@ fn the_example_server_shares_its_limits_through_a_tls_redis() {
 #[test]
 fn the_example_server_shares_its_limits_through_a_tls_postgres() {
     let ca = TestCa::generate().unwrap();
-    let postgres = PostgresServer::start();
+    let mut postgres = PostgresServer::start();
     postgres.enable_tls(&ca).unwrap();
     let url = format!(
         "{}?sslmode=verify-full&sslrootcert={}",

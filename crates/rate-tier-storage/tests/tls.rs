@@ -142,7 +142,7 @@ fn tls_connections(server: &PostgresServer) -> u64 {
 #[tokio::test]
 async fn postgres_verify_full_with_the_test_ca_decides_through_tls() {
     let ca = TestCa::generate().unwrap();
-    let server = PostgresServer::start();
+    let mut server = PostgresServer::start();
     server.enable_tls(&ca).unwrap();
     let root = ca.ca_file();
     let name = LimitName::new("tls").unwrap();
@@ -164,7 +164,7 @@ async fn postgres_verify_full_with_the_test_ca_decides_through_tls() {
 async fn postgres_a_server_another_ca_signed_is_refused() {
     let ca = TestCa::generate().unwrap();
     let stranger = TestCa::generate().unwrap();
-    let server = PostgresServer::start();
+    let mut server = PostgresServer::start();
     server.enable_tls(&ca).unwrap();
     let name = LimitName::new("tls").unwrap();
     // Migrated over a plain connection, so that only the check can fail.

@@ -65,16 +65,12 @@ impl Server {
     }
 
     fn wait_until_listening(&self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "server did not listen on {}; stderr: {:?}",
-                self.port,
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let port = self.port;
+        until(&format!("server listening on {port}"), self, || {
+            TcpStream::connect(("127.0.0.1", port))
+                .is_ok()
+                .then_some(())
+        });
     }
 
     pub fn pid(&self) -> u32 {
@@ -92,36 +88,16 @@ impl Server {
 
     /// Waits (bounded) until it exits: its status.
     pub fn wait_exit(&mut self) -> std::process::ExitStatus {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "it did not exit: {:?}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let stderr = self.stderr.clone();
+        let child = &mut self.child;
+        until_with("the server exiting", &stderr, || child.try_wait().unwrap())
     }
 
     /// Waits (bounded) until a stderr line contains `needle`.
     pub fn wait_for_stderr(&self, needle: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(line) =
-                self.stderr().into_iter().find(|l| l.contains(needle))
-            {
-                return line;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no stderr line with {needle:?}: {:?}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        until(&format!("a stderr line with {needle:?}"), self, || {
+            self.stderr().into_iter().find(|l| l.contains(needle))
+        })
     }
 
     pub fn stderr(&self) -> Vec<String> {
@@ -130,6 +106,35 @@ impl Server {
 
     pub fn get(&self, path: &str, api_key: Option<&str>) -> Response {
         get(self.port, path, api_key)
+    }
+}
+
+/// Polls `ready` (every 10 ms, at most 20 s) until it gives a value;
+/// panics naming `what` with the server's stderr.
+fn until<T>(
+    what: &str,
+    server: &Server,
+    ready: impl FnMut() -> Option<T>,
+) -> T {
+    until_with(what, &server.stderr, ready)
+}
+
+fn until_with<T>(
+    what: &str,
+    stderr: &Mutex<Vec<String>>,
+    mut ready: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(value) = ready() {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {what} within 20 s; stderr: {:?}",
+            stderr.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

@@ -505,13 +505,13 @@ impl PostgresServer {
     /// Turns TLS on, with `ca`'s server certificate: the server writes the
     /// certificate and its key into its data directory itself (`COPY ...
     /// TO PROGRAM`, as its own user, mode 0600: what it asks of a key,
-    /// whatever runs it), then reloads its configuration. Plain connections are
+    /// whatever runs it), then restarts with `ssl = on`. Plain connections are
     /// still accepted; a client asks for TLS.
     ///
     /// # Errors
     ///
     /// The server refused a statement, or says TLS is still off.
-    pub fn enable_tls(&self, ca: &TestCa) -> Result<()> {
+    pub fn enable_tls(&mut self, ca: &TestCa) -> Result<()> {
         let read = |path: PathBuf| {
             std::fs::read_to_string(&path)
                 .map_err(|e| Error::new(format!("{}: {e}", path.display())))
@@ -537,20 +537,17 @@ impl PostgresServer {
             "ALTER SYSTEM SET ssl_cert_file = 'server.crt'",
             "ALTER SYSTEM SET ssl_key_file = 'server.key'",
             "ALTER SYSTEM SET ssl = on",
-            "SELECT pg_reload_conf()",
         ] {
             self.psql(sql)?;
         }
-        // The reload is asynchronous: wait until the setting reads on.
-        let deadline = std::time::Instant::now() + START_TIMEOUT;
-        while self.psql("SHOW ssl")?.trim() != "on" {
-            if std::time::Instant::now() > deadline {
-                return Err(Error::new(format!(
-                    "{self}: ssl is still off after a reload\n{}",
-                    self.logs()
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        // A restart, not a reload: the settings hold when it answers again
+        // (a reload is taken later, asynchronously).
+        self.restart();
+        if self.psql("SHOW ssl")?.trim() != "on" {
+            return Err(Error::new(format!(
+                "{self}: ssl is off after a restart with it on\n{}",
+                self.logs()
+            )));
         }
         Ok(())
     }
