@@ -69,7 +69,7 @@ pub use gcra_core::{
     StoreTat, Verdict, Window, Write,
 };
 pub use key::KeyLayout;
-pub use memory::{MemoryStorage, MemoryStorageBuilder};
+pub use memory::{MemoryStorage, MemoryStorageBuilder, RateCharge};
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::{

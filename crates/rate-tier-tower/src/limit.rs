@@ -372,7 +372,11 @@ impl Limit {
     /// assert_eq!(login.rule_for("pro"), Rule::Rate(Quota::per_minute(60)));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[inline]
     pub fn rule_for(&self, tier: &str) -> Rule {
+        if self.per_tier.is_empty() && self.settle.is_none() {
+            return self.rule;
+        }
         let rule = self
             .per_tier
             .iter()

@@ -27,18 +27,30 @@ thread_local! {
 pub(crate) fn shared_states(
     states: &[LimitState],
 ) -> Arc<SmallVec<[LimitState; 3]>> {
-    let fresh = || Arc::new(SmallVec::from_slice(states));
+    shared_states_with(states.len(), |i| states[i])
+}
+
+/// The states `make` gives for `0..count`, shared as [`shared_states`]
+/// shares them, and made where they are kept.
+#[inline]
+pub(crate) fn shared_states_with(
+    count: usize,
+    make: impl Fn(usize) -> LimitState,
+) -> Arc<SmallVec<[LimitState; 3]>> {
+    let fresh = || Arc::new((0..count).map(&make).collect());
     SPARE
         .try_with(|spare| {
             let mut spare = spare.try_borrow_mut().ok()?;
             match spare.as_mut().and_then(Arc::get_mut) {
-                // Usually as many as last time: a plain copy.
-                Some(held) if held.len() == states.len() => {
-                    held.copy_from_slice(states);
+                // Usually as many as last time: written over in place.
+                Some(held) if held.len() == count => {
+                    for (i, state) in held.iter_mut().enumerate() {
+                        *state = make(i);
+                    }
                 }
                 Some(held) => {
                     held.clear();
-                    held.extend_from_slice(states);
+                    held.extend((0..count).map(&make));
                 }
                 None => *spare = Some(fresh()),
             }

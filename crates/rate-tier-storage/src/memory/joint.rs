@@ -23,9 +23,24 @@ use gcra_core::{
 use smallvec::SmallVec;
 
 use super::table::{LOCKED, NO_TAT, Table};
-use super::{FEW, Inner, ROOM_ATTEMPTS, read, stored, write};
-use crate::bucket::BucketCheck;
+use super::{FEW, Inner, ROOM_ATTEMPTS, TWEAK, read, stored, write};
+use crate::bucket::{BucketCheck, LimitName};
 use crate::storage::StorageError;
+
+/// A rate's bucket for
+/// [`MemoryStorage::try_charge_rates`](super::MemoryStorage::try_charge_rates):
+/// `limit`'s bucket of `partition`, under `quota`, charged `cost`.
+#[derive(Debug, Clone, Copy)]
+pub struct RateCharge<'a> {
+    /// The limit's name.
+    pub limit: &'a LimitName,
+    /// Whose bucket: a user, a key.
+    pub partition: &'a str,
+    /// The limit's rate.
+    pub quota: gcra_core::Quota,
+    /// What the request costs it, at least 1.
+    pub cost: u32,
+}
 
 impl Inner {
     /// Several buckets, locked in name order, checked together.
@@ -115,6 +130,60 @@ impl Inner {
         self.decide_inserting(
             &charges, &names, &homes, &shards, now, out, needed, judge,
         )
+    }
+
+    /// [`MemoryStorage::try_charge_rates`](super::MemoryStorage::try_charge_rates):
+    /// every bucket held, in one shard, locked in name order, charged only
+    /// if all pass. `None`: not decided here, nothing written.
+    #[inline]
+    pub(super) fn charge_rates(
+        &self,
+        charges: &[RateCharge<'_>],
+        out: &mut [Decision],
+    ) -> Option<u64> {
+        let count = charges.len();
+        if !(1..=FEW).contains(&count) || out.len() != count {
+            return None;
+        }
+        let mut names = [0u64; FEW];
+        let mut order = [0usize; FEW];
+        let mut home = None;
+        let mut last: Option<(&str, u64)> = None;
+        for (i, charge) in charges.iter().enumerate() {
+            if charge.cost == 0 || charge.cost > charge.quota.burst() {
+                return None;
+            }
+            let hash = match last {
+                Some((seen, hash)) if std::ptr::eq(seen, charge.partition) => {
+                    hash
+                }
+                _ => self.hasher.hash(charge.partition.as_bytes()),
+            };
+            last = Some((charge.partition, hash));
+            let shard = Self::shard_index(hash);
+            if *home.get_or_insert(shard) != shard {
+                return None;
+            }
+            names[i] = hash ^ charge.limit.id().wrapping_mul(TWEAK);
+            let mut at = i;
+            while at > 0 && names[order[at - 1]] > names[i] {
+                order[at] = order[at - 1];
+                at -= 1;
+            }
+            if at > 0 && names[order[at - 1]] == names[i] {
+                return None;
+            }
+            order[at] = i;
+        }
+        let now = self.clock.now_us();
+        let table = read(&self.shards[home?].table);
+        let first = &table.find(names[0])?.tat;
+        let mut cells = [first; FEW];
+        for (cell, name) in cells[1..count].iter_mut().zip(&names[1..]) {
+            *cell = &table.find(*name)?.tat;
+        }
+        charge_cells(&cells[..count], &order[..count], charges, now, out)
+            .then_some(now)
     }
 
     /// `check`'s partition hash; the last one again when the partition is
@@ -379,6 +448,43 @@ pub(super) fn judge_locked<J: Judge>(
     })
 }
 
+/// [`Inner::charge_rates`] on the cells found: locked in `order`, charged
+/// only if every charge passes, unlocked either way. Whether all passed.
+#[inline(always)]
+pub(super) fn charge_cells(
+    cells: &[&AtomicU64],
+    order: &[usize],
+    charges: &[RateCharge<'_>],
+    now: u64,
+    out: &mut [Decision],
+) -> bool {
+    let mut held = [NO_TAT; FEW];
+    for &i in order {
+        held[i] = lock(cells[i]);
+    }
+    let mut all_pass = true;
+    for ((charge, decision), &word) in charges.iter().zip(&mut *out).zip(&held)
+    {
+        match charge.quota.check(stored(word), now, charge.cost) {
+            Ok(passed) if passed.allowed => *decision = passed,
+            _ => {
+                all_pass = false;
+                break;
+            }
+        }
+    }
+    // Unlocked with the charges, or as they were (`check` never panics: no
+    // lock is left held by an unwinding).
+    for ((cell, decision), &word) in cells.iter().zip(&*out).zip(&held) {
+        let write = match decision.store {
+            Some(store) if all_pass => store.tat_us,
+            _ => word,
+        };
+        cell.store(write, Ordering::Release);
+    }
+    all_pass
+}
+
 /// How many of the writes in `out` go to buckets the table does not hold.
 /// A missing bucket is a full one, so the decision made without it is
 /// exact (no insert can happen under the read locks): if it writes nothing
@@ -571,7 +677,7 @@ mod loom_model {
 
     use super::super::decide_in_place;
     use super::super::table::{LOCKED, NO_TAT};
-    use super::decide_locked;
+    use super::{RateCharge, charge_cells, decide_locked};
     use crate::bucket::{BucketCheck, LimitName};
     use crate::sync::{AtomicU64, Ordering};
 
@@ -637,6 +743,52 @@ mod loom_model {
             let theirs = other.join().unwrap();
             assert!(mine ^ theirs, "exactly one passes: {mine} {theirs}");
             assert_eq!((value(&a), value(&b)), (FULL, FULL));
+        });
+    }
+
+    /// [`charge_cells`] of `cells` (given in `order`): passed?
+    fn lean(cells: &[&AtomicU64], order: &[usize]) -> bool {
+        let name = LimitName::new("b").unwrap();
+        let charge = RateCharge {
+            limit: &name,
+            partition: "ana",
+            quota: quota(),
+            cost: 1,
+        };
+        let charges = vec![charge; cells.len()];
+        let mut out = vec![Decision::default(); cells.len()];
+        charge_cells(cells, order, &charges, NOW, &mut out)
+    }
+
+    #[test]
+    fn a_lean_charge_and_a_joint_decision_given_in_opposite_orders() {
+        model(3, || {
+            let (a, b) = (bucket(), bucket());
+            let other = {
+                let (a, b) = (a.clone(), b.clone());
+                thread::spawn(move || lean(&[&b, &a], &[1, 0]))
+            };
+            let mine = joint(&[&a, &b], &[0, 1]);
+            let theirs = other.join().unwrap();
+            assert!(mine ^ theirs, "exactly one passes: {mine} {theirs}");
+            assert_eq!((value(&a), value(&b)), (FULL, FULL));
+        });
+    }
+
+    #[test]
+    fn a_lean_charge_and_a_single_check() {
+        model(3, || {
+            let (a, b) = (bucket(), bucket());
+            let other = {
+                let b = b.clone();
+                thread::spawn(move || single(&b))
+            };
+            let mine = lean(&[&a, &b], &[0, 1]);
+            let theirs = other.join().unwrap();
+            assert!(mine ^ theirs, "exactly one passes: {mine} {theirs}");
+            // The lean charge writes `a` only if it passed.
+            assert_eq!(value(&a) == FULL, mine, "a charged iff it passed");
+            assert_eq!(value(&b), FULL);
         });
     }
 

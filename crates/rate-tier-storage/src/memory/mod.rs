@@ -12,6 +12,7 @@
 //! Why each choice: "Memory store" in ARCHITECTURE.md.
 
 mod joint;
+pub use self::joint::RateCharge;
 mod kinds;
 mod mixed;
 mod period;
@@ -292,6 +293,49 @@ impl MemoryStorage {
             .inner
             .decide_rate(limit, partition, quota, cost, &mut out)?;
         Ok((out, now))
+    }
+
+    /// Several rates charged together when every one passes and their
+    /// buckets are held (one user's limits, say): `out` filled and the time
+    /// decided at. `None` when this path does not decide it (a refusal, a
+    /// bucket not held yet, more than four buckets, buckets of several
+    /// shards, a cost of 0 or above a burst): nothing was written, and
+    /// [`check_sync`](Self::check_sync) decides it in full. For a caller
+    /// that holds the store itself: one hash per partition, one lock.
+    ///
+    /// ```
+    /// use rate_tier_storage::{BucketCheck, LimitName, MemoryStorage, RateCharge};
+    /// use rate_tier_storage::clock::FakeClock;
+    /// use gcra_core::{Decision, Quota};
+    ///
+    /// let store = MemoryStorage::with_clock(FakeClock::at_us(5));
+    /// let (free, search) = (LimitName::new("free")?, LimitName::new("search")?);
+    /// let charges = [
+    ///     RateCharge { limit: &free, partition: "ana", quota: Quota::per_minute(10), cost: 1 },
+    ///     RateCharge { limit: &search, partition: "ana", quota: Quota::per_minute(2), cost: 2 },
+    /// ];
+    /// let mut out = [Decision::default(); 2];
+    /// // New buckets are made by the full path.
+    /// assert_eq!(store.try_charge_rates(&charges, &mut out), None);
+    /// let checks = [
+    ///     BucketCheck::new(&free, "ana", Quota::per_minute(10), 1)?,
+    ///     BucketCheck::new(&search, "ana", Quota::per_minute(2), 1)?,
+    /// ];
+    /// store.check_sync(&checks, &mut out)?;
+    /// // Held now: `search` has 1 left, and a cost of 2 is refused, nothing charged.
+    /// assert_eq!(store.try_charge_rates(&charges, &mut out), None);
+    /// let charges = [charges[0], RateCharge { cost: 1, ..charges[1] }];
+    /// assert_eq!(store.try_charge_rates(&charges, &mut out), Some(5));
+    /// assert_eq!((out[0].remaining, out[1].remaining), (8, 0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_charge_rates(
+        &self,
+        charges: &[RateCharge<'_>],
+        out: &mut [Decision],
+    ) -> Option<u64> {
+        self.inner.charge_rates(charges, out)
     }
 
     /// The same as [`StorageExt::settle`](crate::StorageExt::settle), synchronously.

@@ -14,7 +14,7 @@ use std::time::Duration;
 use gcra_core::{CheckError, Decision, Verdict, saturating_micros};
 use rate_tier_storage::StorageExt;
 use rate_tier_storage::{
-    BucketCheck, Charged, Decided, LimitName, Rule, StorageError,
+    BucketCheck, Charged, Decided, LimitName, RateCharge, Rule, StorageError,
 };
 use smallvec::SmallVec;
 
@@ -31,7 +31,7 @@ use crate::event::LimitEvent;
 use crate::identity::UserId;
 use crate::outcome::{
     Admitted, LimitReason, LimitState, Limited, RateLimitInfo, States,
-    most_constraining, shared_states,
+    most_constraining, shared_states, shared_states_with,
 };
 use crate::policy::OnStorageError;
 use crate::tiers::StaticName;
@@ -288,7 +288,79 @@ impl RateTier {
                 }
             };
         }
+        if let Some(admitted) = self.joint_now(ask) {
+            let ruling = Ruling::Allowed(admitted);
+            return Step::Ruled(Judged {
+                ruling,
+                by: "memory",
+                events,
+            });
+        }
         self.step_prepared(ask, events)
+    }
+
+    /// The tier and limits of their own, all rates, charged together in
+    /// the memory store when all pass and their buckets are held: the
+    /// states built from the decisions, nothing else. `None`: anything
+    /// else (a refusal, a new bucket, shadow, customers' quotas, another
+    /// kind), for the prepared path, which decides it in full; nothing was
+    /// charged.
+    #[inline]
+    fn joint_now(&self, ask: &Ask<'_>) -> Option<Admitted> {
+        let inner = &*self.inner;
+        let (Some((user, claimed)), false, true) =
+            (ask.identity, ask.shadow, ask.quotas.is_empty())
+        else {
+            return None;
+        };
+        let memory = inner.memory.as_ref().filter(|_| inner.plan_fast)?;
+        if ask.extra.len() >= INLINE {
+            return None;
+        }
+        let tier = inner.rates.find(claimed)?;
+        let mut keys = [tier.key; INLINE];
+        let mut charges = [RateCharge {
+            limit: tier.key,
+            partition: user,
+            quota: tier.quota,
+            cost: ask.cost,
+        }; INLINE];
+        for (i, extra) in ask.extra.iter().enumerate() {
+            let limit = extra.limit;
+            let Rule::Rate(quota) = limit.rule_for(tier.name) else {
+                return None;
+            };
+            if limit.shadow {
+                return None;
+            }
+            keys[i + 1] = limit.key;
+            charges[i + 1] = RateCharge {
+                limit: limit.key,
+                partition: extra.partition.as_deref().unwrap_or(user),
+                quota,
+                cost: extra.cost,
+            };
+        }
+        let count = ask.extra.len() + 1;
+        let mut out = [Decision::default(); INLINE];
+        let now_us =
+            memory.try_charge_rates(&charges[..count], &mut out[..count])?;
+        // The most constraining: the first with the fewest left.
+        let most = (0..count).min_by_key(|&i| out[i].remaining).unwrap_or(0);
+        let (quota, decision) = (charges[most].quota, out[most]);
+        let states = shared_states_with(count, |i| {
+            rate_state(keys[i], charges[i].quota, &out[i])
+        });
+        Some(Admitted::new(RateLimitInfo {
+            tier: Cow::Borrowed(tier.name),
+            limit: quota.burst(),
+            remaining: decision.remaining,
+            reset_after: Duration::from_micros(decision.reset_after_us),
+            cost: ask.cost,
+            window: Duration::from_micros(quota.burst_offset_us()),
+            now_us,
+            limits: Some(states),
+        }))
     }
 
     /// The tier's limit alone decided in process, as the direct API
@@ -297,11 +369,13 @@ impl RateTier {
     /// else, for [`RateTier::step`] (nothing was decided).
     #[inline(always)]
     pub(crate) fn plan_answer(&self, ask: &Ask<'_>) -> Option<Output> {
-        let (user, claimed, cost) = ask.plan_alone()?;
         let inner = &*self.inner;
         if !inner.plan_fast || self.observed() {
             return None;
         }
+        let Some((user, claimed, cost)) = ask.plan_alone() else {
+            return self.joint_now(ask).map(|admitted| Ok(Ok(admitted)));
+        };
         let Some(memory) = &inner.memory else {
             return Some(match self.plan_now(user, claimed, cost)? {
                 Ok(decision) => self.plan_output(user, decision),
@@ -712,6 +786,26 @@ fn state(
         shadow,
         shadow_limited: shadow && !decision.allowed,
         rule: Some(asked),
+    }
+}
+
+/// [`state`] of an enforced rate charged in process.
+#[inline(always)]
+fn rate_state(
+    key: &'static LimitName,
+    quota: gcra_core::Quota,
+    decision: &Decision,
+) -> LimitState {
+    LimitState {
+        charged: Charged::Primary,
+        name: key.as_str_static(),
+        limit: quota.burst(),
+        remaining: decision.remaining,
+        reset_after: Duration::from_micros(decision.reset_after_us),
+        window: Duration::from_micros(quota.burst_offset_us()),
+        shadow: false,
+        shadow_limited: false,
+        rule: Some(Rule::Rate(quota)),
     }
 }
 
