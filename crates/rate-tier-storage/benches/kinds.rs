@@ -33,7 +33,13 @@
 //! do not: every window decision then waits for main memory, while the
 //! rates' 100k small buckets still fit). The two spreads show where a
 //! window's cost against a rate comes from the machine's cache rather
-//! than from the window's own work.
+//! than from the window's own work. So the 100k group also measures
+//! `floor`: a window decision's random access without the store (a log
+//! of N entries per user in one array as large as the rings, the users in
+//! a random order, each call reading an entry of the next user's log and
+//! writing the one beside it, where the entry read says which log is next:
+//! the latency of main memory, which a window decision waits for), against
+//! which that group's window is judged.
 //!
 //! # Redis
 //!
@@ -58,6 +64,8 @@
 //! - `slot`: the same; a slot id of its own per iteration
 //!   (`BucketCheck::lease_id`), given back by `StorageExt::release`: two round
 //!   trips, a `ZADD` and a `ZREM` of the same member.
+//! - `take`: the same slot, only its take timed: the give-back follows, as
+//!   a request's ends after its answer, off its path.
 //! - `window`: N = 100, and a window as close as the real calls allow to
 //!   the memory case's full log. It cannot be exact: a user comes back
 //!   whenever the other users' calls are done, not at a fixed step. So the
@@ -128,7 +136,7 @@ fn rule(case: &str, window: Duration) -> Rule {
         "rate" => Quota::per_second(1_000_000).allow_burst(u32::MAX).into(),
         "window" => Window::new(N, window).unwrap().into(),
         "period" => Period::new(u32::MAX, PeriodUnit::Month, 0).unwrap().into(),
-        "slot" => Concurrency::new(N).unwrap().into(),
+        "slot" | "take" => Concurrency::new(N).unwrap().into(),
         _ => unreachable!("no case {case}"),
     }
 }
@@ -185,6 +193,57 @@ impl Case {
     }
 }
 
+/// The machine's floor under a window decision over logs that do not fit
+/// in its cache: its random access without the store. A log of `N`
+/// entries per user in one array (as much memory as the windows' rings),
+/// the users in a random order (a window's ring lies at a place of the
+/// heap no prefetcher foresees); per call, an entry of the next user's
+/// log read and the one beside it written. Each entry read holds where
+/// the next one is, so that a call waits for its read as a window
+/// decision does (which must find its map's entry before its ring): the
+/// latency of main memory, not the throughput of reads the processor
+/// would overlap.
+struct Floor {
+    logs: Vec<u64>,
+    at: usize,
+    calls: u64,
+}
+
+impl Floor {
+    fn new(users: usize) -> Floor {
+        let per_log = N as usize;
+        // A fixed shuffle (xorshift, Fisher-Yates): the same every run.
+        let mut order: Vec<usize> = (0..users).collect();
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        for i in (1..order.len()).rev() {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            order.swap(i, (state % (i as u64 + 1)) as usize);
+        }
+        // A user's entry, somewhere in its log (the one beside it too).
+        let entry = |user: usize| user * per_log + (user * 37) % (per_log - 1);
+        let mut logs = vec![0; users * per_log];
+        for (i, &user) in order.iter().enumerate() {
+            logs[entry(user)] = entry(order[(i + 1) % users]) as u64;
+        }
+        Floor {
+            logs,
+            at: entry(order[0]),
+            calls: 0,
+        }
+    }
+
+    #[inline(always)]
+    fn call(&mut self) -> u64 {
+        self.calls += 1;
+        let next = self.logs[self.at];
+        self.logs[self.at + 1] = self.calls;
+        self.at = next as usize;
+        next
+    }
+}
+
 fn kinds(c: &mut Criterion) {
     let users: Vec<String> =
         (0..USERS).map(|i| format!("user-{i:08}")).collect();
@@ -210,6 +269,10 @@ fn kinds(c: &mut Criterion) {
                 assert_eq!(last.remaining, 0, "the log is not full");
             }
             group.bench_function(case, |b| b.iter(|| bench.call(users)));
+        }
+        if spread == USERS {
+            let mut floor = Floor::new(spread);
+            group.bench_function("floor", |b| b.iter(|| floor.call()));
         }
         group.finish();
     }
@@ -251,6 +314,9 @@ mod redis {
         rule: Rule,
         next: usize,
         slot_id: u64,
+        /// A slot's take alone is timed: its give-back follows, off the
+        /// request's path.
+        take_only: bool,
         /// Per user, when its last `N` calls were answered (a window's
         /// pace; empty for the other kinds).
         answered: Vec<VecDeque<Instant>>,
@@ -275,6 +341,7 @@ mod redis {
                 rule: rule(case, Duration::from_micros(1)),
                 next: 0,
                 slot_id: 0,
+                take_only: case == "take",
                 answered: if window {
                     vec![VecDeque::with_capacity(N as usize); users]
                 } else {
@@ -336,10 +403,14 @@ mod redis {
                 .await
                 .unwrap()
                 .verdict;
+            let taken = start.elapsed();
             if slot {
                 self.store.release(&[check]).await.unwrap();
             }
-            let took = start.elapsed();
+            let took = match self.take_only {
+                true => taken,
+                false => start.elapsed(),
+            };
             assert!(verdict.allowed, "{:?} refused", self.rule.kind());
             black_box(out[0]);
             if let Some(log) = self.answered.get_mut(self.next) {
@@ -458,7 +529,7 @@ mod redis {
             let users = &users[..spread];
             let group = format!("kinds/redis_{group}");
             let mut criterion_group = c.benchmark_group(&group);
-            for case in ["rate", "window", "period", "slot"] {
+            for case in ["rate", "window", "period", "slot", "take"] {
                 let mut bench = Case::new(case, &run, spread, &url);
                 bench.prefill(&runtime, users);
                 criterion_group.bench_function(case, |b| {
