@@ -189,6 +189,7 @@ impl<'a> LimitRequest<'a> {
     }
 
     /// Adds a limit of its own, as the layer found it.
+    #[inline]
     pub(crate) fn with(mut self, extra: Extra<'a>) -> Self {
         self.extra.push(extra);
         self
