@@ -110,26 +110,36 @@ proptest! {
     }
 }
 
-/// The joint fast path: a user's rates (one partition, so one shard), all
-/// passing, on buckets already made, answered with every limit's state; a
-/// refusal goes to the full path and charges nothing.
+/// The joint fast path: rates, all passing, on buckets already made
+/// (a user's, in one shard; with an address's, in two), answered with
+/// every limit's state; a refusal goes to the full path and charges
+/// nothing.
 #[test]
-fn a_users_rates_decided_together_in_place() {
+fn rates_decided_together_in_place() {
+    let limits = limits();
+    let own = LimitRequest::new("ana", "free", 1)
+        .limit(&limits[0], 1)
+        .limit(&limits[3], 2);
+    let keyed = LimitRequest::new("ana", "free", 1)
+        .limit(&limits[0], 1)
+        .limit_keyed(&limits[3], "203.0.113.7", 2);
+    for request in [own, keyed] {
+        three_pass_then_search_refuses(&request);
+    }
+}
+
+fn three_pass_then_search_refuses(request: &LimitRequest<'_>) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
     let clock = FakeClock::new();
     let (fast, full) = (limiter(&clock, false), limiter(&clock, true));
-    let limits = limits();
-    let request = LimitRequest::new("ana", "free", 1)
-        .limit(&limits[0], 1)
-        .limit(&limits[3], 2);
     for _ in 0..3 {
-        let fast_answer = run(&runtime, fast.decide(&request)).unwrap();
-        let full_answer = run(&runtime, full.decide(&request)).unwrap();
+        let fast_answer = run(&runtime, fast.decide(request)).unwrap();
+        let full_answer = run(&runtime, full.decide(request)).unwrap();
         assert_eq!(format!("{fast_answer:?}"), format!("{full_answer:?}"));
     }
-    let refused = run(&runtime, fast.decide(&request)).unwrap().unwrap_err();
+    let refused = run(&runtime, fast.decide(request)).unwrap().unwrap_err();
     assert_eq!(refused.limit_name(), "search");
     // The fourth was refused by `search` (3 a minute): nothing charged.
     let info = run(&runtime, fast.peek("ana", "free")).unwrap();

@@ -133,7 +133,7 @@ impl Inner {
     }
 
     /// [`MemoryStorage::try_charge_rates`](super::MemoryStorage::try_charge_rates):
-    /// every bucket held, in one shard, locked in name order, charged only
+    /// every bucket held, locked in name order, charged only
     /// if all pass. `None`: not decided here, nothing written.
     #[inline]
     pub(super) fn charge_rates(
@@ -146,8 +146,9 @@ impl Inner {
             return None;
         }
         let mut names = [0u64; FEW];
+        let mut homes = [0usize; FEW];
         let mut order = [0usize; FEW];
-        let mut home = None;
+        let mut one_shard = true;
         let mut last: Option<(&str, u64)> = None;
         for (i, charge) in charges.iter().enumerate() {
             if charge.cost == 0 || charge.cost > charge.quota.burst() {
@@ -160,10 +161,8 @@ impl Inner {
                 _ => self.hasher.hash(charge.partition.as_bytes()),
             };
             last = Some((charge.partition, hash));
-            let shard = Self::shard_index(hash);
-            if *home.get_or_insert(shard) != shard {
-                return None;
-            }
+            homes[i] = Self::shard_index(hash);
+            one_shard &= homes[i] == homes[0];
             names[i] = hash ^ charge.limit.id().wrapping_mul(TWEAK);
             let mut at = i;
             while at > 0 && names[order[at - 1]] > names[i] {
@@ -175,15 +174,47 @@ impl Inner {
             }
             order[at] = i;
         }
+        let (names, homes, order) =
+            (&names[..count], &homes[..count], &order[..count]);
+        if !one_shard {
+            return self
+                .charge_across_shards(charges, names, homes, order, out);
+        }
         let now = self.clock.now_us();
-        let table = read(&self.shards[home?].table);
+        let table = read(&self.shards[homes[0]].table);
         let first = &table.find(names[0])?.tat;
         let mut cells = [first; FEW];
         for (cell, name) in cells[1..count].iter_mut().zip(&names[1..]) {
             *cell = &table.find(*name)?.tat;
         }
-        charge_cells(&cells[..count], &order[..count], charges, now, out)
-            .then_some(now)
+        charge_cells(&cells[..count], order, charges, now, out).then_some(now)
+    }
+
+    /// [`charge_rates`](Self::charge_rates) over the buckets of several
+    /// shards (a user's limits and one per address, say): the shards' read
+    /// locks taken in shard order, as every joint decision takes them.
+    fn charge_across_shards(
+        &self,
+        charges: &[RateCharge<'_>],
+        names: &[u64],
+        homes: &[usize],
+        order: &[usize],
+        out: &mut [Decision],
+    ) -> Option<u64> {
+        let mut shards: SmallVec<[usize; FEW]> = SmallVec::from_slice(homes);
+        shards.sort_unstable();
+        shards.dedup();
+        let now = self.clock.now_us();
+        let guards: SmallVec<[RwLockReadGuard<'_, Table>; FEW]> = shards
+            .iter()
+            .map(|&shard| read(&self.shards[shard].table))
+            .collect();
+        let mut cells: SmallVec<[&AtomicU64; FEW]> = SmallVec::new();
+        for (&name, home) in names.iter().zip(homes) {
+            let table = guards.get(shards.binary_search(home).ok()?)?;
+            cells.push(&table.find(name)?.tat);
+        }
+        charge_cells(&cells, order, charges, now, out).then_some(now)
     }
 
     /// `check`'s partition hash; the last one again when the partition is

@@ -298,10 +298,11 @@ impl MemoryStorage {
     /// Several rates charged together when every one passes and their
     /// buckets are held (one user's limits, say): `out` filled and the time
     /// decided at. `None` when this path does not decide it (a refusal, a
-    /// bucket not held yet, more than four buckets, buckets of several
-    /// shards, a cost of 0 or above a burst): nothing was written, and
+    /// bucket not held yet, more than four buckets, a cost of 0 or above a
+    /// burst): nothing was written, and
     /// [`check_sync`](Self::check_sync) decides it in full. For a caller
-    /// that holds the store itself: one hash per partition, one lock.
+    /// that holds the store itself: one hash per partition, one read lock
+    /// per shard (one for a user's own limits).
     ///
     /// ```
     /// use rate_tier_storage::{BucketCheck, LimitName, MemoryStorage, RateCharge};
