@@ -32,7 +32,7 @@ type RefundFn = dyn Fn(StatusCode) -> bool + Send + Sync;
 /// | [`Limit::tier`] | a rule for one tier (the first one is for the others) |
 /// | [`Limit::global`], [`Limit::keyed_by`], [`Limit::per_client_ip`] | one bucket for everyone, one per key of the request (a tenant), or one per client address |
 /// | [`Limit::when`] | only some requests (a route) |
-/// | [`Limit::cost`], [`Limit::cost_fn`], [`Limit::plan_cost`] | what a request costs it |
+/// | [`Limit::cost`], [`Limit::cost_fn`], [`Limit::tier_cost`] | what a request costs it |
 /// | [`Limit::shadow`] | decided and reported, never refusing |
 /// | [`Limit::settle`] | the cost charged up front is an estimate, settled from the response |
 ///
@@ -92,7 +92,7 @@ pub(crate) enum Scope {
 pub(crate) enum LimitCost {
     Fixed(u32),
     /// The tier's cost for the request.
-    Plan,
+    Tier,
     Fn(Arc<CostFn>),
 }
 
@@ -286,8 +286,8 @@ impl Limit {
     }
 
     /// The same cost as the tier's for the request.
-    pub fn plan_cost(mut self) -> Limit {
-        self.cost = LimitCost::Plan;
+    pub fn tier_cost(mut self) -> Limit {
+        self.cost = LimitCost::Tier;
         self
     }
 

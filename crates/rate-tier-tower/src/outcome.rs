@@ -443,7 +443,7 @@ impl Limited {
     }
 
     /// Whether the tier's own limit refused (not a limit of its own).
-    pub fn is_plan_limit(&self) -> bool {
+    pub fn is_tier_limit(&self) -> bool {
         self.limit_name() == self.tier
     }
 

@@ -328,7 +328,7 @@ async fn decide_is_all_or_nothing_over_the_plan_and_its_limits() {
     }
     let refused = limiter.decide(&request).await.unwrap().unwrap_err();
     assert_eq!(refused.limit_name(), "search");
-    assert!(!refused.is_plan_limit());
+    assert!(!refused.is_tier_limit());
     assert_eq!(refused.reason(), LimitReason::RateLimited);
     assert_eq!(refused.retry_after_secs(), 20);
     assert_eq!(refused.limit(), 3);

@@ -483,7 +483,7 @@ async fn when_predicates_choose_the_requests_a_limit_charges() {
     let s = server_with(|layer| {
         layer.limit(
             Limit::new("heavy", Quota::per_minute(12))
-                .plan_cost()
+                .tier_cost()
                 .when(|req| req.uri.path() != "/data"),
         )
     });

@@ -151,7 +151,7 @@ pub fn limited_status_with(limited: &Limited, style: HeaderStyle) -> Status {
     let mut headers = http.into_parts().0.headers;
     headers.remove(CONTENT_TYPE);
     let metadata = MetadataMap::from_headers(headers);
-    let subject = if limited.is_plan_limit() {
+    let subject = if limited.is_tier_limit() {
         format!("tier:{}", limited.tier())
     } else {
         format!("limit:{}", limited.limit_name())
@@ -175,7 +175,7 @@ pub fn limited_status_with(limited: &Limited, style: HeaderStyle) -> Status {
                 subject,
                 format!(
                     "request cost {cost} exceeds the {}'s burst of {}",
-                    if limited.is_plan_limit() {
+                    if limited.is_tier_limit() {
                         "tier"
                     } else {
                         "limit"

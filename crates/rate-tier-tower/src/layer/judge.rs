@@ -309,7 +309,7 @@ impl Config {
             let limit_cost = match &limit.cost {
                 _ if peek => 0,
                 LimitCost::Fixed(cost) => *cost,
-                LimitCost::Plan => cost,
+                LimitCost::Tier => cost,
                 LimitCost::Fn(cost_fn) => match cost_fn(parts) {
                     0 => return Err(invalid()),
                     cost => cost,

@@ -230,7 +230,7 @@ pub fn limited_response_with<B: From<String>>(
     style: HeaderStyle,
 ) -> Response<B> {
     // The tier's refusal keeps the 0.3 body; a limit of its own is named.
-    let named = if limited.is_plan_limit() {
+    let named = if limited.is_tier_limit() {
         String::new()
     } else {
         format!(",\"limit\":\"{}\"", limited.limit_name())
@@ -273,7 +273,7 @@ pub fn limited_response_with<B: From<String>>(
             response
         }
         LimitReason::CostExceedsBurst { cost } => {
-            let what = if limited.is_plan_limit() {
+            let what = if limited.is_tier_limit() {
                 "tier"
             } else {
                 "limit"

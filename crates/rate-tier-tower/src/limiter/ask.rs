@@ -54,7 +54,7 @@ impl<'a> Ask<'a> {
     /// Whether it asks for the tier's enforced limit alone, and charges it:
     /// the common case, decided on a path of its own.
     #[inline]
-    pub(crate) fn plan_alone(&self) -> Option<(&'a str, &'a str, u32)> {
+    pub(crate) fn tier_alone(&self) -> Option<(&'a str, &'a str, u32)> {
         match (self.identity, self.extra.is_empty(), self.shadow) {
             (Some((user, tier)), true, false)
                 if self.cost > 0 && self.quotas.is_empty() =>

@@ -394,7 +394,7 @@ impl RateTierBuilder {
             listeners,
             observers: self.observers,
             store_events: OnceLock::new(),
-            plan_fast: waiting.is_none()
+            tier_fast: waiting.is_none()
                 && self.near_limit.is_none()
                 && bans.is_none(),
             bans,

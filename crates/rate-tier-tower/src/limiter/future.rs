@@ -106,7 +106,7 @@ impl Future for CheckFuture<'_> {
         };
         // `Start` holds nothing to drop: overwriting it skips the drop glue
         // of every state.
-        if let Some(answered) = tiers.plan_answer(ask) {
+        if let Some(answered) = tiers.tier_answer(ask) {
             this.state = State::Done;
             return Poll::Ready(answered);
         }

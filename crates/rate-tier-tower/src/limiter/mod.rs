@@ -107,7 +107,7 @@ pub(crate) struct Inner {
     pub(crate) near_limit: Option<f64>,
     /// The tier alone may take its own fast path: nothing else to do for
     /// it (no waiting, no near-limit watch, no bans).
-    pub(crate) plan_fast: bool,
+    pub(crate) tier_fast: bool,
     /// Who is banned, and when one is ([`RateTierBuilder::ban`]).
     pub(crate) bans: Option<crate::ban::Bans>,
     /// The limits of live layers that a reload must not make meet in two
@@ -544,7 +544,7 @@ thread_local! {
     /// The tiers this thread used last, and whose they are: reading them is
     /// a comparison, where a snapshot of the shared tiers is a few atomic
     /// operations. One limiter's at a time (the last one used).
-    static PLANS: RefCell<Option<(u64, u64, Arc<Tiers>)>> =
+    static TIERS: RefCell<Option<(u64, u64, Arc<Tiers>)>> =
         const { RefCell::new(None) };
 }
 
@@ -555,7 +555,7 @@ impl Inner {
     pub(crate) fn with_plans<R>(&self, f: impl FnOnce(&Tiers) -> R) -> R {
         let generation = self.generation.load(Ordering::Acquire);
         let mut f = Some(f);
-        let done = PLANS.try_with(|cell| {
+        let done = TIERS.try_with(|cell| {
             // A listener that checks again on this thread from inside `f`
             // finds it borrowed: it takes the shared snapshot instead.
             let mut slot = cell.try_borrow_mut().ok()?;

@@ -207,11 +207,11 @@ impl RateTier {
         prepared.on_storage_error = tier.on_storage_error;
         prepared.limits_wait = None;
         let secret = self.inner.key_secret.as_ref();
-        let plan_rule =
+        let tier_rule =
             own_rule(ask, tier.name, tier.rule)?.unwrap_or(tier.rule);
         self.admit(
             prepared,
-            (tier.key, user, plan_rule, ask.cost, ask.shadow),
+            (tier.key, user, tier_rule, ask.cost, ask.shadow),
             secret,
             events,
         )?;

@@ -165,7 +165,7 @@ async fn count_refusal(
 /// The tier's limit alone, decided: what both outcomes are made of, in a
 /// few words that stay in registers.
 #[derive(Debug, Clone, Copy)]
-struct PlanDecision {
+struct TierDecision {
     tier: &'static str,
     cost: u32,
     /// The burst applied.
@@ -180,7 +180,7 @@ struct PlanDecision {
     by: &'static str,
 }
 
-impl PlanDecision {
+impl TierDecision {
     /// The memory store's `decision` on `tier`, at `now_us`.
     fn of_memory(
         tier: &RateTierEntry,
@@ -188,7 +188,7 @@ impl PlanDecision {
         decision: Decision,
         now_us: u64,
     ) -> Self {
-        PlanDecision {
+        TierDecision {
             tier: tier.name,
             cost,
             limit: tier.quota.burst(),
@@ -271,9 +271,9 @@ impl RateTier {
     /// the tier looked up once, no vector built.
     #[inline(always)]
     pub(crate) fn step(&self, ask: &Ask<'_>, mut events: Events) -> Step {
-        if let Some((user, tier, cost)) = ask.plan_alone()
-            && self.inner.plan_fast
-            && let Some(decided) = self.plan_now(user, tier, cost)
+        if let Some((user, tier, cost)) = ask.tier_alone()
+            && self.inner.tier_fast
+            && let Some(decided) = self.tier_now(user, tier, cost)
         {
             return match decided {
                 Ok(decision) => {
@@ -313,7 +313,7 @@ impl RateTier {
         else {
             return None;
         };
-        let memory = inner.memory.as_ref().filter(|_| inner.plan_fast)?;
+        let memory = inner.memory.as_ref().filter(|_| inner.tier_fast)?;
         if ask.extra.len() >= INLINE {
             return None;
         }
@@ -368,17 +368,17 @@ impl RateTier {
     /// listeners at once), for a check nobody times. `None`: anything
     /// else, for [`RateTier::step`] (nothing was decided).
     #[inline(always)]
-    pub(crate) fn plan_answer(&self, ask: &Ask<'_>) -> Option<Output> {
+    pub(crate) fn tier_answer(&self, ask: &Ask<'_>) -> Option<Output> {
         let inner = &*self.inner;
-        if !inner.plan_fast || self.observed() {
+        if !inner.tier_fast || self.observed() {
             return None;
         }
-        let Some((user, claimed, cost)) = ask.plan_alone() else {
+        let Some((user, claimed, cost)) = ask.tier_alone() else {
             return self.joint_now(ask).map(|admitted| Ok(Ok(admitted)));
         };
         let Some(memory) = &inner.memory else {
-            return Some(match self.plan_now(user, claimed, cost)? {
-                Ok(decision) => self.plan_output(user, decision),
+            return Some(match self.tier_now(user, claimed, cost)? {
+                Ok(decision) => self.tier_output(user, decision),
                 Err(failed) => failed_output(self, claimed, cost, failed),
             });
         };
@@ -400,9 +400,9 @@ impl RateTier {
                     limits: None,
                 })))
             }
-            Ok((decision, now_us)) => self.plan_output(
+            Ok((decision, now_us)) => self.tier_output(
                 user,
-                PlanDecision::of_memory(&tier, cost, decision, now_us),
+                TierDecision::of_memory(&tier, cost, decision, now_us),
             ),
             Err(error) => {
                 let policy = tier.on_storage_error;
@@ -413,7 +413,7 @@ impl RateTier {
 
     /// The direct API's answer to the tier's decision, a refusal told to
     /// the listeners.
-    fn plan_output(&self, user: &str, decision: PlanDecision) -> Output {
+    fn tier_output(&self, user: &str, decision: TierDecision) -> Output {
         if decision.retry_after_us.is_some() && self.listening() {
             self.emit(|| decision.limited_event(user));
         }
@@ -466,12 +466,12 @@ impl RateTier {
     /// else is involved (an unknown tier, a cost above the burst, a store
     /// that needs I/O): the prepared path then decides, and reports.
     #[inline(always)]
-    fn plan_now(
+    fn tier_now(
         &self,
         user: &str,
         claimed: &str,
         cost: u32,
-    ) -> Option<Result<PlanDecision, Failed>> {
+    ) -> Option<Result<TierDecision, Failed>> {
         let inner = &*self.inner;
         if inner.memory.is_none() && !inner.answers_ready {
             return None;
@@ -487,7 +487,7 @@ impl RateTier {
             // Names its buckets by its own keyed hash: no key secret.
             return Some(match memory.check_rate(key, user, quota, cost) {
                 Ok((decision, now_us)) => {
-                    Ok(PlanDecision::of_memory(&tier, cost, decision, now_us))
+                    Ok(TierDecision::of_memory(&tier, cost, decision, now_us))
                 }
                 Err(error) => Err(Failed { error, policy }),
             });
@@ -508,7 +508,7 @@ impl RateTier {
             0 | 1 => quota,
             _ => decided.applied(0, quota),
         };
-        Some(Ok(PlanDecision {
+        Some(Ok(TierDecision {
             tier: name,
             cost,
             limit: applied.burst(),
