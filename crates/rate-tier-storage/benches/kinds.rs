@@ -65,7 +65,10 @@
 //!   (`BucketCheck::lease_id`), given back by `StorageExt::release`: two round
 //!   trips, a `ZADD` and a `ZREM` of the same member.
 //! - `take`: the same slot, only its take timed: the give-back follows, as
-//!   a request's ends after its answer, off its path.
+//!   a request's ends after its answer, off its path. In the 1k group, the
+//!   server's CPU per take against per rate check is printed too: 20,000
+//!   calls of each between two reads of `INFO cpu` (the takes given back
+//!   only after the second).
 //! - `window`: N = 100, and a window as close as the real calls allow to
 //!   the memory case's full log. It cannot be exact: a user comes back
 //!   whenever the other users' calls are done, not at a fixed step. So the
@@ -305,6 +308,9 @@ mod redis {
     const FILL: f64 = 0.97;
     /// How long each case runs before criterion measures it.
     const WARM_UP: Duration = Duration::from_millis(300);
+    /// Calls per user of a server CPU measurement (`Case::server_cpu_us`):
+    /// a slot's takes are held until its end, under the limit of `N`.
+    const CPU_CALLS_PER_USER: usize = 20;
 
     /// One case's loop on Redis: the next user, one decision (and for a
     /// slot, its release), each timed by itself.
@@ -477,6 +483,57 @@ mod redis {
             self.waited = Duration::ZERO;
         }
 
+        /// The server's CPU time per call of this case, in µs: `calls`
+        /// calls between two reads of `INFO cpu` (user and system time). A
+        /// slot's takes are given back only after the second read, so that
+        /// the figure is the take's alone.
+        async fn server_cpu_us(
+            &mut self,
+            users: &[String],
+            calls: usize,
+            info: &mut ::redis::aio::MultiplexedConnection,
+        ) -> f64 {
+            let slot = matches!(self.rule, Rule::Concurrency(_));
+            let mut taken = Vec::new();
+            let before = used_cpu_us(info).await;
+            for _ in 0..calls {
+                self.next = (self.next + 1) % users.len();
+                let mut check = BucketCheck::of_rule(
+                    &self.name,
+                    &users[self.next],
+                    self.rule,
+                    1,
+                )
+                .unwrap();
+                if slot {
+                    self.slot_id += 1;
+                    check = check.lease_id(self.slot_id);
+                    taken.push((self.next, self.slot_id));
+                }
+                let mut out = [Decision::default()];
+                let verdict = self
+                    .store
+                    .check(std::slice::from_ref(&check), &mut out)
+                    .await
+                    .unwrap()
+                    .verdict;
+                assert!(verdict.allowed, "{:?} refused", self.rule.kind());
+            }
+            let after = used_cpu_us(info).await;
+            for (user, id) in taken {
+                let check = BucketCheck::of_rule(
+                    &self.name,
+                    &users[user],
+                    self.rule,
+                    1,
+                )
+                .unwrap()
+                .lease_id(id);
+                self.store.release(&[check]).await.unwrap();
+            }
+            (after - before) / calls as f64
+        }
+
         /// What a window's measured calls saw.
         fn report(&self, group: &str) {
             let Rule::Window(window) = self.rule else {
@@ -498,6 +555,26 @@ mod redis {
                 self.waited.as_secs_f64() * 1000.0,
             );
         }
+    }
+
+    /// The server's CPU time so far, user and system, in µs.
+    async fn used_cpu_us(
+        info: &mut ::redis::aio::MultiplexedConnection,
+    ) -> f64 {
+        let text: String = ::redis::cmd("INFO")
+            .arg("cpu")
+            .query_async(info)
+            .await
+            .unwrap();
+        let seconds: f64 = text
+            .lines()
+            .filter_map(|line| {
+                line.strip_prefix("used_cpu_sys:")
+                    .or_else(|| line.strip_prefix("used_cpu_user:"))
+            })
+            .map(|value| value.trim().parse::<f64>().unwrap())
+            .sum();
+        seconds * 1e6
     }
 
     pub(super) fn kinds(c: &mut Criterion, users: &[String]) {
@@ -525,13 +602,37 @@ mod redis {
         if let Err(e) = runtime.block_on(probe.store.check(&check, &mut out)) {
             panic!("{URL_VAR}={url} does not answer: {e}");
         }
+        let mut info = runtime
+            .block_on(
+                ::redis::Client::open(url.as_str())
+                    .unwrap()
+                    .get_multiplexed_async_connection(),
+            )
+            .unwrap();
         for (group, spread) in [("one_user", 1), ("1k_users", 1_000)] {
             let users = &users[..spread];
             let group = format!("kinds/redis_{group}");
             let mut criterion_group = c.benchmark_group(&group);
+            let mut rate_cpu_us = None;
             for case in ["rate", "window", "period", "slot", "take"] {
                 let mut bench = Case::new(case, &run, spread, &url);
                 bench.prefill(&runtime, users);
+                // Server CPU, where a user's slots held at once stay under
+                // the limit: 20 calls a user.
+                if spread > 1 && matches!(case, "rate" | "take") {
+                    let calls = CPU_CALLS_PER_USER * spread;
+                    let cpu = runtime
+                        .block_on(bench.server_cpu_us(users, calls, &mut info));
+                    match rate_cpu_us {
+                        None => rate_cpu_us = Some(cpu),
+                        Some(rate) => eprintln!(
+                            "{group}/take: server CPU {cpu:.2} µs per take, \
+                             {rate:.2} µs per rate check: {:.3} ({calls} \
+                             calls each, INFO cpu)",
+                            cpu / rate
+                        ),
+                    }
+                }
                 criterion_group.bench_function(case, |b| {
                     b.iter_custom(|iters| {
                         runtime.block_on(async {
