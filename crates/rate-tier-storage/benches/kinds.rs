@@ -402,13 +402,7 @@ mod redis {
                 self.slot_id += 1;
                 check = check.lease_id(self.slot_id);
             }
-            let mut out = [Decision::default()];
-            let verdict = self
-                .store
-                .check(std::slice::from_ref(&check), &mut out)
-                .await
-                .unwrap()
-                .verdict;
+            let (allowed, decision) = self.decide(&check).await;
             let taken = start.elapsed();
             if slot {
                 self.store.release(&[check]).await.unwrap();
@@ -417,18 +411,31 @@ mod redis {
                 true => taken,
                 false => start.elapsed(),
             };
-            assert!(verdict.allowed, "{:?} refused", self.rule.kind());
-            black_box(out[0]);
+            assert!(allowed, "{:?} refused", self.rule.kind());
+            black_box(decision);
             if let Some(log) = self.answered.get_mut(self.next) {
                 if log.len() == N as usize {
                     log.pop_front();
                 }
                 log.push_back(start + took);
                 // The entries counted before the call: N - 1 - remaining.
-                self.counted += u64::from(N) - 1 - out[0].remaining;
+                self.counted += u64::from(N) - 1 - decision.remaining;
             }
             self.calls += 1;
             took
+        }
+
+        /// One decision of `check`: whether it passed, and its bucket's
+        /// decision.
+        async fn decide(&self, check: &BucketCheck<'_>) -> (bool, Decision) {
+            let mut out = [Decision::default()];
+            let verdict = self
+                .store
+                .check(std::slice::from_ref(check), &mut out)
+                .await
+                .unwrap()
+                .verdict;
+            (verdict.allowed, out[0])
         }
 
         /// `calls` calls: their mean wall time, waits for the pace left out.
@@ -510,14 +517,8 @@ mod redis {
                     check = check.lease_id(self.slot_id);
                     taken.push((self.next, self.slot_id));
                 }
-                let mut out = [Decision::default()];
-                let verdict = self
-                    .store
-                    .check(std::slice::from_ref(&check), &mut out)
-                    .await
-                    .unwrap()
-                    .verdict;
-                assert!(verdict.allowed, "{:?} refused", self.rule.kind());
+                let (allowed, _) = self.decide(&check).await;
+                assert!(allowed, "{:?} refused", self.rule.kind());
             }
             let after = used_cpu_us(info).await;
             for (user, id) in taken {
