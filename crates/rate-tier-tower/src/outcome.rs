@@ -5,53 +5,114 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rate_tier_storage::Charged;
+use std::fmt;
+
+use gcra_core::Quota;
+use rate_tier_storage::{Charged, LimitName, Rule};
+
+use crate::tiers::StaticName;
 use smallvec::SmallVec;
 
 /// Every limit of a decision with more than the tier's enforced limit; the
 /// tier's alone is described by the outcome's own fields (no allocation on
 /// the common path). A thin pointer to one allocation: the outcome is moved
 /// a few times per check, and every word of it counts.
-pub(crate) type States = Option<Arc<SmallVec<[LimitState; 3]>>>;
+pub(crate) type States = Option<Arc<Kept>>;
+
+/// A decision's states as kept: whole, or as the few words rates charged
+/// in place leave, made whole when read (most answers are never asked for
+/// their limits).
+#[derive(Clone)]
+pub(crate) enum Kept {
+    Whole(SmallVec<[LimitState; 3]>),
+    Rates(SmallVec<[RatePart; 4]>),
+}
+
+/// What an enforced rate charged in place leaves of its [`LimitState`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RatePart {
+    pub(crate) key: &'static LimitName,
+    pub(crate) quota: Quota,
+    pub(crate) remaining: u64,
+    pub(crate) reset_after_us: u64,
+}
+
+impl RatePart {
+    fn state(&self) -> LimitState {
+        LimitState {
+            charged: Charged::Primary,
+            name: self.key.as_str_static(),
+            limit: self.quota.burst(),
+            remaining: self.remaining,
+            reset_after: Duration::from_micros(self.reset_after_us),
+            window: Duration::from_micros(self.quota.burst_offset_us()),
+            shadow: false,
+            shadow_limited: false,
+            rule: Some(Rule::Rate(self.quota)),
+        }
+    }
+}
+
+impl Kept {
+    fn iter(&self) -> Many<'_> {
+        match self {
+            Kept::Whole(states) => Many::Whole(states.iter()),
+            Kept::Rates(parts) => Many::Rates(parts.iter()),
+        }
+    }
+
+    /// The most constraining limit's name (see [`most_constraining`]).
+    fn most_constraining_name(&self) -> &'static str {
+        match self {
+            Kept::Whole(states) => states
+                .get(most_constraining(states))
+                .map_or("", |state| state.name),
+            // Enforced rates all: the first with the fewest left.
+            Kept::Rates(parts) => parts
+                .iter()
+                .min_by_key(|part| part.remaining)
+                .map_or("", |part| part.key.as_str_static()),
+        }
+    }
+}
+
+impl fmt::Debug for Kept {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl PartialEq for Kept {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Kept {}
 
 thread_local! {
     /// The last states this thread made: reused when every outcome that
     /// held them is gone (the usual case), so that a decision over several
     /// limits does not allocate and free each time.
-    static SPARE: std::cell::RefCell<Option<Arc<SmallVec<[LimitState; 3]>>>> =
+    static SPARE: std::cell::RefCell<Option<Arc<Kept>>> =
         const { std::cell::RefCell::new(None) };
 }
 
-/// `states`, shared: in this thread's spare allocation when no outcome
-/// holds it any more, else in a new one (which becomes the spare).
-pub(crate) fn shared_states(
-    states: &[LimitState],
-) -> Arc<SmallVec<[LimitState; 3]>> {
-    shared_states_with(states.len(), |i| states[i])
-}
-
-/// The states `make` gives for `0..count`, shared as [`shared_states`]
-/// shares them, and made where they are kept.
+/// The states `write` leaves, shared: written in this thread's spare
+/// allocation when no outcome holds it any more, else in a new one (which
+/// becomes the spare).
 #[inline]
-pub(crate) fn shared_states_with(
-    count: usize,
-    make: impl Fn(usize) -> LimitState,
-) -> Arc<SmallVec<[LimitState; 3]>> {
-    let fresh = || Arc::new((0..count).map(&make).collect());
+fn shared(write: impl Fn(&mut Kept)) -> Arc<Kept> {
+    let fresh = || {
+        let mut kept = Kept::Rates(SmallVec::new());
+        write(&mut kept);
+        Arc::new(kept)
+    };
     SPARE
         .try_with(|spare| {
             let mut spare = spare.try_borrow_mut().ok()?;
             match spare.as_mut().and_then(Arc::get_mut) {
-                // Usually as many as last time: written over in place.
-                Some(held) if held.len() == count => {
-                    for (i, state) in held.iter_mut().enumerate() {
-                        *state = make(i);
-                    }
-                }
-                Some(held) => {
-                    held.clear();
-                    held.extend((0..count).map(&make));
-                }
+                Some(held) => write(held),
                 None => *spare = Some(fresh()),
             }
             spare.clone()
@@ -59,6 +120,34 @@ pub(crate) fn shared_states_with(
         .ok()
         .flatten()
         .unwrap_or_else(fresh)
+}
+
+/// `states`, shared (see [`shared`]).
+pub(crate) fn shared_states(states: &[LimitState]) -> Arc<Kept> {
+    shared(|kept| match kept {
+        // Usually as many as last time: written over in place.
+        Kept::Whole(held) if held.len() == states.len() => {
+            held.copy_from_slice(states);
+        }
+        _ => *kept = Kept::Whole(SmallVec::from_slice(states)),
+    })
+}
+
+/// The parts `make` gives for `0..count`, shared (see [`shared`]) and
+/// made where they are kept.
+#[inline]
+pub(crate) fn shared_rates_with(
+    count: usize,
+    make: impl Fn(usize) -> RatePart,
+) -> Arc<Kept> {
+    shared(|kept| match kept {
+        Kept::Rates(held) if held.len() == count => {
+            for (i, part) in held.iter_mut().enumerate() {
+                *part = make(i);
+            }
+        }
+        _ => *kept = Kept::Rates((0..count).map(&make).collect()),
+    })
 }
 
 /// One limit's state after a decision: the tier's, or a limit of its own
@@ -235,9 +324,7 @@ impl RateLimitInfo {
     /// The name of the most constraining limit (the tier's name for its own limit).
     pub fn limit_name(&self) -> &'static str {
         match (&self.limits, &self.tier) {
-            (Some(limits), _) => limits
-                .get(most_constraining(limits))
-                .map_or("", |state| state.name),
+            (Some(limits), _) => limits.most_constraining_name(),
             // A configured tier; a claimed one let through is no limit.
             (None, Cow::Borrowed(tier)) => tier,
             (None, Cow::Owned(_)) => "",
@@ -307,7 +394,34 @@ pub(crate) fn most_constraining(limits: &[LimitState]) -> usize {
 #[derive(Debug, Clone)]
 pub struct LimitStates<'a> {
     one: Option<LimitState>,
-    many: std::slice::Iter<'a, LimitState>,
+    many: Many<'a>,
+}
+
+/// The states of [`Kept`], made whole as they are read.
+#[derive(Debug, Clone)]
+enum Many<'a> {
+    Whole(std::slice::Iter<'a, LimitState>),
+    Rates(std::slice::Iter<'a, RatePart>),
+}
+
+impl Iterator for Many<'_> {
+    type Item = LimitState;
+
+    #[inline]
+    fn next(&mut self) -> Option<LimitState> {
+        match self {
+            Many::Whole(states) => states.next().copied(),
+            Many::Rates(parts) => parts.next().map(RatePart::state),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let len = match self {
+            Many::Whole(states) => states.len(),
+            Many::Rates(parts) => parts.len(),
+        };
+        (len, Some(len))
+    }
 }
 
 impl<'a> LimitStates<'a> {
@@ -322,7 +436,7 @@ impl<'a> LimitStates<'a> {
             },
             None => LimitStates {
                 one: Some(one()),
-                many: [].iter(),
+                many: Many::Whole([].iter()),
             },
         }
     }
@@ -330,7 +444,7 @@ impl<'a> LimitStates<'a> {
     fn none() -> LimitStates<'a> {
         LimitStates {
             one: None,
-            many: [].iter(),
+            many: Many::Whole([].iter()),
         }
     }
 }
@@ -339,11 +453,11 @@ impl Iterator for LimitStates<'_> {
     type Item = LimitState;
 
     fn next(&mut self) -> Option<LimitState> {
-        self.one.take().or_else(|| self.many.next().copied())
+        self.one.take().or_else(|| self.many.next())
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let len = usize::from(self.one.is_some()) + self.many.len();
+        let len = usize::from(self.one.is_some()) + self.many.size_hint().0;
         (len, Some(len))
     }
 }

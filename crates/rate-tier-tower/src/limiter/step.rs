@@ -30,8 +30,8 @@ use crate::error::Error;
 use crate::event::LimitEvent;
 use crate::identity::UserId;
 use crate::outcome::{
-    Admitted, LimitReason, LimitState, Limited, RateLimitInfo, States,
-    most_constraining, shared_states, shared_states_with,
+    Admitted, LimitReason, LimitState, Limited, RateLimitInfo, RatePart,
+    States, most_constraining, shared_rates_with, shared_states,
 };
 use crate::policy::OnStorageError;
 use crate::tiers::StaticName;
@@ -348,8 +348,11 @@ impl RateTier {
         // The most constraining: the first with the fewest left.
         let most = (0..count).min_by_key(|&i| out[i].remaining).unwrap_or(0);
         let (quota, decision) = (charges[most].quota, out[most]);
-        let states = shared_states_with(count, |i| {
-            rate_state(keys[i], charges[i].quota, &out[i])
+        let states = shared_rates_with(count, |i| RatePart {
+            key: keys[i],
+            quota: charges[i].quota,
+            remaining: out[i].remaining,
+            reset_after_us: out[i].reset_after_us,
         });
         Some(Admitted::new(RateLimitInfo {
             tier: Cow::Borrowed(tier.name),
@@ -786,26 +789,6 @@ fn state(
         shadow,
         shadow_limited: shadow && !decision.allowed,
         rule: Some(asked),
-    }
-}
-
-/// [`state`] of an enforced rate charged in process.
-#[inline(always)]
-fn rate_state(
-    key: &'static LimitName,
-    quota: gcra_core::Quota,
-    decision: &Decision,
-) -> LimitState {
-    LimitState {
-        charged: Charged::Primary,
-        name: key.as_str_static(),
-        limit: quota.burst(),
-        remaining: decision.remaining,
-        reset_after: Duration::from_micros(decision.reset_after_us),
-        window: Duration::from_micros(quota.burst_offset_us()),
-        shadow: false,
-        shadow_limited: false,
-        rule: Some(Rule::Rate(quota)),
     }
 }
 
