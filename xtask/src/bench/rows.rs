@@ -107,6 +107,28 @@ impl Row {
     }
 
     /// Why there will be no figure if none comes, as is.
+    /// Its figures from a criterion group: `bench` against `peer` of the
+    /// same passes, the peer shown with its name.
+    fn against(
+        mut self,
+        criterion: &Passes,
+        group: &str,
+        (bench, peer): (&str, &str),
+    ) -> Self {
+        if let (Some(ours), Some(theirs), Some(ratio)) = (
+            criterion.ns(group, bench),
+            criterion.ns(group, peer),
+            criterion.ratio(group, bench, peer),
+        ) {
+            self.figures(
+                ns(ours),
+                format!("{} ({peer})", ns(theirs)),
+                Some(ratio),
+            );
+        }
+        self
+    }
+
     fn missing_unless_run(mut self, why: &str) -> Self {
         self.missing = Some(why.to_owned());
         self
@@ -400,22 +422,14 @@ fn kinds(results: &Results) -> Vec<Row> {
                     }
                     false => Row::judged_by(metric, id),
                 };
-                let mut row = row.missing_unless_run(&missing);
-                if let (Some(kind), Some(rate), Some(ratio)) = (
-                    criterion.ns(&group, bench),
-                    criterion.ns(&group, "rate"),
-                    criterion.ratio(&group, bench, "rate"),
-                ) {
-                    row.figures(
-                        ns(kind),
-                        format!("{} (rate)", ns(rate)),
-                        Some(ratio),
-                    );
-                }
-                rows.push(row);
+                rows.push(row.missing_unless_run(&missing).against(
+                    criterion,
+                    &group,
+                    (bench, "rate"),
+                ));
             }
             if kinds_store.store == "redis" {
-                let mut row = Row::judged_by(
+                let row = Row::judged_by(
                     format!(
                         "Other kinds, {}, {users_label}: a concurrency slot \
                          taken, given back off the request's path (untimed) vs \
@@ -423,23 +437,15 @@ fn kinds(results: &Results) -> Vec<Row> {
                         kinds_store.label
                     ),
                     GoalId::SlotTakeVsRate,
-                )
-                .missing_unless_run(&missing);
-                if let (Some(take), Some(rate), Some(ratio)) = (
-                    criterion.ns(&group, "take"),
-                    criterion.ns(&group, "rate"),
-                    criterion.ratio(&group, "take", "rate"),
-                ) {
-                    row.figures(
-                        ns(take),
-                        format!("{} (rate)", ns(rate)),
-                        Some(ratio),
-                    );
-                }
-                rows.push(row);
+                );
+                rows.push(row.missing_unless_run(&missing).against(
+                    criterion,
+                    &group,
+                    ("take", "rate"),
+                ));
             }
-            if let Some(floor) = criterion.ns(&group, "floor") {
-                let mut row = Row::judged_by(
+            if criterion.ns(&group, "floor").is_some() {
+                let row = Row::judged_by(
                     format!(
                         "Other kinds, {}, {users_label}: one sliding window \
                          of N = 100, its log full vs the machine's floor: a \
@@ -450,17 +456,7 @@ fn kinds(results: &Results) -> Vec<Row> {
                     ),
                     GoalId::WindowVsFloor,
                 );
-                if let (Some(window), Some(ratio)) = (
-                    criterion.ns(&group, "window"),
-                    criterion.ratio(&group, "window", "floor"),
-                ) {
-                    row.figures(
-                        ns(window),
-                        format!("{} (floor)", ns(floor)),
-                        Some(ratio),
-                    );
-                }
-                rows.push(row);
+                rows.push(row.against(criterion, &group, ("window", "floor")));
             }
         }
     }
