@@ -14,6 +14,7 @@
 pub(crate) mod ask;
 mod builder;
 pub(crate) use builder::decided_by;
+mod fast;
 mod future;
 pub(crate) mod leftover;
 mod partitions;
@@ -458,7 +459,7 @@ impl RateTier {
     /// one they left when they upgraded too), and those of `limits` of
     /// their own (a global or keyed limit is everyone's, and is left as it
     /// is), and their ban if they are banned. Every store resets the set at
-    /// once (see [`Storage::reset`](rate_tier_storage::Storage::reset)); a
+    /// once (see [`Storage::reset`]); a
     /// concurrency limit's slots in flight stay taken. Refusals a Redis
     /// store remembers are forgotten on this instance at once, and on every
     /// other instance sharing the Redis within about a second.
