@@ -1,5 +1,5 @@
 //! Bans with backoff: a customer who keeps going after their limit is
-//! refused everything for a while ([`RateTierBuilder::ban`]).
+//! refused everything for a while ([`RateTierBuilder::ban`](crate::RateTierBuilder::ban)).
 //!
 //! Three buckets per customer, on the limiter's store, so every instance
 //! bans:

@@ -390,7 +390,7 @@ impl Config {
 }
 
 impl Judgement {
-    /// What to do after the response, the request's [`RateLimitInfo`] put
+    /// What to do after the response, the request's [`RateLimitInfo`](crate::RateLimitInfo) put
     /// in its `extensions`; or the refusal.
     pub(super) fn respond<R: Refusal<B>, B>(
         self,
