@@ -8,7 +8,6 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
 
 use rate_tier_test_support::redis_url;
 use support::Server;
@@ -24,7 +23,7 @@ fn post_as(
     token: Option<&str>,
     key: Option<&str>,
 ) -> u16 {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut stream = support::connect(port);
     let auth = token
         .map_or(String::new(), |t| format!("authorization: Bearer {t}\r\n"));
     let key = key.map_or(String::new(), |k| format!("x-api-key: {k}\r\n"));

@@ -162,9 +162,34 @@ impl Response {
     }
 }
 
+/// A connection to the server on `port`. A connect that is reset or
+/// refused sent nothing, so it is tried again (a few times, each one
+/// reported on stderr) before the test fails.
+pub fn connect(port: u16) -> TcpStream {
+    use std::io::ErrorKind::{ConnectionRefused, ConnectionReset};
+    let mut attempts = 0;
+    loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(stream) => return stream,
+            Err(error)
+                if attempts < 5
+                    && matches!(
+                        error.kind(),
+                        ConnectionReset | ConnectionRefused
+                    ) =>
+            {
+                attempts += 1;
+                eprintln!("connect to {port}: {error}; trying again");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(error) => panic!("connect to {port}: {error}"),
+        }
+    }
+}
+
 /// One GET over a fresh connection, as `curl -s` would do it.
 pub fn get(port: u16, path: &str, api_key: Option<&str>) -> Response {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut stream = connect(port);
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
