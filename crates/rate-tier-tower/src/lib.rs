@@ -193,6 +193,25 @@ pub mod storage {
         Capabilities, Charged, Decided, LimitName, Mode, Storage, StorageError,
         StorageEvent, StorageExt, StorageListener, Subscription, key,
     };
+    /// The `redis` crate that [`RedisStorage`](crate::RedisStorage) is built on: its connections
+    /// (`redis::aio::ConnectionManager`, `redis::cluster_async::ClusterConnection`)
+    /// without matching its version by hand.
+    ///
+    /// ```no_run
+    /// use tower_rate_tier::{RateTier, Quota, RedisStorage, storage::redis};
+    /// use std::sync::Arc;
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let conn = redis::aio::ConnectionManager::new(client).await?;
+    /// let limiter = RateTier::builder()
+    ///     .tier("free", Quota::per_minute(10))
+    ///     .storage(Arc::new(RedisStorage::new(conn)))
+    ///     .build();
+    /// # let _ = limiter; Ok(()) }
+    /// ```
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub use redis;
 }
 
 pub use ban::Ban;
@@ -223,25 +242,6 @@ pub use rate_tier_storage::RedisStorage;
 pub use rate_tier_storage::{
     FallbackStorage, MemoryStorage, Storage, StorageError,
 };
-/// The `redis` crate that [`RedisStorage`] is built on: its connections
-/// (`redis::aio::ConnectionManager`, `redis::cluster_async::ClusterConnection`)
-/// without matching its version by hand.
-///
-/// ```no_run
-/// use tower_rate_tier::{RateTier, Quota, RedisStorage, redis};
-/// use std::sync::Arc;
-/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// let client = redis::Client::open("redis://127.0.0.1/")?;
-/// let conn = redis::aio::ConnectionManager::new(client).await?;
-/// let limiter = RateTier::builder()
-///     .tier("free", Quota::per_minute(10))
-///     .storage(Arc::new(RedisStorage::new(conn)))
-///     .build();
-/// # let _ = limiter; Ok(()) }
-/// ```
-#[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use redis;
 #[cfg(feature = "tiers-toml")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tiers-toml")))]
 pub use tiers::TiersError;
