@@ -180,11 +180,46 @@ pub fn read_token(path: &Path) -> Result<String, String> {
 
 /// The token, kept as its digest only.
 #[derive(Clone)]
-struct Token([u8; 20]);
+pub(crate) struct Token([u8; 20]);
 
 impl Token {
-    fn new(token: &str) -> Token {
+    pub(crate) fn new(token: &str) -> Token {
         Token(Sha1::digest(token.as_bytes()).into())
+    }
+
+    fn is(&self, given: &[u8]) -> bool {
+        let given: [u8; 20] = Sha1::digest(given.trim_ascii()).into();
+        bool::from(given.ct_eq(&self.0))
+    }
+
+    /// Whether `headers` carry this token as a bearer token, or as the
+    /// password of HTTP Basic (any user name): what a browser sends once
+    /// asked.
+    pub(crate) fn admits_page(&self, headers: &HeaderMap) -> bool {
+        use base64::Engine;
+        let Some(value) = headers.get(header::AUTHORIZATION) else {
+            return false;
+        };
+        let value = value.as_bytes();
+        let scheme = |name: &[u8]| {
+            value.len() > name.len()
+                && value[..name.len()].eq_ignore_ascii_case(name)
+        };
+        if scheme(b"bearer ") {
+            return self.is(&value[7..]);
+        }
+        if !scheme(b"basic ") {
+            return false;
+        }
+        let Ok(decoded) = base64::engine::general_purpose::STANDARD
+            .decode(value[6..].trim_ascii())
+        else {
+            return false;
+        };
+        decoded
+            .iter()
+            .position(|&b| b == b':')
+            .is_some_and(|colon| self.is(&decoded[colon + 1..]))
     }
 
     /// Whether `headers` carry `authorization: Bearer <this token>`.
@@ -199,9 +234,7 @@ impl Token {
         {
             return Err("not a bearer token");
         }
-        let given: [u8; 20] =
-            Sha1::digest(value[scheme.len()..].trim_ascii()).into();
-        if bool::from(given.ct_eq(&self.0)) {
+        if self.is(&value[scheme.len()..]) {
             Ok(())
         } else {
             Err("wrong token")

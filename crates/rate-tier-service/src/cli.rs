@@ -63,7 +63,7 @@ pub const ENVIRONMENT: &str = "\
 ENVIRONMENT (envoyproxy/ratelimit's names; a flag wins over its variable):
     HOST, PORT                  the HTTP listener (default 127.0.0.1, 8080)
     GRPC_HOST, GRPC_PORT        the gRPC listener (default 127.0.0.1, 8081)
-    DEBUG_HOST, DEBUG_PORT      the debug listener: /rlconfig, /healthcheck (default 127.0.0.1, 6070)
+    DEBUG_HOST, DEBUG_PORT      the debug listener: /rlconfig, /healthcheck, /status (default 127.0.0.1, 6070)
     RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY
                                 without --config, the config directory is ROOT/SUBDIRECTORY/APPDIRECTORY
                                 (default /srv/runtime_data/current, none, config)
@@ -142,7 +142,7 @@ struct Flags {
     /// HOST:PORT, 127.0.0.1:8080).
     #[arg(long, value_name = "ADDR")]
     http: Option<SocketAddr>,
-    /// The debug listener: /rlconfig, /healthcheck (default
+    /// The debug listener: /rlconfig, /healthcheck, /status (default
     /// DEBUG_HOST:DEBUG_PORT, 127.0.0.1:6070), or `off`.
     #[arg(long, value_name = "ADDR|off")]
     debug: Option<String>,
@@ -178,9 +178,15 @@ struct Flags {
     /// with a warning).
     #[arg(long, value_name = "ADDR")]
     admin: Option<String>,
-    /// The admin API's bearer token: the file's content, trimmed.
+    /// The admin API's bearer token: the file's content, trimmed. The
+    /// debug listener's status page asks for it too (as a bearer token, or
+    /// as the password of HTTP Basic).
     #[arg(long, value_name = "FILE")]
     admin_token_file: Option<PathBuf>,
+    /// The status page shows the keys nearest their limit as sent, not as
+    /// tags (keyed hashes).
+    #[arg(long)]
+    status_keys_in_clear: bool,
     /// On SIGTERM or SIGINT, how long to keep answering while the health
     /// checks say not serving, before the listeners close (default 5s).
     #[arg(long, value_name = "TIME", value_parser = duration)]
@@ -416,6 +422,10 @@ fn serve<F: Fn(&str) -> Option<String>>(
             "--redis-ca (REDIS_TLS_CACERT) is only used with Redis".into()
         );
     }
+    options
+        .status_token_file
+        .clone_from(&flags.admin_token_file);
+    options.decide.status_keys_in_clear = flags.status_keys_in_clear;
     options.admin = match (flags.admin, flags.admin_token_file) {
         (Some(addr), Some(token_file)) => Some(AdminOptions {
             addr: crate::admin::parse_addr(&addr)?,
@@ -427,12 +437,7 @@ fn serve<F: Fn(&str) -> Option<String>>(
                     .into(),
             );
         }
-        (None, Some(_)) => {
-            return Err(
-                "--admin-token-file is only used with --admin ADDR".into()
-            );
-        }
-        (None, None) => None,
+        (None, _) => None,
     };
     options.decide.shadow = flags.shadow || env.flag("SHADOW_MODE")?;
     options.decide.headers = match flags.headers {

@@ -58,6 +58,7 @@ use tower_rate_tier::headers::HeaderStyle;
 use crate::config::{Config, Domain, Rule, RuleLimit, Unit, quota_for};
 use crate::headers::{self, Limited};
 use crate::metrics::{Metrics, RuleStats};
+use crate::status::{Board, Reload};
 
 /// The bounds of a request. A request beyond one is read no further than
 /// the bound (its length is checked before anything is decoded, and its
@@ -169,6 +170,9 @@ pub struct DecideOptions {
     /// near it (`ratelimit_service_rate_limit_near_limit_total`): 0.8 by
     /// default, as envoyproxy/ratelimit's `NEAR_LIMIT_RATIO`.
     pub near_limit_ratio: f64,
+    /// `--status-keys-in-clear`: the status page shows the keys nearest
+    /// their limit as sent, not as tags (default false).
+    pub status_keys_in_clear: bool,
 }
 
 impl Default for DecideOptions {
@@ -178,6 +182,7 @@ impl Default for DecideOptions {
             headers: HeaderStyle::None,
             limits: RequestLimits::default(),
             near_limit_ratio: 0.8,
+            status_keys_in_clear: false,
         }
     }
 }
@@ -190,6 +195,7 @@ pub struct Decider {
     store: Arc<dyn Storage>,
     options: DecideOptions,
     metrics: Arc<Metrics>,
+    status: Board,
 }
 
 /// What [`Decider::reset`] did for one descriptor.
@@ -310,6 +316,7 @@ impl Decider {
                 }),
             ),
             store,
+            status: Board::new(options.status_keys_in_clear),
             options,
             metrics,
         };
@@ -324,7 +331,13 @@ impl Decider {
             let _ = rule.stats.set(self.metrics.rule(&rule.domain, &rule.path));
         }
         self.metrics.config_loaded(true, config.domains().count());
+        self.status.reloaded(Reload::loaded(&config));
         self.config.store(Arc::new(config));
+    }
+
+    /// What the status page shows.
+    pub(crate) fn status(&self) -> &Board {
+        &self.status
     }
 
     /// The config in use.
@@ -704,7 +717,9 @@ impl Decider {
                     Some(result) => result?,
                     None => self.store.check(&checks, &mut out).await?,
                 };
-            self.metrics.store_latency(decided.by, started.elapsed());
+            let took = started.elapsed();
+            self.metrics.store_latency(decided.by, took);
+            self.status.store_latency(took);
             allowed &= decided.verdict.allowed;
             retry_after_us = decided.verdict.retry_after_us;
             for ((&index, check), decision) in
@@ -750,9 +765,22 @@ impl Decider {
                         StatsRef::Rule(rule) => rule.stats.get(),
                         StatsRef::Override => override_stats_ref,
                     };
+                    let ratio = self.options.near_limit_ratio;
                     if let Some(stats) = stats {
-                        let ratio = self.options.near_limit_ratio;
                         count(stats, applied, *cost, &outcome, ratio);
+                    }
+                    if let StatsRef::Rule(rule) = applied.stats
+                        && (!outcome.passed
+                            || near_limit(applied, &outcome, ratio))
+                    {
+                        self.status.near(
+                            &rule.domain,
+                            &rule.path,
+                            &groups[*group].partition,
+                            outcome.remaining,
+                            u64::from(applied.requests_per_unit),
+                            !outcome.passed,
+                        );
                     }
                     let rule_shadow = applied.shadow;
                     if !outcome.passed && !rule_shadow && self.options.shadow {
@@ -951,6 +979,15 @@ fn plan_of<'c>(
 fn near_limit_threshold(limit: u64, ratio: f64) -> u64 {
     // A limit is at most u32::MAX: exact in an f64.
     (limit as f64 * ratio + 1e-9).floor() as u64
+}
+
+/// Whether an allowed, charged cost left the bucket above the near-limit
+/// share of its limit used.
+fn near_limit(applied: &Applied<'_>, outcome: &Outcome, ratio: f64) -> bool {
+    let limit = u64::from(applied.requests_per_unit);
+    outcome.charged
+        && limit.saturating_sub(outcome.remaining)
+            > near_limit_threshold(limit, ratio)
 }
 
 /// envoyproxy/ratelimit's per-rule stats, in GCRA terms.

@@ -120,6 +120,7 @@ pub mod json;
 mod metrics;
 mod reload;
 pub mod server;
+mod status;
 pub mod wire;
 
 pub use admin::AdminOptions;

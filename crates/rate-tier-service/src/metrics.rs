@@ -207,6 +207,11 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
+    /// The shared store's breaker, for a store with a local fallback.
+    pub(crate) fn breaker(&self) -> Option<BreakerState> {
+        self.fallback.as_ref().map(FallbackStorage::state)
+    }
+
     /// The exposition, in the Prometheus text format.
     pub fn encode(&self) -> String {
         if let Some(fallback) = &self.fallback {

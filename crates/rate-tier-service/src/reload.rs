@@ -34,6 +34,7 @@ pub(crate) const MOST_WAITS: u32 = 10;
 
 use crate::config::Config;
 use crate::decide::Decider;
+use crate::status::Reload;
 
 /// Loads `path` again and installs it if valid and changed. Returns whether
 /// the config in use changed.
@@ -63,11 +64,17 @@ pub(crate) async fn reload(path: &Path, decider: &Decider) -> bool {
         }
         Err(error) if error.is_no_file() => {
             decider.metrics().config_kept_empty();
+            decider
+                .status()
+                .reloaded(Reload::refused("kept_empty", error.to_string()));
             tracing::warn!(%error, "no rule found: the config in use stays");
             false
         }
         Err(error) => {
             decider.metrics().config_loaded(false, 0);
+            decider
+                .status()
+                .reloaded(Reload::refused("error", error.to_string()));
             tracing::error!(%error, "invalid config: the previous one stays in use");
             false
         }

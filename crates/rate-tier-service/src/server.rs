@@ -82,6 +82,10 @@ pub struct ServiceOptions {
     /// `/healthcheck` (default none; the binary's is 127.0.0.1:6070,
     /// envoyproxy/ratelimit's port).
     pub debug_addr: Option<SocketAddr>,
+    /// The bearer token file the debug listener's status page asks for
+    /// (default none: the page is open to whoever reaches the listener).
+    /// The binary sets it from `--admin-token-file`.
+    pub status_token_file: Option<PathBuf>,
     /// The metrics on a listener of their own too, as envoyproxy/ratelimit's
     /// `USE_PROMETHEUS` serves them (default none: `/metrics` on the HTTP
     /// listener only).
@@ -118,6 +122,7 @@ impl ServiceOptions {
             admin: None,
             redis_ca: None,
             debug_addr: None,
+            status_token_file: None,
             prometheus: None,
         }
     }
@@ -309,6 +314,13 @@ impl Service {
             ),
             None => None,
         };
+        let status_token = match &options.status_token_file {
+            Some(file) => Some(
+                crate::admin::read_token(file)
+                    .map_err(StartError::AdminToken)?,
+            ),
+            None => None,
+        };
         let path = options.config_path.clone();
         let config = tokio::task::spawn_blocking(move || Config::load(path))
             .await
@@ -430,9 +442,17 @@ impl Service {
             tasks.push(spawn_http(
                 "debug",
                 listener,
-                crate::debug::router(decider.clone(), health.clone()),
+                crate::debug::router(
+                    decider.clone(),
+                    health.clone(),
+                    status_token.as_deref(),
+                ),
                 until_stop(stop.clone()),
             ));
+            tasks.push(tokio::spawn(crate::status::sample_until(
+                decider.clone(),
+                until_stop(stop.clone()),
+            )));
         }
         if let (Some(listener), Some(prometheus)) =
             (prometheus_listener, &options.prometheus)
