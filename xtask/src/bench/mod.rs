@@ -33,7 +33,9 @@
 //! of `crates/bench-results`, which the benches write), `rows` turns them
 //! into the table's rows, each judged by a goal of `goal::GOALS` (one table
 //! of every goal, each one value that both prints the goal and decides it,
-//! and why it is the goal), and `report` fills `BENCHMARKS.template.md`.
+//! and why it is the goal), `report` fills `BENCHMARKS.template.md`, and
+//! `charts` draws the same rows and results as SVG charts into `docs/bench/`,
+//! which BENCHMARKS.md shows.
 //!
 //! A part that fails (a bench target that does not build, a missing tool)
 //! fails its own rows, which say why; the other parts still run.
@@ -53,6 +55,7 @@
 //! Without it, its rows read "not measured: no limitador-server; build it
 //! with ..." and count among the goals with no figure.
 
+mod charts;
 mod goal;
 mod parse;
 mod plan;
@@ -195,9 +198,15 @@ pub(crate) fn bench(
     let path = project_root().join("BENCHMARKS.md");
     fs::write(&path, text)
         .map_err(|e| format!("could not write {}: {e}", path.display()))?;
+    // After BENCHMARKS.md, so that a chart that fails loses no figure.
+    let charts_dir = project_root().join(charts::DIR);
+    let charts = charts::write(&charts_dir, &rows, &results)?;
     println!(
-        "xtask: wrote {} (build {:.0} s, benchmarks {:.0} s, total {:.0} s)",
+        "xtask: wrote {} and {} charts in {} (build {:.0} s, benchmarks \
+         {:.0} s, total {:.0} s)",
         path.display(),
+        charts.len(),
+        charts_dir.display(),
         build_time.as_secs_f64(),
         run_time.as_secs_f64(),
         started.elapsed().as_secs_f64()
