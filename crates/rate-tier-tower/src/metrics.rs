@@ -16,7 +16,7 @@
 //! | `rate_tier_missing_identity_total` | counter | | requests without an identity, whatever [`OnMissing`](crate::OnMissing) did |
 //! | `rate_tier_storage_errors_total` | counter | `storage` | store failures that reached the [`OnStorageError`](crate::policy::OnStorageError) policy |
 //! | `rate_tier_fallback_decisions_total` | counter | `allowed` | checks decided by the local fallback of a [`FallbackStorage`](crate::FallbackStorage) (`true`, `false`) |
-//! | `rate_tier_breaker_state` | gauge | `domain` | each circuit breaker: 0 closed, 1 open, 2 half-open; `domain` is `all`, or a Redis Cluster node |
+//! | `rate_tier_breaker_state` | gauge | `domain` | each circuit breaker: 0 closed, 1 half-open, 2 open; `domain` is `all`, or a Redis Cluster node |
 //! | `rate_tier_breaker_transitions_total` | counter | `to` | changes of a breaker's state, by new state (`closed`, `open`, `half_open`) |
 //! | `rate_tier_evictions_total` | counter | | buckets a full memory store forgot to make room |
 //! | `rate_tier_waits_total` | counter | `tier` | requests that waited for their slot and were served ([`wait_up_to`](crate::RateTierBuilder::wait_up_to)) |
@@ -283,7 +283,7 @@ impl RateLimitMetrics {
         );
         registry.register(
             "breaker_state",
-            "State of each storage circuit breaker: 0 closed, 1 open, 2 half-open",
+            "State of each storage circuit breaker: 0 closed, 1 half-open, 2 open",
             metrics.breaker_state.clone(),
         );
         registry.register(

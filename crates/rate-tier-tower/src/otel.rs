@@ -96,7 +96,7 @@ impl OtelMetrics {
             .collect();
         let breaker = meter
             .i64_gauge("rate_tier.breaker.state")
-            .with_description("0 closed, 1 open, 2 half-open")
+            .with_description("0 closed, 1 half-open, 2 open")
             .build();
         OtelMetrics {
             inner: Arc::new(Instruments {

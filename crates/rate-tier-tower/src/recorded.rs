@@ -97,7 +97,7 @@ pub(crate) trait Sink {
     fn add(&self, metric: Metric, labels: Labels<'_>);
     /// A duration, in seconds, into a histogram.
     fn record(&self, metric: Metric, seconds: f64, labels: Labels<'_>);
-    /// A breaker's state (0 closed, 1 open, 2 half-open) for `domain`.
+    /// A breaker's state (0 closed, 1 half-open, 2 open) for `domain`.
     fn breaker(&self, domain: Cow<'static, str>, state: i64);
 }
 
@@ -171,12 +171,14 @@ pub(crate) fn shaped(sink: &impl Sink, event: &ShapeEvent) {
     sink.add(Metric::ShapedCalls, &[("outcome", outcome)]);
 }
 
-/// A breaker's state as the gauge reads it: 0 closed, 1 open, 2 half-open.
+/// A breaker's state as the gauge reads it, worse as it grows (as the
+/// service's `ratelimit_service_breaker_state`): 0 closed, 1 half-open,
+/// 2 open.
 pub(crate) fn breaker_value(state: BreakerState) -> i64 {
     match state {
         BreakerState::Closed => 0,
-        BreakerState::Open => 1,
-        BreakerState::HalfOpen => 2,
+        BreakerState::HalfOpen => 1,
+        BreakerState::Open => 2,
         // `BreakerState` is non-exhaustive.
         _ => -1,
     }

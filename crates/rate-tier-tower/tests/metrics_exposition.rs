@@ -389,23 +389,23 @@ async fn the_fallback_and_its_breaker_are_counted() {
     assert_eq!(get(&layer, "/data", Some("key_ana")).await, 200);
     assert_eq!(breaker(&registry), 0.0);
     assert_eq!(get(&layer, "/data", Some("key_ana")).await, 200);
-    assert_eq!(breaker(&registry), 1.0);
+    assert_eq!(breaker(&registry), 2.0);
     assert_eq!(get(&layer, "/data", Some("key_ana")).await, 200);
     assert_eq!(get(&layer, "/data", Some("key_ana")).await, 429);
     // Cool-down over: a probe fails (half-open, then open again, 2 s).
     clock.advance(Duration::from_secs(1));
     assert_eq!(get(&layer, "/data", Some("key_ana")).await, 429);
-    assert_eq!(breaker(&registry), 1.0);
+    assert_eq!(breaker(&registry), 2.0);
     // The primary is back: the next probe closes the breaker.
     primary.set_up(true);
     clock.advance(Duration::from_secs(2));
     assert_eq!(get(&layer, "/data", Some("key_ana")).await, 200);
     assert_eq!(get(&layer, "/data", Some("key_ana")).await, 200);
 
-    // Two probes saw the gauge at half-open (2); closed calls at 0.
+    // Two probes saw the gauge at half-open (1); closed calls at 0.
     assert_eq!(
         *gauge_at_calls.lock().unwrap(),
-        vec![0.0, 0.0, 2.0, 2.0, 0.0]
+        vec![0.0, 0.0, 1.0, 1.0, 0.0]
     );
     let metrics = scrape(&registry);
     assert_eq!(
