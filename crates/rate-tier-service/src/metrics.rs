@@ -14,7 +14,7 @@
 //! | `ratelimit_service_config_load_total` | `result` (`success`, `error`, `kept_empty`) | config loads and reloads: `error` (invalid) and `kept_empty` (no config file found) keep the config in use |
 //! | `ratelimit_service_config_domains` | | domains in the config in use |
 //! | `ratelimit_service_store_latency_seconds` | `store` (`memory`, `redis`, `fallback`, ...) | time of each store decision |
-//! | `ratelimit_service_breaker_state` | `domain` | 0 closed, 1 half-open, 2 open (Redis with its fallback only) |
+//! | `ratelimit_service_breaker_state` | `domain` (`all`, or a Redis Cluster node) | 0 closed, 1 half-open, 2 open (a shared store with its fallback only) |
 //!
 //! `rule` is the rule's path below the domain as written in the config
 //! (`remote_address`, `path_/api/*.method_GET`): never a request's value, so
@@ -225,7 +225,7 @@ impl Metrics {
                 self.breaker
                     .get_or_create(&vec![(
                         "domain".to_owned(),
-                        "redis".to_owned(),
+                        "all".to_owned(),
                     )])
                     .set(value(fallback.state()));
             }

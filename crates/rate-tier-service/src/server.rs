@@ -337,7 +337,7 @@ impl Service {
             } = event
             {
                 tracing::warn!(
-                    domain = domain.as_deref().unwrap_or("store"),
+                    domain = domain.as_deref().unwrap_or("all"),
                     from = from.as_str(),
                     to = to.as_str(),
                     "circuit breaker of the shared store"

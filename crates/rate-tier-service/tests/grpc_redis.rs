@@ -73,7 +73,7 @@ async fn redis_store_reports_its_latency_and_breaker() {
         "{metrics}"
     );
     assert!(
-        metrics.contains("ratelimit_service_breaker_state{domain=\"redis\"} 0"),
+        metrics.contains("ratelimit_service_breaker_state{domain=\"all\"} 0"),
         "{metrics}"
     );
     running.stop().await;
