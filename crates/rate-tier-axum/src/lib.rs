@@ -10,6 +10,10 @@
 //! - [`CONNECT_INFO`]: the connection's peer address for a limit per
 //!   address ([`Limit::per_client_ip`](tower_rate_tier::Limit::per_client_ip))
 //!   when no proxy stands in front of the service.
+//! - [`status`]: a status page for the limiter, as a `Router` to mount
+//!   behind the app's own authentication: each tier's allowed and refused
+//!   checks over the last hour, the refusals per limit, the users nearest
+//!   their limit, the store and the reloads of the tiers.
 //!
 //! ```
 //! use axum::{Router, routing::get};
@@ -40,6 +44,8 @@
 #![warn(clippy::unwrap_used)]
 
 use std::borrow::Cow;
+
+pub mod status;
 
 use axum::extract::{ConnectInfo, FromRequestParts, OptionalFromRequestParts};
 use axum::http::request::Parts;
