@@ -60,6 +60,8 @@
 //! ```
 
 mod board;
+#[doc(hidden)]
+pub mod kit;
 mod model;
 mod near;
 mod page;

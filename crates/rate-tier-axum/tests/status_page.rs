@@ -6,8 +6,6 @@
 //! moves the counts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -444,65 +442,11 @@ async fn a_hundred_thousand_users_near_their_limit_keep_the_list_bounded() {
 
 // --- in a real browser -----------------------------------------------------
 
-/// Chromium, or `None` (said loudly) where there is none; under CI (`CI`
-/// set) a missing browser fails the test.
-fn chromium() -> Option<PathBuf> {
-    let from_env = std::env::var_os("CHROME").map(PathBuf::from);
-    let found = from_env.or_else(|| {
-        ["chromium", "chromium-browser", "google-chrome", "chrome"]
-            .iter()
-            .find_map(|name| {
-                std::env::var_os("PATH").and_then(|paths| {
-                    std::env::split_paths(&paths)
-                        .map(|dir| dir.join(name))
-                        .find(|path| path.is_file())
-                })
-            })
-    });
-    if found.is_none() {
-        let message = "NO CHROMIUM: the status page's browser test did not run \
-                       (install Debian's `chromium`, or set CHROME)";
-        assert!(std::env::var_os("CI").is_none(), "{message}");
-        eprintln!("\n!!! {message} !!!\n");
-    }
-    found
-}
-
-/// The page as a person's browser shows it after its script ran: the DOM.
-/// Its own profile; scripts given time to run and fetch.
-fn dom(chromium: &Path, profile: &Path, url: &str) -> String {
-    let output = Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--no-first-run",
-            "--virtual-time-budget=4000",
-            "--dump-dom",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg(url)
-        .output()
-        .expect("chromium runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).expect("UTF-8")
-}
-
-/// The text of the first element whose opening tag contains `marker`.
-fn text_after<'a>(dom: &'a str, marker: &str) -> &'a str {
-    let at = dom
-        .find(marker)
-        .unwrap_or_else(|| panic!("{marker} in {dom}"));
-    let rest = &dom[at..];
-    let start = rest.find('>').unwrap() + 1;
-    let end = rest[start..].find('<').unwrap() + start;
-    &rest[start..end]
-}
+// The workspace's browser helpers alone, without the rest of test-support.
+#[path = "../../test-support/src/browser.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod browser;
+use browser::{chromium, dom, text_after};
 
 /// The free tier's row: its allowed and refused counts.
 fn free_counts(dom: &str) -> (&str, &str) {

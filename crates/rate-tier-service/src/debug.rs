@@ -18,6 +18,8 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
+use rate_tier_axum::status::kit::{self, typed};
+
 use crate::admin::Token;
 use crate::decide::Decider;
 use crate::http::{Health, HttpState, healthcheck, text};
@@ -29,12 +31,6 @@ const ENDPOINTS: &str = "\
 /status: the rules' hits and refusals, the keys nearest their limit, the store, the config loads
 /status.json: the same, as JSON
 ";
-
-/// What the status routes may load: their own script, style sheet and
-/// JSON, nothing from elsewhere, and no framing by another page.
-const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
-                      connect-src 'self'; img-src 'self'; base-uri 'none'; \
-                      form-action 'none'; frame-ancestors 'none'";
 
 /// The debug routes over `decider`; the status routes ask for `token` when
 /// there is one.
@@ -49,17 +45,19 @@ pub(crate) fn router(
         .route("/status.json", get(status_json))
         .route(
             "/status.js",
-            get(async || asset("text/javascript", crate::status::SCRIPT)),
+            get(async || {
+                typed("text/javascript; charset=utf-8", crate::status::script())
+            }),
         )
         .route(
             "/status.css",
-            get(async || asset("text/css", crate::status::STYLE)),
+            get(async || typed("text/css; charset=utf-8", kit::STYLE)),
         )
         .layer(middleware::from_fn_with_state(
             token.map(|t| Arc::new(Token::new(t))),
             guard,
         ))
-        .layer(middleware::from_fn(page_headers));
+        .layer(middleware::from_fn(kit::page_headers));
     Router::new()
         .route("/", get(async || text(StatusCode::OK, ENDPOINTS.into())))
         .route("/rlconfig", get(rlconfig))
@@ -74,39 +72,17 @@ async fn rlconfig(State(state): State<HttpState>) -> Response {
 
 async fn status_html(State(state): State<HttpState>) -> Response {
     let status = state.decider.status().status(&state.decider);
-    (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/html; charset=utf-8"),
-        )],
-        crate::status::html(&status),
-    )
-        .into_response()
+    typed("text/html; charset=utf-8", crate::status::html(&status))
 }
 
 async fn status_json(State(state): State<HttpState>) -> Response {
     let status = state.decider.status().status(&state.decider);
     match serde_json::to_string(&status) {
-        Ok(json) => (
-            [(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            )],
-            json,
-        )
-            .into_response(),
+        Ok(json) => typed("application/json", json),
         Err(error) => {
             text(StatusCode::INTERNAL_SERVER_ERROR, format!("{error}\n"))
         }
     }
-}
-
-fn asset(content_type: &'static str, body: &'static str) -> Response {
-    (
-        [(header::CONTENT_TYPE, HeaderValue::from_static(content_type))],
-        body,
-    )
-        .into_response()
 }
 
 /// With a token, a request without it is answered 401, asking a browser
@@ -131,19 +107,4 @@ async fn guard(
             .into_response(),
         _ => next.run(request).await,
     }
-}
-
-async fn page_headers(request: Request, next: Next) -> Response {
-    let mut response = next.run(request).await;
-    let headers = response.headers_mut();
-    for (name, value) in [
-        (header::CONTENT_SECURITY_POLICY, POLICY),
-        (header::CACHE_CONTROL, "no-store"),
-        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        (header::REFERRER_POLICY, "no-referrer"),
-        (header::X_FRAME_OPTIONS, "DENY"),
-    ] {
-        headers.insert(name, HeaderValue::from_static(value));
-    }
-    response
 }

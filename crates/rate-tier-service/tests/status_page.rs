@@ -9,8 +9,7 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
 use serde_json::Value;
 use support::{Backend, Svc, TempDir, config, desc, http_with};
@@ -232,73 +231,7 @@ async fn the_page_loads_nothing_from_elsewhere_and_escapes_what_it_shows() {
 
 // --- in a real browser -----------------------------------------------------
 
-/// Chromium, or `None` (said loudly) where there is none; under CI (`CI`
-/// set) a missing browser fails the test.
-fn chromium() -> Option<PathBuf> {
-    let from_env = std::env::var_os("CHROME").map(PathBuf::from);
-    let found = from_env.or_else(|| {
-        ["chromium", "chromium-browser", "google-chrome", "chrome"]
-            .iter()
-            .find_map(|name| {
-                std::env::var_os("PATH").and_then(|paths| {
-                    std::env::split_paths(&paths)
-                        .map(|dir| dir.join(name))
-                        .find(|path| path.is_file())
-                })
-            })
-    });
-    if found.is_none() {
-        let message = "NO CHROMIUM: the status page's browser test did not run \
-                       (install Debian's `chromium`, or set CHROME)";
-        assert!(std::env::var_os("CI").is_none(), "{message}");
-        eprintln!("\n!!! {message} !!!\n");
-    }
-    found
-}
-
-/// Headless Chromium's arguments: its own profile, scripts given time to
-/// run and fetch (`--virtual-time-budget`).
-fn headless(chromium: &Path, profile: &Path) -> Command {
-    let mut command = Command::new(chromium);
-    command.args([
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--no-first-run",
-        "--hide-scrollbars",
-        "--virtual-time-budget=4000",
-        "--window-size=1100,900",
-    ]);
-    command.arg(format!("--user-data-dir={}", profile.display()));
-    command
-}
-
-/// The page as a person's browser shows it after its script ran: the DOM.
-fn dom(chromium: &Path, profile: &Path, url: &str) -> String {
-    let output = headless(chromium, profile)
-        .arg("--dump-dom")
-        .arg(url)
-        .output()
-        .expect("chromium runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).expect("UTF-8")
-}
-
-/// The text of the first element whose opening tag contains `marker`.
-fn text_after<'a>(dom: &'a str, marker: &str) -> &'a str {
-    let at = dom
-        .find(marker)
-        .unwrap_or_else(|| panic!("{marker} in {dom}"));
-    let rest = &dom[at..];
-    let start = rest.find('>').unwrap() + 1;
-    let end = rest[start..].find('<').unwrap() + start;
-    &rest[start..end]
-}
+use rate_tier_test_support::browser::{chromium, dom, screenshot, text_after};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_chromium_the_counts_move_a_refusal_shows_and_a_broken_reload_names_its_line()
@@ -353,17 +286,7 @@ async fn in_chromium_the_counts_move_a_refusal_shows_and_a_broken_reload_names_i
         .unwrap_or_else(|| {
             PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("status-page.png")
         });
-    let _ = std::fs::remove_file(&shot);
-    let output = headless(&chromium, profile.path())
-        .arg(format!("--screenshot={}", shot.display()))
-        .arg(&url)
-        .output()
-        .expect("chromium runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    screenshot(&chromium, profile.path(), &url, &shot);
     let png = std::fs::read(&shot).expect("the screenshot");
     assert!(
         png.starts_with(b"\x89PNG") && png.len() > 10_000,

@@ -108,6 +108,7 @@
 
 mod backend;
 pub mod bench;
+pub mod browser;
 mod cluster;
 mod docker;
 pub mod env;

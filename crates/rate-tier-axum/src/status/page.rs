@@ -4,70 +4,12 @@
 
 use std::fmt::Write;
 
+use super::kit::{self, chart, escape};
 use super::model::{LimitStatus, NearStatus, ReloadStatus, Status, TierStatus};
 
-/// `/status.js`: refreshes the page from `status.json`.
-pub(super) const SCRIPT: &str = include_str!("status.js");
-/// `/status.css`.
-pub(super) const STYLE: &str = include_str!("status.css");
-
-/// The chart's size, in SVG units; the script draws the same.
-const CHART_WIDTH: u64 = 120;
-const CHART_HEIGHT: u64 = 24;
-
-/// Text for an HTML text node or a quoted attribute.
-pub(super) fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// A polyline's points for `values` (oldest first) scaled to `max`.
-fn points(values: &[u64], max: u64) -> String {
-    let step = CHART_WIDTH / values.len().max(1) as u64;
-    let mut out = String::new();
-    for (i, value) in values.iter().enumerate() {
-        let y = CHART_HEIGHT
-            - 1
-            - value.saturating_mul(CHART_HEIGHT - 2) / max.max(1);
-        let _ = write!(out, "{},{y} ", i as u64 * step);
-    }
-    out.trim_end().to_owned()
-}
-
-/// The last hour of `series` (each drawn with its class's colour) on one
-/// scale.
-fn chart(series: &[(&[u64], &str)], title: &str) -> String {
-    let max = series
-        .iter()
-        .flat_map(|(values, _)| values.iter())
-        .copied()
-        .max()
-        .unwrap_or(0);
-    let mut out = format!(
-        "<svg class=\"chart\" viewBox=\"0 0 {CHART_WIDTH} {CHART_HEIGHT}\" \
-         width=\"{CHART_WIDTH}\" height=\"{CHART_HEIGHT}\" role=\"img\" \
-         xmlns=\"http://www.w3.org/2000/svg\">\
-         <title>{title} per minute, last hour; most in a minute: {max}</title>"
-    );
-    for (values, class) in series {
-        let _ = write!(
-            out,
-            "<polyline class=\"{class}\" points=\"{}\"/>",
-            points(values, max)
-        );
-    }
-    out.push_str("</svg>");
-    out
+/// `/status.js`: the kit's script and this page's `render`.
+pub(super) fn script() -> String {
+    kit::script(include_str!("status.js"))
 }
 
 /// A tier row's `data-tier`: its name, or empty for checks without one.
@@ -185,19 +127,8 @@ fn reloaded(reload: &ReloadStatus) -> String {
 
 /// The whole page.
 pub(super) fn html(status: &Status) -> String {
-    let mut out = String::with_capacity(8192);
-    let _ = write!(
-        out,
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>Rate limits</title>\
-         <link rel=\"stylesheet\" href=\"status.css\">\
-         <script src=\"status.js\" defer></script></head>\
-         <body data-refresh=\"{}\"><header><h1>Rate limits</h1>\
-         <p>up <span id=\"uptime\">{}</span> s · \
-         <span id=\"updated\">as served</span></p></header>",
-        status.refresh_secs, status.uptime_secs,
-    );
+    let mut out =
+        kit::head("Rate limits", status.refresh_secs, status.uptime_secs);
     out.push_str(
         "<section id=\"tiers\"><h2>Tiers, last minute</h2><table><thead><tr>\
          <th>tier</th><th>kind</th><th>limit</th><th>allowed</th>\
@@ -288,27 +219,4 @@ pub(super) fn html(status: &Status) -> String {
     }
     out.push_str("</tbody></table></section></body></html>\n");
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn text_is_escaped() {
-        assert_eq!(
-            escape(r#"<script>"a" & 'b'</script>"#),
-            "&lt;script&gt;&quot;a&quot; &amp; &#39;b&#39;&lt;/script&gt;"
-        );
-    }
-
-    #[test]
-    fn a_chart_spans_its_box_and_scales_to_the_busiest_minute() {
-        let values: Vec<u64> = (0..60).collect();
-        let drawn = points(&values, 59);
-        assert_eq!(drawn.split(' ').next(), Some("0,23"));
-        assert_eq!(drawn.split(' ').next_back(), Some("118,1"));
-        // Nothing yet: a flat line at the bottom, no division by zero.
-        assert!(points(&[0; 60], 0).split(' ').all(|p| p.ends_with(",23")));
-    }
 }

@@ -3,22 +3,16 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Request, State};
-use axum::http::{HeaderValue, header};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::extract::State;
+use axum::middleware;
+use axum::response::Response;
 use axum::routing::get;
 use tower_rate_tier::RateTier;
 
 use super::board::StatusBoard;
+use super::kit::{STYLE, page_headers, typed};
 use super::model::Status;
-use super::page::{SCRIPT, STYLE, html};
-
-/// What the page may load: its own script, style sheet and JSON, nothing
-/// from elsewhere, and no framing by another page.
-const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
-                      connect-src 'self'; img-src 'self'; base-uri 'none'; \
-                      form-action 'none'; frame-ancestors 'none'";
+use super::page::{html, script};
 
 /// What the routes read.
 #[derive(Clone)]
@@ -79,7 +73,7 @@ where
         .route("/status.json", get(status_json))
         .route(
             "/status.js",
-            get(async || typed("text/javascript; charset=utf-8", SCRIPT)),
+            get(async || typed("text/javascript; charset=utf-8", script())),
         )
         .route(
             "/status.css",
@@ -96,27 +90,4 @@ async fn status_html(State(page): State<Page>) -> Response {
 
 async fn status_json(State(page): State<Page>) -> Response {
     typed("application/json", page.board.json(&page.limiter))
-}
-
-fn typed(content_type: &'static str, body: impl IntoResponse) -> Response {
-    (
-        [(header::CONTENT_TYPE, HeaderValue::from_static(content_type))],
-        body,
-    )
-        .into_response()
-}
-
-async fn page_headers(request: Request, next: Next) -> Response {
-    let mut response = next.run(request).await;
-    let headers = response.headers_mut();
-    for (name, value) in [
-        (header::CONTENT_SECURITY_POLICY, POLICY),
-        (header::CACHE_CONTROL, "no-store"),
-        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        (header::REFERRER_POLICY, "no-referrer"),
-        (header::X_FRAME_OPTIONS, "DENY"),
-    ] {
-        headers.insert(name, HeaderValue::from_static(value));
-    }
-    response
 }

@@ -32,7 +32,7 @@ use serde::Serialize;
 use crate::config::{Config, RuleLimit};
 use crate::decide::Decider;
 
-pub(crate) use page::{SCRIPT, STYLE, html};
+pub(crate) use page::{html, script};
 
 /// How often the rules' counters are sampled for the last hour's chart.
 pub(crate) const SAMPLE_EVERY: Duration = Duration::from_secs(10);

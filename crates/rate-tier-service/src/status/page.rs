@@ -3,59 +3,21 @@
 
 use std::fmt::Write;
 
+use rate_tier_axum::status::kit::{self, escape};
+
 use super::{NearStatus, Reload, RuleStatus, Status};
 
-/// `/status.js`: refreshes the page from `/status.json`.
-pub(crate) const SCRIPT: &str = include_str!("status.js");
-/// `/status.css`.
-pub(crate) const STYLE: &str = include_str!("status.css");
-
-/// The chart's size, in SVG units.
-const CHART_WIDTH: u64 = 120;
-const CHART_HEIGHT: u64 = 24;
-
-/// Text for an HTML text node or a quoted attribute.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+/// `/status.js`: the kit's script and this page's `render`.
+pub(crate) fn script() -> String {
+    kit::script(include_str!("status.js"))
 }
 
-/// A polyline's points for `values` (oldest first) scaled to `max`: the
-/// script draws the same.
-fn points(values: &[u64], max: u64) -> String {
-    let step = CHART_WIDTH / values.len().max(1) as u64;
-    let mut out = String::new();
-    for (i, value) in values.iter().enumerate() {
-        let y = CHART_HEIGHT
-            - 1
-            - (value.saturating_mul(CHART_HEIGHT - 2)) / max.max(1);
-        let _ = write!(out, "{},{y} ", i as u64 * step);
-    }
-    out.trim_end().to_owned()
-}
-
+/// The rule's last hour: hits (blue) and refusals (red).
 fn chart(rule: &RuleStatus) -> String {
     let hour = &rule.last_hour;
-    let max = hour.hits.iter().copied().max().unwrap_or(0);
-    format!(
-        "<svg class=\"chart\" viewBox=\"0 0 {CHART_WIDTH} {CHART_HEIGHT}\" \
-         width=\"{CHART_WIDTH}\" height=\"{CHART_HEIGHT}\" role=\"img\">\
-         <title>hits (blue) and refusals (red) per minute, last hour; \
-         most in a minute: {max}</title>\
-         <polyline class=\"hits\" points=\"{}\"/>\
-         <polyline class=\"over\" points=\"{}\"/></svg>",
-        points(&hour.hits, max),
-        points(&hour.over_limit, max),
+    kit::chart(
+        &[(&hour.hits, "hits"), (&hour.over_limit, "over")],
+        "hits (blue) and refusals (red)",
     )
 }
 
@@ -136,18 +98,8 @@ fn utc(secs: u64) -> String {
 
 /// The whole page.
 pub(crate) fn html(status: &Status) -> String {
-    let mut out = String::with_capacity(8192);
-    let _ = write!(
-        out,
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>rate-tier-service status</title>\
-         <link rel=\"stylesheet\" href=\"status.css\">\
-         <script src=\"status.js\" defer></script></head>\
-         <body data-refresh=\"{}\"><header><h1>rate-tier-service</h1>\
-         <p>up <span id=\"uptime\">{}</span> s · <span id=\"updated\">as served</span></p></header>",
-        status.refresh_secs, status.uptime_secs,
-    );
+    let mut out =
+        kit::head("rate-tier-service", status.refresh_secs, status.uptime_secs);
     let store = &status.store;
     let latency = store
         .mean_latency_ms_last_minute
@@ -214,28 +166,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn text_is_escaped() {
-        assert_eq!(
-            escape(r#"<script>"a" & 'b'</script>"#),
-            "&lt;script&gt;&quot;a&quot; &amp; &#39;b&#39;&lt;/script&gt;"
-        );
-    }
-
-    #[test]
     fn dates_are_utc() {
         assert_eq!(utc(0), "Thu, 01 Jan 1970 00:00:00 GMT");
         assert_eq!(utc(1_796_558_400), "Sun, 06 Dec 2026 12:00:00 GMT");
-    }
-
-    #[test]
-    fn a_chart_spans_its_box_and_scales_to_the_busiest_minute() {
-        let values: Vec<u64> = (0..60).collect();
-        let drawn = points(&values, 59);
-        let first = drawn.split(' ').next();
-        let last = drawn.split(' ').next_back();
-        assert_eq!(first, Some("0,23"));
-        assert_eq!(last, Some("118,1"));
-        // Nothing yet: a flat line at the bottom, no division by zero.
-        assert!(points(&[0; 60], 0).split(' ').all(|p| p.ends_with(",23")));
     }
 }
