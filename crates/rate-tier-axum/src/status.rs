@@ -12,9 +12,14 @@
 //!   `/status.json`, `/status.js`, `/status.css`. Nothing is loaded from
 //!   elsewhere, and the headers say so.
 //!
+//! Like any observer, the board is told of every check: the limiter then
+//! times each one, off its in-process fast path, a cost to weigh on the
+//! hottest services.
+//!
 //! The page has no authentication of its own: it shows the app's limits
 //! and traffic, so mount it behind the app's own, as here with a bearer
-//! token checked by a `route_layer`:
+//! token checked by a `route_layer` (a real app compares the token in
+//! constant time, e.g. with the `subtle` crate):
 //!
 //! ```
 //! use std::sync::Arc;
