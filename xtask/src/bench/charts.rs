@@ -546,6 +546,13 @@ mod tests {
     use super::super::runner::WithRedis;
     use super::*;
 
+    /// Every one of `texts` is among the chart's `shown` texts.
+    fn assert_shows(shown: &[&str], texts: &[&str]) {
+        for text in texts {
+            assert!(shown.contains(text), "{text} missing: {shown:?}");
+        }
+    }
+
     /// A row judged by `id` with the figure `judged`.
     fn judged(metric: &str, id: GoalId, judged: Option<f64>) -> Row {
         let mut row = Row::judged_by(metric, id);
@@ -661,24 +668,26 @@ mod tests {
         let svg = fs::read_to_string(dir.join(GOALS_SVG)).unwrap();
         let shown = texts(&svg);
         // Each row with a goal by name (backticks dropped), the note not.
-        for name in [
-            "memory, 1 hot key: RateTier::check vs governor",
-            "memory, full store after a flood",
-            "Several limits, 1 hot user",
-            "Service vs limitador, memory",
-        ] {
-            assert!(shown.contains(&name), "{name} missing: {shown:?}");
-        }
+        assert_shows(
+            &shown,
+            &[
+                "memory, 1 hot key: RateTier::check vs governor",
+                "memory, full store after a flood",
+                "Several limits, 1 hot user",
+                "Service vs limitador, memory",
+            ],
+        );
         assert!(!svg.contains("gcra-core"), "a note has no goal to draw");
         // Each figure beside its goal and verdict.
-        for line in [
-            "2.577 · goal ≤ 1.0 · not met",
-            "3.033 · goal ≤ 5.0 · met",
-            "2.5 · goal &lt; 3.0 · met",
-            "no figure · goal ≥ 1.1 · not run",
-        ] {
-            assert!(shown.contains(&line), "{line} missing: {shown:?}");
-        }
+        assert_shows(
+            &shown,
+            &[
+                "2.577 · goal ≤ 1.0 · not met",
+                "3.033 · goal ≤ 5.0 · met",
+                "2.5 · goal &lt; 3.0 · met",
+                "no figure · goal ≥ 1.1 · not run",
+            ],
+        );
         // One red bar, two green ones, and a goal mark per row.
         let bars = |color: RGBColor| {
             let fill = format!(
@@ -698,10 +707,10 @@ mod tests {
 
         let svg = fs::read_to_string(dir.join(MEMORY_SVG)).unwrap();
         let shown = texts(&svg);
-        for label in ["start", "wave 1: +1M keys", "wave 2: +500k keys", "idle"]
-        {
-            assert!(shown.contains(&label), "{label} missing: {shown:?}");
-        }
+        assert_shows(
+            &shown,
+            &["start", "wave 1: +1M keys", "wave 2: +500k keys", "idle"],
+        );
         assert!(
             shown.contains(&"goal: idle ≤ 0.05 × the peak growth"),
             "{shown:?}"
@@ -710,14 +719,15 @@ mod tests {
 
         let svg = fs::read_to_string(dir.join(LATENCY_SVG)).unwrap();
         let shown = texts(&svg);
-        for label in [
-            "constant tonic server",
-            "service, memory store",
-            "p50 1321",
-            "p99 2384",
-        ] {
-            assert!(shown.contains(&label), "{label} missing: {shown:?}");
-        }
+        assert_shows(
+            &shown,
+            &[
+                "constant tonic server",
+                "service, memory store",
+                "p50 1321",
+                "p99 2384",
+            ],
+        );
         assert!(!svg.contains("service, Redis"), "Redis was not measured");
         fs::remove_dir_all(&dir).unwrap();
     }

@@ -26,9 +26,9 @@ pub(super) struct Status {
     pub(super) keys_in_clear: bool,
     pub(super) store: StoreStatus,
     pub(super) policies: Policies,
-    /// The tiers in force in configuration order, then tiers no longer
-    /// in force that had checks in the last hour, then checks without a
-    /// tier (`name: null`) if any.
+    /// The tiers in force in configuration order, then tiers a reload took
+    /// out that had checks in the last hour, then checks without a tier
+    /// (`name: null`) if any.
     pub(super) tiers: Vec<TierStatus>,
     /// The limits with refusals in the last hour, by name.
     pub(super) limits: Vec<LimitStatus>,
@@ -214,8 +214,8 @@ impl Status {
     }
 }
 
-/// The tiers in force in configuration order, then tiers no longer in
-/// force that had checks in the last hour, then checks without a tier.
+/// The tiers in force in configuration order, then tiers a reload took
+/// out that had checks in the last hour, then checks without a tier.
 fn tier_statuses(
     board: &StatusBoard,
     tiers: &Tiers,
@@ -245,7 +245,7 @@ fn tier_statuses(
             last_hour,
         });
     }
-    // Tiers no longer in force with checks in the hour, then the checks
+    // Tiers a reload took out, with checks in the hour, then the checks
     // without a tier.
     counted.retain(|(_, _, hour)| !hour.is_empty());
     counted.sort_by_key(|(name, ..)| (name.is_none(), *name));

@@ -74,7 +74,7 @@ impl Near {
             self.0.push(seen);
             return;
         }
-        // Full: the stalest goes if it is no longer recent, else the
+        // Full: the stalest goes if it is older than a minute, else the
         // farthest from its limit if the new one is nearer.
         let stalest = self.0.iter_mut().min_by_key(|k| k.seen_us);
         if let Some(stale) = stalest

@@ -25,7 +25,7 @@ fn tier_row(out: &mut String, tier: &TierStatus) {
     let mark = if tier.default {
         " <span class=\"note\">(default)</span>"
     } else if tier.name.is_some() && !tier.configured {
-        " <span class=\"note\">(no longer in force)</span>"
+        " <span class=\"note\">(taken out by a reload)</span>"
     } else {
         ""
     };

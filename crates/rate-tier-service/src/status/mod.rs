@@ -232,7 +232,7 @@ impl Near {
             self.keys.push(seen);
             return;
         }
-        // Full: the stalest goes if it is no longer recent, else the
+        // Full: the stalest goes if it is older than a minute, else the
         // farthest from its limit if the new one is nearer.
         let stalest = self.keys.iter().enumerate().min_by_key(|(_, k)| k.seen);
         if let Some((i, k)) = stalest
@@ -388,12 +388,16 @@ impl Board {
         limit: u64,
         refused: bool,
     ) {
+        // Nothing is built for a decision that finds the list taken.
+        let Ok(mut near) = self.near.try_lock() else {
+            return;
+        };
         let key = if self.keys_in_clear {
             partition.to_owned()
         } else {
             self.tag(domain, partition)
         };
-        let seen = NearKey {
+        near.saw(NearKey {
             domain: domain.to_owned(),
             rule: rule.to_owned(),
             key,
@@ -401,10 +405,7 @@ impl Board {
             limit,
             refused,
             seen: self.now(),
-        };
-        if let Ok(mut near) = self.near.try_lock() {
-            near.saw(seen);
-        }
+        });
     }
 
     /// A key's tag: the same for one key all along the process, and no way
