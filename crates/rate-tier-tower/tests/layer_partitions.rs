@@ -250,11 +250,17 @@ async fn a_reload_that_would_make_a_live_layers_limits_meet_is_refused() {
     );
     tiers.reload(free_window());
     assert_eq!(tiers.quota("free"), Some(Quota::per_minute(10)));
+    // Both refusals reported, the error's and the event's.
     assert!(matches!(
         &heard.lock().unwrap()[..],
-        [LimitEvent::TiersRefused {
-            error: ConfigError::KindsInTwoPartitions { .. }
-        }]
+        [
+            LimitEvent::TiersRefused {
+                error: ConfigError::KindsInTwoPartitions { .. }
+            },
+            LimitEvent::TiersRefused {
+                error: ConfigError::KindsInTwoPartitions { .. }
+            },
+        ]
     ));
     let r = get_as(&app, Some("key_ana"), "/login").await;
     assert_eq!(r.status, StatusCode::OK, "{r:?}");

@@ -206,10 +206,10 @@ pub(super) struct StoreFailure {
 /// id) unless [`keys_in_clear`](StatusBoard::keys_in_clear) asks otherwise.
 ///
 /// A reload refused by
-/// [`RateTier::reload`](tower_rate_tier::RateTier::reload) is reported to
-/// the board; one refused by
-/// [`RateTier::try_reload`](tower_rate_tier::RateTier::try_reload) is the
-/// caller's error: give it to the board as the event, as below.
+/// [`RateTier::reload`](tower_rate_tier::RateTier::reload) or
+/// [`RateTier::try_reload`](tower_rate_tier::RateTier::try_reload) reaches
+/// the board as its event; an app that refuses tiers before it asks for a
+/// reload may give the board the event itself, as below.
 ///
 /// ```
 /// use std::sync::Arc;

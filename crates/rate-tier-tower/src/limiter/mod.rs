@@ -197,12 +197,13 @@ impl RateTier {
     /// (the running tiers stay), reported as [`LimitEvent::TiersRefused`]:
     /// see [`RateTier::try_reload`].
     pub fn reload(&self, plans: Tiers) {
-        if let Err(error) = self.try_reload(plans) {
-            self.emit(|| LimitEvent::TiersRefused { error });
-        }
+        // Reported to the listeners by `try_reload`.
+        let _refused = self.try_reload(plans);
     }
 
-    /// [`RateTier::reload`], with the refusal as an error.
+    /// [`RateTier::reload`], with the refusal as an error as well as a
+    /// [`LimitEvent::TiersRefused`] to the listeners (so an observer such as
+    /// a status page sees every refused reload, whoever asked for it).
     ///
     /// ```
     /// use tower_rate_tier::{ConfigError, LimitEvent, Period, PeriodUnit, Tiers, Quota, RateTier};
@@ -229,6 +230,15 @@ impl RateTier {
     /// limit beside a live layer's global or keyed limit of those kinds.
     /// Nothing changed.
     pub fn try_reload(&self, plans: Tiers) -> Result<(), ConfigError> {
+        self.replace_tiers(plans).inspect_err(|error| {
+            self.emit(|| LimitEvent::TiersRefused {
+                error: error.clone(),
+            });
+        })
+    }
+
+    /// `plans` in force, or the reason they cannot be.
+    fn replace_tiers(&self, plans: Tiers) -> Result<(), ConfigError> {
         builder::check_kinds(&plans, &self.inner.store)?;
         let tiers = plans.tier_names().map(str::to_owned).collect();
         let mut fresh = Vec::new();
