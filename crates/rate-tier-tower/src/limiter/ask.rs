@@ -104,12 +104,13 @@ pub struct LimitRequest<'a> {
 impl<'a> LimitRequest<'a> {
     /// `user` on `tier`, costing the tier `cost` (0: a peek, every bucket
     /// read and none charged).
-    #[inline]
+    #[inline(always)]
     pub fn new(user: &'a str, tier: &'a str, cost: u32) -> Self {
         LimitRequest::of(Some((user, tier)), cost)
     }
 
     /// A request of `identity` (`None`: none was found) at `cost`.
+    #[inline(always)]
     pub(crate) fn of(identity: Option<(&'a str, &'a str)>, cost: u32) -> Self {
         LimitRequest {
             identity,
@@ -154,7 +155,7 @@ impl<'a> LimitRequest<'a> {
 
     /// Adds `limit`, charged `cost`, in the user's bucket (a
     /// [global](Limit::global) limit: in its one bucket).
-    #[inline]
+    #[inline(always)]
     pub fn limit(self, limit: &'a Limit, cost: u32) -> Self {
         let partition = match limit.scope {
             Scope::Global => Some(Cow::Borrowed("")),
@@ -189,7 +190,7 @@ impl<'a> LimitRequest<'a> {
     }
 
     /// Adds a limit of its own, as the layer found it.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn with(mut self, extra: Extra<'a>) -> Self {
         self.extra.push(extra);
         self
