@@ -202,6 +202,7 @@ async fn the_json_counts_each_tier_and_limit_the_nearest_users_and_the_reloads()
         .find(|n| n["limit"] == "search" && n["answer"] == "refused")
         .unwrap();
     assert_eq!(bea_searched["user"], UserId::from("key_bea").redacted());
+    assert_eq!(bea_searched["of"], 2, "the refusing limit's size: {status}");
     for user in near {
         let tag = user["user"].as_str().unwrap();
         assert!(tag.starts_with('#') && tag.len() == 9, "{tag}");
@@ -423,6 +424,7 @@ async fn a_hundred_thousand_users_near_their_limit_keep_the_list_bounded() {
                 user_id: UserId::from(format!("refused-{i}").as_str()),
                 tier: "free",
                 limit: "free",
+                of: 5,
                 cost: 1,
                 retry_after: Duration::from_secs(12),
             });
@@ -437,6 +439,10 @@ async fn a_hundred_thousand_users_near_their_limit_keep_the_list_bounded() {
         .take_while(|n| n["answer"] == "refused")
         .collect();
     assert_eq!(refused.len(), 4, "{status}");
+    assert!(
+        refused.iter().all(|n| n["remaining"] == 0 && n["of"] == 5),
+        "a refusal is 0 of the limit's size: {status}"
+    );
     assert!(near[4..].iter().all(|n| n["remaining"] == 1), "{status}");
 }
 

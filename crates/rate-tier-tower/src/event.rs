@@ -57,6 +57,9 @@ pub enum LimitEvent {
         tier: &'static str,
         /// The limit that refused (the tier's name for the tier's).
         limit: &'static str,
+        /// The limit's size (its burst, N of a window or period, a
+        /// concurrency limit's slots; for a ban, the tier's).
+        of: u32,
         /// The cost asked of the tier.
         cost: u32,
         /// When the same request would pass.

@@ -187,6 +187,7 @@ async fn ana_gets_ten_then_the_exact_429_of_the_post() {
             user_id: "key_ana".into(),
             tier: "free",
             limit: "free",
+            of: 10,
             cost: 1,
             retry_after: Duration::from_secs(6),
         }]
@@ -381,6 +382,7 @@ async fn eva_gets_the_default_quota_in_her_own_bucket() {
             user_id: "key_eva".into(),
             tier: "free",
             limit: "free",
+            of: 10,
             cost: 1,
             retry_after: Duration::from_secs(6),
         }

@@ -497,10 +497,12 @@ impl Observer for StatusBoard {
                 user_id,
                 tier,
                 limit,
+                of,
                 ..
             } => {
                 self.limit(limit, |rings| rings.refused.add(slot()));
-                self.near(user_id, tier, Some(limit), 0, None, Answer::Refused);
+                let of = Some(*of).filter(|&of| of > 0);
+                self.near(user_id, tier, Some(limit), 0, of, Answer::Refused);
             }
             LimitEvent::CostExceedsBurst { limit, .. } => {
                 self.limit(limit, |rings| rings.refused.add(slot()));

@@ -74,6 +74,7 @@ impl TierDecision {
             user_id: UserId::from(user),
             tier: self.tier,
             limit: self.tier,
+            of: self.limit,
             cost: self.cost,
             retry_after: Duration::from_micros(
                 self.retry_after_us.unwrap_or_default(),

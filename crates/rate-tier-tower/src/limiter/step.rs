@@ -418,10 +418,12 @@ impl RateTier {
                 let retry_after =
                     Duration::from_micros(decided.verdict.retry_after_us);
                 let name = refusing.map_or(tier, |s| s.name);
+                let of = refusing.map_or(0, |s| s.limit);
                 events.push(|| LimitEvent::Limited {
                     user_id: UserId::from(prepared.user),
                     tier,
                     limit: name,
+                    of,
                     cost,
                     retry_after,
                 });
@@ -538,6 +540,7 @@ fn banned(
         user_id: UserId::from(prepared.user),
         tier,
         limit: "ban",
+        of: limit,
         cost: prepared.cost,
         retry_after: Duration::from_micros(retry_after_us),
     });
