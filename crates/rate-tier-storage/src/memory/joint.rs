@@ -737,9 +737,9 @@ mod loom_model {
     fn single(cell: &AtomicU64) -> bool {
         let name = LimitName::new("b").unwrap();
         let check = BucketCheck::new(&name, "ana", quota(), 1).unwrap();
-        let mut out = Decision::default();
-        decide_in_place(cell, check.quota(), 1, NOW, &mut out).unwrap();
-        out.allowed
+        decide_in_place(cell, check.quota(), 1, NOW)
+            .unwrap()
+            .allowed
     }
 
     /// Every interleaving with at most `preemptions` preemptions (the

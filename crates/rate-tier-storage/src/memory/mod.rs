@@ -246,17 +246,15 @@ impl MemoryStorage {
         &self,
         check: &BucketCheck<'_>,
     ) -> Result<(Decision, u64), StorageError> {
-        let mut out = Decision::default();
         if check.is_rate() {
-            let now = self.inner.decide_rate(
+            return self.inner.decide_rate(
                 check.limit_name(),
                 check.partition(),
                 check.quota(),
                 check.cost(),
-                &mut out,
-            )?;
-            return Ok((out, now));
+            );
         }
+        let mut out = Decision::default();
         let decided = self.inner.decide_one(check, &mut out)?;
         Ok((out, decided.now_us.unwrap_or_default()))
     }
@@ -288,11 +286,7 @@ impl MemoryStorage {
         quota: Quota,
         cost: u32,
     ) -> Result<(Decision, u64), StorageError> {
-        let mut out = Decision::default();
-        let now = self
-            .inner
-            .decide_rate(limit, partition, quota, cost, &mut out)?;
-        Ok((out, now))
+        self.inner.decide_rate(limit, partition, quota, cost)
     }
 
     /// Several rates charged together when every one passes and their
@@ -572,20 +566,22 @@ impl Inner {
             }
             Rule::Window(_) => return self.decide_kind_alone(check, out),
         }
-        let now = self.decide_rate(
+        let now;
+        (*out, now) = self.decide_rate(
             check.limit_name(),
             check.partition(),
             check.quota(),
             check.cost(),
-            out,
         )?;
         let verdict =
             Verdict::of([check.is_shadow()], std::slice::from_ref(out));
         Ok(Decided::new(verdict, Some(now), "memory"))
     }
 
-    /// A rate's bucket (`limit`, `partition`) charged `cost` (0: a peek)
-    /// into `out`; the time it was decided at.
+    /// A rate's bucket (`limit`, `partition`) charged `cost` (0: a peek),
+    /// and the time it was decided at. Returned by value, not written
+    /// through a reference: inlined, the decision stays in registers
+    /// (a copy of it through memory stalls on store forwarding).
     #[inline(always)]
     fn decide_rate(
         &self,
@@ -593,21 +589,22 @@ impl Inner {
         partition: &str,
         quota: Quota,
         cost: u32,
-        out: &mut Decision,
-    ) -> Result<u64, StorageError> {
+    ) -> Result<(Decision, u64), StorageError> {
         let (name, shard) = self.name_of(limit, partition);
         let shard = &self.shards[shard];
         let now = self.clock.now_us();
         let table = read(&shard.table);
-        match table.find(name) {
-            Some(entry) => decide_in_place(&entry.tat, quota, cost, now, out)?,
+        let decision = match table.find(name) {
+            Some(entry) => decide_in_place(&entry.tat, quota, cost, now)?,
             None => {
                 drop(table);
                 let check = BucketCheck::new(limit, partition, quota, cost)?;
-                self.decide_new(&check, name, shard, now, out)?;
+                let mut out = Decision::default();
+                self.decide_new(&check, name, shard, now, &mut out)?;
+                out
             }
-        }
-        Ok(now)
+        };
+        Ok((decision, now))
     }
 
     /// One window, alone.
@@ -649,13 +646,14 @@ impl Inner {
         let mut room = self.room_for(shard, name, now, &[])?;
         // Another thread may have created it in between.
         match room.table.find(name) {
-            Some(entry) => decide_in_place(
-                &entry.tat,
-                check.quota(),
-                check.cost(),
-                now,
-                out,
-            )?,
+            Some(entry) => {
+                *out = decide_in_place(
+                    &entry.tat,
+                    check.quota(),
+                    check.cost(),
+                    now,
+                )?;
+            }
             None => room.table.insert(name, store.tat_us),
         }
         self.made(room);
@@ -732,8 +730,7 @@ fn decide_in_place(
     quota: Quota,
     cost: u32,
     now: u64,
-    out: &mut Decision,
-) -> Result<(), StorageError> {
+) -> Result<Decision, StorageError> {
     let mut current = tat.load(Ordering::Acquire);
     loop {
         if current & LOCKED != 0 {
@@ -742,12 +739,12 @@ fn decide_in_place(
             current = tat.load(Ordering::Acquire);
             continue;
         }
-        *out = match cost {
+        let decision = match cost {
             0 => quota.peek(stored(current), now),
             cost => quota.check(stored(current), now, cost),
         }?;
-        let Some(store) = out.store else {
-            break;
+        let Some(store) = decision.store else {
+            return Ok(decision);
         };
         match tat.compare_exchange_weak(
             current,
@@ -755,11 +752,10 @@ fn decide_in_place(
             Ordering::AcqRel,
             Ordering::Acquire,
         ) {
-            Ok(_) => break,
+            Ok(_) => return Ok(decision),
             Err(actual) => current = actual,
         }
     }
-    Ok(())
 }
 
 fn settle_in_place(
