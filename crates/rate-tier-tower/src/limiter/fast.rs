@@ -215,28 +215,30 @@ impl RateTier {
         if cost > tier.quota.burst() {
             return None;
         }
-        Some(match memory.check_rate(tier.key, user, tier.quota, cost) {
-            Ok((decision, now_us)) if decision.allowed => {
-                Ok(Ok(Admitted::new(RateLimitInfo {
-                    tier: Cow::Borrowed(tier.name),
-                    limit: tier.quota.burst(),
-                    remaining: decision.remaining,
-                    reset_after: Duration::from_micros(decision.reset_after_us),
-                    cost,
-                    window: Duration::from_micros(tier.quota.burst_offset_us()),
-                    now_us,
-                    limits: None,
-                })))
-            }
-            Ok((decision, now_us)) => self.tier_output(
-                user,
-                TierDecision::of_memory(&tier, cost, decision, now_us),
-            ),
-            Err(error) => {
-                let policy = tier.on_storage_error;
-                failed_output(self, claimed, cost, Failed { error, policy })
-            }
-        })
+        let (decision, now_us) =
+            match memory.check_rate(tier.key, user, tier.quota, cost) {
+                Ok(decided) => decided,
+                Err(error) => {
+                    let policy = tier.on_storage_error;
+                    let failed = Failed { error, policy };
+                    return Some(failed_output(self, claimed, cost, failed));
+                }
+            };
+        if !decision.allowed {
+            let decision =
+                TierDecision::of_memory(&tier, cost, decision, now_us);
+            return Some(self.tier_output(user, decision));
+        }
+        Some(Ok(Ok(Admitted::new(RateLimitInfo {
+            tier: Cow::Borrowed(tier.name),
+            limit: tier.quota.burst(),
+            remaining: decision.remaining,
+            reset_after: Duration::from_micros(decision.reset_after_us),
+            cost,
+            window: Duration::from_micros(tier.quota.burst_offset_us()),
+            now_us,
+            limits: None,
+        }))))
     }
 
     /// The direct API's answer to the tier's decision, a refusal told to
