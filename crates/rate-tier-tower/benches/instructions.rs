@@ -207,11 +207,11 @@ fn run(case: &str, n: usize) {
             let key = "user-1".to_owned();
             let route = tower_rate_tier::Limit::new(
                 "route",
-                Quota::per_second(1_000_000),
+                Quota::per_second(1_000_000).allow_burst(u32::MAX),
             );
             let tokens = tower_rate_tier::Limit::new(
                 "tokens",
-                Quota::per_second(1_000_000),
+                Quota::per_second(1_000_000).allow_burst(u32::MAX),
             );
             for _ in 0..100 {
                 let request =
