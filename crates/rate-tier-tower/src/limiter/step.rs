@@ -430,7 +430,7 @@ impl RateTier {
                 Ruling::Limited(Limited {
                     tier: Cow::Borrowed(tier),
                     name: Some(name),
-                    limit: refusing.map_or(0, |s| s.limit),
+                    limit: of,
                     window_us: refusing
                         .map_or(0, |s| saturating_micros(s.window)),
                     reason: LimitReason::RateLimited,
