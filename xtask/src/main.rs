@@ -13,6 +13,7 @@ use std::process::ExitCode;
 mod bench;
 mod cmd;
 mod launcher;
+mod lines;
 mod postgres;
 mod redis;
 mod service_image;
@@ -25,6 +26,7 @@ Usage: cargo xtask <TASK> [--docker] [--full] [-- <ARGS>...]
        cargo xtask bench [--full] [--only PART,...] [-- <ARGS>...]
        cargo xtask fuzz [TARGET] [--seconds N]
        cargo xtask service-image [--check]
+       cargo xtask lines [--at REV]
 
 Tasks:
   ci            cargo fmt --all -- --check; cargo clippy --workspace --all-targets
@@ -89,6 +91,11 @@ Tasks:
                 breaker's state word: rate-tier-storage's loom_model tests, built
                 with --cfg trt_loom in target/loom (TRT_LOOM_PREEMPTIONS bounds the
                 three-thread model; default 1)
+  lines         the library's size without its tests (gcra-core, rate-tier-storage,
+                tower-rate-tier, rate-tier-axum: the Rust, Lua and SQL under
+                src/, items behind a test cfg left out): files, lines, code and
+                comment lines per crate and language. --at REV counts a git
+                revision instead of the working tree
   help          prints this message (also -h, --help)
 
 Flags:
@@ -103,6 +110,7 @@ Flags:
                 it is (only a whole run writes it)
   --check       (service-image) run the image and ask it
   --seconds N   (fuzz) how long each target runs
+  --at REV      (lines) count this git revision
 
 Arguments after `--` are added to the cargo test command (test, test-redis,
 test-cluster) or given to the criterion benchmarks (bench), for example
@@ -161,6 +169,7 @@ enum Task {
     Bench,
     Fuzz,
     Loom,
+    Lines,
 }
 
 impl Task {
@@ -179,6 +188,7 @@ impl Task {
             "bench" => Self::Bench,
             "fuzz" => Self::Fuzz,
             "loom" => Self::Loom,
+            "lines" => Self::Lines,
             _ => return None,
         })
     }
@@ -215,6 +225,8 @@ struct Args {
     target: Option<String>,
     /// `--seconds N` (fuzz): each target's run.
     seconds: Option<u64>,
+    /// `--at REV` (lines): the revision counted.
+    at: Option<String>,
     /// Everything after the first `--`.
     extra: Vec<OsString>,
 }
@@ -236,6 +248,7 @@ fn parse_args(args: Vec<OsString>) -> std::result::Result<Args, String> {
     let mut docker = false;
     let mut target = None;
     let mut seconds = None;
+    let mut at = None;
     while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
         match arg {
             Short('h') | Long("help") => help = true,
@@ -253,6 +266,10 @@ fn parse_args(args: Vec<OsString>) -> std::result::Result<Args, String> {
                 seconds = Some(value.parse::<u64>().map_err(|_| {
                     format!("--seconds takes a whole number, not `{value}`")
                 })?);
+            }
+            Long("at") => {
+                let value = parser.value().map_err(|e| e.to_string())?;
+                at = Some(value.string().map_err(|e| e.to_string())?);
             }
             Value(name) if task == Some(Task::Fuzz) && target.is_none() => {
                 target = Some(name.string().map_err(|e| e.to_string())?);
@@ -294,6 +311,9 @@ fn parse_args(args: Vec<OsString>) -> std::result::Result<Args, String> {
     if seconds.is_some() && !matches!(task, Task::Fuzz | Task::Help) {
         return Err("--seconds is a flag of `fuzz` only".to_owned());
     }
+    if at.is_some() && !matches!(task, Task::Lines | Task::Help) {
+        return Err("--at is a flag of `lines` only".to_owned());
+    }
     if docker && !task.starts_redis() && task != Task::Help {
         return Err(
             "--docker is a flag of `test`, `test-redis` and `test-cluster`"
@@ -308,6 +328,7 @@ fn parse_args(args: Vec<OsString>) -> std::result::Result<Args, String> {
         docker,
         target,
         seconds,
+        at,
         extra,
     })
 }
@@ -339,6 +360,7 @@ fn main() -> ExitCode {
         Task::Bench => tasks::bench(args.full, args.only, extra),
         Task::Fuzz => tasks::fuzz(args.target.as_deref(), args.seconds),
         Task::Loom => tasks::loom(),
+        Task::Lines => lines::lines(args.at.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -462,6 +484,19 @@ mod tests {
         assert!(parse(&["fuzz", "--seconds", "soon"]).is_err());
         assert!(parse(&["fuzz", "a", "b"]).is_err());
         assert!(parse(&["test", "--seconds", "3"]).is_err());
+    }
+
+    #[test]
+    fn lines_takes_a_revision() {
+        assert_eq!(parse(&["lines"]).unwrap().at, None);
+        let at = parse(&["lines", "--at", "e4ce4ed2"]).unwrap();
+        assert_eq!(
+            (at.task, at.at.as_deref()),
+            (Task::Lines, Some("e4ce4ed2"))
+        );
+        assert!(parse(&["lines", "--at"]).is_err());
+        assert!(parse(&["test", "--at", "HEAD"]).is_err());
+        assert!(parse(&["lines", "--", "x"]).is_err());
     }
 
     #[test]
