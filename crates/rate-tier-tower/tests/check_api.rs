@@ -1,6 +1,6 @@
 //! The direct API: `RateTier::{check, decide, peek, settle}` and
-//! `CheckFuture`, with its past defects pinned: a future polled after
-//! completion panics (it used to hang), `check` reports what its policies
+//! `CheckFuture`: a future polled after completion panics (rather than
+//! hang), `check` reports what its policies
 //! promise to report, and a fallback's local decisions are labelled
 //! "fallback".
 #![allow(clippy::unwrap_used, missing_docs)]

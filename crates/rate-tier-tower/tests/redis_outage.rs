@@ -758,13 +758,12 @@ async fn a_hanging_probe_does_not_slow_the_other_checks() {
 /// cool-down) must reach it and close the breaker: recovery within one
 /// cool-down of Redis coming back, not two.
 ///
-/// A regression test: the first probe once Redis is back used to fail on
-/// the connection manager's stale "refused" and never reach Redis.
-/// redis-rs's `ConnectionManager` starts a reconnection right after each
+/// The trap: a probe answered by the connection manager's stale "refused"
+/// never reaches Redis. redis-rs's `ConnectionManager` starts a reconnection right after each
 /// failure and keeps its outcome; the outage's last one was refused, and no
 /// check goes to Redis while the breaker is open, so the probe gets that
-/// stale "Connection refused" without any I/O, reopens the breaker for twice
-/// the cool-down, and only the probe after that one succeeds.
+/// stale "Connection refused" without any I/O, would reopen the breaker for
+/// twice the cool-down, and only the probe after that one would succeed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_probe_after_redis_is_back_closes_the_breaker() {
     let mut redis = RedisServer::start();
