@@ -37,7 +37,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit as CurrentLimit,
 };
@@ -47,95 +46,24 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{
 use envoy_types::pb::google::protobuf::{
     Duration as ProtoDuration, UInt64Value,
 };
-use gcra_core::{Decision, Quota};
+use gcra_core::Decision;
 use rate_tier_storage::StorageExt;
-use rate_tier_storage::{
-    BucketCheck, Decided, LimitName, Storage, StorageError,
-};
+use rate_tier_storage::{BucketCheck, Decided, Storage, StorageError};
 use smallvec::SmallVec;
 use tower_rate_tier::headers::HeaderStyle;
 
-use crate::config::{Config, Domain, Rule, RuleLimit, Unit, quota_for};
+use crate::config::{Config, RuleLimit, Unit};
 use crate::headers::{self, Limited};
-use crate::metrics::{Metrics, RuleStats};
+use crate::metrics::Metrics;
 use crate::status::{Board, Reload};
 
-/// The bounds of a request. A request beyond one is read no further than
-/// the bound (its length is checked before anything is decoded, and its
-/// descriptors are counted before any is decoded) and refused: answered
-/// `OVER_LIMIT` with one status (HTTP 429 on `/json`), never with an
-/// error, because a gateway that fails open (Envoy's `failure_mode_deny:
-/// false`) lets a request through when its rate limit service answers an
-/// error, past every one of its limits. Lengths of domains, keys and values
-/// are not bounded (values are hashed into keys): only what the bounds
-/// below say is.
-///
-/// ```
-/// let limits = rate_tier_service::RequestLimits::default();
-/// assert_eq!(limits.max_descriptors, 256);
-/// assert_eq!(limits.max_request_bytes, 1024 * 1024);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RequestLimits {
-    /// Descriptors in one request (default 256; Envoy sends a handful, as
-    /// many as its config's actions): each is a bucket of one decision.
-    pub max_descriptors: usize,
-    /// Bytes of the encoded request (default 1 MiB): the protobuf message
-    /// on gRPC, the body on `/json`. At most
-    /// [`DECODE_CAP_BYTES`](crate::grpc::DECODE_CAP_BYTES) is read at all.
-    pub max_request_bytes: usize,
-}
+mod bounds;
+mod plan;
+mod stats;
 
-impl Default for RequestLimits {
-    fn default() -> Self {
-        RequestLimits {
-            max_descriptors: 256,
-            max_request_bytes: 1024 * 1024,
-        }
-    }
-}
-
-/// A request as a transport read it: within the [`RequestLimits`], or
-/// beyond one of them and read no further.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Incoming {
-    /// Within the bounds: decoded whole, to decide.
-    Request(RateLimitRequest),
-    /// Beyond a bound: nothing of it was kept; answered by
-    /// [`Decider::oversized`].
-    Oversized(Oversized),
-}
-
-/// The bound a request went beyond.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Oversized {
-    /// [`RequestLimits::max_request_bytes`].
-    Bytes,
-    /// [`RequestLimits::max_descriptors`].
-    Descriptors,
-}
-
-impl Oversized {
-    /// The bound, for a message.
-    ///
-    /// ```
-    /// use rate_tier_service::{RequestLimits, decide::Oversized};
-    /// let limits = RequestLimits::default();
-    /// assert_eq!(Oversized::Descriptors.describe(&limits), "more than 256 descriptors");
-    /// assert_eq!(Oversized::Bytes.describe(&limits), "more than 1048576 bytes");
-    /// ```
-    pub fn describe(self, limits: &RequestLimits) -> String {
-        match self {
-            Oversized::Bytes => {
-                format!("more than {} bytes", limits.max_request_bytes)
-            }
-            Oversized::Descriptors => {
-                format!("more than {} descriptors", limits.max_descriptors)
-            }
-        }
-    }
-}
-
+pub use bounds::{Incoming, Oversized, RequestLimits};
+use plan::{Applied, Group, Plan, StatsRef, drop_replaced, plan_all};
+use stats::{count, near_limit};
 /// Why a call got no decision.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -219,72 +147,6 @@ pub enum ResetDescriptor {
         /// which has no bucket.
         reset: bool,
     },
-}
-
-/// The limit a descriptor got: a config rule or its own override.
-struct Applied<'c> {
-    bucket: &'c LimitName,
-    label: &'c str,
-    name: &'c str,
-    requests_per_unit: u32,
-    unit: Unit,
-    limit: RuleLimit,
-    shadow: bool,
-    stats: StatsRef<'c>,
-}
-
-enum StatsRef<'c> {
-    Rule(&'c Rule),
-    Override,
-}
-
-enum Plan<'c> {
-    NoLimit,
-    Unlimited,
-    Limited {
-        applied: Applied<'c>,
-        cost: u64,
-        group: usize,
-    },
-}
-
-/// The buckets of one request: descriptors in the same bucket merged.
-struct Group<'c> {
-    bucket: &'c LimitName,
-    partition: String,
-    limit: RuleLimit,
-    cost: u64,
-    shadow: bool,
-}
-
-impl Group<'_> {
-    /// Whether no wait can make it pass (a limit of 0, a cost above the
-    /// burst).
-    fn never(&self) -> bool {
-        match self.limit {
-            RuleLimit::Never => self.cost > 0,
-            RuleLimit::Quota(quota) => self.cost > u64::from(quota.burst()),
-            RuleLimit::Unlimited => false,
-        }
-    }
-
-    /// The store's check of this bucket: the same key for a decision, a
-    /// peek and a reset.
-    fn check(
-        &self,
-        quota: Quota,
-        cost: u32,
-    ) -> Result<BucketCheck<'_>, StorageError> {
-        Ok(BucketCheck::new(self.bucket, &self.partition, quota, cost)?
-            .shadow(self.shadow))
-    }
-
-    fn quota(&self) -> Option<Quota> {
-        match self.limit {
-            RuleLimit::Quota(quota) => Some(quota),
-            _ => None,
-        }
-    }
 }
 
 /// A bucket's part of the answer.
@@ -840,202 +702,9 @@ impl Decider {
     }
 }
 
-/// Step 1 of a decision: each descriptor's limit and the partition of its
-/// bucket.
-fn plan_all<'c>(
-    domain: &'c Domain,
-    request: &RateLimitRequest,
-) -> (SmallVec<[Plan<'c>; 4]>, SmallVec<[String; 4]>) {
-    let request_cost = u64::from(request.hits_addend.max(1));
-    let mut plans: SmallVec<[Plan<'_>; 4]> = SmallVec::new();
-    let mut partitions: SmallVec<[String; 4]> = SmallVec::new();
-    for descriptor in &request.descriptors {
-        let cost = descriptor
-            .hits_addend
-            .as_ref()
-            .map_or(request_cost, |h| h.value);
-        let (plan, partition) = plan_of(domain, descriptor, cost);
-        plans.push(plan);
-        partitions.push(partition);
-    }
-    (plans, partitions)
-}
-
-/// Step 2 of a decision: `replaces`.
-fn drop_replaced<'c>(plans: &mut [Plan<'c>]) {
-    let replaced: SmallVec<[&'c str; 4]> = plans
-        .iter()
-        .filter_map(|p| match p {
-            Plan::Limited {
-                applied:
-                    Applied {
-                        stats: StatsRef::Rule(rule),
-                        ..
-                    },
-                ..
-            } => {
-                let rule: &'c Rule = rule;
-                Some(rule.replaces.iter().map(String::as_str))
-            }
-            _ => None,
-        })
-        .flatten()
-        .collect();
-    if replaced.is_empty() {
-        return;
-    }
-    for plan in plans.iter_mut() {
-        if let Plan::Limited { applied, .. } = plan
-            && !applied.name.is_empty()
-            && applied.limit != RuleLimit::Unlimited
-            && replaced.contains(&applied.name)
-        {
-            *plan = Plan::NoLimit;
-        }
-    }
-}
-
 fn no_limit() -> DescriptorStatus {
     DescriptorStatus {
         code: Code::Ok as i32,
         ..DescriptorStatus::default()
-    }
-}
-
-/// The limit of one descriptor, and the partition of its bucket.
-fn plan_of<'c>(
-    domain: &'c Domain,
-    descriptor: &RateLimitDescriptor,
-    cost: u64,
-) -> (Plan<'c>, String) {
-    let entries = || {
-        descriptor
-            .entries
-            .iter()
-            .map(|e| (e.key.as_str(), e.value.as_str()))
-    };
-    if let Some(limit) = &descriptor.limit {
-        // Validated before: the unit is known.
-        let (Some(unit), false) =
-            (Unit::from_proto(limit.unit), descriptor.entries.is_empty())
-        else {
-            return (Plan::NoLimit, String::new());
-        };
-        let Some(bucket) = domain.override_bucket(unit) else {
-            return (Plan::NoLimit, String::new());
-        };
-        let (rule_limit, _) = quota_for(limit.requests_per_unit, unit);
-        let applied = Applied {
-            bucket,
-            label: "override",
-            name: "",
-            requests_per_unit: limit.requests_per_unit,
-            unit,
-            limit: rule_limit,
-            shadow: false,
-            stats: StatsRef::Override,
-        };
-        return (
-            Plan::Limited {
-                applied,
-                cost,
-                group: 0,
-            },
-            Domain::override_partition(entries()),
-        );
-    }
-    match domain.find(entries()) {
-        Some(matched) => {
-            let rule: &'c Rule = matched.rule;
-            let applied = Applied {
-                bucket: &rule.bucket,
-                label: if rule.name.is_empty() {
-                    &rule.path
-                } else {
-                    &rule.name
-                },
-                name: &rule.name,
-                requests_per_unit: rule.requests_per_unit,
-                unit: rule.unit,
-                limit: rule.limit,
-                shadow: rule.shadow,
-                stats: StatsRef::Rule(rule),
-            };
-            (
-                Plan::Limited {
-                    applied,
-                    cost,
-                    group: 0,
-                },
-                matched.partition,
-            )
-        }
-        None => (Plan::NoLimit, String::new()),
-    }
-}
-
-/// The units of `limit` used above which a pass is near it: the floor of
-/// `limit * ratio` (a hair of slack, so that 0.8 of 10 is 8 and not 7).
-fn near_limit_threshold(limit: u64, ratio: f64) -> u64 {
-    // A limit is at most u32::MAX: exact in an f64.
-    (limit as f64 * ratio + 1e-9).floor() as u64
-}
-
-/// Whether an allowed, charged cost left the bucket above the near-limit
-/// share of its limit used.
-fn near_limit(applied: &Applied<'_>, outcome: &Outcome, ratio: f64) -> bool {
-    let limit = u64::from(applied.requests_per_unit);
-    outcome.charged
-        && limit.saturating_sub(outcome.remaining)
-            > near_limit_threshold(limit, ratio)
-}
-
-/// envoyproxy/ratelimit's per-rule stats, in GCRA terms.
-fn count(
-    stats: &RuleStats,
-    applied: &Applied<'_>,
-    cost: u64,
-    outcome: &Outcome,
-    near_limit_ratio: f64,
-) {
-    stats.total_hits.inc_by(cost);
-    if outcome.passed {
-        stats.within_limit.inc_by(cost);
-        if outcome.charged {
-            let limit = u64::from(applied.requests_per_unit);
-            let threshold = near_limit_threshold(limit, near_limit_ratio);
-            let used = limit.saturating_sub(outcome.remaining);
-            if used > threshold {
-                stats.near_limit.inc_by(cost.min(used - threshold));
-            }
-        }
-    } else {
-        stats.over_limit.inc_by(cost);
-        if applied.shadow {
-            stats.shadow_mode.inc_by(cost);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::near_limit_threshold;
-
-    #[test]
-    fn near_limit_threshold_is_the_floor_of_the_ratio() {
-        assert_eq!(near_limit_threshold(10, 0.8), 8);
-        assert_eq!(near_limit_threshold(7, 0.8), 5);
-        assert_eq!(near_limit_threshold(100, 0.9), 90);
-        assert_eq!(near_limit_threshold(3, 1.0), 3);
-        // The default ratio is the integer arithmetic's 4/5, at every limit.
-        for limit in 0..100_000u64 {
-            assert_eq!(
-                near_limit_threshold(limit, 0.8),
-                limit * 4 / 5,
-                "{limit}"
-            );
-        }
-        let max = u64::from(u32::MAX);
-        assert_eq!(near_limit_threshold(max, 1.0), max);
     }
 }
