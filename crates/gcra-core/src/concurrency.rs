@@ -99,6 +99,18 @@ impl fmt::Display for ConcurrencyError {
 
 impl core::error::Error for ConcurrencyError {}
 
+/// A concurrency limit as a person says it: `4 at once`.
+///
+/// ```
+/// assert_eq!(gcra_core::Concurrency::new(4)?.to_string(), "4 at once");
+/// # Ok::<(), gcra_core::ConcurrencyError>(())
+/// ```
+impl fmt::Display for Concurrency {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} at once", self.limit())
+    }
+}
+
 impl Concurrency {
     /// At most `limit` units of cost in flight.
     ///

@@ -151,6 +151,36 @@ impl fmt::Display for PeriodError {
 
 impl core::error::Error for PeriodError {}
 
+/// A period as a person says it: `1000 per month`, with its offset from
+/// UTC when it has one: `1000 per month (UTC+05:30)`.
+///
+/// ```
+/// use gcra_core::{Period, PeriodUnit};
+/// assert_eq!(Period::new(50, PeriodUnit::Day, 0)?.to_string(), "50 per day");
+/// let ist = Period::new(1000, PeriodUnit::Month, 19_800)?;
+/// assert_eq!(ist.to_string(), "1000 per month (UTC+05:30)");
+/// let pst = Period::new(7, PeriodUnit::Week, -8 * 3600)?;
+/// assert_eq!(pst.to_string(), "7 per week (UTC-08:00)");
+/// # Ok::<(), gcra_core::PeriodError>(())
+/// ```
+impl fmt::Display for Period {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let unit = match self.unit() {
+            PeriodUnit::Day => "day",
+            PeriodUnit::Week => "week",
+            PeriodUnit::Month => "month",
+        };
+        write!(f, "{} per {unit}", self.limit())?;
+        let offset_s = self.offset_s();
+        if offset_s != 0 {
+            let sign = if offset_s < 0 { '-' } else { '+' };
+            let abs = offset_s.unsigned_abs();
+            write!(f, " (UTC{sign}{:02}:{:02})", abs / 3600, abs % 3600 / 60)?;
+        }
+        Ok(())
+    }
+}
+
 impl Period {
     /// At most `limit` requests per `unit`, in local time `offset_s`
     /// seconds ahead of UTC (negative: behind; 0: UTC), within

@@ -152,6 +152,58 @@ const fn or_panic(result: Result<Quota, QuotaError>) -> Quota {
     }
 }
 
+/// A quota as a person says it: `10 per minute`, `100 per second, burst
+/// 20`, `3 per 90 s`, `3 per 1.5s` (a period of no whole unit reads as its
+/// `Debug`).
+///
+/// ```
+/// use gcra_core::Quota;
+/// assert_eq!(Quota::per_minute(10).to_string(), "10 per minute");
+/// assert_eq!(Quota::per_second(100).allow_burst(20).to_string(), "100 per second, burst 20");
+/// let ninety = Quota::new(3, std::time::Duration::from_secs(90))?;
+/// assert_eq!(ninety.to_string(), "3 per 90 s");
+/// # Ok::<(), gcra_core::QuotaError>(())
+/// ```
+impl fmt::Display for Quota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} per ", self.limit())?;
+        write_span(f, self.period())?;
+        if self.burst() != self.limit() {
+            write!(f, ", burst {}", self.burst())?;
+        }
+        Ok(())
+    }
+}
+
+/// A span as a person says it: `second`, `minute`, `hour`, `day`, else
+/// `90 s`, `2 h`, or its `Debug` (`1.5s`).
+pub(crate) fn write_span(
+    f: &mut fmt::Formatter<'_>,
+    span: Duration,
+) -> fmt::Result {
+    const NAMED: [(u64, &str, &str); 4] = [
+        (86_400, "day", "d"),
+        (3600, "hour", "h"),
+        (60, "minute", "min"),
+        (1, "second", "s"),
+    ];
+    if span.subsec_nanos() == 0 {
+        let secs = span.as_secs();
+        for (unit, name, short) in NAMED {
+            if secs == unit {
+                return f.write_str(name);
+            }
+            if let (true, Some(count)) = (
+                secs > 0 && secs.is_multiple_of(unit),
+                secs.checked_div(unit),
+            ) {
+                return write!(f, "{count} {short}");
+            }
+        }
+    }
+    write!(f, "{span:?}")
+}
+
 impl Quota {
     /// `limit` requests per `period`, with a burst of `limit`.
     ///

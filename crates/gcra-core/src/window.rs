@@ -154,6 +154,21 @@ impl fmt::Display for WindowError {
 
 impl core::error::Error for WindowError {}
 
+/// A window as a person says it: `5 in any 30 s`, `100 in any hour`.
+///
+/// ```
+/// use gcra_core::Window;
+/// let window = Window::new(5, std::time::Duration::from_secs(7200))?;
+/// assert_eq!(window.to_string(), "5 in any 2 h");
+/// # Ok::<(), gcra_core::WindowError>(())
+/// ```
+impl fmt::Display for Window {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} in any ", self.limit())?;
+        crate::quota::write_span(f, self.window())
+    }
+}
+
 impl Window {
     /// At most `limit` requests in any `window`.
     ///

@@ -45,6 +45,27 @@ pub enum Rule {
     Concurrency(Concurrency),
 }
 
+/// A rule as a person says it, its kind's own words: `10 per minute`, `5
+/// in any 30 s`, `1000 per month`, `4 at once`.
+///
+/// ```
+/// use rate_tier_storage::Rule;
+/// use gcra_core::{Concurrency, Quota};
+/// assert_eq!(Rule::from(Quota::per_minute(10)).to_string(), "10 per minute");
+/// assert_eq!(Rule::from(Concurrency::new(4)?).to_string(), "4 at once");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rule::Rate(quota) => fmt::Display::fmt(quota, f),
+            Rule::Window(window) => fmt::Display::fmt(window, f),
+            Rule::Period(period) => fmt::Display::fmt(period, f),
+            Rule::Concurrency(concurrency) => fmt::Display::fmt(concurrency, f),
+        }
+    }
+}
+
 /// The kind of a [`Rule`], as a store says what it can decide
 /// ([`Capabilities::supports`](crate::Capabilities::supports)).
 ///
@@ -264,5 +285,46 @@ fn nominal_quota(rule: &Rule) -> Quota {
         Rule::Period(period) => per(period.limit(), nominal_us(period.unit())),
         // A slot is held as long as its request: a nominal second.
         Rule::Concurrency(concurrency) => per(concurrency.limit(), 1_000_000),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::time::Duration;
+
+    use gcra_core::{Concurrency, Period, PeriodUnit, Quota, Window};
+
+    use super::*;
+
+    #[test]
+    fn every_kind_reads_as_a_person_says_it() {
+        let cases: [(Rule, &str); 7] = [
+            (Quota::per_minute(10).into(), "10 per minute"),
+            (
+                Quota::per_second(100).allow_burst(20).into(),
+                "100 per second, burst 20",
+            ),
+            (
+                Quota::new(3, Duration::from_secs(90)).unwrap().into(),
+                "3 per 90 s",
+            ),
+            (
+                Quota::new(3, Duration::from_millis(1500)).unwrap().into(),
+                "3 per 1.5s",
+            ),
+            (
+                Window::new(5, Duration::from_secs(7200)).unwrap().into(),
+                "5 in any 2 h",
+            ),
+            (
+                Period::new(1000, PeriodUnit::Month, 19_800).unwrap().into(),
+                "1000 per month (UTC+05:30)",
+            ),
+            (Concurrency::new(4).unwrap().into(), "4 at once"),
+        ];
+        for (rule, text) in cases {
+            assert_eq!(rule.to_string(), text);
+        }
     }
 }

@@ -2,13 +2,11 @@
 //! tiers in force. `/status` is drawn from the same value.
 
 use std::any::Any;
-use std::time::Duration;
 
 use serde::Serialize;
 use tower_rate_tier::policy::{
     OnIdentityError, OnMissing, OnStorageError, OnUnknownTier,
 };
-use tower_rate_tier::rules::{PeriodUnit, Rule};
 use tower_rate_tier::storage::StorageExt;
 use tower_rate_tier::{FallbackStorage, RateTier, Tiers};
 
@@ -240,7 +238,7 @@ fn tier_statuses(
             default: default_tier == Some(name),
             kind: rule.map(|r| r.kind().as_str()),
             limit: rule.map(|r| r.limit()),
-            rule: rule.map_or_else(String::new, |r| describe(&r)),
+            rule: rule.map_or_else(String::new, |rule| rule.to_string()),
             last_minute,
             last_hour,
         });
@@ -279,80 +277,6 @@ fn no_checks() -> (TierCounts, TierHour) {
     )
 }
 
-/// A rule, readably: `10 per minute`, `10 per minute, burst 2`, `5 in
-/// any 30 s`, `1000 per month`, `4 at once`.
-///
-/// ```text
-/// Quota::per_minute(10)                      10 per minute
-/// Quota::per_second(100).allow_burst(20)     100 per second, burst 20
-/// Window::new(5, 30 s)                       5 in any 30 s
-/// Period::new(1000, Month, 0)                1000 per month
-/// Concurrency::new(4)                        4 at once
-/// ```
-pub(super) fn describe(rule: &Rule) -> String {
-    match rule {
-        Rule::Rate(quota) => {
-            let mut text =
-                format!("{} per {}", quota.limit(), span(quota.period()));
-            if quota.burst() != quota.limit() {
-                text.push_str(&format!(", burst {}", quota.burst()));
-            }
-            text
-        }
-        Rule::Window(window) => {
-            format!("{} in any {}", window.limit(), span(window.window()))
-        }
-        Rule::Period(period) => {
-            let unit = match period.unit() {
-                PeriodUnit::Day => "day",
-                PeriodUnit::Week => "week",
-                PeriodUnit::Month => "month",
-            };
-            let mut text = format!("{} per {unit}", period.limit());
-            if period.offset_s() != 0 {
-                text.push_str(&format!(
-                    " (UTC{})",
-                    utc_offset(period.offset_s())
-                ));
-            }
-            text
-        }
-        Rule::Concurrency(concurrency) => {
-            format!("{} at once", concurrency.limit())
-        }
-    }
-}
-
-/// A period as a person says it: `second`, `minute`, `hour`, `day`, else
-/// `90 s`, `2 h`, or Rust's `Debug` of it (`1.5s`).
-fn span(period: Duration) -> String {
-    const NAMED: [(u64, &str, &str); 4] = [
-        (86_400, "day", "d"),
-        (3600, "hour", "h"),
-        (60, "minute", "min"),
-        (1, "second", "s"),
-    ];
-    if period.subsec_nanos() == 0 {
-        let secs = period.as_secs();
-        for (unit, name, short) in NAMED {
-            if secs == unit {
-                return name.to_owned();
-            }
-            if secs > 0 && secs.is_multiple_of(unit) {
-                return format!("{} {short}", secs / unit);
-            }
-        }
-    }
-    format!("{period:?}")
-}
-
-/// `+05:30`, `-08:00`.
-fn utc_offset(offset_s: i32) -> String {
-    let sign = if offset_s < 0 { '-' } else { '+' };
-    let abs = offset_s.unsigned_abs();
-    format!("{sign}{:02}:{:02}", abs / 3600, abs % 3600 / 60)
-}
-
 fn on_missing(policy: OnMissing) -> String {
     match policy {
         OnMissing::UseDefault => "the default tier".to_owned(),
@@ -389,44 +313,5 @@ fn on_identity_error(policy: OnIdentityError) -> String {
         }
         OnIdentityError::Allow => "allowed unchecked (fails open)".to_owned(),
         other => format!("{other:?}"),
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use tower_rate_tier::{Concurrency, Period, Quota, Window};
-
-    use super::*;
-
-    #[test]
-    fn rules_read_as_a_person_says_them() {
-        let cases: [(Rule, &str); 7] = [
-            (Quota::per_minute(10).into(), "10 per minute"),
-            (
-                Quota::per_second(100).allow_burst(20).into(),
-                "100 per second, burst 20",
-            ),
-            (
-                Quota::new(3, Duration::from_secs(90)).unwrap().into(),
-                "3 per 90 s",
-            ),
-            (
-                Quota::new(3, Duration::from_millis(1500)).unwrap().into(),
-                "3 per 1.5s",
-            ),
-            (
-                Window::new(5, Duration::from_secs(7200)).unwrap().into(),
-                "5 in any 2 h",
-            ),
-            (
-                Period::new(1000, PeriodUnit::Month, 19_800).unwrap().into(),
-                "1000 per month (UTC+05:30)",
-            ),
-            (Concurrency::new(4).unwrap().into(), "4 at once"),
-        ];
-        for (rule, text) in cases {
-            assert_eq!(describe(&rule), text);
-        }
     }
 }
