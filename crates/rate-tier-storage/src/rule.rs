@@ -86,6 +86,21 @@ pub enum RuleKind {
 }
 
 impl RuleKind {
+    /// Every kind, in the order of their bits in
+    /// [`Capabilities`](crate::Capabilities).
+    ///
+    /// ```
+    /// use rate_tier_storage::{Capabilities, RuleKind};
+    /// let every = Capabilities::new("mine").with_every_kind();
+    /// assert!(RuleKind::ALL.iter().all(|&kind| every.supports(kind)));
+    /// ```
+    pub const ALL: [RuleKind; 4] = [
+        RuleKind::Rate,
+        RuleKind::Window,
+        RuleKind::Period,
+        RuleKind::Concurrency,
+    ];
+
     /// Its name in configuration and messages: `rate`, `window`, `period`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -220,6 +235,26 @@ impl Rule {
                 }
             }
             Rule::Concurrency(_) => 0,
+        }
+    }
+
+    /// Whether a refusal by this rule is told to reset at the instant its
+    /// request may retry rather than when its bucket is full again: a
+    /// window is full again only when its newest request leaves it, and
+    /// when a slot frees no store can foresee. A rate's and a period's two
+    /// instants coincide on a refusal.
+    ///
+    /// ```
+    /// use rate_tier_storage::Rule;
+    /// use gcra_core::{Concurrency, Quota};
+    /// assert!(!Rule::from(Quota::per_minute(10)).resets_at_retry());
+    /// assert!(Rule::from(Concurrency::new(4)?).resets_at_retry());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn resets_at_retry(&self) -> bool {
+        match self {
+            Rule::Rate(_) | Rule::Period(_) => false,
+            Rule::Window(_) | Rule::Concurrency(_) => true,
         }
     }
 

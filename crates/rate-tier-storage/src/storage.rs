@@ -340,10 +340,13 @@ impl Capabilities {
 
     /// The same, deciding every kind.
     #[must_use]
-    pub const fn with_every_kind(self) -> Self {
-        self.with(RuleKind::Window)
-            .with(RuleKind::Period)
-            .with(RuleKind::Concurrency)
+    pub const fn with_every_kind(mut self) -> Self {
+        let mut i = 0;
+        while i < RuleKind::ALL.len() {
+            self = self.with(RuleKind::ALL[i]);
+            i += 1;
+        }
+        self
     }
 
     /// Whether the store decides limits of `kind`; a layer refuses to be
@@ -353,12 +356,7 @@ impl Capabilities {
     }
 
     const fn bit(kind: RuleKind) -> u8 {
-        match kind {
-            RuleKind::Rate => 1,
-            RuleKind::Window => 2,
-            RuleKind::Period => 4,
-            RuleKind::Concurrency => 8,
-        }
+        1 << kind as u8
     }
 }
 

@@ -564,7 +564,8 @@ impl Inner {
                 let now = self.clock.now_us();
                 return Ok(Decided::new(verdict, Some(now), "memory"));
             }
-            Rule::Window(_) => return self.decide_kind_alone(check, out),
+            // Every other kind: the table of kinds (`kinds.rs`).
+            _ => return self.decide_kind_alone(check, out),
         }
         let now;
         (*out, now) = self.decide_rate(

@@ -509,18 +509,14 @@ fn state(
     }
 }
 
-/// When a bucket decided so is told to reset: for a refused window or
-/// concurrency limit the instant its request may retry (the k-th oldest
-/// counted request leaves the window; the retry hint of a slot), not when
-/// it is full again, which a window reaches later and a concurrency limit
-/// cannot foresee. A rate and a period, whose two instants coincide on a
-/// refusal, keep the store's.
+/// When a bucket decided so is told to reset: on a refusal by a rule that
+/// [resets at retry](Rule::resets_at_retry), the instant its request may
+/// retry; else the store's.
 fn reset_after_us(applied: Rule, decision: &Decision) -> u64 {
-    match applied {
-        Rule::Window(_) | Rule::Concurrency(_) if !decision.allowed => {
-            decision.retry_after_us
-        }
-        _ => decision.reset_after_us,
+    if !decision.allowed && applied.resets_at_retry() {
+        decision.retry_after_us
+    } else {
+        decision.reset_after_us
     }
 }
 
