@@ -193,10 +193,8 @@ pub(crate) fn write_span(
             if secs == unit {
                 return f.write_str(name);
             }
-            if let (true, Some(count)) = (
-                secs > 0 && secs.is_multiple_of(unit),
-                secs.checked_div(unit),
-            ) {
+            let whole = secs > 0 && secs.is_multiple_of(unit);
+            if let Some(count) = secs.checked_div(unit).filter(|_| whole) {
                 return write!(f, "{count} {short}");
             }
         }
