@@ -168,7 +168,7 @@ fn a_plan_of_another_kind_beside_a_global_period_is_refused_at_build() {
         layer_of(&tiers, [exports]).unwrap_err(),
         ConfigError::KindsInTwoPartitions {
             limits: ["hobby".into(), "exports".into()],
-            partitions: ["the plan, per user", "global"],
+            partitions: ["the tier, per user", "global"],
             tier: "hobby".into(),
             store: "one-slot",
         }
@@ -243,7 +243,7 @@ async fn a_reload_that_would_make_a_live_layers_limits_meet_is_refused() {
         tiers.try_reload(free_window()).unwrap_err(),
         ConfigError::KindsInTwoPartitions {
             limits: ["free".into(), "logins".into()],
-            partitions: ["the plan, per user", "global"],
+            partitions: ["the tier, per user", "global"],
             tier: "free".into(),
             store: "one-slot",
         }

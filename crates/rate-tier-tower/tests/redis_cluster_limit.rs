@@ -337,7 +337,7 @@ async fn cluster_windows_and_slots_in_two_partitions_are_refused_at_build_and_re
         tiers.try_reload(windowed()).unwrap_err(),
         ConfigError::KindsInTwoPartitions {
             limits: [tier.clone(), logins.name().into()],
-            partitions: ["the plan, per user", "global"],
+            partitions: ["the tier, per user", "global"],
             tier: tier.clone(),
             store: "redis",
         }

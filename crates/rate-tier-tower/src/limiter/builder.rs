@@ -26,7 +26,7 @@ type Listener = Arc<dyn Fn(&LimitEvent) + Send + Sync>;
 #[derive(Default)]
 #[must_use]
 pub struct RateTierBuilder {
-    plans: TiersBuilder,
+    tiers: TiersBuilder,
     storage: Option<Arc<dyn Storage>>,
     clock: Option<SharedClock>,
     key_secret: Option<Vec<u8>>,
@@ -41,7 +41,7 @@ pub struct RateTierBuilder {
 impl std::fmt::Debug for RateTierBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateTierBuilder")
-            .field("plans", &self.plans)
+            .field("tiers", &self.tiers)
             .field("storage", &self.storage)
             .field("key_secret", &self.key_secret.as_ref().map(|_| ".."))
             .field("listeners", &self.listeners.len())
@@ -65,21 +65,21 @@ impl RateTierBuilder {
         name: impl Into<String>,
         rule: impl Into<Rule>,
     ) -> Self {
-        self.plans = self.plans.tier(name, rule);
+        self.tiers = self.tiers.tier(name, rule);
         self
     }
 
     /// The tier for requests without an identity ([`OnMissing::UseDefault`])
     /// and for unknown tiers ([`OnUnknownTier::UseDefault`]).
     pub fn default_tier(mut self, name: impl Into<String>) -> Self {
-        self.plans = self.plans.default_tier(name);
+        self.tiers = self.tiers.default_tier(name);
         self
     }
 
     /// What a request without identity gets. Default: the default tier if
     /// one is set, else 401 Unauthorized.
     pub fn on_missing(mut self, policy: OnMissing) -> Self {
-        self.plans = self.plans.on_missing(policy);
+        self.tiers = self.tiers.on_missing(policy);
         self
     }
 
@@ -87,20 +87,20 @@ impl RateTierBuilder {
     /// tier's quota in the user's own bucket if a default tier is set, else
     /// 403 Forbidden. Never unlimited unless [`OnUnknownTier::Allow`].
     pub fn on_unknown_tier(mut self, policy: OnUnknownTier) -> Self {
-        self.plans = self.plans.on_unknown_tier(policy);
+        self.tiers = self.tiers.on_unknown_tier(policy);
         self
     }
 
     /// What a request gets when the store fails. Default: 503, fail closed.
     pub fn on_storage_error(mut self, policy: OnStorageError) -> Self {
-        self.plans = self.plans.on_storage_error(policy);
+        self.tiers = self.tiers.on_storage_error(policy);
         self
     }
 
     /// What a request gets when its identity lookup fails. Default: 503,
     /// fail closed.
     pub fn on_identity_error(mut self, policy: OnIdentityError) -> Self {
-        self.plans = self.plans.on_identity_error(policy);
+        self.tiers = self.tiers.on_identity_error(policy);
         self
     }
 
@@ -128,7 +128,7 @@ impl RateTierBuilder {
     /// assert_eq!(tiers.quota("free"), Some(Quota::per_minute(10)));
     /// ```
     pub fn tiers(mut self, tiers: TiersBuilder) -> Self {
-        self.plans = tiers;
+        self.tiers = tiers;
         self
     }
 
@@ -302,7 +302,7 @@ impl RateTierBuilder {
     #[track_caller]
     pub fn build(self) -> RateTier {
         match self.try_build() {
-            Ok(tiers) => tiers,
+            Ok(limiter) => limiter,
             Err(error) => panic!("invalid RateTier configuration: {error}"),
         }
     }
@@ -325,7 +325,7 @@ impl RateTierBuilder {
     /// assert!(matches!(err, Err(ConfigError::EmptyKeySecret(_))));
     /// ```
     pub fn try_build(self) -> Result<RateTier, ConfigError> {
-        let plans = self.plans.build()?;
+        let tiers = self.tiers.build()?;
         let key_secret = self.key_secret.map(KeySecret::new).transpose()?;
         let store: Arc<dyn Storage> = match self.storage {
             Some(storage) => storage,
@@ -340,7 +340,7 @@ impl RateTierBuilder {
         let memory = (store.as_ref() as &dyn std::any::Any)
             .downcast_ref::<MemoryStorage>()
             .cloned();
-        check_kinds(&plans, &store)?;
+        check_kinds(&tiers, &store)?;
         if let Some(ratio) = self.near_limit
             && !(ratio > 0.0 && ratio <= 1.0)
         {
@@ -382,8 +382,8 @@ impl RateTierBuilder {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         let answers_ready = store.capabilities().answers_ready;
         let inner = Arc::new(Inner {
-            rates: super::rates::RateTable::new(&plans),
-            plans: ArcSwap::from_pointee(plans),
+            rates: super::rates::RateTable::new(&tiers),
+            tiers: ArcSwap::from_pointee(tiers),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             generation: AtomicU64::new(0),
             store,
@@ -412,10 +412,10 @@ impl RateTierBuilder {
 /// Every tier of `tiers` is of a kind `store` decides: never a rate in its
 /// place.
 pub(super) fn check_kinds(
-    plans: &Tiers,
+    tiers: &Tiers,
     store: &Arc<dyn Storage>,
 ) -> Result<(), ConfigError> {
-    plans
+    tiers
         .kinds()
         .try_for_each(|(tier, kind)| decided_by(store, tier, kind))
 }

@@ -76,8 +76,8 @@ pub struct RateTier {
 }
 
 pub(crate) struct Inner {
-    pub(crate) plans: ArcSwap<Tiers>,
-    /// The rate tiers of `plans`, for the tier's own path.
+    pub(crate) tiers: ArcSwap<Tiers>,
+    /// The rate tiers of `tiers`, for the tier's own path.
     pub(crate) rates: rates::RateTable,
     /// Unique per limiter (never reused, unlike an address): the key of the
     /// thread-local copy of the tiers.
@@ -120,7 +120,7 @@ impl fmt::Debug for RateTier {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let inner = &*self.inner;
         f.debug_struct("RateTier")
-            .field("plans", &*inner.plans.load())
+            .field("tiers", &*inner.tiers.load())
             .field("store", &inner.store)
             .field("key_secret", &inner.key_secret)
             .finish_non_exhaustive()
@@ -135,17 +135,17 @@ impl RateTier {
 
     /// The quota of a configured tier, in the tiers in force now.
     pub fn quota(&self, tier: &str) -> Option<Quota> {
-        self.inner.plans.load().quota(tier)
+        self.inner.tiers.load().quota(tier)
     }
 
     /// The default tier of the tiers in force now, if one is set.
     pub fn default_tier(&self) -> Option<&'static str> {
-        self.inner.plans.load().default_tier()
+        self.inner.tiers.load().default_tier()
     }
 
     /// The tiers in force now.
     pub fn tiers(&self) -> Arc<Tiers> {
-        self.inner.plans.load_full()
+        self.inner.tiers.load_full()
     }
 
     /// The store the limiter uses.
@@ -196,9 +196,9 @@ impl RateTier {
     /// Tiers with a tier of a kind the store does not decide are refused
     /// (the running tiers stay), reported as [`LimitEvent::TiersRefused`]:
     /// see [`RateTier::try_reload`].
-    pub fn reload(&self, plans: Tiers) {
+    pub fn reload(&self, tiers: Tiers) {
         // Reported to the listeners by `try_reload`.
-        let _refused = self.try_reload(plans);
+        let _refused = self.try_reload(tiers);
     }
 
     /// [`RateTier::reload`], with the refusal as an error as well as a
@@ -229,35 +229,38 @@ impl RateTier {
     /// Cluster, a tier that becomes a window, a period or a concurrency
     /// limit beside a live layer's global or keyed limit of those kinds.
     /// Nothing changed.
-    pub fn try_reload(&self, plans: Tiers) -> Result<(), ConfigError> {
-        self.replace_tiers(plans).inspect_err(|error| {
+    pub fn try_reload(&self, tiers: Tiers) -> Result<(), ConfigError> {
+        self.replace_tiers(tiers).inspect_err(|error| {
             self.emit(|| LimitEvent::TiersRefused {
                 error: error.clone(),
             });
         })
     }
 
-    /// `plans` in force, or the reason they cannot be.
-    fn replace_tiers(&self, plans: Tiers) -> Result<(), ConfigError> {
-        builder::check_kinds(&plans, &self.inner.store)?;
-        let tiers = plans.tier_names().map(str::to_owned).collect();
+    /// `tiers` in force, or the reason they cannot be.
+    fn replace_tiers(&self, tiers: Tiers) -> Result<(), ConfigError> {
+        builder::check_kinds(&tiers, &self.inner.store)?;
+        let names = tiers.tier_names().map(str::to_owned).collect();
         let mut fresh = Vec::new();
         // rcu: policies are kept from the tiers actually replaced, even
         // if two reloads race.
-        self.replace_plans(&plans, || {
-            self.inner.plans.rcu(|running| {
-                let mut next = plans.clone();
+        self.swap_tiers(&tiers, || {
+            self.inner.tiers.rcu(|running| {
+                let mut next = tiers.clone();
                 next.keep_policies_of(running);
                 fresh = next.kinds_changed_from(running);
                 next
             });
             // Under the reloads' lock: the last reload's tiers win.
-            self.inner.rates.set(&self.inner.plans.load());
+            self.inner.rates.set(&self.inner.tiers.load());
         })?;
         // After the store: a thread that sees the new generation loads the
         // new tiers.
         self.inner.generation.fetch_add(1, Ordering::Release);
-        self.emit(|| LimitEvent::TiersReloaded { tiers, fresh });
+        self.emit(|| LimitEvent::TiersReloaded {
+            tiers: names,
+            fresh,
+        });
         Ok(())
     }
 
@@ -491,8 +494,8 @@ impl RateTier {
     ) -> Result<(), Error> {
         let secret = self.inner.key_secret.as_ref();
         let tiers: Vec<(&'static rate_tier_storage::LimitName, Rule)> =
-            self.inner.with_plans(|plans| {
-                plans.tiers.iter().map(|t| (t.key, t.rule)).collect()
+            self.inner.with_tiers(|current| {
+                current.tiers.iter().map(|t| (t.key, t.rule)).collect()
             });
         let mut buckets: Vec<BucketCheck<'_>> = Vec::new();
         for (key, rule) in tiers {
@@ -563,7 +566,7 @@ impl Inner {
     /// Runs `f` on the tiers in force, from this thread's copy when it is
     /// current: no atomic read-modify-write on a shared counter.
     #[inline(always)]
-    pub(crate) fn with_plans<R>(&self, f: impl FnOnce(&Tiers) -> R) -> R {
+    pub(crate) fn with_tiers<R>(&self, f: impl FnOnce(&Tiers) -> R) -> R {
         let generation = self.generation.load(Ordering::Acquire);
         let mut f = Some(f);
         let done = TIERS.try_with(|cell| {
@@ -575,15 +578,15 @@ impl Inner {
                 Some((id, seen, _)) if *id == self.id && *seen == generation
             );
             if !current {
-                *slot = Some((self.id, generation, self.plans.load_full()));
+                *slot = Some((self.id, generation, self.tiers.load_full()));
             }
-            let (_, _, plans) = slot.as_ref()?;
+            let (_, _, tiers) = slot.as_ref()?;
             let f = f.take()?;
-            Some(f(plans))
+            Some(f(tiers))
         });
         match (done, f) {
             (Ok(Some(result)), _) => result,
-            (_, Some(f)) => f(&self.plans.load()),
+            (_, Some(f)) => f(&self.tiers.load()),
             (_, None) => unreachable!("`f` runs once: it returned above"),
         }
     }

@@ -41,7 +41,7 @@ impl RateTier {
             return Ok(None);
         }
         let mut layers = self.inner.layers.lock();
-        check(store, &self.inner.plans.load(), limits)?;
+        check(store, &self.inner.tiers.load(), limits)?;
         let kept: Arc<[Limit]> = limits.into();
         layers.retain(|layer| layer.strong_count() > 0);
         layers.push(Arc::downgrade(&kept));
@@ -51,14 +51,14 @@ impl RateTier {
     /// Checks `tiers` against the limits of every live layer, and then
     /// runs `replace` (which puts them in force) before any layer can take
     /// another limit.
-    pub(crate) fn replace_plans<R>(
+    pub(crate) fn swap_tiers<R>(
         &self,
-        plans: &Tiers,
+        tiers: &Tiers,
         replace: impl FnOnce() -> R,
     ) -> Result<R, ConfigError> {
         let layers = self.inner.layers.lock();
         for limits in layers.iter().filter_map(Weak::upgrade) {
-            check(&self.inner.store, plans, &limits)?;
+            check(&self.inner.store, tiers, &limits)?;
         }
         Ok(replace())
     }
@@ -78,16 +78,16 @@ impl Layers {
 /// apply to every request (a `when` is not known before one).
 pub(crate) fn check(
     store: &Arc<dyn Storage>,
-    plans: &Tiers,
+    tiers: &Tiers,
     limits: &[Limit],
 ) -> Result<(), ConfigError> {
     if store.capabilities().spans_partitions {
         return Ok(());
     }
-    for tier in &plans.tiers {
+    for tier in &tiers.tiers {
         let plan = (tier.rule.kind() != RuleKind::Rate).then_some((
             tier.name,
-            "the plan, per user",
+            "the tier, per user",
             &Scope::User,
         ));
         let mut others = plan.into_iter().chain(

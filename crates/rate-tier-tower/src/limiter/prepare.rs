@@ -174,12 +174,12 @@ struct Resolved {
 }
 
 impl Resolved {
-    fn of(plans: &Tiers, tier: &Tier) -> Self {
+    fn of(tiers: &Tiers, tier: &Tier) -> Self {
         Resolved {
             name: tier.name,
             key: tier.key,
             rule: tier.rule,
-            on_storage_error: plans.on_storage_error,
+            on_storage_error: tiers.on_storage_error,
         }
     }
 }
@@ -200,7 +200,7 @@ impl RateTier {
         // (names are interned): a few words cross it, not the decision.
         let (user, tier) = self
             .inner
-            .with_plans(|plans| self.resolve(plans, ask, events))?;
+            .with_tiers(|tiers| self.resolve(tiers, ask, events))?;
         prepared.tier = tier.name;
         prepared.user = user;
         prepared.cost = ask.cost;
@@ -307,7 +307,7 @@ impl RateTier {
     /// identity and unknown-tier policies.
     fn resolve<'a>(
         &self,
-        plans: &Tiers,
+        tiers: &Tiers,
         ask: &Ask<'a>,
         events: &mut Events,
     ) -> Result<(&'a str, Resolved), Ruling> {
@@ -315,13 +315,13 @@ impl RateTier {
             Some(identity) => identity,
             None => {
                 events.push(|| LimitEvent::MissingIdentity);
-                match (plans.on_missing, plans.default_entry()) {
+                match (tiers.on_missing, tiers.default_entry()) {
                     (OnMissing::Deny(status), _) => {
                         return Err(Ruling::Denied(status));
                     }
                     // One shared bucket: `user` "" is never an identity.
                     (OnMissing::UseDefault, Some(default)) => {
-                        return Ok(("", Resolved::of(plans, default)));
+                        return Ok(("", Resolved::of(tiers, default)));
                     }
                     (OnMissing::UseDefault, None) => {
                         return Err(Ruling::Denied(StatusCode::UNAUTHORIZED));
@@ -329,18 +329,18 @@ impl RateTier {
                 }
             }
         };
-        if let Some(found) = plans.find(claimed) {
-            return Ok((user, Resolved::of(plans, found)));
+        if let Some(found) = tiers.find(claimed) {
+            return Ok((user, Resolved::of(tiers, found)));
         }
-        let policy = plans.on_unknown_tier;
+        let policy = tiers.on_unknown_tier;
         events.push(|| LimitEvent::UnknownTier {
             user_id: UserId::from(user),
             tier: claimed.to_owned(),
             policy,
         });
-        match (policy, plans.default_entry()) {
+        match (policy, tiers.default_entry()) {
             (OnUnknownTier::UseDefault, Some(default)) => {
-                Ok((user, Resolved::of(plans, default)))
+                Ok((user, Resolved::of(tiers, default)))
             }
             (OnUnknownTier::Allow, _) => Err(Ruling::Unlimited),
             // Deny, or UseDefault without a default (refused at build time).

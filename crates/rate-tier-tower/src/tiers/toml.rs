@@ -364,8 +364,8 @@ mod tests {
     use crate::Tiers;
 
     fn rule(toml: &str) -> Result<Option<Rule>, TiersError> {
-        let plans = Tiers::builder().from_toml(toml)?.build();
-        Ok(plans.ok().and_then(|plans| plans.rule("t")))
+        let tiers = Tiers::builder().from_toml(toml)?.build();
+        Ok(tiers.ok().and_then(|tiers| tiers.rule("t")))
     }
 
     fn error(toml: &str) -> (usize, String) {
