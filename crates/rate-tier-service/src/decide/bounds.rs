@@ -44,7 +44,7 @@ pub enum Incoming {
     /// Within the bounds: decoded whole, to decide.
     Request(RateLimitRequest),
     /// Beyond a bound: nothing of it was kept; answered by
-    /// [`Decider::oversized`].
+    /// [`Decider::oversized`](super::Decider::oversized).
     Oversized(Oversized),
 }
 
