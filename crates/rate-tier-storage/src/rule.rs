@@ -3,7 +3,9 @@
 
 use std::fmt;
 
-use gcra_core::{CheckError, Concurrency, Period, PeriodUnit, Quota, Window};
+use gcra_core::{
+    CheckError, Concurrency, Lease, Period, PeriodUnit, Quota, Window,
+};
 
 /// What one bucket enforces: a GCRA rate ([`Quota`]), an exact sliding
 /// window ([`Window`]), a calendar period ([`Period`]) or a number of
@@ -320,6 +322,59 @@ fn nominal_quota(rule: &Rule) -> Quota {
         Rule::Period(period) => per(period.limit(), nominal_us(period.unit())),
         // A slot is held as long as its request: a nominal second.
         Rule::Concurrency(concurrency) => per(concurrency.limit(), 1_000_000),
+    }
+}
+
+/// One number of a rule as the stores' scripts read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ScriptArg {
+    /// A number as it is.
+    Number(i128),
+    /// A request's slot id, all 64 bits of it (PostgreSQL's `int8` takes
+    /// them as they are).
+    SlotId(u64),
+}
+
+/// A rule as `decide_mixed.lua` and `_decide_mixed` (migration.sql) read
+/// it: a tag (0 rate, 1 window, 2 period, 3 concurrency) and three numbers.
+/// A rate's are those of `rate` (the charge's quota) and a concurrency
+/// limit's end with the store's lease and the request's slot id.
+pub(crate) fn script_rule(
+    rule: &Rule,
+    rate: Quota,
+    lease: Lease,
+    slot_id: u64,
+) -> [ScriptArg; 4] {
+    use ScriptArg::Number;
+    match rule {
+        Rule::Rate(_) => [
+            Number(0),
+            Number(rate.emission_interval_us().into()),
+            Number(rate.burst_offset_us().into()),
+            Number(rate.max_debt_us().into()),
+        ],
+        Rule::Window(window) => [
+            Number(1),
+            Number(window.limit().into()),
+            Number(window.window_us().into()),
+            Number(0),
+        ],
+        Rule::Period(period) => [
+            Number(2),
+            Number(period.limit().into()),
+            Number(match period.unit() {
+                PeriodUnit::Day => 0,
+                PeriodUnit::Week => 1,
+                PeriodUnit::Month => 2,
+            }),
+            Number(period.offset_s().into()),
+        ],
+        Rule::Concurrency(concurrency) => [
+            Number(3),
+            Number(concurrency.limit().into()),
+            Number(lease.lease_us().into()),
+            ScriptArg::SlotId(slot_id),
+        ],
     }
 }
 

@@ -6,12 +6,13 @@ use gcra_core::{Adjust, Lease, Quota};
 
 use crate::bucket::BucketCheck;
 use crate::key::KeyLayout;
-use crate::rule::Rule;
+use crate::rule::{Rule, ScriptArg, script_rule};
 use crate::storage::StorageError;
 
 /// `v` as an `int8`, or a protocol error: every argument is checked, none
 /// wraps.
-pub(super) fn int8(v: u64) -> Result<i64, StorageError> {
+pub(super) fn int8(v: impl Into<i128>) -> Result<i64, StorageError> {
+    let v = v.into();
     i64::try_from(v).map_err(|_| {
         StorageError::Protocol(format!(
             "argument {v} is beyond PostgreSQL's int8"
@@ -25,33 +26,15 @@ pub(super) fn mixed_args(
     check: &BucketCheck<'_>,
     lease: Lease,
 ) -> Result<[i64; 6], StorageError> {
-    let [tag, a, b, c] = match check.rule() {
-        Rule::Rate(quota) => [
-            0,
-            int8(quota.emission_interval_us())?,
-            int8(quota.burst_offset_us())?,
-            int8(quota.max_debt_us())?,
-        ],
-        Rule::Window(window) => {
-            [1, i64::from(window.limit()), int8(window.window_us())?, 0]
-        }
-        Rule::Period(period) => [
-            2,
-            i64::from(period.limit()),
-            match period.unit() {
-                gcra_core::PeriodUnit::Day => 0,
-                gcra_core::PeriodUnit::Week => 1,
-                gcra_core::PeriodUnit::Month => 2,
-            },
-            i64::from(period.offset_s()),
-        ],
-        Rule::Concurrency(concurrency) => [
-            3,
-            i64::from(concurrency.limit()),
-            int8(lease.lease_us())?,
-            slot_id(check.lease()),
-        ],
-    };
+    let mut args = [0; 4];
+    let wire = script_rule(&check.rule(), check.quota(), lease, check.lease());
+    for (arg, wire) in args.iter_mut().zip(wire) {
+        *arg = match wire {
+            ScriptArg::Number(n) => int8(n)?,
+            ScriptArg::SlotId(id) => slot_id(id),
+        };
+    }
+    let [tag, a, b, c] = args;
     Ok([
         tag,
         a,

@@ -18,14 +18,14 @@ use std::time::Duration;
 
 use ::redis::{Cmd, Script, Value};
 use gcra_core::{
-    Adjust, Charge, Decision, JointReservation, Lease, MAX_TIME_US, PeriodUnit,
-    Quota, StoreTat,
+    Adjust, Charge, Decision, JointReservation, Lease, MAX_TIME_US, Quota,
+    StoreTat,
 };
 use smallvec::SmallVec;
 
 use super::backend;
 use crate::bucket::script_args;
-use crate::rule::Rule;
+use crate::rule::{Rule, ScriptArg, script_rule};
 use crate::storage::StorageError;
 
 /// The source of `gcra.lua`.
@@ -180,33 +180,11 @@ impl<'k> Call<'k> {
             .zip(rules)
             .zip(ids.iter().copied().chain(std::iter::repeat(0)))
             .flat_map(|((charge, rule), id)| {
-                let [tag, a, b, c] = match rule {
-                    Rule::Window(window) => {
-                        [1, window.limit().into(), window.window_us().into(), 0]
-                    }
-                    Rule::Period(period) => [
-                        2,
-                        period.limit().into(),
-                        match period.unit() {
-                            PeriodUnit::Day => 0,
-                            PeriodUnit::Week => 1,
-                            PeriodUnit::Month => 2,
-                        },
-                        period.offset_s().into(),
-                    ],
-                    Rule::Concurrency(concurrency) => [
-                        3,
-                        concurrency.limit().into(),
-                        lease.lease_us().into(),
-                        id.into(),
-                    ],
-                    Rule::Rate(_) => [
-                        0,
-                        charge.quota.emission_interval_us().into(),
-                        charge.quota.burst_offset_us().into(),
-                        charge.quota.max_debt_us().into(),
-                    ],
-                };
+                let [tag, a, b, c] = script_rule(rule, charge.quota, lease, id)
+                    .map(|arg| match arg {
+                        ScriptArg::Number(n) => n,
+                        ScriptArg::SlotId(id) => i128::from(id),
+                    });
                 [tag, a, b, c, charge.cost.into(), i128::from(charge.shadow)]
             })
             .collect();
@@ -552,6 +530,8 @@ fn integers(
 
 #[cfg(test)]
 mod tests {
+    use gcra_core::PeriodUnit;
+
     use super::*;
     use sha1::{Digest, Sha1};
 
