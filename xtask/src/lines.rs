@@ -94,9 +94,14 @@ fn count(language: Language, lines: &[&str]) -> Count {
     count
 }
 
+/// Whether an attribute gates its item to tests alone: `cfg(test)`,
+/// `cfg(doctest)`, `cfg(all(test, ..))`; not `not(test)` nor `any(test, ..)`,
+/// which also build outside tests.
 fn is_test_cfg(line: &str) -> bool {
     let line = line.trim();
     line.starts_with("#[cfg(")
+        && !line.contains("not(")
+        && !line.contains("any(")
         && (line.contains("(test")
             || line.contains(" test")
             || line.contains("doctest"))
@@ -372,6 +377,25 @@ impl Kept {
             ),
             (1, 5)
         );
+    }
+
+    #[test]
+    fn only_attributes_that_build_for_tests_alone_count_as_tests() {
+        for gated in [
+            "#[cfg(test)]",
+            "#[cfg(doctest)]",
+            "#[cfg(all(test, trt_loom))]",
+        ] {
+            assert!(is_test_cfg(gated), "{gated}");
+        }
+        for kept in [
+            "#[cfg(not(test))]",
+            "#[cfg(any(test, feature = \"x\"))]",
+            "#[cfg(feature = \"test-support\")]",
+            "#[cfg_attr(test, derive(Debug))]",
+        ] {
+            assert!(!is_test_cfg(kept), "{kept}");
+        }
     }
 
     #[test]
