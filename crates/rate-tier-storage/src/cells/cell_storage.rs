@@ -1,14 +1,13 @@
 //! [`CellStorage`]: every kind of limit decided with gcra-core over
 //! [`Cells`] (see the [module docs](super)).
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use gcra_core::{Decision, Lease, MAX_TIME_US};
 
 use super::codec::State;
-use super::judge::Next;
+use super::judge::{self, Next};
 use super::{CellWrite, Cells, Change, Snapshot};
 use crate::bucket::{BucketCancel, BucketCheck, BucketSettle};
 use crate::clock::{Clock, SharedClock, SystemClock};
@@ -20,7 +19,7 @@ use crate::storage::{
 };
 
 /// A store that decides every kind of limit with gcra-core over
-/// [`Cells`]: see the [module docs](self).
+/// [`Cells`]: see the [module docs](crate::cells).
 ///
 /// Time is its [`Clock`]'s, by default the [`SystemClock`]: the instances
 /// that share the cells decide at their own times, so their clocks must
