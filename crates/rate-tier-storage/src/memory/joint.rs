@@ -706,7 +706,7 @@ mod loom_model {
     use loom::sync::Arc;
     use loom::thread;
 
-    use super::super::decide_in_place;
+    use super::super::decide::decide_in_place;
     use super::super::table::{LOCKED, NO_TAT};
     use super::{RateCharge, charge_cells, decide_locked};
     use crate::bucket::{BucketCheck, LimitName};
