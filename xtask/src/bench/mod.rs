@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | `check` (criterion) | gcra-core decision; `RateTier::check` in memory; a check in a flooded full store | governor's keyed limiter; the unflooded check |
 //! | `limits` (criterion) | one decision over 3 limits of a user, in memory | the plan alone |
+//! | `instructions` (callgrind) | instructions per check (one key, 100k keys, 3 limits, the store alone) and per HTTP request through axum in process | governor's `check_key`; the plan alone; tower_governor's layer, no layer |
 //! | `kinds` (storage, criterion) | a decision with one window (N = 100), one period, a concurrency slot taken and given back, in memory and on a throwaway Redis | one GCRA rate check of the same store |
 //! | `reserve` (storage, criterion) | a reservation that does not wait (`Storage::reserve`), of one bucket and of two, in memory and on a throwaway Redis | a check of the same buckets |
 //! | `shaper` (the example) | calls/s an upstream sees from 2 worker processes shaped through one quota on a throwaway Redis | the quota |
@@ -132,6 +133,7 @@ pub(crate) fn bench(
         postgres: runner::postgres(&plan, &tools, &built, &results_dir),
         memory: runner::memory(&plan, &built, &results_dir),
         memory_peer: runner::memory_peer(&plan, &built, &results_dir),
+        instructions: runner::instructions(&tools, &built, &results_dir),
     };
     let run_time = runs_started.elapsed();
 

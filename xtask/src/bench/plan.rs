@@ -15,6 +15,7 @@ use crate::redis;
 pub(crate) enum Part {
     Check,
     Limits,
+    Instructions,
     Kinds,
     Reserve,
     Shaper,
@@ -29,9 +30,10 @@ pub(crate) enum Part {
 }
 
 /// Every part with its name, in the table's order.
-pub(crate) const PARTS: [(Part, &str); 13] = [
+pub(crate) const PARTS: [(Part, &str); 14] = [
     (Part::Check, "check"),
     (Part::Limits, "limits"),
+    (Part::Instructions, "instructions"),
     (Part::Kinds, "kinds"),
     (Part::Reserve, "reserve"),
     (Part::Shaper, "shaper"),
@@ -197,6 +199,9 @@ pub(crate) struct Tools {
     /// Kuadrant's `limitador-server`, or why there is none (and how to
     /// build it).
     pub(crate) limitador: std::result::Result<PathBuf, String>,
+    /// valgrind, which counts the instructions part's instructions, or
+    /// why there is none.
+    pub(crate) valgrind: std::result::Result<PathBuf, String>,
 }
 
 impl Tools {
@@ -242,11 +247,20 @@ impl Tools {
                 "xtask: ****** the service is NOT compared with limitador-server: {why} ******"
             );
         }
+        let valgrind = find_on_path("valgrind").ok_or_else(|| {
+            "`valgrind` is not on PATH (`apt-get install valgrind` on \
+             Debian/Ubuntu)"
+                .to_owned()
+        });
+        if let (Err(why), true) = (&valgrind, plan.runs(Part::Instructions)) {
+            println!("xtask: the instruction counts are skipped: {why}");
+        }
         Tools {
             wrk,
             redis,
             postgres,
             limitador,
+            valgrind,
         }
     }
 }

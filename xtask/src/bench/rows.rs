@@ -6,8 +6,8 @@
 //! here, in [`sections`]).
 
 use rate_tier_bench_results::{
-    GovernorMemoryResults, HttpResults, Latency, MemoryResults,
-    PostgresResults, RedisResults, ShaperResults, VersusRound,
+    GovernorMemoryResults, HttpResults, InstructionsResults, Latency,
+    MemoryResults, PostgresResults, RedisResults, ShaperResults, VersusRound,
 };
 
 use super::goal::{Goal, GoalId};
@@ -31,6 +31,8 @@ pub(crate) struct Results {
     pub(crate) redis_cpu: Outcome<RedisCpu>,
     pub(crate) memory: Outcome<MemoryResults>,
     pub(crate) memory_peer: Outcome<GovernorMemoryResults>,
+    /// Instructions counted by callgrind.
+    pub(crate) instructions: Outcome<InstructionsResults>,
     /// The standalone service's RLS part.
     pub(crate) rls: Outcome<Rls>,
     /// The service against limitador-server.
@@ -199,6 +201,7 @@ pub(crate) fn sections(results: &Results) -> Vec<(Part, Vec<Row>)> {
     vec![
         (Part::Check, hot_path(results)),
         (Part::Limits, limits(results)),
+        (Part::Instructions, instructions(&results.instructions)),
         (Part::Kinds, kinds(results)),
         (Part::Reserve, reserve(results)),
         (Part::Shaper, shaper(&results.shaper)),
@@ -334,6 +337,76 @@ fn limits(results: &Results) -> Vec<Row> {
     }
     rows.push(store);
     rows
+}
+
+/// Instructions per check, and per request, counted by callgrind.
+fn instructions(counted: &Outcome<InstructionsResults>) -> Vec<Row> {
+    let label = |what: &str| format!("Instructions (callgrind), {what}");
+    let mut one_key = Row::judged_by(
+        label("memory, 1 hot key: `RateTier::check` vs governor's `check_key`"),
+        GoalId::InstructionsVsGovernor,
+    );
+    let mut many_keys = Row::judged_by(
+        label(
+            "memory, 100k keys round-robin: `RateTier::check` vs governor's \
+             `check_key`",
+        ),
+        GoalId::InstructionsVsGovernor,
+    );
+    let mut three = Row::judged_by(
+        label(
+            "memory, 1 hot user: plan + 2 `Limit`s in one `RateTier::decide` \
+             vs the plan alone",
+        ),
+        GoalId::InstructionsThreeLimits,
+    );
+    let mut store = Row::info(
+        label(
+            "memory, 1 hot key: the store alone (`MemoryStorage::check_sync`) vs governor's `check_key`",
+        ),
+        "(info)",
+    );
+    let mut http = Row::judged_by(
+        label(
+            "HTTP through axum in process: `TierLimitLayer` vs tower_governor",
+        ),
+        GoalId::InstructionsHttpVsGovernor,
+    );
+    let mut layer = Row::info(
+        label("HTTP through axum in process: `TierLimitLayer` vs no layer"),
+        "(info)",
+    );
+    let counted = match counted {
+        Ok(counted) => counted,
+        Err(why) => {
+            return [one_key, many_keys, three, store, http, layer]
+                .map(|row| row.without(why))
+                .into();
+        }
+    };
+    let count = |n: f64, unit: &str| format!("{n:.1} {unit}");
+    let pairs = [
+        (&mut one_key, counted.ours_one_key, counted.governor_one_key),
+        (
+            &mut many_keys,
+            counted.ours_100k_keys,
+            counted.governor_100k_keys,
+        ),
+        (&mut three, counted.ours_three_limits, counted.ours_one_key),
+        (&mut store, counted.store_one_key, counted.governor_one_key),
+        (&mut http, counted.http_ours, counted.http_governor),
+        (&mut layer, counted.http_ours, counted.http_no_layer),
+    ];
+    for (row, ours, peer) in pairs {
+        if let (Some(ours), Some(peer)) = (ours, peer) {
+            row.figures(
+                count(ours, "instr."),
+                count(peer, "instr."),
+                Some(ours / peer),
+            );
+        }
+    }
+    vec![one_key, many_keys, three, store, http, layer]
 }
 
 /// A store of the kinds rows.
@@ -1344,7 +1417,63 @@ mod tests {
                  cargo build --release -p limitador-server"
                 .to_owned()),
             postgres: Err("skipped: no pgbench".to_owned()),
+            instructions: Err("skipped: `valgrind` is not on PATH".to_owned()),
         }
+    }
+
+    #[test]
+    fn the_instruction_rows_judge_ours_against_each_peer() {
+        let mut results = results(Err("skipped: no redis-server".to_owned()));
+        let statuses = |results: &Results| -> Vec<(String, Status)> {
+            rows(results)
+                .into_iter()
+                .filter(|row| row.metric.starts_with("Instructions"))
+                .map(|row| (row.metric.clone(), row.status()))
+                .collect()
+        };
+        let skipped = statuses(&results);
+        assert_eq!(skipped.len(), 6);
+        let why =
+            Status::NoFigure("skipped: `valgrind` is not on PATH".to_owned());
+        assert!(skipped.iter().all(|(_, status)| *status == why));
+
+        results.instructions = Ok(InstructionsResults {
+            ours_one_key: Some(330.0),
+            governor_one_key: Some(377.0),
+            ours_100k_keys: Some(611.5),
+            governor_100k_keys: Some(406.9),
+            ours_three_limits: Some(800.0),
+            store_one_key: Some(365.6),
+            http_ours: Some(13_443.0),
+            http_governor: Some(13_305.0),
+            http_no_layer: Some(7_580.0),
+            ..InstructionsResults::default()
+        });
+        let counted = statuses(&results);
+        let status = |prefix: &str| {
+            counted
+                .iter()
+                .find(|(metric, _)| metric.contains(prefix))
+                .map(|(_, status)| status.clone())
+                .unwrap()
+        };
+        // 330 / 377 = 0.875 meets ≤ 0.9; 611.5 / 406.9 = 1.50 does not.
+        assert_eq!(status("1 hot key: `RateTier::check`"), Status::Met);
+        assert_eq!(status("100k keys"), Status::NotMet);
+        // 800 / 330 = 2.42 < 2.5.
+        assert_eq!(status("plan + 2"), Status::Met);
+        // 13,443 / 13,305 = 1.010 > 0.95.
+        assert_eq!(status("vs tower_governor"), Status::NotMet);
+        assert_eq!(status("the store alone"), Status::Info);
+        assert_eq!(status("vs no layer"), Status::Info);
+        let three = rows(&results)
+            .into_iter()
+            .find(|row| {
+                row.metric.contains("plan + 2 `Limit`s in one")
+                    && row.metric.starts_with("Instructions")
+            })
+            .unwrap();
+        assert_eq!(three.ratio, Some(800.0 / 330.0));
     }
 
     #[test]

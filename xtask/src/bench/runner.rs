@@ -10,8 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use rate_tier_bench_results::{
-    GovernorMemoryResults, HttpResults, LimitadorResults, MemoryResults,
-    PostgresResults, RedisResults, ResultsFile, RlsResults, ShaperResults,
+    GovernorMemoryResults, HttpResults, InstructionsResults, LimitadorResults,
+    MemoryResults, PostgresResults, RedisResults, ResultsFile, RlsResults,
+    ShaperResults,
 };
 use serde_json::Value;
 
@@ -36,7 +37,10 @@ pub(crate) const CRITERION_BENCHES: [Target; 5] = [
     (STORAGE_PACKAGE, "redis", RESERVE_BENCH),
 ];
 /// The package's other bench targets (harness = false).
-pub(crate) const OTHER_BENCHES: [&str; 3] = ["http", "redis_store", "memory"];
+pub(crate) const OTHER_BENCHES: [&str; 4] =
+    ["http", "redis_store", "memory", INSTRUCTIONS_BENCH];
+/// The target that counts instructions per check under callgrind.
+const INSTRUCTIONS_BENCH: &str = "instructions";
 /// The standalone service's package, and its bench target (no features).
 const SERVICE_PACKAGE: &str = "rate-tier-service";
 pub(crate) const RLS_BENCH: &str = "rls";
@@ -279,6 +283,30 @@ pub(crate) fn http(
         http = http.arg("--wrk").arg(wrk);
     }
     results_target(http, results_dir)
+}
+
+/// Instructions per check and per request, counted by callgrind (the
+/// bench runs itself under valgrind, one case at a time, on the same keys
+/// as check.rs, limits.rs and http.rs).
+pub(crate) fn instructions(
+    tools: &Tools,
+    built: &Built,
+    results_dir: &Path,
+) -> Outcome<InstructionsResults> {
+    let exe = built.exe(INSTRUCTIONS_BENCH)?;
+    // The bench runs the `valgrind` on PATH, the one found.
+    tools
+        .valgrind
+        .as_ref()
+        .map_err(|why| format!("skipped: {why}"))?;
+    let results: InstructionsResults =
+        results_target(Cmd::new(exe), results_dir)?;
+    if results.ours_one_key.is_none() {
+        return Err("callgrind counted nothing (see the bench's output \
+                    above)"
+            .to_owned());
+    }
+    Ok(results)
 }
 
 /// `RedisStorage` checks/s against redis-benchmark, on a throwaway Redis.
