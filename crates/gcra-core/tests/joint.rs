@@ -199,6 +199,38 @@ proptest! {
         prop_assert!(!quota.check(tat, now, 1).unwrap().allowed);
     }
 
+    /// What a charge would have met, told from a peek of its bucket alone
+    /// (a store that read a bucket instead of charging it): the refusal a
+    /// real check of the same bucket at the same time gives (the same wait,
+    /// the same time to full), or the peek itself when the check passes.
+    #[test]
+    fn would_meet_answers_as_the_check_it_stands_for(
+        p in params(),
+        now in 0u64..1_000_000_000,
+        raw in prop::option::of(any::<u64>()),
+        cost in prop_oneof![Just(0u32), 1u32..=4, 1u32..=40],
+    ) {
+        let quota = p.quota();
+        let cost = cost.min(p.burst());
+        let tat = stored_near(i128::from(now), p.tau(), raw);
+        let peek = quota.peek(tat, now).unwrap();
+        let would = Charge::new(quota, cost).would_meet(&peek);
+        if cost == 0 {
+            prop_assert_eq!(would, peek);
+            return Ok(());
+        }
+        let real = quota.check(tat, now, cost).unwrap();
+        prop_assert_eq!(would.allowed, real.allowed);
+        if real.allowed {
+            prop_assert_eq!(would, peek);
+        } else {
+            prop_assert_eq!(would.retry_after_us, real.retry_after_us);
+            prop_assert_eq!(would.reset_after_us, real.reset_after_us);
+            prop_assert_eq!(would.remaining, real.remaining);
+            prop_assert!(would.store.is_none());
+        }
+    }
+
     /// Settling: a charge moves the TAT by exactly `T * n` up to the
     /// ceiling, never refusing; a refund by exactly `T * n` down to now; the
     /// write is what the store must hold, and the next check waits for it.

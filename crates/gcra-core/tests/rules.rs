@@ -909,3 +909,19 @@ fn the_last_instant_is_decided_and_the_next_is_a_typed_error() {
         Err(CheckError::TimeOutOfRange)
     );
 }
+
+#[test]
+fn the_burst_and_the_debt_are_kept_whichever_is_set_first() {
+    let debt = Duration::from_secs(5);
+    let debt_first = Quota::per_second(10).allow_debt(debt).allow_burst(2);
+    let burst_first = Quota::per_second(10).allow_burst(2).allow_debt(debt);
+    assert_eq!(debt_first, burst_first);
+    assert_eq!(
+        (debt_first.burst(), debt_first.max_debt_us()),
+        (2, 5 * SECOND)
+    );
+    // A share of it, as a fallback applies it during an outage, keeps the
+    // debt too.
+    assert_eq!(debt_first.divided(2).max_debt_us(), 5 * SECOND);
+    assert_eq!(debt_first.divided(2).burst(), 1);
+}
