@@ -3,9 +3,7 @@
 
 use std::fmt;
 
-use gcra_core::{
-    CheckError, Concurrency, Lease, Period, PeriodUnit, Quota, Window,
-};
+use gcra_core::{CheckError, Concurrency, Period, PeriodUnit, Quota, Window};
 
 /// What one bucket enforces: a GCRA rate ([`Quota`]), an exact sliding
 /// window ([`Window`]), a calendar period ([`Period`]) or a number of
@@ -326,6 +324,7 @@ fn nominal_quota(rule: &Rule) -> Quota {
 }
 
 /// One number of a rule as the stores' scripts read it.
+#[cfg(any(feature = "redis", feature = "postgres"))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ScriptArg {
     /// A number as it is.
@@ -339,10 +338,11 @@ pub(crate) enum ScriptArg {
 /// it: a tag (0 rate, 1 window, 2 period, 3 concurrency) and three numbers.
 /// A rate's are those of `rate` (the charge's quota) and a concurrency
 /// limit's end with the store's lease and the request's slot id.
+#[cfg(any(feature = "redis", feature = "postgres"))]
 pub(crate) fn script_rule(
     rule: &Rule,
     rate: Quota,
-    lease: Lease,
+    lease: gcra_core::Lease,
     slot_id: u64,
 ) -> [ScriptArg; 4] {
     use ScriptArg::Number;
