@@ -15,7 +15,7 @@ use crate::key::KeyLayout;
 use crate::rule::{Rule, RuleKind};
 use crate::storage::{
     Adjustment, Answer, Capabilities, Decided, Mode, Storage, StorageError,
-    micros, only_rates, validate,
+    only_rates, validate, validate_reservation,
 };
 
 /// A store that decides every kind of limit with gcra-core over
@@ -253,9 +253,7 @@ impl<C: Cells> CellStorage<C> {
         max_wait: Duration,
         out: &mut [Decision],
     ) -> Result<Decided, StorageError> {
-        validate(checks, out)?;
-        only_rates(checks)?;
-        let max_wait_us = micros(max_wait);
+        let max_wait_us = validate_reservation(checks, out, max_wait)?;
         let (joint, now) = self
             .transact(checks.iter(), |states, now| {
                 judge::reserve(checks, states, now, max_wait_us, out)

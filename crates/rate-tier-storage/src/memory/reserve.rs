@@ -13,7 +13,7 @@ use gcra_core::{Decision, Verdict, Write};
 use super::joint::{Judge, Reserving};
 use super::{Inner, MemoryStorage, read, rewrite_in_place};
 use crate::bucket::{BucketCancel, BucketCheck};
-use crate::storage::{Decided, StorageError, micros, only_rates, validate};
+use crate::storage::{Decided, StorageError, only_rates, validate_reservation};
 use crate::sync::AtomicU64;
 
 impl MemoryStorage {
@@ -68,12 +68,11 @@ impl Inner {
         max_wait: Duration,
         out: &mut [Decision],
     ) -> Result<Decided, StorageError> {
-        validate(checks, out)?;
-        only_rates(checks)?;
+        let max_wait_us = validate_reservation(checks, out, max_wait)?;
         let now = self.clock.now_us();
         let joint = Cell::new(None);
         let judge = Reserving {
-            max_wait_us: micros(max_wait),
+            max_wait_us,
             joint: &joint,
         };
         match (checks, &mut *out) {

@@ -19,7 +19,7 @@ use super::schema::Schema;
 use super::{InvalidTable, PostgresStorage};
 use crate::bucket::{BucketCancel, BucketCheck};
 use crate::key::KeyLayout;
-use crate::storage::{Decided, StorageError, micros, only_rates, validate};
+use crate::storage::{Decided, StorageError, only_rates, validate_reservation};
 
 impl PostgresStorage {
     /// The statement of a reservation: `$1` the keys, `$2` 5 arguments per
@@ -178,9 +178,7 @@ impl PostgresStorage {
         max_wait: Duration,
         out: &mut [Decision],
     ) -> Result<Decided, StorageError> {
-        validate(checks, out)?;
-        only_rates(checks)?;
-        let max_wait_us = micros(max_wait);
+        let max_wait_us = validate_reservation(checks, out, max_wait)?;
         if checks.is_empty() {
             return Ok(Decided::reserved_at_once(max_wait_us, "postgres"));
         }

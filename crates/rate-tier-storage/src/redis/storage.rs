@@ -19,7 +19,7 @@ use crate::key;
 use crate::rule::Rule;
 use crate::storage::{
     Adjustment, Answer, Capabilities, Decided, Mode, Storage, StorageError,
-    micros, only_rates, validate,
+    only_rates, validate, validate_reservation,
 };
 
 impl RedisStorage {
@@ -300,9 +300,7 @@ impl RedisStorage {
         max_wait: Duration,
         out: &mut [Decision],
     ) -> Result<Decided, StorageError> {
-        validate(checks, out)?;
-        only_rates(checks)?;
-        let max_wait_us = micros(max_wait);
+        let max_wait_us = validate_reservation(checks, out, max_wait)?;
         if checks.is_empty() {
             return Ok(Decided::reserved_at_once(max_wait_us, "redis"));
         }

@@ -297,6 +297,18 @@ pub(crate) fn validate(
 
 pub(crate) use gcra_core::saturating_micros as micros;
 
+/// The checks every store makes of a reservation's arguments: a check's,
+/// and rates only; the longest wait, in µs.
+pub(crate) fn validate_reservation(
+    checks: &[BucketCheck<'_>],
+    out: &[Decision],
+    max_wait: Duration,
+) -> Result<u64, StorageError> {
+    validate(checks, out)?;
+    only_rates(checks)?;
+    Ok(micros(max_wait))
+}
+
 /// Only rates reserve: a window, a period or a slot is refused, never
 /// decided as a rate.
 pub(crate) fn only_rates(
