@@ -269,6 +269,10 @@ pub fn reserve_all(
     if charges.len() != stored.len() || charges.len() != out.len() {
         return Err(JointError::LengthMismatch);
     }
+    if let Some(at_once) = reserve_now(charges, stored, now_us, max_wait_us, out)
+    {
+        return Ok(at_once);
+    }
     let mut wait_us = 0u64;
     let mut by = None;
     let mut most = max_wait_us;
@@ -326,6 +330,47 @@ pub fn reserve_all(
         reserved,
         wait_us,
         by,
+        most_us: most,
+    })
+}
+
+/// [`reserve_all`] when nothing waits, in one pass: every enforced charge
+/// passes at `now` (a peek has no debt to wait for), so the slot is `now`
+/// and each decision is its check (or peek) at `now`. `None` when one
+/// would wait or fails: `reserve_all` then decides it in full and rewrites
+/// every slot of `out`.
+fn reserve_now(
+    charges: &[crate::Charge],
+    stored: &[Option<u64>],
+    now_us: u64,
+    max_wait_us: u64,
+    out: &mut [crate::Decision],
+) -> Option<JointReservation> {
+    let mut most = max_wait_us;
+    for ((charge, tat), slot) in charges.iter().zip(stored).zip(out.iter_mut())
+    {
+        let decision = if charge.cost == 0 {
+            charge.quota.peek(*tat, now_us).ok()?
+        } else {
+            charge.quota.check(*tat, now_us, charge.cost).ok()?
+        };
+        if !charge.shadow {
+            let waits = if charge.cost == 0 {
+                decision.retry_after_us > 0
+            } else {
+                !decision.allowed
+            };
+            if waits {
+                return None;
+            }
+            most = most.min(charge.quota.max_wait_us());
+        }
+        *slot = decision;
+    }
+    Some(JointReservation {
+        reserved: true,
+        wait_us: 0,
+        by: None,
         most_us: most,
     })
 }

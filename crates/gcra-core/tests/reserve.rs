@@ -232,6 +232,11 @@ proptest! {
             return Ok(());
         }
         prop_assert!(verdict.allowed, "every limit passes at {}", go);
+        if r.wait_us == 0 {
+            // Nothing waits: the reservation is the decision at `now`, whole.
+            prop_assert_eq!(r.by, None);
+            prop_assert_eq!(&out, &at_go);
+        }
         if r.wait_us > 0 {
             let mut before = vec![Decision::default(); charges.len()];
             let earlier = check_all(&charges, &stored, go - 1, &mut before).unwrap();

@@ -315,6 +315,7 @@ pub(super) fn settle_in_place(
 
 /// Rewrites a bucket's TAT by `write` of the stored one, in a
 /// compare-and-swap loop that waits out a joint decision's lock bit.
+#[inline]
 pub(super) fn rewrite_in_place(
     tat: &sync::AtomicU64,
     mut write: impl FnMut(Option<u64>) -> Result<Write, StorageError>,
