@@ -269,7 +269,8 @@ pub fn reserve_all(
     if charges.len() != stored.len() || charges.len() != out.len() {
         return Err(JointError::LengthMismatch);
     }
-    if let Some(at_once) = reserve_now(charges, stored, now_us, max_wait_us, out)
+    if let Some(at_once) =
+        reserve_now(charges, stored, now_us, max_wait_us, out)
     {
         return Ok(at_once);
     }

@@ -673,8 +673,30 @@ fn no_room() -> StorageError {
     )
 }
 
-/// Takes a bucket's lock bit; returns the TAT it held.
+/// Takes a bucket's lock bit; returns the TAT it held. Inlined for the
+/// usual case, a free bit taken at once; a held one waits out of line.
+#[inline(always)]
 fn lock(cell: &AtomicU64) -> u64 {
+    let current = cell.load(Ordering::Relaxed);
+    if current & LOCKED == 0
+        && cell
+            .compare_exchange_weak(
+                current,
+                current | LOCKED,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    {
+        return current;
+    }
+    lock_contended(cell)
+}
+
+/// [`lock`] of a bit another decision holds: spins until it is free.
+#[cold]
+#[inline(never)]
+fn lock_contended(cell: &AtomicU64) -> u64 {
     let mut spins = 0u32;
     loop {
         let current = cell.load(Ordering::Relaxed);
