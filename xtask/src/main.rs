@@ -33,8 +33,9 @@ Tasks:
                 --all-features -- -D warnings; cargo doc (warnings denied); then
                 `features`; then everything `test` runs
   features      every feature of every workspace crate builds alone: per package,
-                cargo check -p <pkg> --no-default-features, then with each feature
-                (--features <f>), then --all-features (names from cargo metadata)
+                cargo check -p <pkg> --tests --no-default-features (warnings
+                denied), then with each feature (--features <f>), then
+                --all-features (names from cargo metadata)
   test          every test: starts a throwaway Redis, a throwaway 3-master Redis
                 Cluster and a throwaway PostgreSQL (Debian's postgresql package:
                 initdb and pg_ctl, as the postgres user when root; else Docker;

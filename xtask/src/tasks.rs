@@ -65,9 +65,11 @@ pub(crate) fn ci() -> Result<()> {
     test(false, &[])
 }
 
-/// Every feature of every workspace crate builds alone: for each package,
-/// `cargo check -p <pkg> --no-default-features`, then once more with each
-/// feature (`--features <f>`), then with all of them. The feature names come
+/// Every feature of every workspace crate builds alone, with its tests
+/// (a test of a shared store names its feature in `required-features`):
+/// for each package, `cargo check -p <pkg> --tests --no-default-features`,
+/// then once more with each feature (`--features <f>`), then with all of
+/// them; warnings denied. The feature names come
 /// from `cargo metadata`, so the list cannot go stale; `-p` from the
 /// workspace root resolves features for that package alone.
 pub(crate) fn features() -> Result<()> {
@@ -96,7 +98,9 @@ pub(crate) fn features() -> Result<()> {
             .unwrap_or_default();
         features.sort_unstable();
         let check = || {
-            Cmd::cargo().args(["check", "-p", name, "--no-default-features"])
+            Cmd::cargo()
+                .args(["check", "-p", name, "--tests", "--no-default-features"])
+                .env("RUSTFLAGS", "-D warnings")
         };
         check().run()?;
         checks += 1;
@@ -106,7 +110,8 @@ pub(crate) fn features() -> Result<()> {
         }
         if features.len() > 1 {
             Cmd::cargo()
-                .args(["check", "-p", name, "--all-features"])
+                .args(["check", "-p", name, "--tests", "--all-features"])
+                .env("RUSTFLAGS", "-D warnings")
                 .run()?;
             checks += 1;
         }

@@ -1,4 +1,3 @@
-#![cfg(feature = "postgres")]
 //! `PostgresStorage` reads the database's clock after its locks: a decision
 //! that waited for a bucket's lock is decided at the time it got the lock,
 //! never at the time it asked for it (a stale time would charge, cap or

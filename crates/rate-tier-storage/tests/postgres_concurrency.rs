@@ -1,4 +1,3 @@
-#![cfg(feature = "postgres")]
 //! Concurrency limits in `PostgresStorage`, with leases, on a real
 //! PostgreSQL: the store itself (the functions against a model are
 //! `postgres_kinds.rs`'s property test).

@@ -1,4 +1,3 @@
-#![cfg(feature = "postgres")]
 //! Windows, periods and concurrency limits in `PostgresStorage`, beside
 //! rates, on a real PostgreSQL.
 //!

@@ -1,4 +1,3 @@
-#![cfg(feature = "postgres")]
 //! `PostgresStorage`'s reservations (`<table>_reserve_at` and
 //! `<table>_cancel_at` in `src/postgres/migration.sql`) on a real
 //! PostgreSQL.

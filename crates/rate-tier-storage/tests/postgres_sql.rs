@@ -1,4 +1,3 @@
-#![cfg(feature = "postgres")]
 //! The PostgreSQL functions of `PostgresStorage` (`src/postgres/migration.sql`)
 //! on a real PostgreSQL, against gcra-core's `check_all` and `Quota::settle`:
 //! the same random cases as the Redis scripts' property test (`lua_all.rs`),

@@ -1,4 +1,3 @@
-#![cfg(feature = "postgres")]
 //! `PostgresStorage` on a real PostgreSQL: the schema (migrate, the error
 //! when it is missing), exact limits under concurrency across instances,
 //! all-or-nothing decisions, bad stored state, the cleanup, a caller that

@@ -1,4 +1,3 @@
-#![cfg(feature = "redis")]
 //! Calendar periods decided by `decide_mixed.lua` on a real Redis, across
 //! the instants where they end: the end of a month (and of the year), of a
 //! leap-year February in UTC and at UTC+05:30, and of an ISO week. Exactly

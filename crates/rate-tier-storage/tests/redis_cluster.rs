@@ -1,4 +1,3 @@
-#![cfg(feature = "redis")]
 //! `RedisStorage` on a real Redis Cluster.
 //!
 //! Run with `cargo xtask test-cluster` (or `cargo xtask test`), which starts

@@ -1,4 +1,3 @@
-#![cfg(feature = "redis")]
 //! What a store on a Redis Cluster sends its nodes, counted with `INFO
 //! commandstats`: a script's source only after a node answered
 //! `NOSCRIPT` (an error of the script itself is the answer, not a reason

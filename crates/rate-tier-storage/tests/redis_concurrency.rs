@@ -1,4 +1,3 @@
-#![cfg(feature = "redis")]
 //! `RedisStorage` deciding concurrency limits with leases
 //! (`decide_mixed.lua`'s tag 3, `release.lua`, `renew.lua`) on a real
 //! Redis and a real Redis Cluster: exactly the limit is in flight across

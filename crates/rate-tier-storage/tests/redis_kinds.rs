@@ -1,4 +1,3 @@
-#![cfg(feature = "redis")]
 //! `RedisStorage` deciding windows and periods (`decide_mixed.lua`) on a
 //! real Redis and a real Redis Cluster: exactly the limit passes across
 //! instances, a decision is all or nothing across kinds, the waits, the

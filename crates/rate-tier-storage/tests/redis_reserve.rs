@@ -1,4 +1,3 @@
-#![cfg(feature = "redis")]
 //! Reservations ([`StorageExt::reserve`], [`StorageExt::cancel`]) of
 //! `RedisStorage` on a real Redis and a real Redis Cluster.
 //!

@@ -1,4 +1,3 @@
-#![cfg(feature = "redis")]
 //! `RedisStorage` against a real Redis (and a few fake servers): one limit
 //! shared by every instance, decisions over several buckets in one script
 //! call, peek, settle and shadow limits, the keys and values, the scripts'

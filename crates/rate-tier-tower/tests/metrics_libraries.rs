@@ -1,9 +1,20 @@
+#![cfg_attr(
+    not(all(
+        feature = "metrics",
+        any(feature = "metrics-facade", feature = "opentelemetry")
+    )),
+    allow(missing_docs)
+)]
 //! `FacadeMetrics` through the `metrics` facade's in-process recorder
 //! (metrics-util's `DebuggingRecorder`), and `OtelMetrics` through the
 //! OpenTelemetry SDK's in-memory exporter, each against `RateLimitMetrics`
 //! on the same traffic: the same names (as a Prometheus exporter writes
 //! them), labels and values, so that one dashboard reads any of them.
-#![cfg(feature = "metrics")]
+// Both sides of each comparison: an exporter library and our metrics.
+#![cfg(all(
+    feature = "metrics",
+    any(feature = "metrics-facade", feature = "opentelemetry")
+))]
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;

@@ -1,3 +1,7 @@
+#![cfg_attr(
+    not(any(feature = "redis", feature = "postgres")),
+    allow(missing_docs)
+)]
 #![cfg(any(feature = "redis", feature = "postgres"))]
 //! A customer's own quota on Redis, a Redis Cluster and PostgreSQL,
 //! through the direct API and the HTTP layer: it decides, a changed one

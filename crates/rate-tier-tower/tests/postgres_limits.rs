@@ -1,4 +1,3 @@
-#![cfg(feature = "postgres")]
 //! The limiter on PostgreSQL: "two lines of code" to share limits (exactly,
 //! under 300 concurrent checks over two instances), several
 //! limits as one decision (a refusal in any position charges nothing), and

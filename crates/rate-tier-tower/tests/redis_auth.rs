@@ -1,4 +1,3 @@
-#![cfg(feature = "redis")]
 //! AUTH in the Redis URL works as in redis-rs: a password, or an ACL user
 //! and password. Against a throwaway redis-server of the test's own.
 #![allow(clippy::unwrap_used, missing_docs)]

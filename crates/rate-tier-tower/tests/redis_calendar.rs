@@ -1,4 +1,3 @@
-#![cfg(feature = "redis")]
 //! A calendar period through the HTTP layer on a real Redis, across the end
 //! of a leap-year February: `exports`, 3 a month, passes 3 on February
 //! 29th, 2028, refuses the 4th until March 1st (`retry-after`,

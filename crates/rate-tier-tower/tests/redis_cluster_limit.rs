@@ -1,4 +1,3 @@
-#![cfg(feature = "redis")]
 //! Two `RateTier`s ("two instances") on one Redis Cluster, each configured
 //! with a different node, share one limit.
 //!

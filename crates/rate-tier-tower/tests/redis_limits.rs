@@ -1,4 +1,3 @@
-#![cfg(feature = "redis")]
 //! Several limits in one decision on one Redis: all or nothing
 //! across two instances under concurrency, a refusal in any position, peek
 //! (the stored TAT and its PTTL untouched), settle (a debt, a refund, a

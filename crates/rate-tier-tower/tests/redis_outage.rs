@@ -1,4 +1,3 @@
-#![cfg(feature = "redis")]
 //! Real Redis outages under the fallback's circuit breaker: a redis-server
 //! killed (SIGKILL) under load and restarted on the same port, and a "Redis"
 //! that accepts connections and never answers.

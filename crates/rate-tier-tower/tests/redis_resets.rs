@@ -1,4 +1,3 @@
-#![cfg(feature = "redis")]
 //! A reset, or a lifted ban, through one instance reaches the refusals
 //! every other instance on the Redis remembers, within about a second: an
 //! operator behind a load balancer cannot choose the instance.

@@ -1,4 +1,3 @@
-#![cfg(feature = "redis")]
 //! Two `RateTier`s ("two instances") on one Redis share one limit.
 //!
 //! Run with `cargo xtask test-redis`, which starts a throwaway redis-server
