@@ -677,8 +677,14 @@ fn no_room() -> StorageError {
 /// usual case, a free bit taken at once; a held one waits out of line.
 #[inline(always)]
 fn lock(cell: &AtomicU64) -> u64 {
+    try_lock(cell).unwrap_or_else(|| lock_contended(cell))
+}
+
+/// The bit taken if it is free at this read: the TAT it guarded.
+#[inline(always)]
+fn try_lock(cell: &AtomicU64) -> Option<u64> {
     let current = cell.load(Ordering::Relaxed);
-    if current & LOCKED == 0
+    (current & LOCKED == 0
         && cell
             .compare_exchange_weak(
                 current,
@@ -686,11 +692,8 @@ fn lock(cell: &AtomicU64) -> u64 {
                 Ordering::Acquire,
                 Ordering::Relaxed,
             )
-            .is_ok()
-    {
-        return current;
-    }
-    lock_contended(cell)
+            .is_ok())
+    .then_some(current)
 }
 
 /// [`lock`] of a bit another decision holds: spins until it is free.
@@ -699,17 +702,7 @@ fn lock(cell: &AtomicU64) -> u64 {
 fn lock_contended(cell: &AtomicU64) -> u64 {
     let mut spins = 0u32;
     loop {
-        let current = cell.load(Ordering::Relaxed);
-        if current & LOCKED == 0
-            && cell
-                .compare_exchange_weak(
-                    current,
-                    current | LOCKED,
-                    Ordering::Acquire,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
-        {
+        if let Some(current) = try_lock(cell) {
             return current;
         }
         spins = spins.saturating_add(1);
