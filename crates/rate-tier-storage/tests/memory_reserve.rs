@@ -51,6 +51,44 @@ fn peek(store: &MemoryStorage, check: &BucketCheck<'_>) -> Decision {
     out[0]
 }
 
+/// After the clock went back, a bucket's TAT lies beyond its ceiling: a
+/// reservation, whether it goes at once, waits or is refused, answers and
+/// writes what gcra-core's `reserve_all` does of that TAT (capped), the
+/// refused one included (it writes the cap and nothing else).
+#[test]
+fn a_reservation_after_the_clock_went_back_is_reserve_all_of_the_capped_bucket() {
+    let name = LimitName::of_limit("x").unwrap();
+    for (back_ms, max_wait_ms) in [(5_000, 0), (5_000, 1_000), (50, 0), (50, 1_000)] {
+        let (clock, store) = store();
+        let check = BucketCheck::new(&name, "p", even(), 1).unwrap();
+        reserve(&store, std::slice::from_ref(&check), Duration::ZERO);
+        let stored = Some(START_US + 100 * MS);
+        let now = START_US - back_ms * MS;
+        clock.set_us(now);
+        let mut expected = [Decision::default()];
+        let joint = reserve_all(
+            &[check.charge()],
+            &[stored],
+            now,
+            max_wait_ms * MS,
+            &mut expected,
+        )
+        .unwrap();
+        let (decided, out) = reserve(
+            &store,
+            std::slice::from_ref(&check),
+            Duration::from_millis(max_wait_ms),
+        );
+        let case = format!("back {back_ms} ms, waiting up to {max_wait_ms} ms");
+        assert_eq!(decided.verdict, joint.verdict(), "{case}");
+        assert_eq!(decided.wait_us, joint.wait_us, "{case}");
+        assert_eq!(out[..], expected[..], "{case}");
+        let written = expected[0].store.map(|s| s.tat_us).or(stored);
+        let model = even().peek(written, now).unwrap();
+        assert_eq!(peek(&store, &check), model, "{case}");
+    }
+}
+
 #[test]
 fn callers_wait_in_turn_and_a_wait_too_long_charges_nothing() {
     let (_, store) = store();

@@ -1,14 +1,15 @@
 //! Reservations ([`StorageExt::reserve`](crate::StorageExt::reserve)): the same
 //! buckets and locks as a check, judged by [`gcra_core::reserve_all`].
 //!
-//! One bucket is reserved by a compare-and-swap loop on its TAT, as a check
-//! is; several by the joint path's lock bits ([`Reserving`]). A reservation
+//! One bucket that passes now is reserved by its check (nothing waits);
+//! else by a compare-and-swap loop on its TAT, as a check is; several by
+//! the joint path's lock bits ([`Reserving`]). A reservation
 //! too long writes nothing, so, like a refusal, it never makes a bucket.
 
 use std::cell::Cell;
 use std::time::Duration;
 
-use gcra_core::{Decision, Verdict, Write};
+use gcra_core::{Decision, JointReservation, Verdict, Write};
 
 use super::joint::{Judge, Reserving};
 use super::{Inner, MemoryStorage, read, rewrite_in_place};
@@ -69,6 +70,12 @@ impl Inner {
         out: &mut [Decision],
     ) -> Result<Decided, StorageError> {
         let max_wait_us = validate_reservation(checks, out, max_wait)?;
+        if let ([check], [slot]) = (checks, &mut *out)
+            && let Some(decided) =
+                self.reserve_at_once(check, max_wait_us, slot)
+        {
+            return Ok(decided);
+        }
         let now = self.clock.now_us();
         let joint = Cell::new(None);
         let judge = Reserving {
@@ -86,6 +93,48 @@ impl Inner {
         })?;
         Ok(Decided::of_reservation(&joint, Some(now), "memory")
             .with_store_clock(now))
+    }
+
+    /// One enforced rate, held by the table, that passes now: its check is
+    /// the reservation (`reserve_all` at a wait of 0), written by the same
+    /// compare-and-swap loop. `None`, with nothing written, when it would
+    /// wait, fails or is new: the full reservation decides then.
+    #[inline]
+    fn reserve_at_once(
+        &self,
+        check: &BucketCheck<'_>,
+        max_wait_us: u64,
+        out: &mut Decision,
+    ) -> Option<Decided> {
+        if check.cost() == 0 || check.is_shadow() {
+            return None;
+        }
+        let quota = check.quota();
+        let (name, index) = self.name(check);
+        let now = self.clock.now_us();
+        let table = read(&self.shards[index].table);
+        let tat = &table.find(name)?.tat;
+        let mut passed = None;
+        rewrite_in_place(tat, |current| {
+            let decision = quota.check(current, now, check.cost())?;
+            passed = decision.allowed.then_some(decision);
+            Ok(match passed.and_then(|d| d.store) {
+                Some(store) => Write::Set(store),
+                None => Write::Keep,
+            })
+        })
+        .ok()?;
+        *out = passed?;
+        let joint = JointReservation {
+            reserved: true,
+            wait_us: 0,
+            by: None,
+            most_us: max_wait_us.min(quota.max_wait_us()),
+        };
+        Some(
+            Decided::of_reservation(&joint, Some(now), "memory")
+                .with_store_clock(now),
+        )
     }
 
     /// One bucket: a compare-and-swap loop when the table holds it; else a
