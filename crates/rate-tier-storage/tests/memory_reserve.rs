@@ -56,9 +56,12 @@ fn peek(store: &MemoryStorage, check: &BucketCheck<'_>) -> Decision {
 /// writes what gcra-core's `reserve_all` does of that TAT (capped), the
 /// refused one included (it writes the cap and nothing else).
 #[test]
-fn a_reservation_after_the_clock_went_back_is_reserve_all_of_the_capped_bucket() {
+fn a_reservation_after_the_clock_went_back_is_reserve_all_of_the_capped_bucket()
+{
     let name = LimitName::of_limit("x").unwrap();
-    for (back_ms, max_wait_ms) in [(5_000, 0), (5_000, 1_000), (50, 0), (50, 1_000)] {
+    for (back_ms, max_wait_ms) in
+        [(5_000, 0), (5_000, 1_000), (50, 0), (50, 1_000)]
+    {
         let (clock, store) = store();
         let check = BucketCheck::new(&name, "p", even(), 1).unwrap();
         reserve(&store, std::slice::from_ref(&check), Duration::ZERO);
