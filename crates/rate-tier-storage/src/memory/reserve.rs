@@ -1,8 +1,8 @@
 //! Reservations ([`StorageExt::reserve`](crate::StorageExt::reserve)): the same
 //! buckets and locks as a check, judged by [`gcra_core::reserve_all`].
 //!
-//! One bucket that passes now is reserved by its check (nothing waits);
-//! else by a compare-and-swap loop on its TAT, as a check is; several by
+//! One bucket is reserved by a compare-and-swap loop on its TAT, as a check
+//! is (by its check alone when it passes now: nothing waits); several by
 //! the joint path's lock bits ([`Reserving`]). A reservation
 //! too long writes nothing, so, like a refusal, it never makes a bucket.
 
@@ -70,12 +70,6 @@ impl Inner {
         out: &mut [Decision],
     ) -> Result<Decided, StorageError> {
         let max_wait_us = validate_reservation(checks, out, max_wait)?;
-        if let ([check], [slot]) = (checks, &mut *out)
-            && let Some(decided) =
-                self.reserve_at_once(check, max_wait_us, slot)
-        {
-            return Ok(decided);
-        }
         let now = self.clock.now_us();
         let joint = Cell::new(None);
         let judge = Reserving {
@@ -95,48 +89,6 @@ impl Inner {
             .with_store_clock(now))
     }
 
-    /// One enforced rate, held by the table, that passes now: its check is
-    /// the reservation (`reserve_all` at a wait of 0), written by the same
-    /// compare-and-swap loop. `None`, with nothing written, when it would
-    /// wait, fails or is new: the full reservation decides then.
-    #[inline]
-    fn reserve_at_once(
-        &self,
-        check: &BucketCheck<'_>,
-        max_wait_us: u64,
-        out: &mut Decision,
-    ) -> Option<Decided> {
-        if check.cost() == 0 || check.is_shadow() {
-            return None;
-        }
-        let quota = check.quota();
-        let (name, index) = self.name(check);
-        let now = self.clock.now_us();
-        let table = read(&self.shards[index].table);
-        let tat = &table.find(name)?.tat;
-        let mut passed = None;
-        rewrite_in_place(tat, |current| {
-            let decision = quota.check(current, now, check.cost())?;
-            passed = decision.allowed.then_some(decision);
-            Ok(match passed.and_then(|d| d.store) {
-                Some(store) => Write::Set(store),
-                None => Write::Keep,
-            })
-        })
-        .ok()?;
-        *out = passed?;
-        let joint = JointReservation {
-            reserved: true,
-            wait_us: 0,
-            by: None,
-            most_us: max_wait_us.min(quota.max_wait_us()),
-        };
-        Some(
-            Decided::of_reservation(&joint, Some(now), "memory")
-                .with_store_clock(now),
-        )
-    }
-
     /// One bucket: a compare-and-swap loop when the table holds it; else a
     /// full bucket, made only if the reservation writes it.
     fn reserve_one(
@@ -151,6 +103,11 @@ impl Inner {
         {
             let table = read(&shard.table);
             if let Some(entry) = table.find(name) {
+                if let Some(verdict) =
+                    pass_in_place(&entry.tat, check, now, out, judge)
+                {
+                    return Ok(verdict);
+                }
                 return judge_in_place(&entry.tat, check, now, out, judge);
             }
         }
@@ -195,6 +152,43 @@ fn judge_one(
     judge: Reserving<'_>,
 ) -> Result<Verdict, StorageError> {
     judge.judge(&[check.charge()], &[stored], now, std::slice::from_mut(out))
+}
+
+/// One enforced rate that passes now: its check is the reservation
+/// (`reserve_all` at a wait of 0), written in the same compare-and-swap
+/// loop only on a pass. `None`, with nothing written, when it would wait
+/// or fails: [`judge_in_place`] then decides it in full.
+#[inline]
+fn pass_in_place(
+    tat: &AtomicU64,
+    check: &BucketCheck<'_>,
+    now: u64,
+    out: &mut Decision,
+    judge: Reserving<'_>,
+) -> Option<Verdict> {
+    if check.cost() == 0 || check.is_shadow() {
+        return None;
+    }
+    let quota = check.quota();
+    let mut passed = None;
+    rewrite_in_place(tat, |current| {
+        let decision = quota.check(current, now, check.cost())?;
+        passed = decision.allowed.then_some(decision);
+        Ok(match passed.and_then(|d| d.store) {
+            Some(store) => Write::Set(store),
+            None => Write::Keep,
+        })
+    })
+    .ok()?;
+    *out = passed?;
+    let joint = JointReservation {
+        reserved: true,
+        wait_us: 0,
+        by: None,
+        most_us: judge.max_wait_us.min(quota.max_wait_us()),
+    };
+    judge.joint.set(Some(joint));
+    Some(joint.verdict())
 }
 
 /// A compare-and-swap loop: the reservation is written only if the TAT it
