@@ -174,10 +174,7 @@ fn pass_in_place(
     rewrite_in_place(tat, |current| {
         let decision = quota.check(current, now, check.cost())?;
         passed = decision.allowed.then_some(decision);
-        Ok(match passed.and_then(|d| d.store) {
-            Some(store) => Write::Set(store),
-            None => Write::Keep,
-        })
+        Ok(passed.map_or(Write::Keep, |passed| write_of(&passed)))
     })
     .ok()?;
     *out = passed?;
@@ -189,6 +186,12 @@ fn pass_in_place(
     };
     judge.joint.set(Some(joint));
     Some(joint.verdict())
+}
+
+/// What `decision` writes to its bucket.
+#[inline(always)]
+fn write_of(decision: &Decision) -> Write {
+    decision.store.map_or(Write::Keep, Write::Set)
 }
 
 /// A compare-and-swap loop: the reservation is written only if the TAT it
@@ -204,10 +207,7 @@ fn judge_in_place(
     rewrite_in_place(tat, |current| {
         let judged = judge_one(check, current, now, out, judge)?;
         verdict = Some(judged);
-        Ok(match out.store {
-            Some(store) => Write::Set(store),
-            None => Write::Keep,
-        })
+        Ok(write_of(out))
     })?;
     verdict.ok_or_else(|| {
         StorageError::Protocol(
