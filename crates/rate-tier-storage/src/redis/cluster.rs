@@ -20,7 +20,8 @@ use smallvec::SmallVec;
 
 use super::job::Job;
 use super::link::{Conn, Source};
-use super::script::{Call, read_counts, read_settled, release_by_zrem, within};
+use super::reply::{read_counts, read_settled};
+use super::script::{Call, release_by_zrem, within};
 use super::slots::Slots;
 use super::{RedisStorage, Shared, backend};
 use crate::bucket::BucketSettle;

@@ -18,9 +18,8 @@ use smallvec::SmallVec;
 
 use super::cluster;
 use super::link::Conn;
-use super::script::{
-    Call, LATE_ANSWER, read_counts, read_decisions, read_settled, within,
-};
+use super::reply::{read_counts, read_decisions, read_settled};
+use super::script::{Call, LATE_ANSWER, within};
 use super::{Shared, run_single};
 use crate::bucket::BucketCheck;
 use crate::event::StorageEvent;

@@ -7,6 +7,7 @@ mod cluster;
 mod job;
 mod link;
 mod refusals;
+mod reply;
 mod reserve;
 mod reset;
 mod resets;

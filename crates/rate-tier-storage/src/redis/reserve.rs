@@ -29,7 +29,8 @@ use gcra_core::{Charge, Decision, JointReservation};
 use smallvec::SmallVec;
 
 use super::link::Conn;
-use super::script::{Call, LATE_ANSWER, read_counts, read_reservation, within};
+use super::reply::{read_counts, read_reservation};
+use super::script::{Call, LATE_ANSWER, within};
 use super::{Shared, cluster, run_single};
 use crate::bucket::BucketCancel;
 use crate::event::StorageEvent;

@@ -11,7 +11,8 @@ use gcra_core::{Decision, Lease, Verdict};
 
 use super::job::{self, Job};
 use super::link::Conn;
-use super::script::{self, Call, read_counts, read_settled};
+use super::reply::{read_counts, read_settled};
+use super::script::{self, Call};
 use super::{REMEMBERED, RedisStorage, cluster, reserve, reset};
 use crate::bucket::{BucketCancel, BucketCheck, BucketSettle};
 use crate::event::{StorageEvent, StorageListener, Subscription};
