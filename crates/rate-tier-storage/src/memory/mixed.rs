@@ -1,11 +1,11 @@
 //! One decision over rates and periods, the kinds the table holds: the
-//! joint protocol of `joint.rs` (each bucket's lock bit taken in name
-//! order under its shard's read lock), with a period decided on its word
-//! beside the rates' TATs. All or nothing across both kinds: the periods
-//! are decided first; if one refuses, the rates are only read; if a rate
-//! refuses, a period that passed answers with a read of its count, and no
-//! word is written but a rate's repair (a TAT capped after the clock went
-//! back), as gcra-core's `check_all` writes it.
+//! joint protocol of `joint.rs` and `locked.rs` (each bucket's lock bit
+//! taken in name order under its shard's read lock), with a period
+//! decided on its word beside the rates' TATs. All or nothing across both
+//! kinds: the periods are decided first; if one refuses, the rates are only
+//! read; if a rate refuses, a period that passed answers with a read of its
+//! count, and no word is written but a rate's repair (a TAT capped after
+//! the clock went back), as gcra-core's `check_all` writes it.
 //!
 //! A bucket the table does not hold is a fresh one, decided without it
 //! under the read locks; only a decision that writes one takes the write
@@ -14,7 +14,8 @@
 use gcra_core::{Charge, Decision, Verdict, check_all};
 use smallvec::SmallVec;
 
-use super::joint::{LockedBuckets, joint_error};
+use super::joint::joint_error;
+use super::locked::LockedBuckets;
 use super::table::{NO_TAT, Table};
 use super::{FEW, Inner, ROOM_ATTEMPTS, period, read, stored, write};
 use crate::bucket::BucketCheck;

@@ -14,6 +14,7 @@
 mod decide;
 mod joint;
 mod kinds;
+mod locked;
 mod mixed;
 mod period;
 mod reserve;
