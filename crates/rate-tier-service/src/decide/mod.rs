@@ -38,14 +38,12 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    Code, DescriptorStatus, RateLimit as CurrentLimit,
+    Code, DescriptorStatus,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{
     RateLimitRequest, RateLimitResponse,
 };
-use envoy_types::pb::google::protobuf::{
-    Duration as ProtoDuration, UInt64Value,
-};
+use envoy_types::pb::google::protobuf::UInt64Value;
 use gcra_core::Decision;
 use rate_tier_storage::StorageExt;
 use rate_tier_storage::{BucketCheck, Decided, Storage, StorageError};
@@ -53,17 +51,17 @@ use smallvec::SmallVec;
 use tower_rate_tier::headers::HeaderStyle;
 
 use crate::config::{Config, RuleLimit, Unit};
-use crate::headers::{self, Limited};
 use crate::metrics::Metrics;
 use crate::status::{Board, Reload};
 
 mod bounds;
 mod plan;
+mod response;
 mod stats;
 
 pub use bounds::{Incoming, Oversized, RequestLimits};
-use plan::{Applied, Group, Plan, StatsRef, drop_replaced, plan_all};
-use stats::{count, near_limit};
+use plan::{Applied, Group, Plan, drop_replaced, plan_all};
+use response::Answering;
 /// Why a call got no decision.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -522,15 +520,11 @@ impl Decider {
                 ..RateLimitResponse::default()
             });
         };
-        let override_stats;
-        let override_stats_ref =
-            if request.descriptors.iter().any(|d| d.limit.is_some()) {
-                override_stats =
-                    Some(self.metrics.rule(&request.domain, "override"));
-                override_stats.as_ref()
-            } else {
-                None
-            };
+        let override_stats = request
+            .descriptors
+            .iter()
+            .any(|d| d.limit.is_some())
+            .then(|| self.metrics.rule(&request.domain, "override"));
 
         // 1. Each descriptor's limit.
         let (mut plans, mut partitions) = plan_all(domain, request);
@@ -606,99 +600,13 @@ impl Decider {
         }
 
         // 5. The response, and the stats.
-        let mut statuses = Vec::with_capacity(plans.len());
-        let mut limited: SmallVec<[Limited<'_>; 4]> = SmallVec::new();
-        let mut shadowed = false;
-        for plan in &plans {
-            let status = match plan {
-                Plan::NoLimit => no_limit(),
-                Plan::Unlimited => DescriptorStatus {
-                    code: Code::Ok as i32,
-                    limit_remaining: u32::MAX,
-                    ..DescriptorStatus::default()
-                },
-                Plan::Limited {
-                    applied,
-                    cost,
-                    group,
-                } => {
-                    let outcome = outcomes[*group];
-                    let stats = match applied.stats {
-                        StatsRef::Rule(rule) => rule.stats.get(),
-                        StatsRef::Override => override_stats_ref,
-                    };
-                    let ratio = self.options.near_limit_ratio;
-                    if let Some(stats) = stats {
-                        count(stats, applied, *cost, &outcome, ratio);
-                    }
-                    if let StatsRef::Rule(rule) = applied.stats
-                        && (!outcome.passed
-                            || near_limit(applied, &outcome, ratio))
-                    {
-                        self.status.near(
-                            &rule.domain,
-                            &rule.path,
-                            &groups[*group].partition,
-                            outcome.remaining,
-                            u64::from(applied.requests_per_unit),
-                            !outcome.passed,
-                        );
-                    }
-                    let rule_shadow = applied.shadow;
-                    if !outcome.passed && !rule_shadow && self.options.shadow {
-                        shadowed = true;
-                    }
-                    let code = if outcome.passed || rule_shadow {
-                        Code::Ok
-                    } else {
-                        Code::OverLimit
-                    };
-                    limited.push(Limited {
-                        label: applied.label,
-                        requests_per_unit: applied.requests_per_unit,
-                        window_secs: applied.unit.seconds(),
-                        passed: outcome.passed,
-                        remaining: outcome.remaining,
-                        reset_secs: ceil_secs(outcome.reset_after_us),
-                    });
-                    DescriptorStatus {
-                        code: code as i32,
-                        current_limit: Some(CurrentLimit {
-                            name: applied.name.to_owned(),
-                            requests_per_unit: applied.requests_per_unit,
-                            unit: applied.unit.proto(),
-                        }),
-                        limit_remaining: u32::try_from(outcome.remaining)
-                            .unwrap_or(u32::MAX),
-                        duration_until_reset: outcome.has_reset.then(|| {
-                            ProtoDuration {
-                                seconds: i64::try_from(ceil_secs(
-                                    outcome.reset_after_us,
-                                ))
-                                .unwrap_or(i64::MAX),
-                                nanos: 0,
-                            }
-                        }),
-                        quota: None,
-                    }
-                }
-            };
-            statuses.push(status);
-        }
-        if shadowed {
-            self.metrics.global_shadow.inc();
-        }
-        let retry_secs =
-            (!allowed && retry_after_us > 0).then(|| ceil_secs(retry_after_us));
-        let response_headers_to_add =
-            headers::headers(self.options.headers, &limited, retry_secs);
-        Ok(RateLimitResponse {
-            overall_code: if allowed { Code::Ok } else { Code::OverLimit }
-                as i32,
-            statuses,
-            response_headers_to_add,
-            ..RateLimitResponse::default()
-        })
+        let answering = Answering {
+            decider: self,
+            groups: &groups,
+            outcomes: &outcomes,
+            override_stats: override_stats.as_ref(),
+        };
+        Ok(answering.response(&plans, allowed, retry_after_us))
     }
 }
 
