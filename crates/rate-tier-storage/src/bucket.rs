@@ -5,7 +5,7 @@
 //! `key_ana`, the limit `search` and the same user, the limit `ip` and an
 //! address, a global limit and the empty partition. Every store keys its
 //! state by the pair; shared stores see only the partition's hash (see
-//! [`key`](crate::key)).
+//! [`crate::key`]).
 
 use std::borrow::Cow;
 use std::fmt;

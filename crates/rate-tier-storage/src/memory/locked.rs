@@ -31,7 +31,8 @@ pub(super) fn decide_locked(
     judge_locked(cells, order, stored, charges, now, out, Check)
 }
 
-/// [`decide_locked`]'s steps, judged by `judge`.
+/// The steps of a joint decision's lock bits (`decide_locked` under the
+/// loom models), judged by `judge`.
 #[inline(always)]
 pub(super) fn judge_locked<J: Judge>(
     cells: &[Option<&AtomicU64>],
@@ -53,7 +54,7 @@ pub(super) fn judge_locked<J: Judge>(
     })
 }
 
-/// [`Inner::charge_rates`] on the cells found: locked in `order`, charged
+/// [`Inner::charge_rates`](super::Inner::charge_rates) on the cells found: locked in `order`, charged
 /// only if every charge passes, unlocked either way. Whether all passed.
 #[inline(always)]
 pub(super) fn charge_cells(

@@ -343,7 +343,8 @@ impl MemoryStorage {
             .try_for_each(|settle| self.inner.settle(settle, now))
     }
 
-    /// The same as [`StorageExt::release`], synchronously.
+    /// The same as [`StorageExt::release`](crate::StorageExt::release),
+    /// synchronously.
     pub(crate) fn release_sync(
         &self,
         slots: &[BucketCheck<'_>],

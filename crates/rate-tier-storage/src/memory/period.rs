@@ -11,7 +11,7 @@
 //! | 49–51 | its length: 1, 7, 28, 29, 30 or 31 days (codes 0 to 5)     |
 //! | 52–59 | the offset from UTC, in whole 15 minutes, rounded down, + 72 |
 //! | 62    | [`PERIOD`]: set in every period word                       |
-//! | 63    | [`LOCKED`](super::table::LOCKED), held by a joint decision |
+//! | 63    | [`super::table::LOCKED`]: held by a joint decision         |
 //!
 //! A rate's TAT is below 2^53 (gcra-core's `MAX_TIME_US`), so bit 62 tells
 //! the kinds apart, and gcra-core reads a period word met by a rate (a

@@ -59,8 +59,9 @@ impl RedisStorage {
     }
 
     /// Releases (`renew` `None`) or renews for a lease the slots of
-    /// `slots`, each within the store's timeout: see [`StorageExt::release`]
-    /// and [`StorageExt::renew`].
+    /// `slots`, each within the store's timeout: see
+    /// [`StorageExt::release`](crate::StorageExt::release) and
+    /// [`StorageExt::renew`](crate::StorageExt::renew).
     async fn slot_call(
         &self,
         slots: &[BucketCheck<'_>],
@@ -289,12 +290,13 @@ impl RedisStorage {
     /// Runs `reserve.lua` ([`gcra_core::reserve_all`] on Redis's `TIME`)
     /// on the buckets, within the timeout, in a task of its own as a check
     /// is (see [Reservations](RedisStorage#reservations)). Each decision's
-    /// `store` is the TAT the script wrote, what [`StorageExt::cancel`]
-    /// compares (a reservation is the allowed decisions with a cost; a
-    /// refused shadow limit's `store` is only a capped TAT); `now_us` is
-    /// `None` (Redis's clock). Errors as for a check,
-    /// and [`StorageError::Unsupported`] for a window, a period or a
-    /// concurrency limit, and on a cluster for buckets in two slots.
+    /// `store` is the TAT the script wrote, what
+    /// [`StorageExt::cancel`](crate::StorageExt::cancel) compares (a
+    /// reservation is the allowed decisions with a cost; a refused shadow
+    /// limit's `store` is only a capped TAT); `now_us` is `None` (Redis's
+    /// clock). Errors as for a check, and [`StorageError::Unsupported`] for
+    /// a window, a period or a concurrency limit, and on a cluster for
+    /// buckets in two slots.
     async fn reserve_buckets(
         &self,
         checks: &[BucketCheck<'_>],
