@@ -275,31 +275,24 @@ pub(super) fn decide_in_place(
     cost: u32,
     now: u64,
 ) -> Result<Decision, StorageError> {
-    let mut current = tat.load(Ordering::Acquire);
-    loop {
-        if current & LOCKED != 0 {
-            // A joint decision holds the bucket for a few instructions.
-            spin(0);
-            current = tat.load(Ordering::Acquire);
-            continue;
-        }
-        let decision = match cost {
-            0 => quota.peek(stored(current), now),
-            cost => quota.check(stored(current), now, cost),
-        }?;
-        let Some(store) = decision.store else {
-            return Ok(decision);
-        };
-        match tat.compare_exchange_weak(
-            current,
-            store.tat_us,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => return Ok(decision),
-            Err(actual) => current = actual,
-        }
-    }
+    // Inlined into the caller's path: the plain check is the hot path.
+    rewrite_in_place(
+        tat,
+        #[inline(always)]
+        |current| {
+            let decision = match cost {
+                0 => quota.peek(current, now),
+                cost => quota.check(current, now, cost),
+            }?;
+            Ok((write_of(&decision), decision))
+        },
+    )
+}
+
+/// What `decision` writes to its bucket.
+#[inline(always)]
+pub(super) fn write_of(decision: &Decision) -> Write {
+    decision.store.map_or(Write::Keep, Write::Set)
 }
 
 pub(super) fn settle_in_place(
@@ -309,17 +302,18 @@ pub(super) fn settle_in_place(
 ) -> Result<(), StorageError> {
     let quota = settle.bucket.quota();
     rewrite_in_place(tat, |current| {
-        Ok(quota.settle(current, now, settle.adjust)?.write)
+        Ok((quota.settle(current, now, settle.adjust)?.write, ()))
     })
 }
 
 /// Rewrites a bucket's TAT by `write` of the stored one, in a
-/// compare-and-swap loop that waits out a joint decision's lock bit.
-#[inline]
-pub(super) fn rewrite_in_place(
+/// compare-and-swap loop that waits out a joint decision's lock bit: what
+/// `write` answered with the write that was applied.
+#[inline(always)]
+pub(super) fn rewrite_in_place<T>(
     tat: &sync::AtomicU64,
-    mut write: impl FnMut(Option<u64>) -> Result<Write, StorageError>,
-) -> Result<(), StorageError> {
+    mut write: impl FnMut(Option<u64>) -> Result<(Write, T), StorageError>,
+) -> Result<T, StorageError> {
     let mut current = tat.load(Ordering::Acquire);
     loop {
         if current & LOCKED != 0 {
@@ -328,8 +322,9 @@ pub(super) fn rewrite_in_place(
             current = tat.load(Ordering::Acquire);
             continue;
         }
-        let next = match write(stored(current))? {
-            Write::Keep => return Ok(()),
+        let (write, answer) = write(stored(current))?;
+        let next = match write {
+            Write::Keep => return Ok(answer),
             Write::Set(store) => store.tat_us,
             Write::Clear => NO_TAT,
         };
@@ -339,7 +334,7 @@ pub(super) fn rewrite_in_place(
             Ordering::AcqRel,
             Ordering::Acquire,
         ) {
-            Ok(_) => return Ok(()),
+            Ok(_) => return Ok(answer),
             Err(actual) => current = actual,
         }
     }

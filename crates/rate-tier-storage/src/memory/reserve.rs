@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use gcra_core::{Decision, JointReservation, Verdict, Write};
 
+use super::decide::write_of;
 use super::joint::{Judge, Reserving};
 use super::{Inner, MemoryStorage, read, rewrite_in_place};
 use crate::bucket::{BucketCancel, BucketCheck};
@@ -138,7 +139,9 @@ impl Inner {
         let table = read(&self.shards[index].table);
         // A bucket the table no longer holds is full: nothing to give back.
         if let Some(entry) = table.find(name) {
-            rewrite_in_place(&entry.tat, |tat| Ok(cancel.write(tat, now)))?;
+            rewrite_in_place(&entry.tat, |tat| {
+                Ok((cancel.write(tat, now), ()))
+            })?;
         }
         Ok(())
     }
@@ -170,14 +173,15 @@ fn pass_in_place(
         return None;
     }
     let quota = check.quota();
-    let mut passed = None;
-    rewrite_in_place(tat, |current| {
+    *out = rewrite_in_place(tat, |current| {
         let decision = quota.check(current, now, check.cost())?;
-        passed = decision.allowed.then_some(decision);
-        Ok(passed.map_or(Write::Keep, |passed| write_of(&passed)))
+        let passed = decision.allowed.then_some(decision);
+        Ok((
+            passed.map_or(Write::Keep, |passed| write_of(&passed)),
+            passed,
+        ))
     })
-    .ok()?;
-    *out = passed?;
+    .ok()??;
     let joint = JointReservation {
         reserved: true,
         wait_us: 0,
@@ -186,12 +190,6 @@ fn pass_in_place(
     };
     judge.joint.set(Some(joint));
     Some(joint.verdict())
-}
-
-/// What `decision` writes to its bucket.
-#[inline(always)]
-fn write_of(decision: &Decision) -> Write {
-    decision.store.map_or(Write::Keep, Write::Set)
 }
 
 /// A compare-and-swap loop: the reservation is written only if the TAT it
@@ -203,15 +201,8 @@ fn judge_in_place(
     out: &mut Decision,
     judge: Reserving<'_>,
 ) -> Result<Verdict, StorageError> {
-    let mut verdict = None;
     rewrite_in_place(tat, |current| {
         let judged = judge_one(check, current, now, out, judge)?;
-        verdict = Some(judged);
-        Ok(write_of(out))
-    })?;
-    verdict.ok_or_else(|| {
-        StorageError::Protocol(
-            "memory storage: a reservation was not judged".into(),
-        )
+        Ok((write_of(out), judged))
     })
 }
