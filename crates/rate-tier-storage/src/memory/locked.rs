@@ -8,31 +8,15 @@ use crate::sync::{AtomicU64, Ordering, spin};
 
 use gcra_core::{Charge, Decision, Verdict};
 
-#[cfg(all(test, trt_loom))]
-use super::joint::Check;
 use super::joint::{Judge, RateCharge};
 use super::table::{LOCKED, NO_TAT};
 use super::{FEW, stored};
 use crate::storage::StorageError;
 
 /// The fast path's core: locks `cells` in `order` (the buckets' names),
-/// reads their TATs into `stored`, decides, and commits the writes as it
-/// unlocks; or, when the decision writes buckets the table does not hold
-/// (`None` cells), unlocks them unchanged and says how many.
-#[cfg(all(test, trt_loom))]
-pub(super) fn decide_locked(
-    cells: &[Option<&AtomicU64>],
-    order: &[usize],
-    stored: &mut [Option<u64>],
-    charges: &[Charge],
-    now: u64,
-    out: &mut [Decision],
-) -> Result<Result<Verdict, usize>, StorageError> {
-    judge_locked(cells, order, stored, charges, now, out, Check)
-}
-
-/// The steps of a joint decision's lock bits (`decide_locked` under the
-/// loom models), judged by `judge`.
+/// reads their TATs into `stored`, decides by `judge`, and commits the
+/// writes as it unlocks; or, when the decision writes buckets the table
+/// does not hold (`None` cells), unlocks them unchanged and says how many.
 #[inline(always)]
 pub(super) fn judge_locked<J: Judge>(
     cells: &[Option<&AtomicU64>],
@@ -224,8 +208,9 @@ mod loom_model {
     use loom::thread;
 
     use super::super::decide::decide_in_place;
+    use super::super::joint::Check;
     use super::super::table::{LOCKED, NO_TAT};
-    use super::{RateCharge, charge_cells, decide_locked};
+    use super::{RateCharge, charge_cells, judge_locked};
     use crate::bucket::{BucketCheck, LimitName};
     use crate::sync::{AtomicU64, Ordering};
 
@@ -243,8 +228,16 @@ mod loom_model {
         let mut stored = vec![None; cells.len()];
         let charges = vec![Charge::new(quota(), 1); cells.len()];
         let mut out = vec![Decision::default(); cells.len()];
-        match decide_locked(&cells, order, &mut stored, &charges, NOW, &mut out)
-        {
+        let decided = judge_locked(
+            &cells,
+            order,
+            &mut stored,
+            &charges,
+            NOW,
+            &mut out,
+            Check,
+        );
+        match decided {
             Ok(Ok(verdict)) => verdict.allowed,
             other => panic!("{other:?}"),
         }
