@@ -18,7 +18,8 @@ use rate_tier_storage::StorageExt;
 use rate_tier_storage::clock::FakeClock;
 use rate_tier_storage::{
     Adjust, BucketCheck, BucketSettle, CheckError, Decided, Decision,
-    LimitName, MemoryStorage, Quota, Storage, StorageError, StorageEvent,
+    LimitName, MemoryStorage, Quota, RateCharge, Storage, StorageError,
+    StorageEvent,
 };
 
 const START_US: u64 = 1_790_947_094_000_000;
@@ -1413,7 +1414,10 @@ fn new_buckets_in_a_full_store_find_room_under_contention() {
 /// `check_all`. Random decisions of one to seven buckets (over the store's
 /// few-bucket path and its general one), of several users and limits in any
 /// order, with shadow limits, peeks and repeated buckets, at random times:
-/// every answer, and every bucket afterwards, is the model's.
+/// every answer, and every bucket afterwards, is the model's. Some are
+/// first tried on the lean path (`try_charge_rates`), as the limiter
+/// does: it must charge exactly what the model charges when every bucket
+/// is held and passes, and leave the rest to `check_sync` untouched.
 mod model {
     use std::collections::{HashMap, HashSet};
 
@@ -1466,11 +1470,13 @@ mod model {
             })
     }
 
-    /// A decision and the time that passed before it.
-    fn step() -> impl Strategy<Value = (u64, Vec<Check>)> {
+    /// A decision, the time that passed before it, and whether it is
+    /// tried on the lean path first.
+    fn step() -> impl Strategy<Value = (u64, Vec<Check>, bool)> {
         (
             prop_oneof![Just(0u64), 0..2_000_000u64, 0..90_000_000u64],
             proptest::collection::vec(check(), 1..=7),
+            proptest::bool::ANY,
         )
     }
 
@@ -1488,7 +1494,7 @@ mod model {
     }
 
     fn decide_as_the_model(
-        steps: Vec<(u64, Vec<Check>)>,
+        steps: Vec<(u64, Vec<Check>, bool)>,
     ) -> Result<(), TestCaseError> {
         {
             let limits = limits();
@@ -1496,13 +1502,20 @@ mod model {
             let store = MemoryStorage::with_clock(clock.clone());
             let mut model: HashMap<(usize, usize), u64> = HashMap::new();
             let mut now = START_US;
-            for (elapsed, checks) in steps {
+            for (elapsed, checks, lean) in steps {
                 now += elapsed;
                 clock.set_us(now);
                 // One String per check: a check's partition is compared by
                 // string, not by where it lives.
                 let users: Vec<String> =
                     checks.iter().map(|c| USERS[c.user].to_owned()).collect();
+                if lean
+                    && charged_on_the_lean_path(
+                        &store, &limits, &mut model, &checks, &users, now,
+                    )?
+                {
+                    continue;
+                }
                 let built: Vec<BucketCheck<'_>> = checks
                     .iter()
                     .zip(&users)
@@ -1573,5 +1586,70 @@ mod model {
             }
         }
         Ok(())
+    }
+
+    /// `checks` tried on `try_charge_rates` where it applies (2 to 4
+    /// distinct rates, each charged, none in shadow): whether it charged
+    /// them. It must when the model holds every bucket alive and passes
+    /// them all, with the model's decisions, and must not otherwise.
+    fn charged_on_the_lean_path(
+        store: &MemoryStorage,
+        limits: &[(LimitName, Quota)],
+        model: &mut HashMap<(usize, usize), u64>,
+        checks: &[Check],
+        users: &[String],
+        now: u64,
+    ) -> Result<bool, TestCaseError> {
+        let mut seen = HashSet::new();
+        let applies = (2..=4).contains(&checks.len())
+            && checks.iter().all(|c| c.cost > 0 && !c.shadow)
+            && checks.iter().all(|c| seen.insert((c.limit, c.user)));
+        if !applies {
+            return Ok(false);
+        }
+        let charges: Vec<RateCharge<'_>> = checks
+            .iter()
+            .zip(users)
+            .map(|(c, user)| RateCharge {
+                limit: &limits[c.limit].0,
+                partition: user,
+                quota: limits[c.limit].1,
+                cost: c.cost,
+            })
+            .collect();
+        let stored: Vec<Option<u64>> = checks
+            .iter()
+            .map(|c| model.get(&(c.limit, c.user)).copied())
+            .collect();
+        let model_charges: Vec<Charge> = checks
+            .iter()
+            .map(|c| Charge::new(limits[c.limit].1, c.cost))
+            .collect();
+        let mut expected = vec![Decision::default(); checks.len()];
+        let verdict = check_all(&model_charges, &stored, now, &mut expected)
+            .map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
+        let mut out = vec![Decision::default(); checks.len()];
+        let charged = store.try_charge_rates(&charges, &mut out);
+        let alive = stored.iter().all(|tat| tat.is_some_and(|tat| tat > now));
+        if !verdict.allowed || stored.contains(&None) {
+            // A refusal, or a bucket never made: the full path's.
+            prop_assert_eq!(charged, None);
+        } else if alive {
+            prop_assert_eq!(charged, Some(now));
+        } else {
+            // A full bucket may have been swept (then it is not held) or
+            // not (then it is charged as the model charges it).
+            prop_assert!(charged.is_none() || charged == Some(now));
+        }
+        if charged.is_none() {
+            return Ok(false);
+        }
+        prop_assert_eq!(&out, &expected);
+        for (c, decision) in checks.iter().zip(&expected) {
+            if let Some(write) = decision.store {
+                model.insert((c.limit, c.user), write.tat_us);
+            }
+        }
+        Ok(true)
     }
 }
