@@ -169,7 +169,7 @@ fn integers(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::redis::script::{GCRA, GCRA_ALL, GCRA_SETTLE, RESERVE};
+    use crate::redis::script::{GCRA, GCRA_ALL, GCRA_SETTLE, RELEASE, RESERVE};
 
     fn ints(values: &[i64]) -> Value {
         Value::Array(values.iter().copied().map(Value::Int).collect())
@@ -244,6 +244,24 @@ mod tests {
             assert!(
                 matches!(
                     read_settled(&GCRA_SETTLE, bad, 1),
+                    Err(StorageError::Protocol(_))
+                ),
+                "{shown} was accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn decodes_a_release_reply_and_refuses_anything_else() {
+        assert_eq!(
+            read_counts(&RELEASE, ints(&[2, 0, 1]), 3).unwrap(),
+            [2, 0, 1]
+        );
+        for bad in [ints(&[1]), ints(&[1, -1]), ints(&[1, 2, 3]), Value::Nil] {
+            let shown = format!("{bad:?}");
+            assert!(
+                matches!(
+                    read_counts(&RELEASE, bad, 2),
                     Err(StorageError::Protocol(_))
                 ),
                 "{shown} was accepted"
