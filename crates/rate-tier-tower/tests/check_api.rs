@@ -239,6 +239,49 @@ async fn check_reports_refusals_and_costs_above_the_burst() {
     );
 }
 
+/// A store that answers at once without being memory (a fallback whose
+/// primary is down) is decided on the tier's own path too: its passes tell
+/// the listeners nothing, its refusal once.
+#[tokio::test]
+async fn a_ready_stores_refusal_is_reported_once_and_its_passes_never() {
+    let clock = FakeClock::new();
+    let fallback = FallbackStorage::builder(Arc::new(TimingOut::new("redis")))
+        .clock(clock.clone())
+        .failure_threshold(1)
+        .cool_down(Duration::from_secs(60), Duration::from_secs(60))
+        .build();
+    let events = Events::default();
+    let limiter = RateTier::builder()
+        .clock(clock)
+        .tier("free", Quota::per_minute(10))
+        .storage(Arc::new(fallback))
+        .on_event(events.sink())
+        .build();
+    let mut passed = 0;
+    while limiter.check("ana", "free", 1).await.unwrap().is_ok() {
+        passed += 1;
+        assert!(passed <= 10, "more passes than the quota");
+    }
+    assert!(passed > 1, "{passed}");
+    let limited: Vec<LimitEvent> = events
+        .all()
+        .into_iter()
+        .filter(|event| matches!(event, LimitEvent::Limited { .. }))
+        .collect();
+    assert!(
+        matches!(
+            &limited[..],
+            [LimitEvent::Limited {
+                tier: "free",
+                cost: 1,
+                ..
+            }]
+        ),
+        "{:?}",
+        events.all()
+    );
+}
+
 // ---------------------------------------------------------------------------
 // Who decided.
 
