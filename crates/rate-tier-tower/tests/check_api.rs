@@ -239,17 +239,23 @@ async fn check_reports_refusals_and_costs_above_the_burst() {
     );
 }
 
+/// A fallback whose primary always times out: open after its first
+/// failure, it then decides locally, at once.
+fn primary_down(clock: &FakeClock) -> FallbackStorage {
+    FallbackStorage::builder(Arc::new(TimingOut::new("redis")))
+        .clock(clock.clone())
+        .failure_threshold(1)
+        .cool_down(Duration::from_secs(60), Duration::from_secs(60))
+        .build()
+}
+
 /// A store that answers at once without being memory (a fallback whose
 /// primary is down) is decided on the tier's own path too: its passes tell
 /// the listeners nothing, its refusal once.
 #[tokio::test]
 async fn a_ready_stores_refusal_is_reported_once_and_its_passes_never() {
     let clock = FakeClock::new();
-    let fallback = FallbackStorage::builder(Arc::new(TimingOut::new("redis")))
-        .clock(clock.clone())
-        .failure_threshold(1)
-        .cool_down(Duration::from_secs(60), Duration::from_secs(60))
-        .build();
+    let fallback = primary_down(&clock);
     let events = Events::default();
     let limiter = RateTier::builder()
         .clock(clock)
@@ -299,11 +305,7 @@ impl Observer for Storages {
 #[tokio::test]
 async fn a_fallbacks_local_decisions_are_labelled_fallback() {
     let clock = FakeClock::new();
-    let fallback = FallbackStorage::builder(Arc::new(TimingOut::new("redis")))
-        .clock(clock.clone())
-        .failure_threshold(1)
-        .cool_down(Duration::from_secs(60), Duration::from_secs(60))
-        .build();
+    let fallback = primary_down(&clock);
     let seen = Storages::default();
     let limiter = RateTier::builder()
         .clock(clock)
