@@ -174,6 +174,21 @@ mod tests {
     fn ints(values: &[i64]) -> Value {
         Value::Array(values.iter().copied().map(Value::Int).collect())
     }
+
+    /// Each of `bad`, read by `read`, is a protocol error.
+    fn each_refused<T: std::fmt::Debug>(
+        bad: impl IntoIterator<Item = Value>,
+        mut read: impl FnMut(Value) -> Result<T, StorageError>,
+    ) {
+        for reply in bad {
+            let shown = format!("{reply:?}");
+            let read = read(reply);
+            assert!(
+                matches!(read, Err(StorageError::Protocol(_))),
+                "{shown} was accepted: {read:?}"
+            );
+        }
+    }
     #[test]
     fn decodes_an_allowed_and_a_refused_reply() {
         let mut out = [Decision::default(); 2];
@@ -215,17 +230,9 @@ mod tests {
                 Value::Int(0),
             ]),
         ];
-        for reply in bad {
-            let shown = format!("{reply:?}");
-            let mut out = [Decision::default()];
-            assert!(
-                matches!(
-                    read_decisions(&GCRA, reply, &mut out),
-                    Err(StorageError::Protocol(_))
-                ),
-                "{shown} was accepted"
-            );
-        }
+        each_refused(bad, |reply| {
+            read_decisions(&GCRA, reply, &mut [Decision::default()])
+        });
     }
 
     #[test]
@@ -239,16 +246,8 @@ mod tests {
             .unwrap(),
             [(8, 12_000_000), (0, 72_000_000)]
         );
-        for bad in [ints(&[8]), ints(&[8, -1]), ints(&[1, 2, 3]), Value::Nil] {
-            let shown = format!("{bad:?}");
-            assert!(
-                matches!(
-                    read_settled(&GCRA_SETTLE, bad, 1),
-                    Err(StorageError::Protocol(_))
-                ),
-                "{shown} was accepted"
-            );
-        }
+        let bad = [ints(&[8]), ints(&[8, -1]), ints(&[1, 2, 3]), Value::Nil];
+        each_refused(bad, |reply| read_settled(&GCRA_SETTLE, reply, 1));
     }
 
     #[test]
@@ -257,16 +256,8 @@ mod tests {
             read_counts(&RELEASE, ints(&[2, 0, 1]), 3).unwrap(),
             [2, 0, 1]
         );
-        for bad in [ints(&[1]), ints(&[1, -1]), ints(&[1, 2, 3]), Value::Nil] {
-            let shown = format!("{bad:?}");
-            assert!(
-                matches!(
-                    read_counts(&RELEASE, bad, 2),
-                    Err(StorageError::Protocol(_))
-                ),
-                "{shown} was accepted"
-            );
-        }
+        let bad = [ints(&[1]), ints(&[1, -1]), ints(&[1, 2, 3]), Value::Nil];
+        each_refused(bad, |reply| read_counts(&RELEASE, reply, 2));
     }
 
     #[test]
@@ -320,23 +311,16 @@ mod tests {
             (false, None, 400)
         );
 
-        for bad in [
+        let bad = [
             ints(&[1, 0, 0, 0, 0]),
             ints(&[1, 0, 0, 0, 0, 2, 0, 0, 0, 1]),
             ints(&[2, 0, 0, 0, 0, 1, 0, 0, 0, 1]),
             ints(&[1, 0, 0, 0, 0, 1, 0, 2, 0, 1]),
             ints(&[1, 0, 0, 0, -1, 1, 0, 0, 0, 1]),
             Value::Nil,
-        ] {
-            let shown = format!("{bad:?}");
-            let mut one = [Decision::default()];
-            assert!(
-                matches!(
-                    read_reservation(&RESERVE, bad, 0, &mut one),
-                    Err(StorageError::Protocol(_))
-                ),
-                "{shown} was accepted"
-            );
-        }
+        ];
+        each_refused(bad, |reply| {
+            read_reservation(&RESERVE, reply, 0, &mut [Decision::default()])
+        });
     }
 }
