@@ -332,6 +332,10 @@ pub struct InstructionsResults {
     pub ours_100k_keys: Option<f64>,
     /// governor's `check_key`, 100k keys round-robin.
     pub governor_100k_keys: Option<f64>,
+    /// `SyncTier::check`, 1 hot key.
+    pub sync_one_key: Option<f64>,
+    /// `SyncTier::check`, 100k keys round-robin.
+    pub sync_100k_keys: Option<f64>,
     /// `MemoryStorage::check_sync` alone, 1 hot key.
     pub store_one_key: Option<f64>,
     /// `RateTier::decide` over the tier and 2 limits, 1 user.

@@ -43,6 +43,10 @@ fn one_key(c: &mut Criterion) {
     group.bench_function("tower_rate_tier", |b| {
         b.iter(|| ready(limiter.check(black_box(&key), "free", 1)).unwrap())
     });
+    let free = limiter.sync_tier("free").unwrap();
+    group.bench_function("sync_tier", |b| {
+        b.iter(|| free.check(black_box(&key), 1).unwrap())
+    });
     let gov = governor();
     group.bench_function("governor", |b| {
         b.iter(|| gov.check_key(black_box(&key)))
@@ -74,6 +78,14 @@ fn many_keys(c: &mut Criterion) {
             ready(limiter.check(&users[i], "free", 1)).unwrap()
         })
     });
+    let free = limiter.sync_tier("free").unwrap();
+    group.bench_function("sync_tier", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            free.check(&users[i], 1).unwrap()
+        })
+    });
     let gov = governor();
     group.bench_function("governor", |b| {
         let mut i = 0;
@@ -103,48 +115,59 @@ where
     start.elapsed()
 }
 
+/// `check` of `users`' ids, the first `spread` of them in turn, on two
+/// threads: a timing for criterion's `iter_custom`.
+fn on_two_threads<F>(
+    users: &Arc<Vec<String>>,
+    spread: usize,
+    check: F,
+) -> impl FnMut(u64) -> Duration
+where
+    F: Fn(&String) + Send + Sync + 'static,
+{
+    let (users, check) = (users.clone(), Arc::new(check));
+    move |iters| {
+        let (users, check) = (users.clone(), check.clone());
+        two_threads(
+            iters,
+            Arc::new(move |thread: usize, n: u64| {
+                let mut i = thread * 7919;
+                for _ in 0..n {
+                    i = (i + 1) % spread;
+                    check(&users[i]);
+                }
+            }),
+        )
+    }
+}
+
 fn threads(c: &mut Criterion) {
     let users = Arc::new(user_ids());
     for (name, spread) in [("one_key", 1), ("100k_keys", KEYS)] {
         let mut group = c.benchmark_group(format!("memory/2_threads_{name}"));
         let limiter = ours();
-        let u = users.clone();
-        group.bench_function("tower_rate_tier", |b| {
+        let check = {
             let limiter = limiter.clone();
-            let u = u.clone();
-            b.iter_custom(move |iters| {
-                let (limiter, u) = (limiter.clone(), u.clone());
-                two_threads(
-                    iters,
-                    Arc::new(move |thread: usize, n: u64| {
-                        let mut i = thread * 7919;
-                        for _ in 0..n {
-                            i = (i + 1) % spread;
-                            ready(limiter.check(&u[i], "free", 1))
-                                .unwrap()
-                                .ok();
-                        }
-                    }),
-                )
-            })
+            move |id: &String| {
+                ready(limiter.check(id, "free", 1)).unwrap().ok();
+            }
+        };
+        group.bench_function("tower_rate_tier", |b| {
+            b.iter_custom(on_two_threads(&users, spread, check.clone()))
+        });
+        let free = limiter.sync_tier("free").unwrap();
+        let check = move |id: &String| {
+            let _ = black_box(free.check(id, 1));
+        };
+        group.bench_function("sync_tier", |b| {
+            b.iter_custom(on_two_threads(&users, spread, check.clone()))
         });
         let gov = Arc::new(governor());
-        let u = users.clone();
+        let check = move |id: &String| {
+            gov.check_key(id).ok();
+        };
         group.bench_function("governor", |b| {
-            let (gov, u) = (gov.clone(), u.clone());
-            b.iter_custom(move |iters| {
-                let (gov, u) = (gov.clone(), u.clone());
-                two_threads(
-                    iters,
-                    Arc::new(move |thread: usize, n: u64| {
-                        let mut i = thread * 7919;
-                        for _ in 0..n {
-                            i = (i + 1) % spread;
-                            gov.check_key(&u[i]).ok();
-                        }
-                    }),
-                )
-            })
+            b.iter_custom(on_two_threads(&users, spread, check.clone()))
         });
         group.finish();
     }

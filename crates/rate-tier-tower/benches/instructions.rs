@@ -28,6 +28,7 @@ use rate_tier_bench_results::InstructionsResults;
 use rate_tier_storage::{BucketCheck, Decision, LimitName, MemoryStorage};
 use support::hot::{self, Governor, governor, ours, ready};
 use support::{Args, apps, write_results};
+use tower_rate_tier::sync::SyncTier;
 use tower_rate_tier::{Quota, RateTier};
 
 const KEYS: usize = 100_000;
@@ -36,7 +37,7 @@ const KEYS: usize = 100_000;
 type Field = fn(&mut InstructionsResults) -> &mut Option<f64>;
 
 /// Each case: (name, what it is, its field of the results).
-const CASES: [(&str, &str, Field); 10] = [
+const CASES: [(&str, &str, Field); 12] = [
     ("ours_one_key", "RateTier::check, 1 hot key", |r| {
         &mut r.ours_one_key
     }),
@@ -51,6 +52,14 @@ const CASES: [(&str, &str, Field); 10] = [
     ("governor_100k_keys", "governor check_key, 100k keys", |r| {
         &mut r.governor_100k_keys
     }),
+    ("sync_one_key", "SyncTier::check, 1 hot key", |r| {
+        &mut r.sync_one_key
+    }),
+    (
+        "sync_100k_keys",
+        "SyncTier::check, 100k keys round-robin",
+        |r| &mut r.sync_100k_keys,
+    ),
     (
         "store_one_key",
         "MemoryStorage::check_sync alone, 1 hot key",
@@ -108,6 +117,22 @@ fn loop_ours_keys(limiter: &RateTier, users: &[String], n: usize) {
     for _ in 0..n {
         i = (i + 1) % users.len();
         let _ = black_box(ready(limiter.check(&users[i], "free", 1)));
+    }
+}
+
+#[inline(never)]
+fn loop_sync_one_key(free: &SyncTier, key: &String, n: usize) {
+    for _ in 0..n {
+        let _ = black_box(free.check(black_box(key), 1));
+    }
+}
+
+#[inline(never)]
+fn loop_sync_keys(free: &SyncTier, users: &[String], n: usize) {
+    let mut i = 0;
+    for _ in 0..n {
+        i = (i + 1) % users.len();
+        let _ = black_box(free.check(&users[i], 1));
     }
 }
 
@@ -188,6 +213,24 @@ fn run(case: &str, n: usize) {
                 gov.check_key(user).unwrap();
             }
             loop_governor_keys(&gov, &users, n);
+        }
+        "sync_one_key" => {
+            let limiter = ours();
+            let free = limiter.sync_tier("free").unwrap();
+            let key = "user-1".to_owned();
+            for _ in 0..100 {
+                assert!(free.check(&key, 1).unwrap().allowed);
+            }
+            loop_sync_one_key(&free, &key, n);
+        }
+        "sync_100k_keys" => {
+            let limiter = ours();
+            let free = limiter.sync_tier("free").unwrap();
+            let users = user_ids();
+            for user in &users {
+                assert!(free.check(user, 1).unwrap().allowed);
+            }
+            loop_sync_keys(&free, &users, n);
         }
         "store_one_key" => {
             let store = MemoryStorage::new();

@@ -163,6 +163,15 @@ pub enum ConfigError {
         /// The kind of its rule that is not a rate.
         kind: RuleKind,
     },
+    /// A tier that cannot be checked synchronously
+    /// ([`RateTier::sync_tier`](crate::RateTier::sync_tier)).
+    #[error("tier {tier:?} cannot be checked synchronously: {why}")]
+    NotSync {
+        /// The tier asked for.
+        tier: String,
+        /// Why not.
+        why: &'static str,
+    },
 }
 
 /// Why [`RateTier::check`](crate::RateTier::check) could not decide.

@@ -161,6 +161,10 @@ pub mod policy;
 )]
 mod recorded;
 pub mod shape;
+/// One tier checked without a future: [`RateTier::sync_tier`].
+pub mod sync {
+    pub use crate::limiter::{SyncAnswer, SyncTier};
+}
 mod tiers;
 
 /// Time sources: fast monotonic (the default), wall, and [`FakeClock`](clock::FakeClock) for tests.

@@ -9,6 +9,7 @@
 //!   own path;
 //! - `ruling.rs`: what a decision came to, and the events it tells;
 //! - `future.rs`: [`CheckFuture`], the decision as a small lazy future;
+//! - `sync.rs`: [`SyncTier`], one tier checked without a future;
 //! - `builder.rs`: [`RateTierBuilder`].
 
 pub(crate) mod ask;
@@ -23,6 +24,7 @@ mod rates;
 pub(crate) mod ruling;
 pub(crate) mod slots;
 pub(crate) mod step;
+mod sync;
 mod wait;
 
 use std::cell::RefCell;
@@ -43,6 +45,7 @@ use rate_tier_storage::{
 pub use ask::LimitRequest;
 pub use builder::RateTierBuilder;
 pub use future::CheckFuture;
+pub use sync::{SyncAnswer, SyncTier};
 
 use self::ask::Ask;
 use self::ruling::Events;

@@ -242,6 +242,8 @@ impl Storage for Flaky {
 pub struct Remote {
     memory: MemoryStorage,
     asked: std::sync::Arc<AtomicUsize>,
+    /// Says it decides windows and periods too, as memory does.
+    every_kind: bool,
 }
 
 impl Remote {
@@ -249,6 +251,16 @@ impl Remote {
         Remote {
             memory,
             asked: std::sync::Arc::default(),
+            every_kind: false,
+        }
+    }
+
+    /// One that says it decides every kind memory does.
+    #[allow(dead_code)]
+    pub fn of_every_kind(memory: MemoryStorage) -> Self {
+        Remote {
+            every_kind: true,
+            ..Remote::new(memory)
         }
     }
 
@@ -311,8 +323,19 @@ impl Storage for Remote {
         }
     }
 
+    fn reset<'a>(&'a self, buckets: &'a [BucketCheck<'a>]) -> Answer<'a, ()> {
+        Answer::pending(async move {
+            tokio::task::yield_now().await;
+            self.memory.reset(buckets).await
+        })
+    }
+
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(self.label()).always_pending()
+        let capabilities = Capabilities::new(self.label()).always_pending();
+        match self.every_kind {
+            true => capabilities.with_every_kind(),
+            false => capabilities,
+        }
     }
 }
 
