@@ -92,9 +92,9 @@ async fn route_cost_outside_a_route_limiter_is_charged() {
     assert_eq!(text(response).await, "free 5 5");
 }
 
-/// `tier_cost` under a tier-wide `Router::layer` limiter used to
-/// answer 500. It wraps a route's own limiter now (anywhere else it does
-/// not compile), and each limiter charges its own buckets; the extractor
+/// `tier_cost` under a tier-wide `Router::layer` limiter: it wraps a
+/// route's own limiter (anywhere else it does not compile), every request
+/// is answered, and each limiter charges its own buckets; the extractor
 /// sees the innermost, the route's.
 #[tokio::test]
 async fn route_cost_on_a_route_limiter_under_a_router_limiter_works() {

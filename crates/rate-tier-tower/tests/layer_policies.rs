@@ -766,10 +766,10 @@ async fn tier_cost_outside_a_per_route_limiter_charges_its_cost() {
     assert_eq!(r.header("retry-after"), Some("6"));
 }
 
-/// `tier_cost` under a tier-wide `Router::layer` limiter used to
-/// answer 500 on every request. Now it wraps a route's own limiter (placed
-/// anywhere else it does not compile: a doctest of `tier_cost` proves it),
-/// and the two limiters each charge their own buckets.
+/// `tier_cost` under a tier-wide `Router::layer` limiter: it wraps a
+/// route's own limiter (placed anywhere else it does not compile: a doctest
+/// of `tier_cost` proves it), every request is answered, and the two
+/// limiters each charge their own buckets.
 #[tokio::test]
 async fn tier_cost_on_a_route_limiter_under_a_plan_wide_limiter_charges_each_its_own()
  {
