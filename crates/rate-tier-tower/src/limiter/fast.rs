@@ -191,19 +191,34 @@ impl RateTier {
         }))
     }
 
-    /// The tier's limit alone decided in process, as the direct API
-    /// answers it: no step, no events gathered (a refusal is told to the
-    /// listeners at once), for a check nobody times. `None`: anything
-    /// else, for [`RateTier::step`] (nothing was decided).
+    /// A decision on one of the fast paths, as the direct API answers it:
+    /// no step, no events gathered (a refusal is told to the listeners at
+    /// once), for a check nobody times. `None`: anything else, for
+    /// [`RateTier::step`] (nothing was decided).
     #[inline(always)]
     pub(crate) fn tier_answer(&self, ask: &Ask<'_>) -> Option<Output> {
+        match ask.tier_alone() {
+            Some((user, claimed, cost)) => {
+                self.tier_alone_answer(user, claimed, cost)
+            }
+            None if self.observed() => None,
+            None => self.joint_now(ask).map(|admitted| Ok(Ok(admitted))),
+        }
+    }
+
+    /// The tier's limit alone, `user` on `claimed` at `cost` (not 0),
+    /// decided in process: [`RateTier::tier_answer`]'s common case.
+    #[inline(always)]
+    pub(crate) fn tier_alone_answer(
+        &self,
+        user: &str,
+        claimed: &str,
+        cost: u32,
+    ) -> Option<Output> {
         let inner = &*self.inner;
         if !inner.tier_fast || self.observed() {
             return None;
         }
-        let Some((user, claimed, cost)) = ask.tier_alone() else {
-            return self.joint_now(ask).map(|admitted| Ok(Ok(admitted)));
-        };
         let Some(memory) = &inner.memory else {
             return Some(match self.tier_now(user, claimed, cost)? {
                 Ok(decision) => self.tier_output(user, decision),

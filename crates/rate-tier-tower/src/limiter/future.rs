@@ -44,10 +44,14 @@ pub struct CheckFuture<'a> {
 }
 
 enum State<'a> {
-    /// Not polled yet: what the decision is asked.
+    /// [`RateTier::check`], not polled yet: the tier alone.
+    Tier {
+        user: &'a str,
+        tier: &'a str,
+        cost: u32,
+    },
+    /// [`RateTier::decide`], not polled yet: what the decision is asked.
     Start(Ask<'a>),
-    /// A cost of 0 to [`RateTier::check`].
-    ZeroCost,
     Remote(BoxFuture<'a, Output>),
     Done,
 }
@@ -55,8 +59,7 @@ enum State<'a> {
 impl fmt::Debug for CheckFuture<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match self.state {
-            State::Start(_) => "start",
-            State::ZeroCost => "failed",
+            State::Tier { .. } | State::Start(_) => "start",
             State::Remote(_) => "waiting for the store",
             State::Done => "done",
         };
@@ -67,18 +70,26 @@ impl fmt::Debug for CheckFuture<'_> {
 }
 
 impl<'a> CheckFuture<'a> {
+    /// [`RateTier::check`] of `user` on `tier` at `cost`.
     #[inline]
-    pub(super) fn new(tiers: &'a RateTier, ask: Ask<'a>) -> Self {
+    pub(super) fn tier(
+        tiers: &'a RateTier,
+        user: &'a str,
+        tier: &'a str,
+        cost: u32,
+    ) -> Self {
         CheckFuture {
             tiers,
-            state: State::Start(ask),
+            state: State::Tier { user, tier, cost },
         }
     }
 
-    pub(super) fn zero_cost(tiers: &'a RateTier) -> Self {
+    /// [`RateTier::decide`] of what `ask` asks.
+    #[inline]
+    pub(super) fn asking(tiers: &'a RateTier, ask: Ask<'a>) -> Self {
         CheckFuture {
             tiers,
-            state: State::ZeroCost,
+            state: State::Start(ask),
         }
     }
 }
@@ -89,29 +100,37 @@ impl Future for CheckFuture<'_> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Output> {
         let this = &mut *self;
         let tiers = this.tiers;
-        let ask = match &mut this.state {
-            State::Start(ask) => ask,
-            State::Remote(remote) => {
+        let ask = match this.state {
+            State::Tier { user, tier, cost } => {
+                // Neither start state holds anything to drop: overwriting
+                // it skips the drop glue of every state.
+                this.state = State::Done;
+                if cost == 0 {
+                    return Poll::Ready(Err(Error::ZeroCost));
+                }
+                if let Some(answered) =
+                    tiers.tier_alone_answer(user, tier, cost)
+                {
+                    return Poll::Ready(answered);
+                }
+                Ask::plan(user, tier, cost)
+            }
+            State::Start(ask) => {
+                this.state = State::Done;
+                if let Some(answered) = tiers.tier_answer(&ask) {
+                    return Poll::Ready(answered);
+                }
+                ask
+            }
+            State::Remote(ref mut remote) => {
                 let output = remote.as_mut().poll(cx);
                 if output.is_ready() {
                     this.state = State::Done;
                 }
                 return output;
             }
-            State::ZeroCost => {
-                this.state = State::Done;
-                return Poll::Ready(Err(Error::ZeroCost));
-            }
             State::Done => panic!("`CheckFuture` polled after completion"),
         };
-        // `Start` holds nothing to drop: overwriting it skips the drop glue
-        // of every state.
-        if let Some(answered) = tiers.tier_answer(ask) {
-            this.state = State::Done;
-            return Poll::Ready(answered);
-        }
-        let ask = *ask;
-        this.state = State::Done;
         let started = tiers.observed().then(Instant::now);
         let events = Events::new(tiers.listening());
         let (tier, cost) = (ask.tier(), ask.cost);

@@ -47,7 +47,6 @@ pub use builder::RateTierBuilder;
 pub use future::CheckFuture;
 pub use sync::{SyncAnswer, SyncTier};
 
-use self::ask::Ask;
 use self::ruling::Events;
 use crate::error::{ConfigError, Error};
 use crate::event::LimitEvent;
@@ -319,10 +318,7 @@ impl RateTier {
         tier: &'a str,
         cost: u32,
     ) -> CheckFuture<'a> {
-        if cost == 0 {
-            return CheckFuture::zero_cost(self);
-        }
-        CheckFuture::new(self, Ask::plan(user, tier, cost))
+        CheckFuture::tier(self, user, tier, cost)
     }
 
     /// Decides a request against its tier and other limits, as one
@@ -362,7 +358,7 @@ impl RateTier {
         &'a self,
         request: &'a LimitRequest<'r>,
     ) -> CheckFuture<'a> {
-        CheckFuture::new(self, request.ask())
+        CheckFuture::asking(self, request.ask())
     }
 
     /// Reads the tier's bucket of `user` in `tier` without charging it.
