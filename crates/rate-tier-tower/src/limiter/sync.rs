@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use rate_tier_storage::MemoryStorage;
+use rate_tier_storage::{MemoryStorage, StorageError};
 
 use super::RateTier;
 use super::fast::TierDecision;
@@ -306,8 +306,15 @@ impl SyncTier {
         let mut cx = Context::from_waker(Waker::noop());
         match future.poll(&mut cx) {
             Poll::Ready(output) => answer_of(output),
-            // The memory store and no waiting: every check is ready.
-            Poll::Pending => unreachable!("a check in memory never waits"),
+            // The memory store and no waiting: every check is ready. Were
+            // one not, dropping it charges nothing twice and forgives no
+            // debt, and the caller hears of a failure, not of a refusal.
+            Poll::Pending => {
+                debug_assert!(false, "a check in memory waited");
+                Err(Error::Storage(StorageError::Unsupported(
+                    "a synchronous check that would wait",
+                )))
+            }
         }
     }
 
