@@ -22,6 +22,15 @@ fn gcra_steps_prints_the_posts_output() {
     );
 }
 
+/// The same steps through `SyncTier::check`: the same decisions.
+#[test]
+fn sync_steps_prints_what_gcra_steps_prints() {
+    assert_eq!(
+        run("sync_steps"),
+        include_str!("../expected/gcra_steps.txt")
+    );
+}
+
 #[test]
 fn fixed_window_prints_the_posts_output() {
     assert_eq!(
