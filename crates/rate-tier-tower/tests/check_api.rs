@@ -300,8 +300,9 @@ impl Observer for Storages {
     }
 }
 
-/// A fallback's local decisions were reported under the
-/// primary's name (`storage="redis"` at memory speed).
+/// A fallback's local decisions are labelled `fallback` for the
+/// observers, not with the primary's name (`storage="redis"` at memory
+/// speed would mislead).
 #[tokio::test]
 async fn a_fallbacks_local_decisions_are_labelled_fallback() {
     let clock = FakeClock::new();

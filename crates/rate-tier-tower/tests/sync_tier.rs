@@ -253,29 +253,19 @@ fn a_handle_needs_the_memory_store_no_waiting_and_a_known_tier() {
         Err(ConfigError::NotSync { why, .. }) => why,
         other => panic!("{other:?}"),
     };
-    let remote = RateTier::builder()
-        .tier("free", Quota::per_minute(10))
+    let free = || RateTier::builder().tier("free", Quota::per_minute(10));
+    let remote = free()
         .storage(Arc::new(Remote::new(MemoryStorage::new())))
         .build();
-    assert_eq!(
-        reason(remote.sync_tier("free")),
-        "its store is not the memory store"
-    );
-    let waiting = RateTier::builder()
-        .tier("free", Quota::per_minute(10))
-        .wait_up_to(Duration::from_secs(1))
-        .build();
-    assert_eq!(
-        reason(waiting.sync_tier("free")),
-        "its requests may wait for their turn"
-    );
-    let plain = RateTier::builder()
-        .tier("free", Quota::per_minute(10))
-        .build();
-    assert_eq!(
-        reason(plain.sync_tier("fre")),
-        "it is not a configured tier"
-    );
+    let waiting = free().wait_up_to(Duration::from_secs(1)).build();
+    let plain = free().build();
+    for (limiter, tier, why) in [
+        (&remote, "free", "its store is not the memory store"),
+        (&waiting, "free", "its requests may wait for their turn"),
+        (&plain, "fre", "it is not a configured tier"),
+    ] {
+        assert_eq!(reason(limiter.sync_tier(tier)), why);
+    }
     let error = plain.sync_tier("gold").unwrap_err().to_string();
     assert!(error.contains("\"gold\""), "{error}");
 }

@@ -215,10 +215,10 @@ impl RateTier {
         claimed: &str,
         cost: u32,
     ) -> Option<Output> {
-        let inner = &*self.inner;
-        if !inner.tier_fast || self.observed() {
+        if !self.tier_path_open() {
             return None;
         }
+        let inner = &*self.inner;
         let Some(memory) = &inner.memory else {
             return Some(match self.tier_now(user, claimed, cost)? {
                 Ok(decision) => self.tier_output(user, decision),
@@ -259,10 +259,22 @@ impl RateTier {
     /// The direct API's answer to the tier's decision, a refusal told to
     /// the listeners.
     fn tier_output(&self, user: &str, decision: TierDecision) -> Output {
+        self.tell_if_refused(user, &decision);
+        Ok(decision.outcome())
+    }
+
+    /// Tells the listeners of the tier's refusal, if `decision` is one.
+    pub(super) fn tell_if_refused(&self, user: &str, decision: &TierDecision) {
         if decision.retry_after_us.is_some() && self.listening() {
             self.emit(|| decision.limited_event(user));
         }
-        Ok(decision.outcome())
+    }
+
+    /// Whether the tier alone may take its own fast path: nothing else to
+    /// do for it, and nobody timing checks.
+    #[inline(always)]
+    pub(super) fn tier_path_open(&self) -> bool {
+        self.inner.tier_fast && !self.observed()
     }
 
     /// The tier's limit alone, decided in process. `None` when anything

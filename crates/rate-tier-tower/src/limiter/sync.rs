@@ -174,14 +174,13 @@ impl RateTier {
         })
     }
 
-    /// `tier`'s entry when its own fast path decides it alone: a rate, with
-    /// nothing else to do for it and nobody timing checks.
+    /// `tier`'s entry when its own fast path decides it: a rate tier, with
+    /// that path open.
     fn sync_fast_entry(&self, tier: &str) -> Option<RateTierEntry> {
-        let inner = &*self.inner;
-        if !inner.tier_fast || self.observed() {
+        if !self.tier_path_open() {
             return None;
         }
-        inner.rates.find(tier)
+        self.inner.rates.find(tier)
     }
 }
 
@@ -286,11 +285,8 @@ impl SyncTier {
         decision: gcra_core::Decision,
         now_us: u64,
     ) {
-        let limiter = &self.limiter;
-        if limiter.listening() {
-            let decided = TierDecision::of_memory(tier, cost, decision, now_us);
-            limiter.emit(|| decided.limited_event(user));
-        }
+        let decided = TierDecision::of_memory(tier, cost, decision, now_us);
+        self.limiter.tell_if_refused(user, &decided);
     }
 
     /// Everything else, decided by [`RateTier::check`]: in process, so its
