@@ -47,21 +47,34 @@ const MICROS_PER_SECOND: u64 = 1_000_000;
 /// assert!(Quota::new(0, Duration::from_secs(1)).is_err());
 /// assert!(Quota::new(2_000_000, Duration::from_secs(1)).is_err()); // T < 1 µs
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Quota {
     limit: u32,
     burst: u32,
     period_us: u64,
     emission_interval_us: u64,
     burst_offset_us: u64,
-    /// The most debt a settlement or a reservation may leave, in µs;
-    /// [`UNSET`]: the default, [`DEFAULT_MAX_DEBT`] or `tau` if longer.
-    max_debt_us: u64,
+    /// `tau` + the most debt a settlement or a reservation may leave, in
+    /// µs ([`Quota::ceiling_us`]), ready for rule 1 of every check; its
+    /// [`DEFAULT_DEBT`] bit set while the debt is the default one, which
+    /// follows the burst.
+    ceiling_us: u64,
 }
 
-/// [`Quota::max_debt_us`] when none was set: the default, whatever the
-/// burst becomes.
-const UNSET: u64 = u64::MAX;
+/// The bit of [`Quota`]'s `ceiling_us` that says no debt was set: the
+/// default, [`DEFAULT_MAX_DEBT`] or `tau` if longer, whatever the burst
+/// becomes. A ceiling is at most 2^51: the bit is free.
+const DEFAULT_DEBT: u64 = 1 << 63;
+
+/// The ceiling of a quota whose burst window is `tau` and whose debt is
+/// the default one, its [`DEFAULT_DEBT`] bit set.
+const fn default_ceiling(tau: u64) -> u64 {
+    // An hour is far below MAX_WINDOW_US: lossless.
+    let hour = DEFAULT_MAX_DEBT.as_micros() as u64;
+    let debt = if tau > hour { tau } else { hour };
+    // Both are at most 2^50: no overflow, and the bit stays free.
+    tau.saturating_add(debt) | DEFAULT_DEBT
+}
 
 /// The most debt a quota carries unless it says otherwise
 /// ([`Quota::allow_debt`]): an hour, or one burst window (`tau`) if that is
@@ -149,6 +162,19 @@ const fn or_panic(result: Result<Quota, QuotaError>) -> Quota {
                 "quota period exceeds 2^53 microseconds, or its burst window exceeds 2^50"
             )
         }
+    }
+}
+
+impl fmt::Debug for Quota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Quota")
+            .field("limit", &self.limit)
+            .field("burst", &self.burst)
+            .field("period_us", &self.period_us)
+            .field("emission_interval_us", &self.emission_interval_us)
+            .field("burst_offset_us", &self.burst_offset_us)
+            .field("max_debt_us", &self.max_debt_us())
+            .finish()
     }
 }
 
@@ -266,7 +292,7 @@ impl Quota {
             period_us,
             emission_interval_us,
             burst_offset_us,
-            max_debt_us: UNSET,
+            ceiling_us: default_ceiling(burst_offset_us),
         })
     }
 
@@ -363,8 +389,12 @@ impl Quota {
             self.emission_interval_us,
             burst,
         ) {
+            Ok(quota) if self.ceiling_us & DEFAULT_DEBT != 0 => Ok(quota),
+            // The debt set is kept: tau <= 2^50 and so is the debt.
             Ok(quota) => Ok(Quota {
-                max_debt_us: self.max_debt_us,
+                ceiling_us: quota
+                    .burst_offset_us
+                    .saturating_add(self.max_debt_us()),
                 ..quota
             }),
             Err(error) => Err(error),
@@ -419,8 +449,9 @@ impl Quota {
             return Err(QuotaError::OutOfRange);
         }
         Ok(Quota {
-            // Lossless: checked against MAX_WINDOW_US just above.
-            max_debt_us: micros as u64,
+            // Lossless: checked against MAX_WINDOW_US just above, and so
+            // is tau: no overflow.
+            ceiling_us: self.burst_offset_us.saturating_add(micros as u64),
             ..self
         })
     }
@@ -436,7 +467,7 @@ impl Quota {
     /// ```
     pub const fn unbounded_debt(self) -> Quota {
         Quota {
-            max_debt_us: MAX_WINDOW_US,
+            ceiling_us: self.burst_offset_us.saturating_add(MAX_WINDOW_US),
             ..self
         }
     }
@@ -474,16 +505,8 @@ impl Quota {
     /// assert_eq!(gcra_core::Quota::per_minute(10).max_debt_us(), 3_600_000_000);
     /// ```
     pub const fn max_debt_us(&self) -> u64 {
-        if self.max_debt_us != UNSET {
-            return self.max_debt_us;
-        }
-        // An hour is far below MAX_WINDOW_US: lossless.
-        let default = DEFAULT_MAX_DEBT.as_micros() as u64;
-        if self.burst_offset_us > default {
-            self.burst_offset_us
-        } else {
-            default
-        }
+        // The ceiling is tau + the debt: no underflow.
+        self.ceiling_us().saturating_sub(self.burst_offset_us)
     }
 
     /// `tau + max debt`, in µs: the furthest ahead of now a stored TAT is
@@ -495,9 +518,9 @@ impl Quota {
     /// ```
     /// assert_eq!(gcra_core::Quota::per_minute(10).ceiling_us(), 3_660_000_000);
     /// ```
+    #[inline]
     pub const fn ceiling_us(&self) -> u64 {
-        // Both are at most 2^50: no overflow.
-        self.burst_offset_us.saturating_add(self.max_debt_us())
+        self.ceiling_us & !DEFAULT_DEBT
     }
 
     /// This quota as one of `share` instances applies it alone (a

@@ -925,3 +925,32 @@ fn the_burst_and_the_debt_are_kept_whichever_is_set_first() {
     assert_eq!(debt_first.divided(2).max_debt_us(), 5 * SECOND);
     assert_eq!(debt_first.divided(2).burst(), 1);
 }
+
+#[test]
+fn a_default_debt_follows_the_burst_and_a_set_one_stays() {
+    // 10 per minute, a burst of 1000: tau is 6000 s, longer than an hour.
+    let wide = Quota::per_minute(10).allow_burst(1000);
+    assert_eq!(wide.max_debt_us(), 6_000 * SECOND);
+    assert_eq!(wide.ceiling_us(), 12_000 * SECOND);
+    // Back to a narrow burst, the default is the hour again.
+    let narrow = wide.allow_burst(10);
+    assert_eq!(narrow, Quota::per_minute(10));
+    assert_eq!(narrow.ceiling_us(), 3_660 * SECOND);
+    // An hour set by hand is the hour whatever the burst.
+    let set = Quota::per_minute(10).allow_debt(Duration::from_secs(3_600));
+    assert_ne!(set, Quota::per_minute(10));
+    assert_eq!(set.allow_burst(1000).max_debt_us(), 3_600 * SECOND);
+    assert_eq!(set.allow_burst(1000).ceiling_us(), 9_600 * SECOND);
+    // Unbounded: the longest window past tau.
+    let unbounded = Quota::per_minute(10).unbounded_debt();
+    assert_eq!(unbounded.max_debt_us(), gcra_core::MAX_WINDOW_US);
+    assert_eq!(
+        unbounded.allow_burst(1000).max_debt_us(),
+        gcra_core::MAX_WINDOW_US
+    );
+    // Debug tells the debt in force.
+    assert!(
+        format!("{narrow:?}").contains("max_debt_us: 3600000000"),
+        "{narrow:?}"
+    );
+}
