@@ -114,7 +114,7 @@ impl Inner {
         (*out, now) = self.decide_rate(
             check.limit_name(),
             check.partition(),
-            check.quota(),
+            &check.quota(),
             check.cost(),
         )?;
         let verdict =
@@ -131,7 +131,7 @@ impl Inner {
         &self,
         limit: &LimitName,
         partition: &str,
-        quota: Quota,
+        quota: &Quota,
         cost: u32,
     ) -> Result<(Decision, u64), StorageError> {
         let (name, shard) = self.name_of(limit, partition);
@@ -139,10 +139,10 @@ impl Inner {
         let now = self.clock.now_us();
         let table = read(&shard.table);
         let decision = match table.find(name) {
-            Some(entry) => decide_in_place(&entry.tat, quota, cost, now)?,
+            Some(entry) => decide_in_place(&entry.tat, *quota, cost, now)?,
             None => {
                 drop(table);
-                let check = BucketCheck::new(limit, partition, quota, cost)?;
+                let check = BucketCheck::new(limit, partition, *quota, cost)?;
                 let mut out = Decision::default();
                 self.decide_new(&check, name, shard, now, &mut out)?;
                 out

@@ -249,7 +249,7 @@ impl MemoryStorage {
             return self.inner.decide_rate(
                 check.limit_name(),
                 check.partition(),
-                check.quota(),
+                &check.quota(),
                 check.cost(),
             );
         }
@@ -270,11 +270,11 @@ impl MemoryStorage {
     /// let store = MemoryStorage::with_clock(FakeClock::at_us(5));
     /// let free = LimitName::new("free")?;
     /// let (decision, now_us) =
-    ///     store.check_rate(&free, "ana", Quota::per_minute(10), 1)?;
+    ///     store.check_rate(&free, "ana", &Quota::per_minute(10), 1)?;
     /// assert!(decision.allowed);
     /// assert_eq!((decision.remaining, now_us), (9, 5));
     /// // A cost above the burst can never pass: an error, as for a check.
-    /// assert!(store.check_rate(&free, "ana", Quota::per_minute(10), 11).is_err());
+    /// assert!(store.check_rate(&free, "ana", &Quota::per_minute(10), 11).is_err());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[inline(always)]
@@ -282,7 +282,7 @@ impl MemoryStorage {
         &self,
         limit: &LimitName,
         partition: &str,
-        quota: Quota,
+        quota: &Quota,
         cost: u32,
     ) -> Result<(Decision, u64), StorageError> {
         self.inner.decide_rate(limit, partition, quota, cost)
@@ -475,6 +475,7 @@ async fn sweep_while_alive(store: Weak<Inner>, every: Duration) {
 
 // A panic while holding a shard lock cannot leave a table half-updated in a
 // way that matters (entries are inserted whole), so poisoning is ignored.
+#[inline]
 fn read(lock: &RwLock<Table>) -> RwLockReadGuard<'_, Table> {
     lock.read().unwrap_or_else(PoisonError::into_inner)
 }

@@ -76,6 +76,7 @@ pub(super) struct Swept {
 }
 
 impl Table {
+    #[inline]
     pub(super) fn find(&self, name: u64) -> Option<&Entry> {
         self.entries.find(table_hash(name), |e| e.name == name)
     }

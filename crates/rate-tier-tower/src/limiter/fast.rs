@@ -231,7 +231,7 @@ impl RateTier {
             return None;
         }
         let (decision, now_us) =
-            match memory.check_rate(tier.key, user, tier.quota, cost) {
+            match memory.check_rate(tier.key, user, &tier.quota, cost) {
                 Ok(decided) => decided,
                 Err(error) => {
                     let policy = tier.on_storage_error;
@@ -300,7 +300,7 @@ impl RateTier {
         }
         if let Some(memory) = &inner.memory {
             // Names its buckets by its own keyed hash: no key secret.
-            return Some(match memory.check_rate(key, user, quota, cost) {
+            return Some(match memory.check_rate(key, user, &quota, cost) {
                 Ok((decision, now_us)) => {
                     Ok(TierDecision::of_memory(&tier, cost, decision, now_us))
                 }

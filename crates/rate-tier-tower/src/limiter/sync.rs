@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use gcra_core::Decision;
 use rate_tier_storage::{MemoryStorage, StorageError};
 
 use super::RateTier;
@@ -232,9 +233,15 @@ impl SyncTier {
         if cost.wrapping_sub(1) >= limit {
             return self.check_in_full(user, cost);
         }
-        match memory.check_rate(tier.key, user, tier.quota, cost) {
+        match memory.check_rate(tier.key, user, &tier.quota, cost) {
             Ok((decision, now_us)) => {
                 if !decision.allowed {
+                    // What it writes is the store's business, not the
+                    // listeners': left out, it is never computed.
+                    let decision = Decision {
+                        store: None,
+                        ..decision
+                    };
                     self.refused(user, tier, cost, decision, now_us);
                 }
                 Ok(SyncAnswer {
@@ -282,7 +289,7 @@ impl SyncTier {
         user: &str,
         tier: &RateTierEntry,
         cost: u32,
-        decision: gcra_core::Decision,
+        decision: Decision,
         now_us: u64,
     ) {
         let decided = TierDecision::of_memory(tier, cost, decision, now_us);
