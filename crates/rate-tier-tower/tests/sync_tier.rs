@@ -226,6 +226,28 @@ fn a_refusal_charges_nothing() {
     assert_eq!(free.check("ana", 1).unwrap().remaining, 0);
 }
 
+/// A refusal says when to retry, as a `Duration` and in whole seconds
+/// rounded up (`Retry-After`); a pass says 0.
+#[test]
+fn a_refusal_says_when_to_retry() {
+    let clock = FakeClock::new();
+    let limiter = limiter(&clock, Extra::Nothing, false).limiter;
+    let free = limiter.sync_tier("free").unwrap();
+    let passed = free.check("ana", 10).unwrap();
+    assert_eq!(
+        (passed.retry_after(), passed.retry_after_secs()),
+        (Duration::ZERO, 0)
+    );
+    // 10 per minute: the next one is 6 s away.
+    let refused = free.check("ana", 1).unwrap();
+    assert_eq!(refused.retry_after(), Duration::from_secs(6));
+    assert_eq!(refused.retry_after_secs(), 6);
+    clock.advance(Duration::from_millis(4_500));
+    let refused = free.check("ana", 1).unwrap();
+    assert_eq!(refused.retry_after(), Duration::from_millis(1_500));
+    assert_eq!(refused.retry_after_secs(), 2);
+}
+
 /// A reload reaches a handle made before it, on its fast path and off it.
 #[test]
 fn a_handle_follows_reloads() {
