@@ -15,7 +15,9 @@ use super::decide::write_of;
 use super::joint::{Judge, Reserving};
 use super::{Inner, MemoryStorage, read, rewrite_in_place};
 use crate::bucket::{BucketCancel, BucketCheck};
-use crate::storage::{Decided, StorageError, only_rates, validate_reservation};
+use crate::storage::{
+    Decided, StorageError, micros, only_rates, validate_reservation,
+};
 use crate::sync::AtomicU64;
 
 impl MemoryStorage {
@@ -41,13 +43,65 @@ impl MemoryStorage {
     /// assert_eq!(third.wait_us, 200_000);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    ///
+    /// A reservation of one rate that passes at once is decided inline in
+    /// the caller, as [`check_sync`](Self::check_sync) decides a check.
+    #[inline(always)]
     pub fn reserve_sync(
         &self,
         checks: &[BucketCheck<'_>],
         max_wait: Duration,
         out: &mut [Decision],
     ) -> Result<Decided, StorageError> {
+        if let ([check], [slot]) = (checks, &mut *out)
+            && let Some(decided) = self.reserve_at_once(check, max_wait, slot)
+        {
+            return Ok(decided);
+        }
         self.inner.reservation(checks, max_wait, out)
+    }
+
+    /// One enforced rate, held, that passes now: its check is the
+    /// reservation (`reserve_all` at a wait of 0), written in one
+    /// compare-and-swap loop only on a pass. `None`, with nothing written
+    /// (not even the cap of a TAT from a clock that went back), for
+    /// anything else: the full path decides it.
+    #[inline(always)]
+    fn reserve_at_once(
+        &self,
+        check: &BucketCheck<'_>,
+        max_wait: Duration,
+        out: &mut Decision,
+    ) -> Option<Decided> {
+        if !check.is_rate() || check.cost() == 0 || check.is_shadow() {
+            return None;
+        }
+        let inner = &*self.inner;
+        let (name, index) = inner.name(check);
+        let now = inner.clock.now_us();
+        let quota = check.quota();
+        let table = read(&inner.shards[index].table);
+        let entry = table.find(name)?;
+        // An error (a cost above the burst) is the full path's to answer.
+        let passed = rewrite_in_place(&entry.tat, |current| {
+            let decision = quota.check(current, now, check.cost())?;
+            Ok(match decision.allowed {
+                true => (write_of(&decision), Some(decision)),
+                false => (Write::Keep, None),
+            })
+        })
+        .ok()??;
+        *out = passed;
+        let joint = JointReservation {
+            reserved: true,
+            wait_us: 0,
+            by: None,
+            most_us: micros(max_wait).min(quota.max_wait_us()),
+        };
+        Some(
+            Decided::of_reservation(&joint, Some(now), "memory")
+                .with_store_clock(now),
+        )
     }
 
     /// The same as [`StorageExt::cancel`](crate::StorageExt::cancel),
@@ -64,6 +118,7 @@ impl MemoryStorage {
 }
 
 impl Inner {
+    #[inline(never)]
     fn reservation(
         &self,
         checks: &[BucketCheck<'_>],
@@ -104,11 +159,6 @@ impl Inner {
         {
             let table = read(&shard.table);
             if let Some(entry) = table.find(name) {
-                if let Some(verdict) =
-                    pass_in_place(&entry.tat, check, now, out, judge)
-                {
-                    return Ok(verdict);
-                }
                 return judge_in_place(&entry.tat, check, now, out, judge);
             }
         }
@@ -155,41 +205,6 @@ fn judge_one(
     judge: Reserving<'_>,
 ) -> Result<Verdict, StorageError> {
     judge.judge(&[check.charge()], &[stored], now, std::slice::from_mut(out))
-}
-
-/// One enforced rate that passes now: its check is the reservation
-/// (`reserve_all` at a wait of 0), written in the same compare-and-swap
-/// loop only on a pass. `None`, with nothing written, when it would wait
-/// or fails: [`judge_in_place`] then decides it in full.
-#[inline]
-fn pass_in_place(
-    tat: &AtomicU64,
-    check: &BucketCheck<'_>,
-    now: u64,
-    out: &mut Decision,
-    judge: Reserving<'_>,
-) -> Option<Verdict> {
-    if check.cost() == 0 || check.is_shadow() {
-        return None;
-    }
-    let quota = check.quota();
-    *out = rewrite_in_place(tat, |current| {
-        let decision = quota.check(current, now, check.cost())?;
-        let passed = decision.allowed.then_some(decision);
-        Ok((
-            passed.map_or(Write::Keep, |passed| write_of(&passed)),
-            passed,
-        ))
-    })
-    .ok()??;
-    let joint = JointReservation {
-        reserved: true,
-        wait_us: 0,
-        by: None,
-        most_us: judge.max_wait_us.min(quota.max_wait_us()),
-    };
-    judge.joint.set(Some(joint));
-    Some(joint.verdict())
 }
 
 /// A compare-and-swap loop: the reservation is written only if the TAT it
