@@ -24,8 +24,8 @@ WORKDIR /src
 # The whole workspace (cargo needs every member's manifest); .dockerignore
 # leaves out target/, .git and the fuzz corpora.
 COPY . .
-RUN cargo build --release --locked -p rate-tier-service \
-    && cp target/release/rate-tier-service /usr/local/bin/rate-tier-service
+RUN cargo build --profile dist --locked -p rate-tier-service \
+    && cp target/dist/rate-tier-service /usr/local/bin/rate-tier-service
 
 # --- runtime ----------------------------------------------------------------
 # The same Debian release as the builder: the binary needs its glibc (and

@@ -57,8 +57,8 @@ Tasks:
                 the libraries ldd lists, /bin/sh and an entrypoint that creates
                 the cluster, as the official image's does)
   service-image the standalone service's image, rate-tier-service:local, for a
-                Docker engine with no registry: FROM scratch, from the release
-                binary (cargo build --release -p rate-tier-service), the libraries
+                Docker engine with no registry: FROM scratch, from the shipped
+                binary (cargo build --profile dist -p rate-tier-service), the libraries
                 ldd lists, the Dockerfile's non-root user and what its HEALTHCHECK
                 runs (bash, head, grep); EXPOSE, USER, ENTRYPOINT, CMD and
                 HEALTHCHECK read from the repository's Dockerfile. --check then

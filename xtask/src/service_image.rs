@@ -3,8 +3,9 @@
 //! the Dockerfile's `rust:1-bookworm` builder nor its `debian:bookworm-slim`
 //! runtime is there.
 //!
-//! The image is built `FROM scratch` from what this machine has: the release
-//! binary (`cargo build --release -p rate-tier-service`), the libraries `ldd`
+//! The image is built `FROM scratch` from what this machine has: the
+//! binary as the Dockerfile builds it (`cargo build --profile dist -p
+//! rate-tier-service`), the libraries `ldd`
 //! lists for it and the ELF loader, `/etc/passwd` and `/etc/group` with the
 //! Dockerfile's non-root user, and what the Dockerfile's health check runs
 //! (`/bin/bash`, `head`, `grep`, and their libraries). The runtime's
@@ -88,10 +89,10 @@ fn docker() -> Result<PathBuf> {
     Ok(docker)
 }
 
-/// `cargo build --release -p rate-tier-service`: the binary's path.
+/// `cargo build --profile dist -p rate-tier-service`: the binary's path.
 fn build_binary() -> Result<PathBuf> {
     let messages = Cmd::cargo()
-        .args(["build", "--release", "-p", "rate-tier-service"])
+        .args(["build", "--profile", "dist", "-p", "rate-tier-service"])
         .args(["--bin", "rate-tier-service"])
         .arg("--message-format=json-render-diagnostics")
         .read_stdout()?;

@@ -18,11 +18,11 @@
 //! `limitador/mod.rs`.
 //!
 //! ```text
-//! cargo bench -p rate-tier-service --bench rls -- --seconds 3 --rounds 3 --out rls.json
-//! cargo bench -p rate-tier-service --bench rls -- --url redis://127.0.0.1:PORT/ --port PORT \
+//! cargo bench -p rate-tier-service --profile dist --bench rls -- --seconds 3 --rounds 3 --out rls.json
+//! cargo bench -p rate-tier-service --profile dist --bench rls -- --url redis://127.0.0.1:PORT/ --port PORT \
 //!     --sha "$(redis-cli -p PORT SCRIPT LOAD "$(cat crates/rate-tier-storage/src/redis/gcra.lua)")" \
 //!     --redis-benchmark redis-benchmark --out rls.json
-//! cargo bench -p rate-tier-service --bench rls -- --limitador ../limitador/target/release/limitador-server \
+//! cargo bench -p rate-tier-service --profile dist --bench rls -- --limitador ../limitador/target/release/limitador-server \
 //!     --url redis://127.0.0.1:PORT/ --seconds 3 --rounds 6 --out limitador.json
 //! ```
 //!

@@ -125,6 +125,10 @@ pub(crate) fn build(targets: &[Target]) -> Built {
     let mut built = BTreeMap::new();
     for &(package, features, target) in targets {
         let mut cargo = Cmd::cargo().args(["bench", "-p", package, "--no-run"]);
+        if target == RLS_BENCH {
+            // The service as it ships, and as limitador-server ships.
+            cargo = cargo.args(["--profile", "dist"]);
+        }
         if !features.is_empty() {
             cargo = cargo.args(["--features", features]);
         }
