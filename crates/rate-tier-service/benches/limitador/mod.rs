@@ -4,7 +4,10 @@
 //! `user` descriptor each, `--users` values), `--concurrency` in flight
 //! over `--connections` HTTP/2 connections to each server. The servers
 //! take turns, round after round, so that the machine's noise (it is
-//! shared) falls on every side alike.
+//! shared) falls on every side alike. Each round's line also gives each
+//! server's CPU time per call (Linux's schedstat of our server's runtime
+//! threads, of limitador's whole process): times calls/s, how much of a
+//! core the server took.
 //!
 //! - **Memory**: our service on the memory store, then limitador's
 //!   `memory` mode; `--rounds` rounds.
@@ -53,7 +56,7 @@ use rate_tier_service::StoreChoice;
 use rate_tier_test_support::free_port;
 use tonic::transport::Channel;
 
-use crate::{Load, channels, requests, start_ours, throughput};
+use crate::{Load, SERVER_THREAD, channels, requests, start_ours, throughput};
 
 /// limitador's limit: the equivalent of [`CONFIG`](crate::CONFIG) (the
 /// domain is limitador's namespace; the variable makes one counter per
@@ -104,8 +107,8 @@ pub(crate) fn run(
     let rounds = compare(
         load,
         &[
-            ("ours, memory", ours.addr),
-            ("limitador memory", theirs.addr),
+            ("ours, memory", ours.addr, Cpu::OurServer),
+            ("limitador memory", theirs.addr, theirs.cpu()),
         ],
     );
     results.memory = versus(&rounds, 1);
@@ -120,9 +123,9 @@ pub(crate) fn run(
         let rounds = compare(
             load,
             &[
-                ("ours, redis", ours.addr),
-                ("limitador redis", redis.addr),
-                ("limitador redis_cached", cached.addr),
+                ("ours, redis", ours.addr, Cpu::OurServer),
+                ("limitador redis", redis.addr, redis.cpu()),
+                ("limitador redis_cached", cached.addr, cached.cpu()),
             ],
         );
         results.redis = versus(&rounds, 1);
@@ -132,23 +135,72 @@ pub(crate) fn run(
 }
 
 /// Ours (the first server of each round) against the server at `index`.
-fn versus(rounds: &[Vec<f64>], index: usize) -> Vec<VersusRound> {
+fn versus(rounds: &[Vec<Measured>], index: usize) -> Vec<VersusRound> {
     rounds
         .iter()
-        .map(|rps| VersusRound {
-            ours: rps[0],
-            theirs: rps[index],
+        .map(|round| VersusRound {
+            ours: round[0].rps,
+            theirs: round[index].rps,
         })
         .collect()
 }
 
+/// One server in one round.
+#[derive(Debug, Clone, Copy)]
+struct Measured {
+    /// Calls per second.
+    rps: f64,
+    /// The server's CPU time per call, µs (`None`: not readable here).
+    cpu_us: Option<f64>,
+}
+
+/// Whose CPU time a round reads: our server's runtime threads (in this
+/// process, beside the client's), or a limitador-server's process.
+#[derive(Debug, Clone, Copy)]
+enum Cpu {
+    OurServer,
+    Process(u32),
+}
+
+impl Cpu {
+    /// The CPU time its threads have run so far, ns: the first field of
+    /// each thread's `/proc/<pid>/task/<tid>/schedstat` (Linux). `None`
+    /// where `/proc` cannot be read.
+    fn used_ns(self) -> Option<u64> {
+        let (pid, only) = match self {
+            Cpu::OurServer => (std::process::id(), Some(SERVER_THREAD)),
+            Cpu::Process(pid) => (pid, None),
+        };
+        let mut total = 0;
+        for task in fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+            let dir = task.ok()?.path();
+            // A thread that ended since the listing used nothing more.
+            let (Ok(name), Ok(stat)) = (
+                fs::read_to_string(dir.join("comm")),
+                fs::read_to_string(dir.join("schedstat")),
+            ) else {
+                continue;
+            };
+            if only.is_some_and(|only| name.trim_end() != only) {
+                continue;
+            }
+            total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+        }
+        Some(total)
+    }
+}
+
 /// Connects to each server, checks that its limit applies and warms it
 /// up, then runs the rounds, each driving every server in turn: the
-/// calls/s of each round, in the order of `servers`.
-fn compare(load: &Load, servers: &[(&str, SocketAddr)]) -> Vec<Vec<f64>> {
+/// calls/s and the server's CPU per call of each round, in the order of
+/// `servers`.
+fn compare(
+    load: &Load,
+    servers: &[(&str, SocketAddr, Cpu)],
+) -> Vec<Vec<Measured>> {
     let clients = load.client_rt.block_on(async {
         let mut all = Vec::new();
-        for &(name, addr) in servers {
+        for &(name, addr, _) in servers {
             let clients = channels(addr, load.connections).await;
             probe(&clients[0], name).await;
             throughput(&clients, &load.requests, load.concurrency, WARM_UP)
@@ -159,26 +211,43 @@ fn compare(load: &Load, servers: &[(&str, SocketAddr)]) -> Vec<Vec<f64>> {
     });
     (0..load.rounds)
         .map(|round| {
-            let rps: Vec<f64> = clients
+            let measured: Vec<Measured> = clients
                 .iter()
-                .map(|clients| {
-                    load.client_rt.block_on(throughput(
+                .zip(servers)
+                .map(|(clients, &(_, _, cpu))| {
+                    let before = cpu.used_ns();
+                    let rps = load.client_rt.block_on(throughput(
                         clients,
                         &load.requests,
                         load.concurrency,
                         load.seconds,
-                    ))
+                    ));
+                    let calls = rps * load.seconds.as_secs_f64();
+                    let cpu_us = match (before, cpu.used_ns()) {
+                        (Some(before), Some(after)) if calls > 0.0 => Some(
+                            after.saturating_sub(before) as f64 / 1e3 / calls,
+                        ),
+                        _ => None,
+                    };
+                    Measured { rps, cpu_us }
                 })
                 .collect();
             let mut line = format!("round {round}:");
-            for (&(name, _), &r) in servers.iter().zip(&rps) {
-                line.push_str(&format!(" {name} {r:.0}/s,"));
+            for (&(name, _, _), m) in servers.iter().zip(&measured) {
+                line.push_str(&format!(" {name} {:.0}/s", m.rps));
+                if let Some(cpu_us) = m.cpu_us {
+                    line.push_str(&format!(" ({cpu_us:.2} µs CPU/call)"));
+                }
+                line.push(',');
             }
-            for (&(name, _), &r) in servers.iter().zip(&rps).skip(1) {
-                line.push_str(&format!(" ours / {name} {:.3}", rps[0] / r));
+            for (&(name, _, _), m) in servers.iter().zip(&measured).skip(1) {
+                line.push_str(&format!(
+                    " ours / {name} {:.3}",
+                    measured[0].rps / m.rps
+                ));
             }
             println!("{line}");
-            rps
+            measured
         })
         .collect()
 }
@@ -288,6 +357,11 @@ impl Limitador {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Its process's CPU time.
+    fn cpu(&self) -> Cpu {
+        Cpu::Process(self.child.id())
     }
 
     fn output(&self) -> String {
