@@ -15,8 +15,8 @@ use gcra_core::{Charge, JointReservation, Write, reserve_all};
 use proptest::prelude::*;
 use rate_tier_storage::clock::FakeClock;
 use rate_tier_storage::{
-    BucketCheck, Decided, Decision, LimitName, MemoryStorage, Quota, Storage,
-    StorageError, Window,
+    BucketCheck, Decided, Decision, LimitName, MemoryStorage, Period,
+    PeriodUnit, Quota, Storage, StorageError, Window,
 };
 
 const START_US: u64 = 1_000_000_000;
@@ -209,6 +209,19 @@ fn only_rates_reserve() {
     assert!(matches!(error, StorageError::Unsupported(_)), "{error}");
     assert!(!error.is_failure());
     assert!(store.capabilities().reserves);
+
+    // A period's count lives in the rates' table: a reservation of one
+    // the store holds is refused as well, and leaves its count as it was.
+    let quota = Period::new(3, PeriodUnit::Day, 0).unwrap();
+    let daily = BucketCheck::of_rule(&name, "bo", quota.into(), 1).unwrap();
+    store.check_sync(&[daily], &mut out).unwrap();
+    assert_eq!(out[0].remaining, 2);
+    let error = store
+        .reserve_sync(&[daily], Duration::from_secs(1), &mut out)
+        .unwrap_err();
+    assert!(matches!(error, StorageError::Unsupported(_)), "{error}");
+    store.check_sync(&[daily.as_peek()], &mut out).unwrap();
+    assert_eq!(out[0].remaining, 2, "the period's count changed");
 }
 
 /// Threads reserving at one instant get every slot once: the waits are
@@ -265,9 +278,9 @@ fn slots_under_threads_are_each_given_once() {
 #[derive(Debug, Clone)]
 enum Op {
     Advance(u64),
-    /// Reserve these buckets (distinct indices), with these costs, waiting
-    /// at most this long.
-    Reserve(Vec<(usize, u32)>, u64),
+    /// Reserve these buckets (distinct indices), with these costs, in
+    /// shadow or not, waiting at most this long.
+    Reserve(Vec<(usize, u32, bool)>, u64),
     /// Give back the n-th reservation made so far (modulo their count).
     Cancel(usize),
 }
@@ -287,10 +300,20 @@ fn op_strategy() -> impl Strategy<Value = Op> {
     let pick = proptest::sample::subsequence(vec![0usize, 1, 2], 1..=3)
         .prop_flat_map(|buckets| {
             let n = buckets.len();
-            (Just(buckets), proptest::collection::vec(0u32..3, n))
+            (
+                Just(buckets),
+                proptest::collection::vec(
+                    (0u32..3, proptest::bool::weighted(0.2)),
+                    n,
+                ),
+            )
         })
         .prop_map(|(buckets, costs)| {
-            buckets.into_iter().zip(costs).collect::<Vec<_>>()
+            buckets
+                .into_iter()
+                .zip(costs)
+                .map(|(b, (cost, shadow))| (b, cost, shadow))
+                .collect::<Vec<_>>()
         });
     prop_oneof![
         (0u64..2_000_000).prop_map(Op::Advance),
@@ -327,15 +350,17 @@ proptest! {
                 Op::Reserve(picked, max_wait_us) => {
                     let checks: Vec<BucketCheck<'_>> = picked
                         .iter()
-                        .map(|&(b, cost)| {
+                        .map(|&(b, cost, shadow)| {
                             let cost = cost.min(quotas[b].burst());
-                            BucketCheck::new(&names[b], "p", quotas[b], cost).unwrap()
+                            BucketCheck::new(&names[b], "p", quotas[b], cost)
+                                .unwrap()
+                                .shadow(shadow)
                         })
                         .collect();
                     let charges: Vec<Charge> =
                         checks.iter().map(BucketCheck::charge).collect();
                     let stored: Vec<Option<u64>> =
-                        picked.iter().map(|(b, _)| model.get(b).copied()).collect();
+                        picked.iter().map(|(b, _, _)| model.get(b).copied()).collect();
                     let mut expected = vec![Decision::default(); checks.len()];
                     let joint: JointReservation = reserve_all(
                         &charges, &stored, now, max_wait_us, &mut expected,
@@ -347,7 +372,7 @@ proptest! {
                     prop_assert_eq!(decided.wait_us, joint.wait_us);
                     prop_assert_eq!(&out, &expected);
                     let mut written = Vec::new();
-                    for ((&(b, _), check), decision) in
+                    for ((&(b, _, _), check), decision) in
                         picked.iter().zip(&checks).zip(&expected)
                     {
                         if let Some(store) = decision.store {

@@ -61,11 +61,12 @@ impl MemoryStorage {
         self.inner.reservation(checks, max_wait, out)
     }
 
-    /// One enforced rate, held, that passes now: its check is the
-    /// reservation (`reserve_all` at a wait of 0), written in one
-    /// compare-and-swap loop only on a pass. `None`, with nothing written
-    /// (not even the cap of a TAT from a clock that went back), for
-    /// anything else: the full path decides it.
+    /// One rate, held, that passes now: its check is the reservation
+    /// (`reserve_all` at a wait of 0, a shadow's pass included), written in
+    /// one compare-and-swap loop only on a pass. `None`, with nothing
+    /// written (not even the cap of a TAT from a clock that went back), for
+    /// anything else (a cost of 0 fails the check): the full path decides
+    /// it. A period's count, in the same table, is never read as a TAT.
     #[inline(always)]
     fn reserve_at_once(
         &self,
@@ -73,7 +74,7 @@ impl MemoryStorage {
         max_wait: Duration,
         out: &mut Decision,
     ) -> Option<Decided> {
-        if !check.is_rate() || check.cost() == 0 || check.is_shadow() {
+        if !check.is_rate() {
             return None;
         }
         let inner = &*self.inner;
