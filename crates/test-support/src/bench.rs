@@ -121,6 +121,41 @@ pub fn process_tree_cpu_secs(pid: u32) -> f64 {
     ticks as f64 / USER_HZ
 }
 
+/// The CPU time thread `tid` of process `pid` has run: the first field of
+/// its `/proc/<pid>/task/<tid>/schedstat` (Linux, in ns). `None` where it
+/// cannot be read (another system, or a thread that ended).
+pub fn thread_cpu(pid: u32, tid: &str) -> Option<Duration> {
+    let stat =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
+            .ok()?;
+    stat.split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+        .map(Duration::from_nanos)
+}
+
+/// The CPU time every thread of process `pid` has run (only those named
+/// `named`, when given: a runtime's threads in a process of several), from
+/// their schedstat (see [`thread_cpu`]). `None` where `/proc` cannot be
+/// read; a thread that ended since the listing is left out.
+pub fn threads_cpu(pid: u32, named: Option<&str>) -> Option<Duration> {
+    let mut total = Duration::ZERO;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let task = task.ok()?;
+        let tid = task.file_name();
+        let Some(tid) = tid.to_str() else { continue };
+        if let Some(named) = named {
+            let comm = std::fs::read_to_string(task.path().join("comm"));
+            if comm.map_or(true, |comm| comm.trim_end() != named) {
+                continue;
+            }
+        }
+        total += thread_cpu(pid, tid).unwrap_or_default();
+    }
+    Some(total)
+}
+
 /// CPU seconds (user + system) of this process.
 pub fn own_cpu_secs() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();

@@ -53,6 +53,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use rate_tier_bench_results::{LimitadorResults, VersusRound};
 use rate_tier_service::StoreChoice;
+use rate_tier_test_support::bench::threads_cpu;
 use rate_tier_test_support::free_port;
 use tonic::transport::Channel;
 
@@ -163,30 +164,15 @@ enum Cpu {
 }
 
 impl Cpu {
-    /// The CPU time its threads have run so far, ns: the first field of
-    /// each thread's `/proc/<pid>/task/<tid>/schedstat` (Linux). `None`
-    /// where `/proc` cannot be read.
-    fn used_ns(self) -> Option<u64> {
-        let (pid, only) = match self {
-            Cpu::OurServer => (std::process::id(), Some(SERVER_THREAD)),
-            Cpu::Process(pid) => (pid, None),
-        };
-        let mut total = 0;
-        for task in fs::read_dir(format!("/proc/{pid}/task")).ok()? {
-            let dir = task.ok()?.path();
-            // A thread that ended since the listing used nothing more.
-            let (Ok(name), Ok(stat)) = (
-                fs::read_to_string(dir.join("comm")),
-                fs::read_to_string(dir.join("schedstat")),
-            ) else {
-                continue;
-            };
-            if only.is_some_and(|only| name.trim_end() != only) {
-                continue;
+    /// The CPU time its threads have run so far (Linux's schedstat);
+    /// `None` where `/proc` cannot be read.
+    fn used(self) -> Option<Duration> {
+        match self {
+            Cpu::OurServer => {
+                threads_cpu(std::process::id(), Some(SERVER_THREAD))
             }
-            total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+            Cpu::Process(pid) => threads_cpu(pid, None),
         }
-        Some(total)
     }
 }
 
@@ -215,7 +201,7 @@ fn compare(
                 .iter()
                 .zip(servers)
                 .map(|(clients, &(_, _, cpu))| {
-                    let before = cpu.used_ns();
+                    let before = cpu.used();
                     let rps = load.client_rt.block_on(throughput(
                         clients,
                         &load.requests,
@@ -223,9 +209,10 @@ fn compare(
                         load.seconds,
                     ));
                     let calls = rps * load.seconds.as_secs_f64();
-                    let cpu_us = match (before, cpu.used_ns()) {
+                    let cpu_us = match (before, cpu.used()) {
                         (Some(before), Some(after)) if calls > 0.0 => Some(
-                            after.saturating_sub(before) as f64 / 1e3 / calls,
+                            after.saturating_sub(before).as_secs_f64() * 1e6
+                                / calls,
                         ),
                         _ => None,
                     };

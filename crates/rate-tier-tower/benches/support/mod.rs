@@ -43,11 +43,11 @@ pub(crate) fn thread_id() -> Option<u32> {
 
 /// The CPU time a thread of this process has run, from its schedstat.
 pub(crate) fn thread_cpu(tid: u32) -> Duration {
-    std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .map(Duration::from_nanos)
-        .unwrap_or_default()
+    rate_tier_test_support::bench::thread_cpu(
+        std::process::id(),
+        &tid.to_string(),
+    )
+    .unwrap_or_default()
 }
 
 /// Mean of a slice (0 for an empty one).
