@@ -7,8 +7,6 @@
 
 mod support;
 
-use std::io::{Read, Write};
-
 use rate_tier_test_support::redis_url;
 use support::Server;
 
@@ -23,17 +21,16 @@ fn post_as(
     token: Option<&str>,
     key: Option<&str>,
 ) -> u16 {
-    let mut stream = support::connect(port);
     let auth = token
         .map_or(String::new(), |t| format!("authorization: Bearer {t}\r\n"));
     let key = key.map_or(String::new(), |k| format!("x-api-key: {k}\r\n"));
-    write!(
-        stream,
-        "POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-length: 0\r\n{auth}{key}connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
+    let answer = support::exchange(
+        port,
+        &format!(
+            "POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-length: 0\r\n{auth}{key}connection: close\r\n\r\n"
+        ),
+    );
+    let answer = String::from_utf8(answer).unwrap();
     answer.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 

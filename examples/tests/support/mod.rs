@@ -166,18 +166,11 @@ impl Response {
 /// refused sent nothing, so it is tried again (a few times, each one
 /// reported on stderr) before the test fails.
 pub fn connect(port: u16) -> TcpStream {
-    use std::io::ErrorKind::{ConnectionRefused, ConnectionReset};
     let mut attempts = 0;
     loop {
         match TcpStream::connect(("127.0.0.1", port)) {
             Ok(stream) => return stream,
-            Err(error)
-                if attempts < 5
-                    && matches!(
-                        error.kind(),
-                        ConnectionReset | ConnectionRefused
-                    ) =>
-            {
+            Err(error) if attempts < 5 && nothing_served(&error) => {
                 attempts += 1;
                 eprintln!("connect to {port}: {error}; trying again");
                 std::thread::sleep(Duration::from_millis(50));
@@ -187,20 +180,38 @@ pub fn connect(port: u16) -> TcpStream {
     }
 }
 
-/// One GET over a fresh connection, as `curl -s` would do it.
-pub fn get(port: u16, path: &str, api_key: Option<&str>) -> Response {
-    let mut stream = connect(port);
+/// A connection refused or reset before the whole request was written:
+/// the server never read a complete request, so it served nothing.
+fn nothing_served(error: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionRefused, ConnectionReset};
+    matches!(
+        error.kind(),
+        ConnectionReset | ConnectionRefused | BrokenPipe
+    )
+}
+
+/// Sends `request` (a whole HTTP/1.1 request asking `connection: close`)
+/// over a fresh connection and reads the answer to the end. The request is
+/// written in one piece, so a write that fails left the server without a
+/// complete request: it is sent again on a new connection (a few times,
+/// each one reported on stderr), as a connect that fails is.
+pub fn exchange(port: u16, request: &str) -> Vec<u8> {
+    let mut attempts = 0;
+    let mut stream = loop {
+        let mut stream = connect(port);
+        match stream.write_all(request.as_bytes()) {
+            Ok(()) => break stream,
+            Err(error) if attempts < 5 && nothing_served(&error) => {
+                attempts += 1;
+                eprintln!("send to {port}: {error}; trying again");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(error) => panic!("send to {port}: {error}"),
+        }
+    };
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let key = api_key
-        .map(|k| format!("x-api-key: {k}\r\n"))
-        .unwrap_or_default();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nhost: localhost:{port}\r\n{key}connection: close\r\n\r\n"
-    )
-    .unwrap();
     // Read to the end; a reset once the answer is in (the server closed
     // the connection under a client still reading) loses nothing of it.
     let mut bytes = Vec::new();
@@ -208,9 +219,23 @@ pub fn get(port: u16, path: &str, api_key: Option<&str>) -> Response {
         let whole = String::from_utf8_lossy(&bytes).contains("\r\n\r\n");
         assert!(
             error.kind() == std::io::ErrorKind::ConnectionReset && whole,
-            "GET {path}: {error} after {bytes:?}"
+            "{request:?} to {port}: {error} after {bytes:?}"
         );
     }
+    bytes
+}
+
+/// One GET over a fresh connection, as `curl -s` would do it.
+pub fn get(port: u16, path: &str, api_key: Option<&str>) -> Response {
+    let key = api_key
+        .map(|k| format!("x-api-key: {k}\r\n"))
+        .unwrap_or_default();
+    let bytes = exchange(
+        port,
+        &format!(
+            "GET {path} HTTP/1.1\r\nhost: localhost:{port}\r\n{key}connection: close\r\n\r\n"
+        ),
+    );
     let raw = String::from_utf8(bytes).unwrap();
     let (head, body) = raw.split_once("\r\n\r\n").unwrap();
     let mut lines = head.split("\r\n");
