@@ -335,21 +335,18 @@ fn a_client_that_goes_away_gives_its_upload_slot_back_on(
     (key, tier): (&str, &str),
     limit: usize,
 ) {
-    use std::io::Write;
     const UPLOAD: Duration = Duration::from_secs(10);
     let sent = Instant::now();
     let streams: Vec<std::net::TcpStream> = (0..limit)
         .map(|i| {
             let port = ports[i % ports.len()];
-            let mut stream =
-                std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-            write!(
-                stream,
-                "GET /upload?ms={} HTTP/1.1\r\nhost: x\r\nx-api-key: {key}\r\n\r\n",
-                UPLOAD.as_millis()
+            support::send(
+                port,
+                &format!(
+                    "GET /upload?ms={} HTTP/1.1\r\nhost: x\r\nx-api-key: {key}\r\n\r\n",
+                    UPLOAD.as_millis()
+                ),
             )
-            .unwrap();
-            stream
         })
         .collect();
     // Bounded waits on real servers (their handlers run for real): until

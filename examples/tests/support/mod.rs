@@ -190,17 +190,16 @@ fn nothing_served(error: &std::io::Error) -> bool {
     )
 }
 
-/// Sends `request` (a whole HTTP/1.1 request asking `connection: close`)
-/// over a fresh connection and reads the answer to the end. The request is
-/// written in one piece, so a write that fails left the server without a
-/// complete request: it is sent again on a new connection (a few times,
+/// A fresh connection with `request` (a whole HTTP/1.1 request) written
+/// on it in one piece: a write that fails left the server without a
+/// complete request, so it is sent again on a new connection (a few times,
 /// each one reported on stderr), as a connect that fails is.
-pub fn exchange(port: u16, request: &str) -> Vec<u8> {
+pub fn send(port: u16, request: &str) -> TcpStream {
     let mut attempts = 0;
-    let mut stream = loop {
+    loop {
         let mut stream = connect(port);
         match stream.write_all(request.as_bytes()) {
-            Ok(()) => break stream,
+            Ok(()) => return stream,
             Err(error) if attempts < 5 && nothing_served(&error) => {
                 attempts += 1;
                 eprintln!("send to {port}: {error}; trying again");
@@ -208,7 +207,13 @@ pub fn exchange(port: u16, request: &str) -> Vec<u8> {
             }
             Err(error) => panic!("send to {port}: {error}"),
         }
-    };
+    }
+}
+
+/// [`send`]s `request` (asking `connection: close`) and reads the answer
+/// to the end.
+pub fn exchange(port: u16, request: &str) -> Vec<u8> {
+    let mut stream = send(port, request);
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
