@@ -28,7 +28,10 @@
 //!
 //! Flags: `--concurrency` (64 requests in flight), `--connections` (4 HTTP/2
 //! connections), `--server-threads` and `--client-threads` (1 each: the
-//! client and the server in one process, each on a runtime of its own),
+//! client and the server in one process, each on a runtime of its own; the
+//! servers' is the one the binary runs on that many threads, on one a
+//! current-thread runtime; `--server-runtime multi`: a multi-thread runtime
+//! of that many workers instead),
 //! `--users` (1000 distinct descriptors), `--rate` (5000/s), `--seconds`
 //! (3), `--rounds` (3). The quota (1 000 000 per second) never refuses: every
 //! call runs the whole decision.
@@ -102,6 +105,33 @@ fn constant_response() -> RateLimitResponse {
 /// The name of our server's runtime threads: the comparison with
 /// limitador reads their CPU time by it.
 const SERVER_THREAD: &str = "rls-server";
+
+/// Our server's runtime: the one the binary runs on `threads` threads
+/// (`rate_tier_service::runtime`: on one thread a current-thread runtime,
+/// driven here by a thread of its own), or with `multi` a multi-thread
+/// runtime of that many workers (what the binary ran on one thread
+/// before), its threads named [`SERVER_THREAD`].
+fn server_runtime(threads: usize, multi: bool) -> Arc<Runtime> {
+    if multi {
+        return Arc::new(runtime(threads, SERVER_THREAD));
+    }
+    let threads = std::num::NonZeroUsize::new(threads)
+        .expect("--server-threads is at least 1");
+    let runtime = Arc::new(
+        rate_tier_service::runtime::builder(threads)
+            .thread_name(SERVER_THREAD)
+            .build()
+            .unwrap(),
+    );
+    if threads.get() == 1 {
+        let driven = runtime.clone();
+        std::thread::Builder::new()
+            .name(SERVER_THREAD.to_owned())
+            .spawn(move || driven.block_on(std::future::pending::<()>()))
+            .unwrap();
+    }
+    runtime
+}
 
 fn runtime(threads: usize, name: &str) -> Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -305,7 +335,7 @@ struct Load {
     seconds: Duration,
     rounds: usize,
     requests: Arc<Vec<RateLimitRequest>>,
-    server_rt: Runtime,
+    server_rt: Arc<Runtime>,
     client_rt: Runtime,
 }
 
@@ -319,7 +349,10 @@ impl Load {
             seconds: args.secs("seconds", 3.0),
             rounds: args.num("rounds", 3),
             requests: requests(users),
-            server_rt: runtime(args.num("server-threads", 1), SERVER_THREAD),
+            server_rt: server_runtime(
+                args.num("server-threads", 1),
+                args.get("server-runtime") == Some("multi"),
+            ),
             client_rt: runtime(args.num("client-threads", 1), "rls-client"),
         }
     }
@@ -371,21 +404,36 @@ fn main() {
         (ours, constant)
     });
     let (mut memory_rps, mut constant_rps) = (Vec::new(), Vec::new());
+    // The server runtime's CPU per call of a run at `rps` calls/s.
+    let server_cpu = || {
+        rate_tier_test_support::bench::threads_cpu(
+            std::process::id(),
+            Some(SERVER_THREAD),
+        )
+    };
+    let per_call = |before: Option<Duration>, rps: f64| {
+        let used = server_cpu()?.checked_sub(before?)?;
+        Some(used.as_secs_f64() * 1e6 / (rps * seconds.as_secs_f64()))
+    };
     for round in 0..rounds {
+        let before = server_cpu();
         let m = client_rt.block_on(throughput(
             &ours,
             &requests,
             concurrency,
             seconds,
         ));
+        let m_cpu = per_call(before, m);
+        let before = server_cpu();
         let c = client_rt.block_on(throughput(
             &constant,
             &requests,
             concurrency,
             seconds,
         ));
+        let c_cpu = per_call(before, c);
         println!(
-            "round {round}: memory {m:.0}/s, constant {c:.0}/s, ratio {:.3}",
+            "round {round}: memory {m:.0}/s, constant {c:.0}/s, ratio {:.3}; server CPU per call: memory {m_cpu:.2?} µs, constant {c_cpu:.2?} µs",
             m / c
         );
         memory_rps.push(m);

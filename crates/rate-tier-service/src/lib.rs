@@ -119,6 +119,7 @@ pub mod http;
 pub mod json;
 mod metrics;
 mod reload;
+pub mod runtime;
 pub mod server;
 mod status;
 pub mod wire;

@@ -10,7 +10,7 @@
 use std::process::ExitCode;
 
 use rate_tier_service::cli::{self, Command, LogFormat};
-use rate_tier_service::{Config, Service};
+use rate_tier_service::{Config, Service, runtime};
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::prelude::*;
 
@@ -101,18 +101,27 @@ fn main() -> ExitCode {
             admin.addr
         );
     }
+    let available = std::thread::available_parallelism()
+        .unwrap_or(std::num::NonZeroUsize::MIN);
+    let threads =
+        match runtime::threads(env(runtime::THREADS_VAR).as_deref(), available)
+        {
+            Ok(threads) => threads,
+            Err(message) => {
+                eprintln!("rate-tier-service: {message}");
+                return ExitCode::from(2);
+            }
+        };
     init_logs(serve.log_format, serve.log_level);
     let drain = serve.drain;
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime::build(threads) {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("rate-tier-service: cannot start the runtime: {error}");
             return ExitCode::from(1);
         }
     };
+    tracing::info!("running on {}", runtime::describe(threads));
     runtime.block_on(async move {
         let running = match Service::start(serve.options).await {
             Ok(running) => running,

@@ -77,8 +77,25 @@ fn from_environment(
     ports: &Ports,
     extra: &[(&str, &str)],
 ) -> Child {
-    let mut command =
+    let command =
         std::process::Command::new(env!("CARGO_BIN_EXE_rate-tier-service"));
+    with_environment(command, root, ports, extra)
+}
+
+/// [`from_environment`], the binary on CPU 0 alone (`taskset -c 0`), as a
+/// container of one CPU runs it.
+fn on_one_cpu(root: &TempDir, ports: &Ports, extra: &[(&str, &str)]) -> Child {
+    let mut command = std::process::Command::new("taskset");
+    command.args(["-c", "0", env!("CARGO_BIN_EXE_rate-tier-service")]);
+    with_environment(command, root, ports, extra)
+}
+
+fn with_environment(
+    mut command: std::process::Command,
+    root: &TempDir,
+    ports: &Ports,
+    extra: &[(&str, &str)],
+) -> Child {
     command
         .env_clear()
         .env("HOST", "127.0.0.1")
@@ -180,13 +197,18 @@ async fn a_variable_for_what_the_service_cannot_do_stops_it_at_start() {
     assert!(stderr.contains("REDIS_TLS_CLIENT_CERT"), "{stderr}");
 }
 
-#[tokio::test]
-async fn sigterm_drains_then_closes() {
+/// SIGTERM to the instance `start` starts (on free ports, with `domain`'s
+/// rules, `DRAIN_PERIOD=3s`): health says not serving at once on both
+/// listeners while every request is still answered, then it exits with
+/// success and its listeners are closed. What it said.
+async fn drains_then_closes(
+    start: fn(&TempDir, &Ports, &[(&str, &str)]) -> Child,
+) -> String {
     let root = TempDir::new();
     let domain = unique("d");
     rules_in(&root, &domain);
     let ports = Ports::free();
-    let mut child = from_environment(
+    let mut child = start(
         &root,
         &ports,
         &[("DRAIN_PERIOD", "3s"), ("LOG_LEVEL", "info")],
@@ -214,6 +236,48 @@ async fn sigterm_drains_then_closes() {
     assert!(tokio::net::TcpStream::connect(web).await.is_err());
     let stderr = child.stop();
     assert!(stderr.contains("draining"), "{stderr}");
+    stderr
+}
+
+#[tokio::test]
+async fn sigterm_drains_then_closes() {
+    let stderr = drains_then_closes(from_environment).await;
+    assert!(stderr.contains("running on "), "{stderr}");
+}
+
+/// On one CPU the service runs on one thread, a current-thread runtime:
+/// it serves, drains and stops as on several.
+#[tokio::test]
+async fn on_one_cpu_it_runs_on_one_thread_and_drains_the_same() {
+    let stderr = drains_then_closes(on_one_cpu).await;
+    assert!(
+        stderr.contains("running on 1 thread (a current-thread runtime)"),
+        "{stderr}"
+    );
+}
+
+/// `TOKIO_WORKER_THREADS` (Tokio's variable) sets the threads; a value
+/// that is not a number of threads stops it at start, named.
+#[tokio::test]
+async fn tokio_worker_threads_sets_the_threads() {
+    let root = TempDir::new();
+    rules_in(&root, "d");
+    let ports = Ports::free();
+    let child = from_environment(
+        &root,
+        &ports,
+        &[("TOKIO_WORKER_THREADS", "3"), ("LOG_LEVEL", "info")],
+    );
+    until_listening(ports.http).await;
+    let stderr = child.stop();
+    assert!(stderr.contains("running on 3 threads"), "{stderr}");
+
+    for bad in ["0", "many"] {
+        let (code, stderr) =
+            start_up_error(&[("TOKIO_WORKER_THREADS", bad)]).await;
+        assert_eq!(code, Some(2), "{stderr}");
+        assert!(stderr.contains("TOKIO_WORKER_THREADS"), "{stderr}");
+    }
 }
 
 #[tokio::test]
