@@ -109,8 +109,8 @@ const SERVER_THREAD: &str = "rls-server";
 /// Our server's runtime: the one the binary runs on `threads` threads
 /// (`rate_tier_service::runtime`: on one thread a current-thread runtime,
 /// driven here by a thread of its own), or with `multi` a multi-thread
-/// runtime of that many workers (what the binary ran on one thread
-/// before), its threads named [`SERVER_THREAD`].
+/// runtime of that many workers, for comparison; its threads named
+/// [`SERVER_THREAD`].
 fn server_runtime(threads: usize, multi: bool) -> Arc<Runtime> {
     if multi {
         return Arc::new(runtime(threads, SERVER_THREAD));

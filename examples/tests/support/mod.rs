@@ -163,49 +163,51 @@ impl Response {
 }
 
 /// A connection to the server on `port`. A connect that is reset or
-/// refused sent nothing, so it is tried again (a few times, each one
-/// reported on stderr) before the test fails.
+/// refused sent nothing, so it is tried again (see [`retried`]).
 pub fn connect(port: u16) -> TcpStream {
-    let mut attempts = 0;
-    loop {
-        match TcpStream::connect(("127.0.0.1", port)) {
-            Ok(stream) => return stream,
-            Err(error) if attempts < 5 && nothing_served(&error) => {
-                attempts += 1;
-                eprintln!("connect to {port}: {error}; trying again");
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(error) => panic!("connect to {port}: {error}"),
-        }
-    }
-}
-
-/// A connection refused or reset before the whole request was written:
-/// the server never read a complete request, so it served nothing.
-fn nothing_served(error: &std::io::Error) -> bool {
-    use std::io::ErrorKind::{BrokenPipe, ConnectionRefused, ConnectionReset};
-    matches!(
-        error.kind(),
-        ConnectionReset | ConnectionRefused | BrokenPipe
-    )
+    retried(&format!("connect to {port}"), || {
+        TcpStream::connect(("127.0.0.1", port))
+    })
 }
 
 /// A fresh connection with `request` (a whole HTTP/1.1 request) written
 /// on it in one piece: a write that fails left the server without a
-/// complete request, so it is sent again on a new connection (a few times,
-/// each one reported on stderr), as a connect that fails is.
+/// complete request, so it is sent again on a new connection (see
+/// [`retried`]).
 pub fn send(port: u16, request: &str) -> TcpStream {
-    let mut attempts = 0;
+    retried(&format!("send to {port}"), || {
+        let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+        stream.write_all(request.as_bytes())?;
+        Ok(stream)
+    })
+}
+
+/// `attempt`'s value; tried again, a few times and each one reported on
+/// stderr, while it fails as a connection that the server refused or reset
+/// before it read a whole request (so it served nothing); then the test
+/// fails, naming `what`.
+fn retried<T>(
+    what: &str,
+    mut attempt: impl FnMut() -> std::io::Result<T>,
+) -> T {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionRefused, ConnectionReset};
+    let mut tries = 0;
     loop {
-        let mut stream = connect(port);
-        match stream.write_all(request.as_bytes()) {
-            Ok(()) => return stream,
-            Err(error) if attempts < 5 && nothing_served(&error) => {
-                attempts += 1;
-                eprintln!("send to {port}: {error}; trying again");
+        match attempt() {
+            Ok(value) => return value,
+            Err(error)
+                if tries < 5
+                    && matches!(
+                        error.kind(),
+                        ConnectionReset | ConnectionRefused | BrokenPipe
+                    ) =>
+            {
+                tries += 1;
+                eprintln!("{what}: {error}; trying again");
+                // A real server's socket: a short real pause, bounded.
                 std::thread::sleep(Duration::from_millis(50));
             }
-            Err(error) => panic!("send to {port}: {error}"),
+            Err(error) => panic!("{what}: {error}"),
         }
     }
 }
